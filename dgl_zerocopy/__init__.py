@@ -1,0 +1,12 @@
+"""dgl-zerocopy: GNN minibatch training with node features gathered straight from pinned host memory."""
+import os
+
+# DGL asks for a backend on first import and prints a notice; this package is PyTorch only.
+os.environ.setdefault("DGLBACKEND", "pytorch")
+# ogb checks PyPI for a newer release on import; machines without internet only get a warning.
+os.environ.setdefault("OUTDATED_IGNORE", "1")
+
+from .store import FeatureStore  # noqa: E402
+
+__version__ = "0.1.0"
+__all__ = ["FeatureStore", "__version__"]

@@ -1,0 +1,97 @@
+"""The ``dgl-zerocopy`` command: ``train`` and ``info``.
+
+User mistakes (unknown names, malformed values, bad config files) print one line saying what is
+wrong and what is allowed, and exit with code 2, without a traceback.
+"""
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from .config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml
+from .data import DATASETS
+from .models import MODELS
+
+log = logging.getLogger("dgl_zerocopy")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse, but errors are one line: ``dgl-zerocopy: error: ...`` and exit 2."""
+
+    def error(self, message: str):  # type: ignore[override]
+        self.exit(2, f"dgl-zerocopy: error: {message}\n")
+
+
+def _fanouts(text: str) -> list[int]:
+    try:
+        return parse_fanouts(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="dgl-zerocopy", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    t = sub.add_parser("train", help="train a GNN and print accuracy and a timing breakdown")
+    t.add_argument("--config", help="YAML file with the same keys as these flags (flags override it)")
+    t.add_argument("--dataset", help=f"one of: {', '.join(DATASETS)} (default synthetic)")
+    t.add_argument("--num-nodes", type=int, help="node count of the generated dataset (synthetic only)")
+    t.add_argument("--model", help=f"one of: {', '.join(MODELS)} (default sage)")
+    t.add_argument("--fanouts", type=_fanouts, help="neighbours sampled per layer, e.g. 15,10,5 (-1: all)")
+    t.add_argument("--batch-size", type=int)
+    t.add_argument("--eval-batch-size", type=int)
+    t.add_argument("--hidden", type=int)
+    t.add_argument("--dropout", type=float)
+    t.add_argument("--epochs", type=int)
+    t.add_argument("--lr", type=float)
+    t.add_argument("--seed", type=int)
+    t.add_argument("--device", help="auto, cpu or cuda (default auto)")
+    t.add_argument("--feature-source", help=f"one of: {', '.join(FEATURE_SOURCES)} (default cpu)")
+    t.add_argument("--no-progress", action="store_true", help="no progress bars")
+
+    sub.add_parser("info", help="versions, CUDA/NVRTC availability, pinned-memory limit")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(message)s")
+    try:
+        if args.command == "train":
+            return _train(args)
+        if args.command == "info":
+            from .info import environment_report
+
+            print(environment_report())
+            return 0
+    except ConfigError as e:
+        print(f"dgl-zerocopy: error: {e}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("dgl-zerocopy: interrupted", file=sys.stderr)
+        return 130
+    return 2
+
+
+def _train(args: argparse.Namespace) -> int:
+    from .data import SyntheticSpec, load_dataset
+    from .train import timing_table, train
+
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "no_progress")}
+    cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
+    spec = SyntheticSpec(num_nodes=cfg.num_nodes) if cfg.num_nodes else SyntheticSpec()
+    dataset = load_dataset(cfg.dataset, synthetic=spec)
+    print(dataset.summary())
+    print(f"model {cfg.model}, fanouts {cfg.fanouts}, batch {cfg.batch_size}, feature source {cfg.feature_source}")
+    history = train(cfg, dataset, on_epoch=lambda s: print(s.line(), flush=True), progress=not args.no_progress)
+    best = max(history, key=lambda h: h.val_acc)
+    print("\nstage times per epoch (s); wait = time the training step waited for its batch")
+    print(timing_table(history))
+    print(f"\nfinal test accuracy {history[-1].test_acc:.4f} (best val {best.val_acc:.4f} at epoch {best.epoch}, test {best.test_acc:.4f})")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,111 @@
+"""Training configuration: YAML keys and CLI flags are the same names, validated in one place."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal, Optional
+
+import yaml
+from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError, field_validator
+
+from .data import DATASETS
+
+FEATURE_SOURCES = ("dgl", "cpu")
+
+
+class ConfigError(ValueError):
+    """A configuration problem, phrased as one line for the user (the CLI exits with code 2)."""
+
+
+class TrainConfig(BaseModel):
+    """Everything ``dgl-zerocopy train`` needs. Unknown keys are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    dataset: str = "synthetic"
+    num_nodes: Optional[PositiveInt] = None  # size of the generated dataset (synthetic only)
+    model: Literal["sage", "gcn"] = "sage"
+    fanouts: list[int] = [15, 10, 5]
+    batch_size: PositiveInt = 1024
+    eval_batch_size: PositiveInt = 4096
+    hidden: PositiveInt = 256
+    dropout: float = 0.5
+    epochs: PositiveInt = 3
+    lr: PositiveFloat = 0.003
+    seed: int = 0
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    feature_source: Literal["dgl", "cpu"] = "cpu"
+
+    @field_validator("dataset")
+    @classmethod
+    def _known_dataset(cls, v: str) -> str:
+        if v not in DATASETS:
+            raise ValueError(f"unknown dataset {v!r}; choose from: {', '.join(DATASETS)}")
+        return v
+
+    @field_validator("fanouts", mode="before")
+    @classmethod
+    def _parse_fanouts(cls, v):
+        return parse_fanouts(v) if isinstance(v, str) else v
+
+    @field_validator("fanouts")
+    @classmethod
+    def _valid_fanouts(cls, v: list[int]) -> list[int]:
+        if not v or any(f == 0 or f < -1 for f in v):
+            raise ValueError(f"fanouts must be one or more positive integers (or -1 for all neighbours), but got {v}")
+        return v
+
+    @field_validator("dropout")
+    @classmethod
+    def _valid_dropout(cls, v: float) -> float:
+        if not 0.0 <= v < 1.0:
+            raise ValueError(f"dropout must be in [0, 1), but got {v}")
+        return v
+
+
+def parse_fanouts(text: str) -> list[int]:
+    """``"15,10,5"`` -> ``[15, 10, 5]``; anything else raises ConfigError naming the bad part."""
+    parts = [p.strip() for p in str(text).split(",")]
+    try:
+        return [int(p) for p in parts]
+    except ValueError:
+        bad = next(p for p in parts if not p.lstrip("-").isdigit())
+        raise ConfigError(f"fanouts {text!r}: {bad!r} is not an integer; write them comma-separated, e.g. 15,10,5") from None
+
+
+def read_yaml(path: str | Path) -> dict:
+    """Read a config file into a dict; a missing or malformed file raises ConfigError."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"config file {str(path)!r} does not exist; pass a YAML file such as configs/synthetic-sage.yaml")
+    try:
+        data = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark is not None else ""
+        raise ConfigError(f"config file {str(path)!r} is not valid YAML{where}: {getattr(e, 'problem', e)}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"config file {str(path)!r} must hold a mapping of keys to values, but holds a {type(data).__name__}")
+    return {str(k).replace("-", "_"): v for k, v in data.items()}
+
+
+def build_config(file_values: dict, overrides: dict) -> TrainConfig:
+    """Defaults, then the file's values, then the flags that were given (not None)."""
+    values = {**file_values, **{k: v for k, v in overrides.items() if v is not None}}
+    try:
+        return TrainConfig(**values)
+    except ValidationError as e:
+        raise ConfigError(_one_line(e)) from None
+
+
+def _one_line(error: ValidationError) -> str:
+    first = error.errors()[0]
+    key = ".".join(str(p) for p in first["loc"])
+    if first["type"] == "extra_forbidden":
+        allowed = ", ".join(TrainConfig.model_fields)
+        return f"unknown config key {key!r}; allowed keys: {allowed}"
+    msg = first["msg"].removeprefix("Value error, ")
+    if msg.startswith(("unknown", "fanouts", "dropout")):
+        return msg
+    return f"{key}: {msg}, but got {first['input']!r}"

@@ -1,0 +1,57 @@
+"""The in-memory form every dataset loads into: a CSC graph, a host feature table, labels, splits."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class GraphDataset:
+    """A node-classification dataset held in host memory.
+
+    Contract: ``indptr``/``indices`` are the in-edges in CSC form (int64, ``indptr`` has
+    ``num_nodes + 1`` entries); ``features`` is a C-contiguous 2-D array of ``num_nodes`` rows
+    (possibly a read-only memory map); ``labels`` is int64 of length ``num_nodes``; the splits are
+    sorted int64 node ids.
+    """
+
+    name: str
+    indptr: np.ndarray
+    indices: np.ndarray
+    features: np.ndarray
+    labels: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    num_classes: int
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    def to_dgl(self, with_data: bool = False):
+        """A DGL graph of the CSC structure; with ``with_data`` also ``ndata['feat'/'label']``
+        (zero-copy views of the host arrays, as DGL's own path would hold them)."""
+        import dgl
+        import torch
+
+        graph = dgl.graph(
+            ("csc", (torch.from_numpy(self.indptr), torch.from_numpy(self.indices), torch.tensor([], dtype=torch.int64))),
+            num_nodes=self.num_nodes,
+        )
+        if with_data:
+            graph.ndata["feat"] = torch.from_numpy(np.ascontiguousarray(self.features))
+            graph.ndata["label"] = torch.from_numpy(self.labels)
+        return graph
+
+    def summary(self) -> str:
+        return (
+            f"{self.name}: {self.num_nodes:,} nodes, {self.num_edges:,} edges, "
+            f"{self.features.shape[1]}-dim {self.features.dtype} features, {self.num_classes} classes, "
+            f"train/val/test {len(self.train_idx):,}/{len(self.val_idx):,}/{len(self.test_idx):,}"
+        )

@@ -1,0 +1,309 @@
+"""Run the CUDA gather kernels on the CPU, to test them and model their PCIe traffic without a GPU.
+
+``kernels/gather.cu`` is compiled unchanged by g++ through ``kernels/cpu_shim.h`` (CUDA built-ins
+as thread-local globals, vector types, a launch loop over blocks and threads) into a shared
+library, cached under ``$DGL_ZEROCOPY_CACHE/emulator`` (default ``~/.cache/dgl_zerocopy/emulator``)
+in a file named by a hash of the sources, the entry points, the flags and the compiler, and loaded
+with ctypes. The launch configuration comes from :func:`dgl_zerocopy.launch.plan_gather`, exactly
+as on the GPU. With ``trace=True`` every table load is recorded (address, bytes, warp, load site)
+for :mod:`dgl_zerocopy.pcie_model`.
+
+The emulation is faithful for kernels whose threads do not communicate (no ``__syncthreads``, no
+shuffles): threads run one after another, so it checks results and addresses, not timing or races.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import functools
+import hashlib
+import logging
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from dgl_zerocopy import launch
+from dgl_zerocopy.kernel_source import kernel_dir, kernel_sources_digest
+
+__all__ = ["Trace", "build_emulator", "emulate_gather", "emulator_cache_dir"]
+
+logger = logging.getLogger(__name__)
+
+_CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fno-strict-aliasing")
+_BUFFER_ALIGN = launch.LINE_BYTES
+#: NumPy mirror of ``zc_load_record`` in kernels/cpu_shim.h.
+_RECORD_DTYPE = np.dtype(
+    [("address", "<i8"), ("warp", "<i8"), ("slot", "<i8"), ("bytes", "<i4"), ("reserved", "<i4")]
+)
+_ARG_CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_longlong, "i32": ctypes.c_int}
+_build_lock = threading.Lock()
+
+
+@dataclass(frozen=True)
+class Trace:
+    """The table loads of one emulated gather, one entry per active (unmasked) lane load.
+
+    ``(warp, slot)`` identifies one warp-wide load instruction: ``slot`` numbers the passes of a
+    thread through load sites, masked passes included, and all lanes of a warp pass the same
+    sites in the same order.
+
+    Attributes:
+        address: absolute byte address of each load (int64).
+        nbytes: bytes of each load (int32).
+        warp: global warp index of the loading thread (int64).
+        slot: load-site number within the thread (int64).
+        plan: the launch plan that ran.
+        table_address: address of the table's first row.
+        num_ids: rows gathered.
+    """
+
+    address: np.ndarray
+    nbytes: np.ndarray
+    warp: np.ndarray
+    slot: np.ndarray
+    plan: launch.GatherPlan
+    table_address: int
+    num_ids: int
+
+    @property
+    def useful_bytes(self) -> int:
+        """Bytes the gather had to deliver (``num_ids * row_bytes``)."""
+        return self.num_ids * self.plan.row_bytes
+
+
+def emulator_cache_dir() -> Path:
+    """Where built emulator libraries are cached: ``$DGL_ZEROCOPY_CACHE/emulator``."""
+    root = os.environ.get("DGL_ZEROCOPY_CACHE") or Path.home() / ".cache" / "dgl_zerocopy"
+    return Path(root) / "emulator"
+
+
+def _entry_symbol(name_expression: str) -> str:
+    return "zc_emu_" + re.sub(r"[^0-9A-Za-z]+", "_", name_expression).strip("_")
+
+
+def _translation_unit() -> str:
+    # Only #includes and one entry-point macro per instantiation: the kernel code stays in .cu.
+    lines = ['#include "cpu_shim.h"', '#include "gather.cu"']
+    lines += [
+        f"ZC_EMU_ENTRY({_entry_symbol(name)}, {name})" for name in launch.all_name_expressions()
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _compiler() -> tuple[str, str]:
+    cxx = os.environ.get("CXX", "g++")
+    path = shutil.which(cxx)
+    if path is None:
+        raise RuntimeError(
+            f"C++ compiler {cxx!r} not found; the CPU emulator needs g++ (install it, or set CXX)"
+        )
+    version = subprocess.run(
+        [path, "--version"], capture_output=True, text=True, check=True
+    ).stdout.splitlines()[0]
+    return path, version
+
+
+def build_emulator() -> Path:
+    """Build (or find in the cache) the emulator library and return its path.
+
+    The library is compiled into a temporary file in the cache directory and renamed into place,
+    so concurrent builders never load a half-written file.
+
+    Raises:
+        RuntimeError: no compiler, or the compilation failed (the message holds its output).
+    """
+    cxx, version = _compiler()
+    source = _translation_unit()
+    include = kernel_dir()
+    key = hashlib.sha256(
+        "\0".join([kernel_sources_digest(), source, " ".join(_CXX_FLAGS), cxx, version]).encode()
+    ).hexdigest()[:24]
+    target = emulator_cache_dir() / f"gather-{key}.so"
+    if target.is_file():
+        return target
+    target.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".gather-", suffix=".so.tmp")
+    os.close(fd)
+    command = [cxx, *_CXX_FLAGS, "-I", str(include), "-x", "c++", "-", "-o", tmp]
+    logger.info("building the CPU emulator of kernels/gather.cu into %s", target)
+    try:
+        result = subprocess.run(command, input=source, capture_output=True, text=True)
+        if result.returncode != 0:
+            raise RuntimeError(
+                f"compiling the CPU emulator failed ({' '.join(command)}):\n{result.stderr}"
+            )
+        os.replace(tmp, target)
+    finally:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+    return target
+
+
+@functools.cache
+def _library() -> ctypes.CDLL:
+    with _build_lock:
+        lib = ctypes.CDLL(str(build_emulator()))
+    lib.zc_emu_record_bytes.restype = ctypes.c_int
+    lib.zc_emu_trace_size.restype = ctypes.c_longlong
+    lib.zc_emu_trace_copy.argtypes = [ctypes.c_void_p]
+    if lib.zc_emu_record_bytes() != _RECORD_DTYPE.itemsize:
+        raise RuntimeError("kernels/cpu_shim.h zc_load_record does not match emulator._RECORD_DTYPE")
+    for name in launch.all_name_expressions():
+        entry = getattr(lib, _entry_symbol(name))
+        entry.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
+        entry.restype = None
+    return lib
+
+
+def _aligned_bytes(nbytes: int, offset: int, fill: int) -> np.ndarray:
+    """A uint8 array of ``nbytes`` starting ``offset`` bytes past a 128-byte boundary."""
+    raw = np.full(nbytes + 2 * _BUFFER_ALIGN, fill, dtype=np.uint8)
+    start = (-raw.ctypes.data) % _BUFFER_ALIGN + offset
+    return raw[start : start + nbytes]
+
+
+def _check_inputs(
+    table: np.ndarray, ids: np.ndarray, variant: str, base_offset: int
+) -> tuple[np.ndarray, np.ndarray]:
+    if not isinstance(table, np.ndarray) or table.ndim < 1:
+        raise TypeError(f"table must be a NumPy array with a row axis, but got {type(table).__name__}"
+                        f" of ndim {getattr(table, 'ndim', None)}")
+    if table.dtype.hasobject:
+        raise TypeError(f"table must hold plain values, but got dtype {table.dtype}")
+    ids = np.asarray(ids)
+    if ids.ndim != 1 or ids.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
+        raise TypeError(
+            f"ids must be a 1-D int32 or int64 array, but got dtype {ids.dtype} and shape "
+            f"{ids.shape}; convert with ids.astype(np.int64)"
+        )
+    if variant not in launch.VARIANTS:
+        raise ValueError(f"variant must be one of {launch.VARIANTS}, but got {variant!r}")
+    if isinstance(base_offset, bool) or not isinstance(base_offset, int) or not (
+        0 <= base_offset < _BUFFER_ALIGN
+    ):
+        raise ValueError(f"base_offset must be an int in [0, 127], but got {base_offset!r}")
+    if ids.size:
+        low, high = int(ids.min()), int(ids.max())
+        bad = low if low < 0 else high if high >= table.shape[0] else None
+        if bad is not None:
+            raise IndexError(f"id {bad} is out of range for a table of {table.shape[0]} rows")
+    return table, np.ascontiguousarray(ids)
+
+
+def _check_perm(perm: np.ndarray | None, num_ids: int) -> np.ndarray | None:
+    if perm is None:
+        return None
+    perm = np.asarray(perm)
+    if perm.ndim != 1 or perm.dtype.kind not in "iu" or perm.size != num_ids:
+        raise ValueError(
+            f"perm must be a 1-D integer array of {num_ids} output positions, but got dtype "
+            f"{perm.dtype} and shape {perm.shape}"
+        )
+    perm = np.ascontiguousarray(perm, dtype=np.int64)
+    if not np.array_equal(np.sort(perm), np.arange(num_ids)):
+        raise ValueError("perm must be a permutation of range(len(ids))")
+    return perm
+
+
+def emulate_gather(
+    table: np.ndarray,
+    ids: np.ndarray,
+    *,
+    variant: str = "aligned",
+    base_offset: int = 0,
+    perm: np.ndarray | None = None,
+    trace: bool = False,
+    max_blocks: int | None = None,
+) -> np.ndarray | tuple[np.ndarray, Trace]:
+    """Gather ``table[ids]`` by running the CUDA kernel on the CPU.
+
+    Args:
+        table: the feature table, rows along axis 0 (any plain dtype; copied as bytes).
+        ids: 1-D int32 or int64 row ids, each in ``[0, len(table))``.
+        variant: ``"aligned"`` or ``"naive"``.
+        base_offset: the table's first row is placed this many bytes (0..127) past a 128-byte
+            boundary, to exercise every alignment.
+        perm: optional permutation: output row ``perm[j]`` receives ``table[ids[j]]`` (callers
+            sort ids for locality and pass the sorting permutation).
+        trace: also return the :class:`Trace` of table loads.
+        max_blocks: grid cap, as on the GPU.
+
+    Returns:
+        An array of shape ``(len(ids),) + table.shape[1:]`` and ``table.dtype``; with ``trace``,
+        the tuple ``(out, Trace)``.
+
+    Raises:
+        TypeError: bad table or ids type. IndexError: an id out of range.
+        ValueError: a bad variant, base offset or perm.
+    """
+    table, ids = _check_inputs(table, ids, variant, base_offset)
+    perm = _check_perm(perm, ids.size)
+    num_ids = int(ids.size)
+    row_bytes = table.dtype.itemsize * int(np.prod(table.shape[1:], dtype=np.int64))
+
+    table_bytes = _aligned_bytes(table.nbytes, base_offset, fill=0)
+    if table.nbytes:
+        table_bytes[:] = np.ascontiguousarray(table).reshape(-1).view(np.uint8)
+    # Fill the output with a marker so that rows the kernel fails to write cannot pass a test.
+    out_bytes = _aligned_bytes(num_ids * row_bytes, 0, fill=0xA5)
+    table_address = int(table_bytes.ctypes.data)
+    out_address = int(out_bytes.ctypes.data)
+
+    plan = launch.plan_gather(
+        row_bytes,
+        table_address,
+        num_ids,
+        variant=variant,
+        elem_size=table.dtype.itemsize,
+        max_blocks=max_blocks,
+        id_bytes=ids.dtype.itemsize,
+        out_address=out_address,
+    )
+    lib = _library()
+    records = np.empty(0, dtype=_RECORD_DTYPE)
+    if plan.grid > 0:
+        args = launch.kernel_arguments(
+            plan,
+            table_address=table_address,
+            row_stride=row_bytes,
+            ids_address=int(ids.ctypes.data),
+            perm_address=0 if perm is None else int(perm.ctypes.data),
+            out_address=out_address,
+            out_stride=row_bytes,
+        )
+        values = [_ARG_CTYPES[kind](value) for kind, value in args]
+        pointers = (ctypes.c_void_p * len(values))(
+            *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values]
+        )
+        entry = getattr(lib, _entry_symbol(plan.kernel))
+        logger.debug("emulating %s grid=%d block=%d", plan.kernel, plan.grid, plan.block)
+        if trace:
+            lib.zc_emu_trace_begin()
+        try:
+            entry(plan.grid, plan.block, pointers)
+            if trace:
+                records = np.empty(lib.zc_emu_trace_size(), dtype=_RECORD_DTYPE)
+                lib.zc_emu_trace_copy(records.ctypes.data)
+        finally:
+            if trace:
+                lib.zc_emu_trace_end()
+
+    out = out_bytes.view(table.dtype).reshape((num_ids,) + table.shape[1:])
+    if not trace:
+        return out
+    return out, Trace(
+        address=records["address"].copy(),
+        nbytes=records["bytes"].copy(),
+        warp=records["warp"].copy(),
+        slot=records["slot"].copy(),
+        plan=plan,
+        table_address=table_address,
+        num_ids=num_ids,
+    )

@@ -1,0 +1,63 @@
+"""GraphSAGE (mean) and GCN for minibatch training on a list of DGL blocks, one block per layer."""
+from __future__ import annotations
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+MODELS = ("sage", "gcn")
+
+
+class _BlockGNN(nn.Module):
+    """Layers applied block by block: ``forward(blocks, x)`` with ``x`` the input nodes' features
+    (``blocks[0]``'s sources) returns logits for ``blocks[-1]``'s destinations."""
+
+    def __init__(self, layers: list[nn.Module], dropout: float) -> None:
+        super().__init__()
+        self.layers = nn.ModuleList(layers)
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
+        if len(blocks) != len(self.layers):
+            raise ValueError(f"the model has {len(self.layers)} layers but got {len(blocks)} blocks; use one fanout per layer")
+        h = x
+        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+            h = layer(block, h)
+            if i < len(self.layers) - 1:
+                h = self.dropout(F.relu(h))
+        return h
+
+
+class GraphSAGE(_BlockGNN):
+    """GraphSAGE with mean aggregation (Hamilton et al. 2017)."""
+
+    def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 3, dropout: float = 0.5) -> None:
+        from dgl.nn import SAGEConv
+
+        dims = _dims(in_feats, hidden, num_classes, num_layers)
+        super().__init__([SAGEConv(a, b, "mean") for a, b in zip(dims[:-1], dims[1:])], dropout)
+
+
+class GCN(_BlockGNN):
+    """Graph convolution with symmetric normalisation (Kipf & Welling 2017) on sampled blocks."""
+
+    def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2, dropout: float = 0.5) -> None:
+        from dgl.nn import GraphConv
+
+        dims = _dims(in_feats, hidden, num_classes, num_layers)
+        super().__init__([GraphConv(a, b, norm="both", allow_zero_in_degree=True) for a, b in zip(dims[:-1], dims[1:])], dropout)
+
+
+def build_model(name: str, in_feats: int, hidden: int, num_classes: int, num_layers: int, dropout: float) -> nn.Module:
+    """The model called ``name`` (one of :data:`MODELS`)."""
+    if name == "sage":
+        return GraphSAGE(in_feats, hidden, num_classes, num_layers, dropout)
+    if name == "gcn":
+        return GCN(in_feats, hidden, num_classes, num_layers, dropout)
+    raise ValueError(f"unknown model {name!r}; choose from: {', '.join(MODELS)}")
+
+
+def _dims(in_feats: int, hidden: int, num_classes: int, num_layers: int) -> list[int]:
+    if num_layers < 1:
+        raise ValueError(f"num_layers must be at least 1, but got {num_layers}")
+    return [in_feats] + [hidden] * (num_layers - 1) + [num_classes]

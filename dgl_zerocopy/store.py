@@ -1,0 +1,189 @@
+"""FeatureStore: one host feature table, gathered by row ids on a chosen backend.
+
+Device contract:
+- ``backend="cpu"``, ``device="cpu"``: rows gathered on the CPU into a reused buffer; result on the CPU.
+- ``backend="cpu"``, CUDA device: rows gathered on the CPU into a reused *pinned* staging buffer,
+  then copied host-to-device asynchronously on ``stream`` (the classic baseline).
+- ``backend="zerocopy"``: the host table is pinned in place and GPU threads read its rows
+  directly over PCIe; result on the CUDA device.
+- ``backend="gpu"``: the table is copied to device memory once; result on the CUDA device.
+
+Ids may be int32 or int64, on the CPU or on the store's device, as a torch tensor or NumPy array.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import warnings
+import weakref
+from pathlib import Path
+from typing import Union
+
+import numpy as np
+import torch
+
+from .backends import Backend, make_backend
+
+log = logging.getLogger(__name__)
+
+ArrayLike = Union[torch.Tensor, np.ndarray, str, os.PathLike]
+BACKENDS = ("auto", "zerocopy", "cpu", "gpu")
+SUPPORTED_DTYPES = (
+    torch.float32, torch.float16, torch.bfloat16, torch.float64,
+    torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
+)
+
+
+class FeatureStore:
+    """Gathers rows of a 2-D host table for batches of node ids.
+
+    ``data`` is a CPU ``torch.Tensor``, a ``numpy.ndarray`` or a path to a ``.npy`` file (memory
+    mapped, never read whole). It must be 2-D; a non-contiguous table is copied to a contiguous
+    one with a warning (pinning needs one contiguous range). The store keeps ``data`` alive.
+
+    ``gather`` without ``out`` returns a view of a buffer the store reuses: it is valid until the
+    next ``gather`` on the same store. Pass ``out`` to own the result.
+    """
+
+    def __init__(self, data: ArrayLike, backend: str = "auto", device: str | torch.device | None = None) -> None:
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
+        self._table = _as_table(data)
+        self._backend: Backend | None = None
+        backend = _resolve_backend(backend)
+        self.device = _resolve_device(device, backend)
+        self.backend = backend
+        self._backend = make_backend(backend, self._table, self.device)
+        # Unpin even if the user never calls close(): at garbage collection or interpreter exit.
+        self._finalizer = weakref.finalize(self, self._backend.close)
+
+    # -- properties ------------------------------------------------------------------------
+    @property
+    def shape(self) -> tuple[int, int]:
+        return tuple(self._table.shape)  # type: ignore[return-value]
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self._table.dtype
+
+    @property
+    def nbytes(self) -> int:
+        return self._table.numel() * self._table.element_size()
+
+    @property
+    def closed(self) -> bool:
+        return not self._finalizer.alive
+
+    def __len__(self) -> int:
+        return self._table.shape[0]
+
+    def __repr__(self) -> str:
+        return f"FeatureStore(shape={self.shape}, dtype={self.dtype}, backend={self.backend!r}, device={str(self.device)!r})"
+
+    # -- gather ----------------------------------------------------------------------------
+    def gather(self, ids, out: torch.Tensor | None = None, stream=None, unchecked: bool = False) -> torch.Tensor:
+        """Rows ``data[ids]`` on ``self.device``, shape ``(len(ids), dim)``, dtype ``self.dtype``.
+
+        ``ids``: 1-D int32/int64 (torch or NumPy), on the CPU or on ``self.device``. Ids must lie in
+        ``[0, rows)``: no negative wrap-around; a bad id raises ``IndexError`` unless
+        ``unchecked=True`` (faster; an out-of-range id is then undefined behaviour).
+        ``out``: optional contiguous tensor of shape ``(len(ids), dim)`` on ``self.device``.
+        ``stream``: a ``torch.cuda.Stream`` to run on (CUDA devices); default the current stream.
+        """
+        if self.closed:
+            raise RuntimeError("this FeatureStore is closed; create a new one to gather again")
+        ids = self._check_ids(ids, unchecked)
+        if out is not None:
+            self._check_out(out, ids.shape[0])
+        return self._backend.gather(ids, out, stream)
+
+    def _check_ids(self, ids, unchecked: bool) -> torch.Tensor:
+        if isinstance(ids, np.ndarray):
+            ids = torch.from_numpy(ids)
+        if not isinstance(ids, torch.Tensor):
+            raise TypeError(f"ids must be a torch.Tensor or numpy.ndarray of int32/int64, but got {type(ids).__name__}")
+        if ids.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"ids must be int32 or int64, but got {ids.dtype}; convert with ids.long()")
+        if ids.dim() != 1:
+            raise ValueError(f"ids must be 1-D, but got shape {tuple(ids.shape)}")
+        if ids.device.type != "cpu" and ids.device != self.device:
+            raise ValueError(f"ids are on {ids.device} but this store gathers on {self.device}; move them with ids.to({str(self.device)!r})")
+        if not unchecked and ids.numel() > 0:
+            rows = self._table.shape[0]
+            lo, hi = torch.aminmax(ids)
+            if int(lo) < 0 or int(hi) >= rows:
+                bad = ((ids < 0) | (ids >= rows)).nonzero()[0, 0]
+                raise IndexError(f"id {int(ids[bad])} at position {int(bad)} is out of range for a table of {rows} rows (valid: 0 to {rows - 1})")
+        return ids.contiguous()
+
+    def _check_out(self, out: torch.Tensor, n: int) -> None:
+        want = (n, self._table.shape[1])
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"out must be a torch.Tensor, but got {type(out).__name__}")
+        if tuple(out.shape) != want or out.dtype != self.dtype or out.device != self.device or not out.is_contiguous():
+            raise ValueError(
+                f"out must be a contiguous {self.dtype} tensor of shape {want} on {self.device}, "
+                f"but got {out.dtype} {tuple(out.shape)} on {out.device}"
+            )
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def close(self) -> None:
+        """Release device memory and unpin the host table. Idempotent."""
+        self._finalizer()
+
+    def __enter__(self) -> "FeatureStore":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+def _as_table(data: ArrayLike) -> torch.Tensor:
+    if isinstance(data, (str, os.PathLike)):
+        path = Path(data)
+        if path.suffix != ".npy":
+            raise ValueError(f"a path must name a .npy file, but got {str(path)!r}")
+        if not path.exists():
+            raise FileNotFoundError(f"no such feature file: {str(path)!r}")
+        data = np.load(path, mmap_mode="r")
+    if isinstance(data, np.ndarray):
+        with warnings.catch_warnings():  # a read-only memory map is fine: the store never writes to it
+            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+            data = torch.from_numpy(data)
+    if not isinstance(data, torch.Tensor):
+        raise TypeError(f"data must be a CPU torch.Tensor, a numpy.ndarray or a .npy path, but got {type(data).__name__}")
+    if data.device.type != "cpu":
+        raise ValueError(f"data must live in host memory, but it is on {data.device}; pass data.cpu() or use backend='gpu' with a host copy")
+    if data.dim() != 2:
+        raise ValueError(f"data must be 2-D (rows, features), but got shape {tuple(data.shape)}; reshape it, e.g. data.reshape(len(data), -1)")
+    if data.dtype not in SUPPORTED_DTYPES:
+        names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
+        raise TypeError(f"data dtype {data.dtype} is not supported; use one of: {names}")
+    if not data.is_contiguous():
+        warnings.warn("data is not contiguous: FeatureStore keeps a contiguous copy (pass a contiguous table to avoid it)", stacklevel=3)
+        data = data.contiguous()
+    return data
+
+
+def _resolve_backend(backend: str) -> str:
+    if backend != "auto":
+        return backend
+    from .backends import zerocopy_available
+
+    return "zerocopy" if zerocopy_available() else "cpu"
+
+
+def _resolve_device(device, backend: str) -> torch.device:
+    if device is None:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device {str(device)!r} needs CUDA, which is not available here; use device='cpu' with backend='cpu'")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    elif device.type != "cpu":
+        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', but got {str(device)!r}")
+    if backend in ("zerocopy", "gpu") and device.type != "cuda":
+        raise RuntimeError(f"backend={backend!r} needs a CUDA device, but got {str(device)!r}; use backend='cpu' on machines without a GPU")
+    return device

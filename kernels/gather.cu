@@ -1,0 +1,121 @@
+// Row gather from a feature table that may live in pinned host memory (zero-copy over PCIe):
+//
+//   out[dst(j)] = table[ids[j]]    for j in [0, num_ids),  dst(j) = perm ? perm[j] : j
+//
+// Rows are copied as raw bytes, so one instantiation serves every element type of the same width
+// (fp32 and int32, fp16/bf16 and int16, ...). The launch configuration (vector width, threads per
+// row, window alignment, steps, grid, block) is chosen in one place, dgl_zerocopy/launch.py, and
+// passed in; these kernels only execute it. Ids are NOT bounds-checked here: the Python side
+// checks them before the launch.
+//
+// Why alignment matters over PCIe: the GPU turns one warp-wide load instruction into one memory
+// request per 128-byte line it touches, and a zero-copy request becomes a PCIe read whose
+// completion carries a ~24-byte header. A warp that reads 128 bytes starting 16 bytes into a line
+// issues two requests for one line's worth of data. The aligned kernel makes every request cover
+// as much of one line as the row allows. Why vectors: a 16-byte load per lane lets one warp
+// instruction cover 512 bytes (4 lines) instead of 128, so a row needs fewer instructions and more
+// bytes are in flight per warp, which is what hides PCIe latency (~1-2 us).
+//
+// No __syncthreads() or warp shuffles: the CPU emulator runs threads one after another.
+
+#include "gather_common.cuh"
+
+// Steps of one row issued back to back before their stores: independent loads in flight.
+#define ZC_STEPS_IN_FLIGHT 4
+
+// Aligned, vectorised gather: a group of threads_per_row lanes (a power of two dividing 32, so a
+// group never straddles a warp) copies one row with loads of sizeof(VecT) bytes.
+//
+//   window = threads_per_row * sizeof(VecT): the bytes one group covers in one load instruction.
+//   align_bytes: the group's first window starts at the row's start address rounded down to it:
+//     - 128 when the row needs several windows of >= 128 B: windows then tile whole 128-byte
+//       lines, so each line the row touches is requested exactly once (the minimum);
+//     - window when the row needs several windows of < 128 B (1- or 2-byte vectors): no window
+//       straddles a line, so no request is split in two;
+//     - sizeof(VecT) (no shift) when the row fits in one window: the single instruction already
+//       requests each line the row touches once, and shifting could only add a step.
+//   steps_per_row: windows per row in the worst case (a row starting align_bytes - sizeof(VecT)
+//     past an aligned address); the same for every row, so all lanes of a warp run the same
+//     number of load instructions (no divergence, and the emulator can group them).
+// Lanes whose vector lies outside the row are masked. VecT alignment: the launcher picks the
+// widest vector dividing the table and output base addresses, both row strides and row_bytes,
+// so every vector lies entirely inside or entirely outside a row.
+//
+// Grid-stride over rows: the launcher may cap the grid (to leave SMs to training) and the kernel
+// still covers every row. The loop is per warp so that all its lanes iterate together.
+template <typename VecT, typename IdT>
+__global__ void gather_aligned(const char* __restrict__ table, long long row_stride,
+                               long long row_bytes, const IdT* __restrict__ ids,
+                               const long long* __restrict__ perm, long long num_ids,
+                               char* __restrict__ out, long long out_stride, int threads_per_row,
+                               long long align_bytes, long long steps_per_row) {
+  const long long vec = (long long)sizeof(VecT);
+  const long long window = (long long)threads_per_row * vec;
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned lane_in_row = lane & (unsigned)(threads_per_row - 1);
+  const long long group_in_warp = (long long)(lane / (unsigned)threads_per_row);
+  const long long rows_per_warp = 32 / threads_per_row;
+  const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const long long num_warps = ((long long)gridDim.x * blockDim.x) >> 5;
+  const unsigned long long align_mask = ~(unsigned long long)(align_bytes - 1);
+
+  for (long long first = warp * rows_per_warp; first < num_ids; first += num_warps * rows_per_warp) {
+    const long long j = first + group_in_warp;
+    const bool row_active = j < num_ids;
+    // A group past the last row still walks the loop (masked) with a valid row's addresses.
+    const long long jj = row_active ? j : first;
+    const unsigned long long src =
+        (unsigned long long)(table + (long long)ids[jj] * row_stride);
+    const unsigned long long end = src + (unsigned long long)row_bytes;
+    const unsigned long long start = (src & align_mask) + (unsigned long long)lane_in_row * vec;
+    char* dst_row = out + (perm != 0 ? perm[jj] : jj) * out_stride;
+
+    for (long long s0 = 0; s0 < steps_per_row; s0 += ZC_STEPS_IN_FLIGHT) {
+      VecT value[ZC_STEPS_IN_FLIGHT];
+      unsigned long long addr[ZC_STEPS_IN_FLIGHT];
+      bool active[ZC_STEPS_IN_FLIGHT];
+      // All loads first, then all stores: up to ZC_STEPS_IN_FLIGHT PCIe reads per lane in flight.
+      ZC_UNROLL
+      for (int u = 0; u < ZC_STEPS_IN_FLIGHT; ++u) {
+        addr[u] = start + (unsigned long long)((s0 + u) * window);
+        active[u] = row_active && (s0 + u) < steps_per_row && addr[u] >= src && addr[u] < end;
+        value[u] = zc_load_if(reinterpret_cast<const VecT*>(addr[u]), active[u]);
+      }
+      ZC_UNROLL
+      for (int u = 0; u < ZC_STEPS_IN_FLIGHT; ++u) {
+        // Same byte offset in the output row as in the source row.
+        zc_store_if(reinterpret_cast<VecT*>(dst_row + (addr[u] - src)), value[u], active[u]);
+      }
+    }
+  }
+}
+
+// Naive gather, the comparison point: one thread per element of the flattened output, loads of
+// one element (sizeof(ElemT) bytes), no alignment shift. A warp reads 32 consecutive output
+// elements, which start wherever the row happens to start and may span two rows, so its request
+// count depends on the rows' alignment. Grid-stride, per warp like the aligned kernel.
+template <typename ElemT, typename IdT>
+__global__ void gather_naive(const char* __restrict__ table, long long row_stride,
+                             long long row_bytes, const IdT* __restrict__ ids,
+                             const long long* __restrict__ perm, long long num_ids,
+                             char* __restrict__ out, long long out_stride) {
+  const long long elem = (long long)sizeof(ElemT);
+  const long long elems_per_row = row_bytes / elem;
+  const long long total = num_ids * elems_per_row;
+  const long long lane = (long long)(threadIdx.x & 31u);
+  const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x - lane;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+
+  for (long long base = first; base < total; base += stride) {
+    const long long i = base + lane;
+    const bool active = i < total;
+    const long long ii = active ? i : base;  // base < total: a valid element for masked lanes
+    const long long j = ii / elems_per_row;
+    const long long k = ii - j * elems_per_row;
+    const ElemT* src =
+        reinterpret_cast<const ElemT*>(table + (long long)ids[j] * row_stride + k * elem);
+    const ElemT value = zc_load_if(src, active);
+    char* dst_row = out + (perm != 0 ? perm[j] : j) * out_stride;
+    zc_store_if(reinterpret_cast<ElemT*>(dst_row + k * elem), value, active);
+  }
+}

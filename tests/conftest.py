@@ -1,0 +1,34 @@
+"""Shared fixtures: a small generated graph, a private dataset cache, and the `cuda` device gate."""
+from __future__ import annotations
+
+import os
+import tempfile
+from pathlib import Path
+
+import pytest
+
+# Generated datasets go to a private cache, for subprocesses too; set before the package is imported.
+os.environ.setdefault("DGL_ZEROCOPY_CACHE", tempfile.mkdtemp(prefix="dgl-zerocopy-test-cache-"))
+os.environ.setdefault("DGLBACKEND", "pytorch")
+
+import torch  # noqa: E402
+
+from dgl_zerocopy.data import SyntheticSpec, load_dataset  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+SHARED_DATA = REPO.parent / "shared" / "data"
+
+SMALL = SyntheticSpec(num_nodes=3000, avg_degree=10, feat_dim=16, num_classes=5, noise=1.5, seed=0)
+
+CUDA = torch.cuda.is_available()
+requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+
+def devices() -> list:
+    """``cpu`` always, ``cuda`` when present (``cuda`` params carry the gpu marker)."""
+    return ["cpu", pytest.param("cuda", marks=[pytest.mark.gpu, requires_cuda])]
+
+
+@pytest.fixture(scope="session")
+def small_dataset():
+    return load_dataset("synthetic", synthetic=SMALL)

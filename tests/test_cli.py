@@ -1,0 +1,78 @@
+"""The console script, run as a user would: a subprocess, exit codes, one-line errors."""
+import os
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+
+TINY = ["--num-nodes", "1500", "--fanouts", "4,4", "--batch-size", "128", "--hidden", "16", "--epochs", "1", "--no-progress"]
+
+
+def run_cli(*args, cwd=REPO):
+    return subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", *args], capture_output=True, text=True, cwd=cwd, env=os.environ.copy(), timeout=300)
+
+
+@pytest.mark.parametrize("source", ["cpu", "dgl"])
+def test_train_one_short_epoch(source):
+    r = run_cli("train", *TINY, "--feature-source", source, "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "epoch   0 | loss" in r.stdout
+    for stage in ("sample", "gather", "transfer", "compute", "wait", "epoch_time"):
+        assert stage in r.stdout
+    assert "final test accuracy" in r.stdout
+
+
+def test_config_file_and_flags_override(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("model: gcn\nfanouts: [3, 3]\nbatch_size: 64\nhidden: 8\nepochs: 2\n")
+    r = run_cli("train", "--config", str(cfg), "--num-nodes", "1000", "--epochs", "1", "--no-progress", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "model gcn, fanouts [3, 3], batch 64" in r.stdout
+    assert "epoch   1" not in r.stdout, "--epochs 1 should override the file's 2"
+
+
+def test_info():
+    r = run_cli("info")
+    assert r.returncode == 0, r.stderr
+    for key in ("python", "torch", "dgl", "cupy", "numpy", "CUDA", "NVRTC", "GPU", "RLIMIT_MEMLOCK", "CPU count"):
+        assert key in r.stdout, key
+
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+BAD = {
+    "unknown dataset": (["--dataset", "nope"], "unknown dataset 'nope'; choose from: synthetic"),
+    "unknown model": (["--model", "gat"], "'sage' or 'gcn'"),
+    "malformed fanouts": (["--fanouts", "15,x"], "'x' is not an integer"),
+    "zero fanout": (["--fanouts", "15,0"], "positive integers"),
+    "batch size zero": (["--batch-size", "0"], "batch_size: Input should be greater than 0, but got 0"),
+    "batch size negative": (["--batch-size", "-5"], "greater than 0"),
+    "missing config": (["--config", "/no/such.yaml"], "does not exist"),
+    "unknown feature source": (["--feature-source", "magic"], "'dgl' or 'cpu'"),
+}
+
+
+@pytest.mark.parametrize("args,message", BAD.values(), ids=BAD.keys())
+def test_bad_input_is_one_line_and_exit_2(args, message):
+    r = run_cli("train", *args)
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+@pytest.mark.parametrize("text,message", [
+    ("model: [unclosed\n", "not valid YAML at line"),
+    ("- a\n- b\n", "must hold a mapping"),
+    ("model: sage\nbogus_key: 1\n", "unknown config key 'bogus_key'; allowed keys: dataset"),
+])
+def test_bad_config_file_is_one_line_and_exit_2(tmp_path, text, message):
+    r = run_cli("train", "--config", _write(tmp_path, "c.yaml", text))
+    assert r.returncode == 2
+    assert message in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
