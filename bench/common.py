@@ -1,0 +1,61 @@
+"""Small helpers every benchmark shares: repeated timing, summary statistics, result files."""
+from __future__ import annotations
+
+import json
+import platform
+import shlex
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Callable
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def command_line() -> str:
+    """The exact command that produced a result, for the record beside it."""
+    return " ".join(shlex.quote(a) for a in [Path(sys.executable).name, *sys.argv])
+
+
+def time_repeated(fn: Callable[[], object], repeats: int, warmup: int = 2, sync: Callable[[], None] | None = None) -> list[float]:
+    """Seconds per call of ``fn`` for ``repeats`` calls after ``warmup`` untimed ones."""
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        if sync:
+            sync()
+        start = time.perf_counter()
+        fn()
+        if sync:
+            sync()
+        times.append(time.perf_counter() - start)
+    return times
+
+
+def summarize(values: list[float]) -> dict[str, float]:
+    """Median and spread (quartiles, min, max) of ``values``."""
+    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    return {"median": statistics.median(values), "q1": q[0], "q3": q[2], "min": min(values), "max": max(values)}
+
+
+def machine() -> str:
+    import os
+
+    return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
+
+
+def write_results(stem: str, rows: list[dict], meta: dict) -> tuple[Path, Path]:
+    """Write ``rows`` as CSV (``# key: value`` header lines first) and JSON under bench/results/."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    csv_path, json_path = RESULTS / f"{stem}.csv", RESULTS / f"{stem}.json"
+    keys = list(rows[0]) if rows else []
+    with csv_path.open("w") as f:
+        for k, v in meta.items():
+            f.write(f"# {k}: {v}\n")
+        f.write(",".join(keys) + "\n")
+        for r in rows:
+            f.write(",".join(f"{r[k]:.6g}" if isinstance(r[k], float) else str(r[k]) for k in keys) + "\n")
+    json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    return csv_path, json_path
