@@ -48,12 +48,12 @@ class FeatureStore:
     def __init__(self, data: ArrayLike, backend: str = "auto", device: str | torch.device | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
-        self._table = _as_table(data)
+        self._table, read_only = _as_table(data)
         self._backend: Backend | None = None
         backend = _resolve_backend(backend)
         self.device = _resolve_device(device, backend)
         self.backend = backend
-        self._backend = make_backend(backend, self._table, self.device)
+        self._backend = make_backend(backend, self._table, self.device, read_only=read_only)
         # Unpin even if the user never calls close(): at garbage collection or interpreter exit.
         self._finalizer = weakref.finalize(self, self._backend.close)
 
@@ -138,7 +138,9 @@ class FeatureStore:
         self.close()
 
 
-def _as_table(data: ArrayLike) -> torch.Tensor:
+def _as_table(data: ArrayLike) -> tuple[torch.Tensor, bool]:
+    """The table as a 2-D contiguous CPU tensor, and whether its memory is read-only (a file map)."""
+    read_only = False
     if isinstance(data, (str, os.PathLike)):
         path = Path(data)
         if path.suffix != ".npy":
@@ -147,6 +149,7 @@ def _as_table(data: ArrayLike) -> torch.Tensor:
             raise FileNotFoundError(f"no such feature file: {str(path)!r}")
         data = np.load(path, mmap_mode="r")
     if isinstance(data, np.ndarray):
+        read_only = not data.flags.writeable
         with warnings.catch_warnings():  # a read-only memory map is fine: the store never writes to it
             warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
             data = torch.from_numpy(data)
@@ -161,8 +164,8 @@ def _as_table(data: ArrayLike) -> torch.Tensor:
         raise TypeError(f"data dtype {data.dtype} is not supported; use one of: {names}")
     if not data.is_contiguous():
         warnings.warn("data is not contiguous: FeatureStore keeps a contiguous copy (pass a contiguous table to avoid it)", stacklevel=3)
-        data = data.contiguous()
-    return data
+        data, read_only = data.contiguous(), False
+    return data, read_only
 
 
 def _resolve_backend(backend: str) -> str:

@@ -15,7 +15,8 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def make_backend(name: str, table: torch.Tensor, device: torch.device) -> Backend:
+def make_backend(name: str, table: torch.Tensor, device: torch.device, read_only: bool = False) -> Backend:
+    """The backend ``name`` over ``table``; ``read_only`` marks memory that must not be written (a file map)."""
     if name == "cpu":
         from .cpu import CpuBackend
 
@@ -27,7 +28,7 @@ def make_backend(name: str, table: torch.Tensor, device: torch.device) -> Backen
     if name == "zerocopy":
         from .zerocopy import ZeroCopyBackend
 
-        return ZeroCopyBackend(table, device)
+        return ZeroCopyBackend(table, device, read_only=read_only)
     raise ValueError(f"unknown backend {name!r}")
 
 
