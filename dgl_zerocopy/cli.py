@@ -7,13 +7,18 @@ from __future__ import annotations
 
 import argparse
 import logging
+import runpy
 import sys
+from pathlib import Path
 
 from .config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml
 from .data import DATASETS
 from .models import MODELS
 
 log = logging.getLogger("dgl_zerocopy")
+
+BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
+BENCHMARKS = ("gather", "cpu_gather", "pcie_model")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -52,6 +57,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     sub.add_parser("info", help="versions, CUDA/NVRTC availability, pinned-memory limit")
+
+    b = sub.add_parser("bench", help="run a benchmark from the checkout's bench/ folder")
+    b.add_argument("name", choices=BENCHMARKS, help="which benchmark")
+    b.add_argument("args", nargs=argparse.REMAINDER, help="its own flags (see `dgl-zerocopy bench NAME --help`)")
     return parser
 
 
@@ -61,6 +70,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "train":
             return _train(args)
+        if args.command == "bench":
+            return _bench(args.name, args.args)
         if args.command == "info":
             from .info import environment_report
 
@@ -90,6 +101,16 @@ def _train(args: argparse.Namespace) -> int:
     print("\nstage times per epoch (s); wait = time the training step waited for its batch")
     print(timing_table(history))
     print(f"\nfinal test accuracy {history[-1].test_acc:.4f} (best val {best.val_acc:.4f} at epoch {best.epoch}, test {best.test_acc:.4f})")
+    return 0
+
+
+def _bench(name: str, args: list[str]) -> int:
+    script = BENCH_DIR / f"{name}.py"
+    if not script.is_file():
+        raise ConfigError(f"benchmark {str(script)!r} not found: benchmarks run from a source checkout (git clone, then make install)")
+    sys.argv = [str(script), *args]
+    sys.path.insert(0, str(BENCH_DIR))
+    runpy.run_path(str(script), run_name="__main__")
     return 0
 
 
