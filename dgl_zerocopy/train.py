@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from .config import ConfigError, TrainConfig
 from .data import GraphDataset
+from .loader import dgl_has_cuda
 from .models import build_model
 from .sources import make_source
 from .timing import STAGES, StageTimer
@@ -43,23 +44,13 @@ class EpochStats:
 def resolve_device(name: str) -> torch.device:
     """``auto`` -> CUDA when available, else CPU; ``cuda`` without CUDA or a CUDA-capable DGL -> ConfigError."""
     if name == "auto":
-        name = "cuda" if torch.cuda.is_available() and _dgl_has_cuda() else "cpu"
+        name = "cuda" if torch.cuda.is_available() and dgl_has_cuda() else "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("device 'cuda' requested but CUDA is not available here; use --device cpu or auto")
-        if not _dgl_has_cuda():
+        if not dgl_has_cuda():
             raise ConfigError("the installed DGL is a CPU build and cannot move blocks to CUDA; use --device cpu")
     return torch.device(name)
-
-
-def _dgl_has_cuda() -> bool:
-    import dgl
-
-    try:
-        dgl.graph(([0], [0])).to("cuda")
-        return True
-    except Exception:  # noqa: BLE001 - DGL raises its own error types for a CPU build
-        return False
 
 
 def seed_everything(seed: int) -> None:
