@@ -54,6 +54,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--seed", type=int)
     t.add_argument("--device", help="auto, cpu or cuda (default auto)")
     t.add_argument("--feature-source", help=f"one of: {', '.join(FEATURE_SOURCES)} (default cpu)")
+    t.add_argument("--prefetch", type=int, help="batches prepared ahead on a background thread (0: serial; default 2)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     sub.add_parser("info", help="versions, CUDA/NVRTC availability, pinned-memory limit")
@@ -88,10 +89,11 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     from .data import SyntheticSpec, load_dataset
-    from .train import timing_table, train
+    from .train import resolve_device, timing_table, train
 
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "no_progress")}
     cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
+    resolve_device(cfg.device, cfg.feature_source)  # fail before the dataset loads
     spec = SyntheticSpec(num_nodes=cfg.num_nodes) if cfg.num_nodes else SyntheticSpec()
     dataset = load_dataset(cfg.dataset, synthetic=spec)
     print(dataset.summary())

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, Validati
 
 from .data import DATASETS
 
-FEATURE_SOURCES = ("dgl", "cpu")
+FEATURE_SOURCES = ("dgl", "cpu", "zerocopy", "gpu")
 
 
 class ConfigError(ValueError):
@@ -33,7 +33,8 @@ class TrainConfig(BaseModel):
     lr: PositiveFloat = 0.003
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    feature_source: Literal["dgl", "cpu"] = "cpu"
+    feature_source: Literal["dgl", "cpu", "zerocopy", "gpu"] = "cpu"
+    prefetch: int = 2
 
     @field_validator("dataset")
     @classmethod
@@ -52,6 +53,13 @@ class TrainConfig(BaseModel):
     def _valid_fanouts(cls, v: list[int]) -> list[int]:
         if not v or any(f == 0 or f < -1 for f in v):
             raise ValueError(f"fanouts must be one or more positive integers (or -1 for all neighbours), but got {v}")
+        return v
+
+    @field_validator("prefetch")
+    @classmethod
+    def _valid_prefetch(cls, v: int) -> int:
+        if v < 0:
+            raise ValueError(f"prefetch must be >= 0 (0 = no background thread), but got {v}")
         return v
 
     @field_validator("dropout")
@@ -106,6 +114,6 @@ def _one_line(error: ValidationError) -> str:
         allowed = ", ".join(TrainConfig.model_fields)
         return f"unknown config key {key!r}; allowed keys: {allowed}"
     msg = first["msg"].removeprefix("Value error, ")
-    if msg.startswith(("unknown", "fanouts", "dropout")):
+    if msg.startswith(("unknown", "fanouts", "dropout", "prefetch")):
         return msg
     return f"{key}: {msg}, but got {first['input']!r}"

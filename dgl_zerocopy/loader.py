@@ -178,8 +178,7 @@ class _EpochIterator:
         # it as soon as the queue has room (on CUDA, only after the work queued so far finishes).
         if self._held is not None and self._held.released is not None and loader.device.type == "cuda":
             self._held.released.record(torch.cuda.current_stream(loader.device))
-        with loader.timer.stage("wait"):
-            input_nodes, output_nodes, blocks, src, dst, ready = next(self._source)
+        input_nodes, output_nodes, blocks, src, dst, ready = next(self._source)
         self._held = loader._ring[self._index % len(loader._ring)]
         self._index += 1
         if ready is not None:

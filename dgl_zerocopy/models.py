@@ -1,23 +1,34 @@
-"""GraphSAGE (mean) and GCN for minibatch training on a list of DGL blocks, one block per layer."""
+"""GraphSAGE (mean) and GCN for minibatch training on a list of blocks, one block per layer.
+
+The layers are :mod:`dgl_zerocopy.nn`'s, so a model runs on DGL blocks (CPU DGL included) and on
+:class:`~dgl_zerocopy.blocks.DeviceBlock` lists on any device, and this module does not need DGL.
+Parameter names equal those of the same models built from ``dgl.nn`` layers, so their checkpoints load.
+"""
 from __future__ import annotations
+
+from typing import Any, Sequence
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
+from .nn import GraphConv, SAGEConv
+
 MODELS = ("sage", "gcn")
 
 
 class _BlockGNN(nn.Module):
-    """Layers applied block by block: ``forward(blocks, x)`` with ``x`` the input nodes' features
-    (``blocks[0]``'s sources) returns logits for ``blocks[-1]``'s destinations."""
+    """Layers applied block by block: ``forward(blocks, x)`` with ``blocks`` a sequence of DGL blocks
+    or DeviceBlocks (one per layer) and ``x`` the input nodes' features (``blocks[0]``'s sources)
+    returns logits ``(blocks[-1].num_dst_nodes(), num_classes)`` on ``x``'s device. DGL blocks are
+    converted to DeviceBlocks on ``x``'s device on each call; DeviceBlocks must already be there."""
 
     def __init__(self, layers: list[nn.Module], dropout: float) -> None:
         super().__init__()
         self.layers = nn.ModuleList(layers)
         self.dropout = nn.Dropout(dropout)
 
-    def forward(self, blocks, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, blocks: Sequence[Any], x: torch.Tensor) -> torch.Tensor:
         if len(blocks) != len(self.layers):
             raise ValueError(f"the model has {len(self.layers)} layers but got {len(blocks)} blocks; use one fanout per layer")
         h = x
@@ -32,8 +43,6 @@ class GraphSAGE(_BlockGNN):
     """GraphSAGE with mean aggregation (Hamilton et al. 2017)."""
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 3, dropout: float = 0.5) -> None:
-        from dgl.nn import SAGEConv
-
         dims = _dims(in_feats, hidden, num_classes, num_layers)
         super().__init__([SAGEConv(a, b, "mean") for a, b in zip(dims[:-1], dims[1:])], dropout)
 
@@ -42,8 +51,6 @@ class GCN(_BlockGNN):
     """Graph convolution with symmetric normalisation (Kipf & Welling 2017) on sampled blocks."""
 
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2, dropout: float = 0.5) -> None:
-        from dgl.nn import GraphConv
-
         dims = _dims(in_feats, hidden, num_classes, num_layers)
         super().__init__([GraphConv(a, b, norm="both", allow_zero_in_degree=True) for a, b in zip(dims[:-1], dims[1:])], dropout)
 

@@ -2,7 +2,8 @@
 
 - ``dgl``: DGL's own path (``NeighborSampler(prefetch_node_feats=...)``): DGL slices
   ``g.ndata`` inside its loader. What DGL users run today; its gather is not separable from sampling.
-- ``cpu``: DGL samples; a :class:`FeatureStore` on the ``cpu`` backend gathers into a reused buffer.
+- ``cpu`` / ``zerocopy`` / ``gpu``: DGL samples; our :class:`DataLoader` gathers with a
+  :class:`FeatureStore` on that backend, ``prefetch`` batches ahead of training.
 
 A source yields ``(blocks, x, y)`` with ``x`` the features of ``blocks[0]``'s source nodes and ``y``
 the labels of ``blocks[-1]``'s destinations, all on the training device.
@@ -15,8 +16,11 @@ from typing import Iterator
 import torch
 
 from .data import GraphDataset
+from .loader import DataLoader, dgl_has_cuda
 from .store import FeatureStore
 from .timing import StageTimer
+
+FEATURE_SOURCES = ("dgl", "cpu", "zerocopy", "gpu")
 
 # DGL's loader nags about CPU affinity on every epoch; it is advice, not a fault of this run.
 warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")
@@ -43,37 +47,41 @@ class DglSource:
 
 
 class StoreSource:
-    """DGL samples the blocks; a FeatureStore gathers the input rows."""
+    """DGL samples the blocks; our :class:`DataLoader` gathers the input rows with a FeatureStore
+    (backend ``cpu``, ``zerocopy`` or ``gpu``), ``prefetch`` batches ahead."""
 
-    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device, backend: str = "cpu") -> None:
+    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device, backend: str = "cpu", prefetch: int = 0, seed: int = 0) -> None:
         self.graph = dataset.to_dgl(with_data=False)
-        self.fanouts = fanouts
-        self.device = device
+        self.fanouts, self.device, self.prefetch, self.seed = fanouts, device, prefetch, seed
         self.features = FeatureStore(dataset.features, backend=backend, device=device)
         self.labels = torch.from_numpy(dataset.labels)
+        self.blocks = "device" if device.type == "cuda" and not dgl_has_cuda() else "dgl"
+        self._loaders: dict = {}
 
     def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer) -> Iterator:
         import dgl
 
-        sampler = dgl.dataloading.NeighborSampler(self.fanouts)
-        loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle)
-        for input_nodes, output_nodes, blocks in timer.timed(loader, "sample"):
-            with timer.stage("gather"):
-                x = self.features.gather(input_nodes)
-                y = self.labels[output_nodes]
-            with timer.stage("transfer"):
-                y = y.to(self.device, non_blocking=True)
-                blocks = [b.to(self.device) for b in blocks] if self.device.type != "cpu" else blocks
-            yield blocks, x, y
+        key = (nodes.data_ptr(), len(nodes), batch_size, shuffle)
+        if key not in self._loaders:  # one loader per node set, so its epoch counter reshuffles
+            self._loaders[key] = DataLoader(
+                self.graph, nodes, dgl.dataloading.NeighborSampler(self.fanouts), features={"feat": self.features},
+                labels={"label": self.labels}, device=self.device, batch_size=batch_size, shuffle=shuffle,
+                prefetch=self.prefetch, seed=self.seed, blocks=self.blocks)
+        loader = self._loaders[key]
+        loader.timer = timer
+        for _, _, blocks in loader:
+            yield blocks, blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
 
     def close(self) -> None:
+        for loader in self._loaders.values():
+            loader.close()
         self.features.close()
 
 
-def make_source(name: str, dataset: GraphDataset, fanouts: list[int], device: torch.device):
-    """The feature source called ``name`` (``dgl`` or ``cpu``) for ``dataset`` on ``device``."""
+def make_source(name: str, dataset: GraphDataset, fanouts: list[int], device: torch.device, prefetch: int = 0, seed: int = 0):
+    """The feature source called ``name`` (see :data:`FEATURE_SOURCES`) for ``dataset`` on ``device``."""
     if name == "dgl":
         return DglSource(dataset, fanouts, device)
-    if name == "cpu":
-        return StoreSource(dataset, fanouts, device, backend="cpu")
-    raise ValueError(f"unknown feature source {name!r}; choose from: dgl, cpu")
+    if name in ("cpu", "zerocopy", "gpu"):
+        return StoreSource(dataset, fanouts, device, backend=name, prefetch=prefetch, seed=seed)
+    raise ValueError(f"unknown feature source {name!r}; choose from: {', '.join(FEATURE_SOURCES)}")

@@ -41,15 +41,19 @@ class EpochStats:
         )
 
 
-def resolve_device(name: str) -> torch.device:
-    """``auto`` -> CUDA when available, else CPU; ``cuda`` without CUDA or a CUDA-capable DGL -> ConfigError."""
+def resolve_device(name: str, feature_source: str) -> torch.device:
+    """``auto`` -> CUDA when it can be used, else CPU. DGL's own path (``dgl``) needs a CUDA build
+    of DGL on a GPU; our sources hand device-side blocks to the models instead."""
+    needs_dgl_cuda = feature_source == "dgl"
     if name == "auto":
-        name = "cuda" if torch.cuda.is_available() and dgl_has_cuda() else "cpu"
+        name = "cuda" if torch.cuda.is_available() and (not needs_dgl_cuda or dgl_has_cuda()) else "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("device 'cuda' requested but CUDA is not available here; use --device cpu or auto")
-        if not dgl_has_cuda():
-            raise ConfigError("the installed DGL is a CPU build and cannot move blocks to CUDA; use --device cpu")
+        if needs_dgl_cuda and not dgl_has_cuda():
+            raise ConfigError("feature source 'dgl' on CUDA needs a CUDA build of DGL (PyPI's is CPU only); use --feature-source zerocopy or --device cpu")
+    elif feature_source in ("zerocopy", "gpu"):
+        raise ConfigError(f"feature source {feature_source!r} needs a CUDA GPU, and the device is {name!r}; use --feature-source cpu or dgl")
     return torch.device(name)
 
 
@@ -69,13 +73,13 @@ def train(
     progress: bool = True,
 ) -> list[EpochStats]:
     """Train ``cfg.model`` on ``dataset`` and return one :class:`EpochStats` per epoch."""
-    device = resolve_device(cfg.device)
+    device = resolve_device(cfg.device, cfg.feature_source)
     seed_everything(cfg.seed)
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
     timer = StageTimer(sync=sync)
     model = build_model(cfg.model, dataset.features.shape[1], cfg.hidden, dataset.num_classes, len(cfg.fanouts), cfg.dropout).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
-    source = make_source(cfg.feature_source, dataset, cfg.fanouts, device)
+    source = make_source(cfg.feature_source, dataset, cfg.fanouts, device, prefetch=cfg.prefetch, seed=cfg.seed)
     train_idx = torch.from_numpy(dataset.train_idx)
     history = []
     try:

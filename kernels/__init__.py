@@ -10,7 +10,14 @@ from __future__ import annotations
 from typing import Any
 
 _LAUNCHER_NAMES = frozenset(
-    {"launch_gather", "compile_gather_module", "compile_check", "KernelCompileError"}
+    {
+        "KernelCompileError",
+        "compile_check",
+        "compile_gather_module",
+        "launch_gather",
+        "nvrtc_library_path",
+        "nvrtc_version",
+    }
 )
 
 

@@ -1,0 +1,95 @@
+"""The gather kernels on a real GPU, against torch indexing (skipped without CUDA and CuPy)."""
+from __future__ import annotations
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+pytestmark = pytest.mark.gpu
+
+if not torch.cuda.is_available():
+    pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)", allow_module_level=True)
+cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x)")
+if cupy.cuda.runtime.getDeviceCount() == 0:
+    pytest.skip("CuPy sees no CUDA device", allow_module_level=True)
+
+from dgl_zerocopy.cuda_gather import compile_gather_module, launch_gather  # noqa: E402
+
+DTYPES = [
+    torch.float32, torch.float16, torch.bfloat16, torch.float64,
+    torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
+]
+COLUMNS = [1, 3, 100, 128, 129, 1025]
+
+
+def pinned_table(rows: int, columns: int, dtype: torch.dtype, seed: int = 0) -> torch.Tensor:
+    g = torch.Generator().manual_seed(seed)
+    raw = torch.randint(0, 255, (rows * columns * dtype.itemsize,), dtype=torch.uint8, generator=g)
+    return raw.view(dtype).reshape(rows, columns).pin_memory()
+
+
+def gather_on_side_stream(table, ids, *, variant="aligned", sort=False, max_blocks=None,
+                          base_address=None, shape=None):
+    """Run launch_gather on a non-default stream and return the rows on the CPU."""
+    shape = tuple(table.shape) if shape is None else shape
+    row_bytes = table.element_size() * shape[1]
+    out = torch.full((ids.numel(), shape[1]), 0, dtype=table.dtype, device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    launch_gather(
+        table.data_ptr() if base_address is None else base_address,
+        shape,
+        table.element_size(),
+        row_bytes,
+        ids,
+        out,
+        stream=cupy.cuda.ExternalStream(side.cuda_stream),
+        variant=variant,
+        sort=sort,
+        max_blocks=max_blocks,
+    )
+    side.synchronize()
+    return out.cpu()
+
+
+def test_module_compiles_once_per_device():
+    assert compile_gather_module(0) is compile_gather_module(0)
+
+
+@pytest.mark.parametrize("variant", ["aligned", "naive"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_matches_torch_indexing(dtype, variant):
+    for columns in COLUMNS:
+        table = pinned_table(257, columns, dtype, seed=columns)
+        for id_dtype in (torch.int32, torch.int64):
+            ids = torch.randint(0, 257, (1000,), dtype=id_dtype)
+            ids[:2] = torch.tensor([0, 256])
+            for sort in (False, True):
+                got = gather_on_side_stream(table, ids.cuda(), variant=variant, sort=sort)
+                assert torch.equal(got.view(torch.uint8), table[ids.long()].view(torch.uint8)), (
+                    f"{dtype} columns={columns} ids={id_dtype} sort={sort}"
+                )
+
+
+@pytest.mark.parametrize("variant", ["aligned", "naive"])
+def test_misaligned_bases_and_capped_grid(variant):
+    backing = pinned_table(1, 64 * 1000 + 256, torch.uint8)
+    for offset in (0, 1, 2, 4, 8, 16, 100):
+        for width in (7, 100, 400, 513):
+            rows = (backing.numel() - 128) // width
+            table = backing[0, offset : offset + rows * width].reshape(rows, width)
+            ids = torch.randint(0, rows, (333,), device="cuda")
+            for max_blocks in (None, 1):
+                got = gather_on_side_stream(
+                    table, ids, variant=variant, max_blocks=max_blocks,
+                    base_address=backing.data_ptr() + offset, shape=(rows, width),
+                )
+                assert torch.equal(got, table[ids.cpu()]), (offset, width, max_blocks)
+
+
+def test_empty_ids_launch_nothing():
+    table = pinned_table(10, 4, torch.float32)
+    out = torch.empty((0, 4), device="cuda")
+    plan = launch_gather(table.data_ptr(), table.shape, 4, 16,
+                         torch.empty(0, dtype=torch.int64, device="cuda"), out)
+    assert plan.grid == 0

@@ -1,0 +1,167 @@
+"""Launch plans of the gather kernels (dgl_zerocopy.launch): pure Python, no CUDA."""
+from __future__ import annotations
+
+import itertools
+
+import pytest
+
+from dgl_zerocopy.launch import (
+    LINE_BYTES,
+    GatherPlan,
+    all_name_expressions,
+    kernel_arguments,
+    name_expression,
+    plan_gather,
+)
+
+
+def aligned(row_bytes: int, address: int = 0, num_ids: int = 1000, **kw) -> GatherPlan:
+    return plan_gather(row_bytes, address, num_ids, elem_size=kw.pop("elem_size", 1), **kw)
+
+
+@pytest.mark.parametrize(
+    ("row_bytes", "address", "vector"),
+    [
+        (400, 0, 16),  # ogbn-products: 100 fp32
+        (512, 0, 16),  # ogbn-papers100M: 128 fp32
+        (400, 8, 8),  # base only 8-byte aligned
+        (400, 4, 4),
+        (400, 2, 2),
+        (400, 1, 1),
+        (12, 0, 4),  # 3 fp32: the stride allows only 4-byte vectors
+        (24, 0, 8),
+        (258, 0, 2),
+        (129, 0, 1),
+        (4099, 0, 1),
+    ],
+)
+def test_widest_vector_allowed_by_stride_and_base(row_bytes, address, vector):
+    assert aligned(row_bytes, address).vector_bytes == vector
+
+
+def test_output_alignment_and_strides_limit_the_vector():
+    assert aligned(400, out_address=4).vector_bytes == 4
+    assert aligned(400, row_stride=404).vector_bytes == 4
+    assert aligned(400, out_stride=408).vector_bytes == 8
+
+
+def test_short_rows_use_a_sub_warp_from_the_row_start():
+    plan = aligned(16)
+    assert (plan.vector_bytes, plan.threads_per_row, plan.steps_per_row) == (16, 1, 1)
+    plan = aligned(48)  # 3 vectors -> 4 lanes
+    assert (plan.threads_per_row, plan.window_bytes, plan.align_bytes) == (4, 64, 16)
+    assert aligned(256).threads_per_row == 16
+
+
+def test_long_rows_use_line_aligned_windows():
+    plan = aligned(4096)
+    assert (plan.threads_per_row, plan.window_bytes, plan.align_bytes) == (32, 512, LINE_BYTES)
+    # worst case: the row starts 112 bytes into a line -> (112 + 4096) / 512 -> 9 steps
+    assert plan.steps_per_row == 9
+    plan = aligned(4099)  # 1-byte vectors: 32-byte windows aligned to themselves
+    assert (plan.window_bytes, plan.align_bytes, plan.steps_per_row) == (32, 32, 130)
+
+
+def test_row_that_fits_one_window_is_not_shifted():
+    plan = aligned(400)
+    assert (plan.window_bytes, plan.align_bytes, plan.steps_per_row) == (512, 16, 1)
+
+
+@pytest.mark.parametrize("row_bytes", [1, 2, 3, 7, 12, 48, 100, 127, 128, 129, 400, 512, 528, 4096, 4099])
+@pytest.mark.parametrize("address", [0, 1, 2, 4, 8, 16])
+def test_windows_cover_the_row_at_every_alignment(row_bytes, address):
+    """The kernel's steps reach the row end wherever in an aligned block the row starts."""
+    plan = aligned(row_bytes, address)
+    vec, window, align = plan.vector_bytes, plan.window_bytes, plan.align_bytes
+    assert align % vec == 0 and (align & (align - 1)) == 0 and align <= LINE_BYTES
+    for src in range(address, address + 2 * LINE_BYTES, vec):
+        start = src - src % align
+        assert start + plan.steps_per_row * window >= src + row_bytes
+    if row_bytes > window:  # multi-step rows: no window straddles a 128-byte line
+        assert LINE_BYTES % window == 0 or window % LINE_BYTES == 0
+
+
+def test_naive_loads_one_element_unless_misaligned():
+    plan = plan_gather(400, 0, 10, variant="naive", elem_size=4)
+    assert (plan.vector_bytes, plan.threads_per_row, plan.align_bytes) == (4, 100, 4)
+    assert plan.kernel == "gather_naive<unsigned int, long long>"
+    assert plan_gather(400, 2, 10, variant="naive", elem_size=4).vector_bytes == 2
+    assert plan_gather(16, 0, 10, variant="naive", elem_size=8).vector_bytes == 8
+    assert plan_gather(6, 0, 10, variant="naive", elem_size=6).vector_bytes == 2
+
+
+def test_grid_covers_the_work_up_to_one_wave():
+    assert aligned(400, num_ids=1).grid == 1
+    assert aligned(400, num_ids=9).grid == 2  # 8 warps of 256 threads, one row each
+    assert aligned(16, num_ids=256).grid == 1  # one lane per row: 256 rows per block
+    assert aligned(400, num_ids=10**7, num_sms=132).grid == 132 * 8
+    assert aligned(400, num_ids=10**7, num_sms=10, threads_per_block=1024).grid == 20
+    naive = plan_gather(400, 0, 1000, variant="naive", elem_size=4)
+    assert naive.grid == -(-1000 * 100 // 256)
+
+
+def test_max_blocks_caps_the_grid():
+    plan = aligned(400, num_ids=10**6, max_blocks=7)
+    assert plan.grid == 7 and plan.threads == 7 * 256
+    assert aligned(400, num_ids=3, max_blocks=7).grid == 1
+
+
+def test_nothing_to_launch():
+    assert aligned(400, num_ids=0).grid == 0
+    assert aligned(0, num_ids=10).grid == 0
+    assert plan_gather(0, 0, 10, variant="naive", elem_size=4).grid == 0
+
+
+def test_id_width_selects_the_instantiation():
+    assert aligned(400, id_bytes=4).kernel == "gather_aligned<uint4, int>"
+    assert aligned(400, id_bytes=8).kernel == "gather_aligned<uint4, long long>"
+
+
+def test_every_plan_uses_a_compiled_instantiation():
+    names = set(all_name_expressions())
+    assert len(names) == len(all_name_expressions()) == 20
+    for variant, row_bytes, address, id_bytes in itertools.product(
+        ("aligned", "naive"), (1, 2, 4, 8, 16, 400), (0, 1, 2, 4, 8), (4, 8)
+    ):
+        plan = plan_gather(row_bytes, address, 5, variant=variant, elem_size=1, id_bytes=id_bytes)
+        assert plan.kernel in names
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"variant": "fast"}, "variant"),
+        ({"threads_per_block": 100}, "threads_per_block"),
+        ({"threads_per_block": 2048}, "threads_per_block"),
+        ({"id_bytes": 2}, "id_bytes"),
+        ({"max_blocks": 0}, "max_blocks"),
+        ({"elem_size": 3}, "multiple of elem_size"),
+        ({"row_stride": 399}, "row_stride"),
+        ({"num_sms": 0}, "num_sms"),
+    ],
+)
+def test_bad_arguments_raise_value_error(kwargs, match):
+    args = {"elem_size": 4, **kwargs}
+    with pytest.raises(ValueError, match=match):
+        plan_gather(400, 0, 10, **args)
+
+
+def test_negative_sizes_raise_value_error():
+    with pytest.raises(ValueError, match="num_ids"):
+        plan_gather(400, 0, -1, elem_size=4)
+    with pytest.raises(ValueError, match="name_expression|load_bytes"):
+        name_expression("aligned", 3, 8)
+
+
+def test_kernel_arguments_follow_the_kernel_signatures():
+    common = dict(table_address=1024, row_stride=400, ids_address=2048, perm_address=0,
+                  out_address=4096, out_stride=400)
+    plan = aligned(400, num_ids=5, elem_size=4)
+    args = kernel_arguments(plan, **common)
+    assert [kind for kind, _ in args] == ["ptr", "i64", "i64", "ptr", "ptr", "i64", "ptr", "i64",
+                                          "i32", "i64", "i64"]
+    assert [value for _, value in args] == [1024, 400, 400, 2048, 0, 5, 4096, 400,
+                                            plan.threads_per_row, plan.align_bytes,
+                                            plan.steps_per_row]
+    naive = plan_gather(400, 0, 5, variant="naive", elem_size=4)
+    assert len(kernel_arguments(naive, **common)) == 8

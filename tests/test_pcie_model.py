@@ -1,0 +1,116 @@
+"""The PCIe request model (dgl_zerocopy.pcie_model) on emulated traces."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dgl_zerocopy import launch
+from dgl_zerocopy.emulator import Trace, emulate_gather
+from dgl_zerocopy.pcie_model import TLP_OVERHEAD_BYTES, analyze, compare
+
+
+def one_row(row_bytes: int, offset: int, variant: str, dtype: str = "float32"):
+    table = np.zeros((1, row_bytes // np.dtype(dtype).itemsize), dtype=dtype)
+    _, trace = emulate_gather(table, np.array([0]), variant=variant, base_offset=offset, trace=True)
+    return analyze(trace)
+
+
+def test_512_byte_row_on_a_line_takes_four_requests():
+    for variant in ("aligned", "naive"):
+        metrics = one_row(512, 0, variant)
+        assert metrics.requests == 4, variant
+        assert metrics.fetched_bytes == 512
+        assert metrics.bytes_per_useful_byte == 1.0
+    assert one_row(512, 0, "aligned").instructions == 1  # 32 lanes x 16 B
+    assert one_row(512, 0, "naive").instructions == 4  # 32 lanes x 4 B, four times
+
+
+def test_400_byte_row_at_offset_16():
+    aligned = one_row(400, 16, "aligned")
+    naive = one_row(400, 16, "naive")
+    # bytes 16..416 touch lines 0..3: the aligned kernel requests each once
+    assert aligned.requests == 4
+    assert aligned.fetched_bytes == 416  # sectors 0..12
+    # naive warps read [16,144) [144,272) [272,400) [400,416): 2+2+2+1 requests
+    assert naive.requests == 7
+    assert naive.fetched_bytes == (5 + 5 + 5 + 1) * 32  # sectors 0-4, 4-8, 8-12, 12
+    assert aligned.link_efficiency > naive.link_efficiency
+
+
+def test_misaligned_long_row_is_read_in_whole_lines():
+    # 1024 B starting 16 B into a line touches 9 lines: aligned asks for exactly those
+    aligned = one_row(1024, 16, "aligned")
+    assert aligned.requests == 9
+    assert one_row(1024, 16, "naive").requests == 16
+
+
+def test_short_rows_request_only_the_lines_they_touch():
+    assert one_row(16, 0, "aligned").requests == 1
+    assert one_row(16, 120, "aligned", dtype="uint8").requests == 2  # straddles a line
+    assert one_row(64, 64, "aligned").requests == 1
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "uint8"])
+def test_aligned_never_issues_more_requests_than_naive_from_128_bytes(dtype):
+    itemsize = np.dtype(dtype).itemsize
+    for row_bytes in (128, 132, 258, 400, 512, 516, 1000, 1500, 4096):
+        row_bytes -= row_bytes % itemsize
+        for offset in (0, 1, 2, itemsize, 16, 100):
+            result = compare(row_bytes, dtype=dtype, num_ids=32, num_rows=128, base_offset=offset)
+            aligned, naive = result["aligned"], result["naive"]
+            context = f"{dtype} row_bytes={row_bytes} offset={offset}"
+            assert aligned.useful_bytes == naive.useful_bytes, context
+            assert aligned.requests <= naive.requests, context
+            assert aligned.fetched_bytes <= naive.fetched_bytes, context
+
+
+def test_aligned_fetches_no_more_sectors_than_naive_at_any_width():
+    for row_bytes in (4, 8, 12, 20, 36, 64, 100, 124):
+        for offset in (0, 4, 16, 60):
+            result = compare(row_bytes, num_ids=32, num_rows=128, base_offset=offset)
+            assert result["aligned"].fetched_bytes <= result["naive"].fetched_bytes, (row_bytes, offset)
+
+
+def test_metrics_are_consistent():
+    result = compare(400, num_ids=64)
+    assert list(result) == ["naive", "aligned"]
+    for metrics in result.values():
+        assert metrics.useful_bytes == 64 * 400
+        assert metrics.requests_per_row == metrics.requests / 64
+        assert metrics.link_efficiency == pytest.approx(
+            metrics.useful_bytes / (metrics.fetched_bytes + TLP_OVERHEAD_BYTES * metrics.requests)
+        )
+        assert metrics.as_dict()["variant"] == metrics.variant
+
+
+def test_grouping_by_instruction_line_and_sector():
+    plan = launch.plan_gather(64, 0, 1, elem_size=4)
+    trace = Trace(
+        address=np.array([0, 16, 128, 0, 0, 4096], dtype=np.int64),
+        nbytes=np.array([16, 16, 16, 16, 16, 16], dtype=np.int32),
+        warp=np.array([0, 0, 0, 0, 1, 1], dtype=np.int64),
+        slot=np.array([0, 0, 0, 1, 0, 0], dtype=np.int64),
+        plan=plan,
+        table_address=0,
+        num_ids=1,
+    )
+    metrics = analyze(trace)
+    # (w0,s0): lines 0 and 1; (w0,s1): line 0; (w1,s0): lines 0 and 32
+    assert metrics.requests == 5
+    assert metrics.instructions == 3
+    # (w0,s0): sectors 0 and 4; (w0,s1): 0; (w1,s0): 0 and 128
+    assert metrics.fetched_bytes == 5 * 32
+
+
+def test_empty_trace():
+    table = np.zeros((3, 4), dtype=np.float32)
+    _, trace = emulate_gather(table, np.array([], dtype=np.int64), trace=True)
+    metrics = analyze(trace)
+    assert (metrics.requests, metrics.fetched_bytes, metrics.link_efficiency) == (0, 0, 0.0)
+
+
+def test_compare_rejects_bad_widths():
+    with pytest.raises(ValueError, match="row_bytes"):
+        compare(6, dtype="float32")
+    with pytest.raises(ValueError, match="row_bytes"):
+        compare(0)
