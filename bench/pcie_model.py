@@ -9,6 +9,7 @@ No GPU needed; the numbers are a model, not a measurement.
 
 Writes bench/results/pcie_model.{csv,json} and docs/pcie_model.png; prints a markdown table.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -22,40 +23,79 @@ from dgl_zerocopy.pcie_model import LINE_BYTES, SECTOR_BYTES, TLP_OVERHEAD_BYTES
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 # fp32 columns: powers of two, odd counts, and the two headline datasets
 # (ogbn-products: 100 fp32 = 400 B, ogbn-papers100M: 128 fp32 = 512 B).
-COLUMNS = (1, 2, 3, 4, 5, 7, 8, 13, 16, 25, 31, 32, 33, 47, 64, 100, 127, 128, 129, 200, 255,
-           256, 300, 500, 512, 777, 1000, 1024)
+COLUMNS = (
+    1,
+    2,
+    3,
+    4,
+    5,
+    7,
+    8,
+    13,
+    16,
+    25,
+    31,
+    32,
+    33,
+    47,
+    64,
+    100,
+    127,
+    128,
+    129,
+    200,
+    255,
+    256,
+    300,
+    500,
+    512,
+    777,
+    1000,
+    1024,
+)
 HEADLINE = {400: "ogbn-products", 512: "ogbn-papers100M"}
 
 
-def run(columns: tuple[int, ...], num_ids: int, num_rows: int, base_offset: int, seed: int) -> list[dict]:
+def run(
+    columns: tuple[int, ...], num_ids: int, num_rows: int, base_offset: int, seed: int
+) -> list[dict]:
     rows = []
     for cols in columns:
         row_bytes = 4 * cols
-        result = compare(row_bytes, dtype="float32", num_ids=num_ids, num_rows=num_rows,
-                         base_offset=base_offset, seed=seed)
+        result = compare(
+            row_bytes,
+            dtype="float32",
+            num_ids=num_ids,
+            num_rows=num_rows,
+            base_offset=base_offset,
+            seed=seed,
+        )
         naive, aligned = result["naive"], result["aligned"]
-        rows.append({
-            "row_bytes": row_bytes,
-            "fp32_columns": cols,
-            "dataset": HEADLINE.get(row_bytes, ""),
-            "aligned_vector_bytes": aligned.vector_bytes,
-            "naive_requests_per_row": naive.requests_per_row,
-            "aligned_requests_per_row": aligned.requests_per_row,
-            "naive_bytes_per_useful_byte": naive.bytes_per_useful_byte,
-            "aligned_bytes_per_useful_byte": aligned.bytes_per_useful_byte,
-            "naive_link_efficiency": naive.link_efficiency,
-            "aligned_link_efficiency": aligned.link_efficiency,
-            "naive_instructions_per_row": naive.instructions / num_ids,
-            "aligned_instructions_per_row": aligned.instructions / num_ids,
-            "request_ratio": naive.requests / aligned.requests,
-            "efficiency_gain": aligned.link_efficiency / naive.link_efficiency,
-        })
+        rows.append(
+            {
+                "row_bytes": row_bytes,
+                "fp32_columns": cols,
+                "dataset": HEADLINE.get(row_bytes, ""),
+                "aligned_vector_bytes": aligned.vector_bytes,
+                "naive_requests_per_row": naive.requests_per_row,
+                "aligned_requests_per_row": aligned.requests_per_row,
+                "naive_bytes_per_useful_byte": naive.bytes_per_useful_byte,
+                "aligned_bytes_per_useful_byte": aligned.bytes_per_useful_byte,
+                "naive_link_efficiency": naive.link_efficiency,
+                "aligned_link_efficiency": aligned.link_efficiency,
+                "naive_instructions_per_row": naive.instructions / num_ids,
+                "aligned_instructions_per_row": aligned.instructions / num_ids,
+                "request_ratio": naive.requests / aligned.requests,
+                "efficiency_gain": aligned.link_efficiency / naive.link_efficiency,
+            }
+        )
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| row B | fp32 cols | vec B | requests/row naive | aligned | fetched/useful naive | aligned "
+        "| row B | fp32 cols | vec B | requests/row naive | aligned "
+        "| fetched/useful naive | aligned "
         "| link eff. naive | aligned | gain |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
@@ -82,8 +122,13 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     for variant, style in (("naive", "o--"), ("aligned", "s-")):
         per_kib = [r[f"{variant}_requests_per_row"] * 1024 / r["row_bytes"] for r in rows]
         ax_req.plot(x, per_kib, style, label=variant, markersize=4)
-        ax_eff.plot(x, [100 * r[f"{variant}_link_efficiency"] for r in rows], style,
-                    label=variant, markersize=4)
+        ax_eff.plot(
+            x,
+            [100 * r[f"{variant}_link_efficiency"] for r in rows],
+            style,
+            label=variant,
+            markersize=4,
+        )
     ax_req.axhline(1024 / LINE_BYTES, color="grey", lw=0.8, ls=":", label="one request per line")
     ax_req.set_ylabel("PCIe read requests per KiB of features")
     ax_eff.set_ylabel("modelled link efficiency (%)")
@@ -93,8 +138,15 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ax.set_xlabel("row width (bytes, fp32 table)")
         for row_bytes, name in HEADLINE.items():
             ax.axvline(row_bytes, color="tab:green", lw=0.8, alpha=0.6)
-            ax.text(row_bytes, ax.get_ylim()[1] * 0.97, f" {name}", rotation=90, va="top",
-                    fontsize=7, color="tab:green")
+            ax.text(
+                row_bytes,
+                ax.get_ylim()[1] * 0.97,
+                f" {name}",
+                rotation=90,
+                va="top",
+                fontsize=7,
+                color="tab:green",
+            )
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="best")
     ax_req.set_yscale("log")
@@ -109,8 +161,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-ids", type=int, default=512, help="random ids per gather")
     parser.add_argument("--num-rows", type=int, default=4096, help="rows in the table")
-    parser.add_argument("--base-offset", type=int, default=0,
-                        help="bytes past a 128-byte boundary where the table starts (0..127)")
+    parser.add_argument(
+        "--base-offset",
+        type=int,
+        default=0,
+        help="bytes past a 128-byte boundary where the table starts (0..127)",
+    )
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -119,19 +175,25 @@ def main() -> None:
     meta = {
         "command": command,
         "machine": machine(),
-        "model": (f"requests = distinct {LINE_BYTES}-B lines per warp load instruction; "
-                  f"fetched = distinct {SECTOR_BYTES}-B sectors per instruction; "
-                  f"link efficiency = useful / (fetched + {TLP_OVERHEAD_BYTES} B * requests)"),
+        "model": (
+            f"requests = distinct {LINE_BYTES}-B lines per warp load instruction; "
+            f"fetched = distinct {SECTOR_BYTES}-B sectors per instruction; "
+            f"link efficiency = useful / (fetched + {TLP_OVERHEAD_BYTES} B * requests)"
+        ),
         "table": f"float32, {args.num_rows} rows, base {args.base_offset} B past a 128-B boundary",
         "ids": f"{args.num_ids} uniform random (seed {args.seed})",
     }
     csv_path, json_path = write_results("pcie_model", rows, meta)
     png_path = DOCS / "pcie_model.png"
-    plot(rows, png_path, f"PCIe request model, naive vs aligned gather ({args.num_ids} random "
-                         f"ids, fp32, table base +{args.base_offset} B)")
+    plot(
+        rows,
+        png_path,
+        f"PCIe request model, naive vs aligned gather ({args.num_ids} random "
+        f"ids, fp32, table base +{args.base_offset} B)",
+    )
     print(f"command: {command}\n")
     print(markdown(rows))
-    print(f"\nwrote {os.path.relpath(csv_path)}, {os.path.relpath(json_path)}, {os.path.relpath(png_path)}")
+    print("\nwrote " + ", ".join(os.path.relpath(p) for p in (csv_path, json_path, png_path)))
 
 
 if __name__ == "__main__":

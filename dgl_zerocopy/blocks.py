@@ -110,20 +110,27 @@ class DeviceBlock:
 
     # -- what the layers use -----------------------------------------------------------------------
 
-    def adjacency(self, dtype: torch.dtype = torch.float32) -> torch.Tensor:
-        """The ``(num_dst, num_src)`` adjacency as a sparse CSR tensor of ones in ``dtype``, on
-        :attr:`device` (built once per dtype): ``adjacency() @ x`` sums each destination's
-        in-neighbours' rows of ``x``. A repeated edge counts once per copy, as in DGL."""
-        key = ("adjacency", dtype)
+    def adjacency(self, dtype: torch.dtype = torch.float32, transpose: bool = False) -> torch.Tensor:
+        """The ``(num_dst, num_src)`` adjacency as a sparse CSR tensor of ones in ``dtype`` on
+        :attr:`device`, so that ``adjacency() @ x`` sums each destination's in-neighbours' rows of
+        ``x`` (a repeated edge counts once per copy, as in DGL). ``transpose=True`` gives the
+        ``(num_src, num_dst)`` transpose, also in CSR (what the backward pass multiplies by).
+        Built once per dtype and direction, then reused."""
+        key = ("adjacency", dtype, transpose)
         if key not in self._cache:
+            if transpose:
+                # Sources' out-edges: the edges sorted by source (stable, so deterministic).
+                order = torch.argsort(self.indices, stable=True)
+                crow = torch.cat([self.indptr.new_zeros(1), self.out_degrees().cumsum(0).to(self.idtype)])
+                col, size = self.edge_dst()[order].to(self.idtype), (self._num_src, self.num_dst_nodes())
+            else:
+                crow, col, size = self.indptr, self.indices, (self.num_dst_nodes(), self._num_src)
             values = torch.ones(self.num_edges(), dtype=dtype, device=self.device)
             with warnings.catch_warnings():
-                # torch warns once per process that sparse CSR is "beta"; the two operations used
-                # here (construction and CSR @ dense, with its backward) are long supported.
+                # torch warns once per process that sparse CSR is "beta"; the operations used here
+                # (construction and CSR @ dense) are long supported.
                 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-                self._cache[key] = torch.sparse_csr_tensor(
-                    self.indptr, self.indices, values, size=(self.num_dst_nodes(), self._num_src)
-                )
+                self._cache[key] = torch.sparse_csr_tensor(crow, col, values, size=size)
         return self._cache[key]
 
     def edge_dst(self) -> torch.Tensor:

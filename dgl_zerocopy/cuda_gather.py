@@ -37,7 +37,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _MAIN_SOURCE = "gather.cu"
-_ARCH_PATTERN = re.compile(r"^(?:sm_|compute_)?(\d{2,3})$")
+_ARCH_PATTERN = re.compile(r"^(?:sm_)?(\d{2,3})$")
 
 
 class KernelCompileError(RuntimeError):
@@ -96,7 +96,12 @@ def _nvrtc() -> ctypes.CDLL:
     lib.nvrtcGetErrorString.argtypes = [ctypes.c_int]
     lib.nvrtcVersion.argtypes = [ctypes.POINTER(ctypes.c_int), ctypes.POINTER(ctypes.c_int)]
     lib.nvrtcCreateProgram.argtypes = [
-        ctypes.POINTER(p), c, c, ctypes.c_int, ctypes.POINTER(c), ctypes.POINTER(c)
+        ctypes.POINTER(p),
+        c,
+        c,
+        ctypes.c_int,
+        ctypes.POINTER(c),
+        ctypes.POINTER(c),
     ]
     lib.nvrtcDestroyProgram.argtypes = [ctypes.POINTER(p)]
     lib.nvrtcAddNameExpression.argtypes = [p, c]
@@ -138,7 +143,7 @@ def _program_log(lib: ctypes.CDLL, program: ctypes.c_void_p) -> str:
 
 
 def compile_check(arch: str, name_expressions: Sequence[str] | None = None) -> None:
-    """Compile every gather instantiation for ``arch`` (``"sm_70"``, ``"sm_80"``, ``"sm_90"``) with NVRTC.
+    """Compile every gather instantiation for ``arch`` (e.g. ``"sm_70"``, ``"sm_90"``) with NVRTC.
 
     Needs no GPU, driver or CuPy. Warnings in the log are logged at WARNING level.
 
@@ -161,13 +166,21 @@ def compile_check(arch: str, name_expressions: Sequence[str] | None = None) -> N
         lib,
         "nvrtcCreateProgram",
         lib.nvrtcCreateProgram(
-            ctypes.byref(program), read_kernel(_MAIN_SOURCE).encode(), _MAIN_SOURCE.encode(),
-            0, None, None,
+            ctypes.byref(program),
+            read_kernel(_MAIN_SOURCE).encode(),
+            _MAIN_SOURCE.encode(),
+            0,
+            None,
+            None,
         ),
     )
     try:
         for name in names:
-            _nvrtc_call(lib, f"nvrtcAddNameExpression({name})", lib.nvrtcAddNameExpression(program, name.encode()))
+            _nvrtc_call(
+                lib,
+                f"nvrtcAddNameExpression({name})",
+                lib.nvrtcAddNameExpression(program, name.encode()),
+            )
         options = [*_compile_options(), f"--gpu-architecture=sm_{match.group(1)}"]
         option_array = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
         status = lib.nvrtcCompileProgram(program, len(options), option_array)
@@ -175,7 +188,8 @@ def compile_check(arch: str, name_expressions: Sequence[str] | None = None) -> N
         if status != 0:
             message = lib.nvrtcGetErrorString(status).decode()
             raise KernelCompileError(
-                f"NVRTC could not compile {_MAIN_SOURCE} for sm_{match.group(1)} ({message}):\n{log}"
+                f"NVRTC could not compile {_MAIN_SOURCE} for sm_{match.group(1)} "
+                f"({message}):\n{log}"
             )
         if log.strip():
             logger.warning("NVRTC log for sm_%s:\n%s", match.group(1), log)
@@ -187,10 +201,17 @@ def compile_check(arch: str, name_expressions: Sequence[str] | None = None) -> N
                 lib.nvrtcGetLoweredName(program, name.encode(), ctypes.byref(lowered)),
             )
         cubin_size = ctypes.c_size_t()
-        _nvrtc_call(lib, "nvrtcGetCUBINSize", lib.nvrtcGetCUBINSize(program, ctypes.byref(cubin_size)))
+        _nvrtc_call(
+            lib, "nvrtcGetCUBINSize", lib.nvrtcGetCUBINSize(program, ctypes.byref(cubin_size))
+        )
         if cubin_size.value == 0:
             raise KernelCompileError(f"NVRTC produced an empty cubin for sm_{match.group(1)}")
-        logger.debug("compiled %d kernels for sm_%s (%d-byte cubin)", len(names), match.group(1), cubin_size.value)
+        logger.debug(
+            "compiled %d kernels for sm_%s (%d-byte cubin)",
+            len(names),
+            match.group(1),
+            cubin_size.value,
+        )
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(program))
 

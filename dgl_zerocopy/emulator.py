@@ -154,7 +154,9 @@ def _library() -> ctypes.CDLL:
     lib.zc_emu_trace_size.restype = ctypes.c_longlong
     lib.zc_emu_trace_copy.argtypes = [ctypes.c_void_p]
     if lib.zc_emu_record_bytes() != _RECORD_DTYPE.itemsize:
-        raise RuntimeError("kernels/cpu_shim.h zc_load_record does not match emulator._RECORD_DTYPE")
+        raise RuntimeError(
+            "kernels/cpu_shim.h zc_load_record does not match emulator._RECORD_DTYPE"
+        )
     for name in launch.all_name_expressions():
         entry = getattr(lib, _entry_symbol(name))
         entry.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
@@ -173,8 +175,10 @@ def _check_inputs(
     table: np.ndarray, ids: np.ndarray, variant: str, base_offset: int
 ) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(table, np.ndarray) or table.ndim < 1:
-        raise TypeError(f"table must be a NumPy array with a row axis, but got {type(table).__name__}"
-                        f" of ndim {getattr(table, 'ndim', None)}")
+        raise TypeError(
+            f"table must be a NumPy array with a row axis, but got {type(table).__name__}"
+            f" of ndim {getattr(table, 'ndim', None)}"
+        )
     if table.dtype.hasobject:
         raise TypeError(f"table must hold plain values, but got dtype {table.dtype}")
     ids = np.asarray(ids)
@@ -185,8 +189,10 @@ def _check_inputs(
         )
     if variant not in launch.VARIANTS:
         raise ValueError(f"variant must be one of {launch.VARIANTS}, but got {variant!r}")
-    if isinstance(base_offset, bool) or not isinstance(base_offset, int) or not (
-        0 <= base_offset < _BUFFER_ALIGN
+    if (
+        isinstance(base_offset, bool)
+        or not isinstance(base_offset, int)
+        or not (0 <= base_offset < _BUFFER_ALIGN)
     ):
         raise ValueError(f"base_offset must be an int in [0, 127], but got {base_offset!r}")
     if ids.size:

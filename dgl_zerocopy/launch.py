@@ -34,7 +34,7 @@ LOAD_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short", 1
 #: CUDA type of each id width (int32 and int64 ids).
 ID_TYPES = {4: "int", 8: "long long"}
 
-#: One kernel argument: (kind, value) with kind ``"ptr"`` (a 64-bit address), ``"i64"`` or ``"i32"``.
+#: One kernel argument: (kind, value); kind is ``"ptr"`` (64-bit address), ``"i64"`` or ``"i32"``.
 KernelArg = tuple[str, int]
 
 
@@ -49,7 +49,8 @@ class GatherPlan:
         threads_per_row: aligned: lanes copying one row together (a power of two, at most 32);
             naive: elements per row (one thread each).
         window_bytes: aligned: bytes one row group covers per load instruction
-            (``threads_per_row * vector_bytes``); naive: bytes a warp covers (``32 * vector_bytes``).
+            (``threads_per_row * vector_bytes``); naive: bytes a warp covers
+            (``32 * vector_bytes``).
         align_bytes: aligned: a row's first window starts at its address rounded down to this
             (128, the window, or ``vector_bytes`` for no shift; see ``kernels/gather.cu``);
             naive: ``vector_bytes`` (no shift).
@@ -160,7 +161,9 @@ def plan_gather(
     _check_int("num_sms", num_sms, 1)
     _check_int("out_address", out_address, 0)
     if row_bytes % elem_size:
-        raise ValueError(f"row_bytes must be a multiple of elem_size={elem_size}, but got {row_bytes}")
+        raise ValueError(
+            f"row_bytes must be a multiple of elem_size={elem_size}, but got {row_bytes}"
+        )
     if max_blocks is not None:
         _check_int("max_blocks", max_blocks, 1)
     _check_int("threads_per_block", threads_per_block, WARP_SIZE)
@@ -250,4 +253,3 @@ def kernel_arguments(
             ("i64", plan.steps_per_row),
         ]
     return tuple(args)
-

@@ -205,9 +205,26 @@ def _neighbour_sum(block: DeviceBlock, h: torch.Tensor) -> torch.Tensor:
     """``(num_dst, d)``: for each destination, the sum of ``h``'s rows of its in-neighbours."""
     if h.dtype in (torch.float32, torch.float64):
         with _no_autocast(h.device):
-            return block.adjacency(h.dtype) @ h
+            return _CSRMatmul.apply(block.adjacency(h.dtype), block.adjacency(h.dtype, transpose=True), h)
     out = h.new_zeros((block.num_dst_nodes(), h.shape[1]))
     return out.index_add_(0, block.edge_dst(), h.index_select(0, block.indices))
+
+
+class _CSRMatmul(torch.autograd.Function):
+    """``adj @ h`` whose backward multiplies by a prebuilt CSR transpose. torch's own backward for
+    a CSR operand re-sorts the matrix on every call (several times slower on small blocks); this
+    one is a plain SpMM, without atomics, hence deterministic on CUDA too."""
+
+    @staticmethod
+    def forward(ctx: Any, adj: torch.Tensor, adj_t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
+        ctx.adj_t = adj_t  # a constant of the graph: no need for save_for_backward's version checks
+        return adj @ h
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, torch.Tensor]:
+        with _no_autocast(grad.device):
+            return None, None, ctx.adj_t @ grad.contiguous()
 
 
 def _neighbour_mean(block: DeviceBlock, h: torch.Tensor) -> torch.Tensor:

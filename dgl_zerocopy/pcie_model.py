@@ -151,7 +151,8 @@ def compare(
     dtype = np.dtype(dtype)
     if row_bytes <= 0 or row_bytes % dtype.itemsize:
         raise ValueError(
-            f"row_bytes must be a positive multiple of {dtype.itemsize} ({dtype}), but got {row_bytes}"
+            f"row_bytes must be a positive multiple of {dtype.itemsize} ({dtype}), "
+            f"but got {row_bytes}"
         )
     if num_rows < 1 or num_ids < 0:
         raise ValueError(f"num_rows must be >= 1 and num_ids >= 0, but got {num_rows}, {num_ids}")
@@ -163,12 +164,18 @@ def compare(
     expected = table[ids]
     results = {}
     for variant in launch.VARIANTS[::-1]:
-        out, trace = emulate_gather(table, ids, variant=variant, base_offset=base_offset, trace=True)
+        out, trace = emulate_gather(
+            table, ids, variant=variant, base_offset=base_offset, trace=True
+        )
         if out.tobytes() != expected.tobytes():
-            raise RuntimeError(f"emulated {variant} gather of {row_bytes}-byte rows returned wrong rows")
+            raise RuntimeError(
+                f"emulated {variant} gather of {row_bytes}-byte rows returned wrong rows"
+            )
         results[variant] = analyze(trace)
     logger.debug(
         "row %d B: naive %.2f req/row, aligned %.2f req/row",
-        row_bytes, results["naive"].requests_per_row, results["aligned"].requests_per_row,
+        row_bytes,
+        results["naive"].requests_per_row,
+        results["aligned"].requests_per_row,
     )
     return results

@@ -1,6 +1,6 @@
-"""CUDA sources of the gather kernels (``*.cu``, ``*.cuh``, ``cpu_shim.h``), shipped as package data.
+"""CUDA sources of the gather kernels (``*.cu``, ``*.cuh``, ``cpu_shim.h``), as package data.
 
-The GPU launcher lives in :mod:`dgl_zerocopy.cuda_gather` (a module named ``dgl_zerocopy/kernels.py``
+The GPU launcher lives in :mod:`dgl_zerocopy.cuda_gather` (a module ``dgl_zerocopy/kernels.py``
 would be shadowed by this package once installed); its public functions are re-exported here,
 lazily, so ``from dgl_zerocopy.kernels import launch_gather`` works without importing CuPy.
 """

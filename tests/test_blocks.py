@@ -19,6 +19,8 @@ def _graph(num_nodes: int = 40, num_edges: int = 120, isolated: int = 8, seed: i
 
 
 def _sampled_blocks() -> list:
+    """One block from to_block, two from NeighborSampler, two from the full-neighbour sampler."""
+    dgl.seed(0)  # reproducible neighbour draws
     g = _graph()
     seeds = torch.tensor([0, 3, 5, 34, 36, 39])
     blocks = [dgl.to_block(dgl.in_subgraph(g, seeds), seeds)]
@@ -66,6 +68,7 @@ def test_adjacency_and_edge_dst_describe_the_edges():
             (dst, src), torch.ones(block.num_edges()), accumulate=True
         )
         torch.testing.assert_close(ours.adjacency().to_dense(), expected, rtol=0, atol=0)
+        torch.testing.assert_close(ours.adjacency(transpose=True).to_dense(), expected.T, rtol=0, atol=0)
         assert ours.adjacency(torch.float64).dtype == torch.float64
         torch.testing.assert_close(ours.edge_dst(), torch.sort(dst).values, rtol=0, atol=0)
 

@@ -1,4 +1,5 @@
 """Launch plans of the gather kernels (dgl_zerocopy.launch): pure Python, no CUDA."""
+
 from __future__ import annotations
 
 import itertools
@@ -67,7 +68,9 @@ def test_row_that_fits_one_window_is_not_shifted():
     assert (plan.window_bytes, plan.align_bytes, plan.steps_per_row) == (512, 16, 1)
 
 
-@pytest.mark.parametrize("row_bytes", [1, 2, 3, 7, 12, 48, 100, 127, 128, 129, 400, 512, 528, 4096, 4099])
+@pytest.mark.parametrize(
+    "row_bytes", [1, 2, 3, 7, 12, 48, 100, 127, 128, 129, 400, 512, 528, 4096, 4099]
+)
 @pytest.mark.parametrize("address", [0, 1, 2, 4, 8, 16])
 def test_windows_cover_the_row_at_every_alignment(row_bytes, address):
     """The kernel's steps reach the row end wherever in an aligned block the row starts."""
@@ -154,14 +157,41 @@ def test_negative_sizes_raise_value_error():
 
 
 def test_kernel_arguments_follow_the_kernel_signatures():
-    common = dict(table_address=1024, row_stride=400, ids_address=2048, perm_address=0,
-                  out_address=4096, out_stride=400)
+    common = dict(
+        table_address=1024,
+        row_stride=400,
+        ids_address=2048,
+        perm_address=0,
+        out_address=4096,
+        out_stride=400,
+    )
     plan = aligned(400, num_ids=5, elem_size=4)
     args = kernel_arguments(plan, **common)
-    assert [kind for kind, _ in args] == ["ptr", "i64", "i64", "ptr", "ptr", "i64", "ptr", "i64",
-                                          "i32", "i64", "i64"]
-    assert [value for _, value in args] == [1024, 400, 400, 2048, 0, 5, 4096, 400,
-                                            plan.threads_per_row, plan.align_bytes,
-                                            plan.steps_per_row]
+    assert [kind for kind, _ in args] == [
+        "ptr",
+        "i64",
+        "i64",
+        "ptr",
+        "ptr",
+        "i64",
+        "ptr",
+        "i64",
+        "i32",
+        "i64",
+        "i64",
+    ]
+    assert [value for _, value in args] == [
+        1024,
+        400,
+        400,
+        2048,
+        0,
+        5,
+        4096,
+        400,
+        plan.threads_per_row,
+        plan.align_bytes,
+        plan.steps_per_row,
+    ]
     naive = plan_gather(400, 0, 5, variant="naive", elem_size=4)
     assert len(kernel_arguments(naive, **common)) == 8

@@ -1,8 +1,11 @@
 import dgl
+import dgl.nn
 import pytest
 import torch
 
-from dgl_zerocopy.models import GCN, GraphSAGE, build_model
+from dgl_zerocopy.blocks import DeviceBlock
+from dgl_zerocopy.models import GCN, GraphSAGE, _BlockGNN, build_model
+from dgl_zerocopy.nn import load_dgl_weights
 
 
 def _blocks(dataset, fanouts):
@@ -44,3 +47,28 @@ def test_layer_block_mismatch_is_a_clear_error(small_dataset):
 def test_unknown_model():
     with pytest.raises(ValueError, match="choose from: sage, gcn"):
         build_model("gat", 4, 4, 2, 2, 0.0)
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+def test_dgl_blocks_and_device_blocks_give_identical_outputs(small_dataset, name):
+    input_nodes, _, blocks = _blocks(small_dataset, [4, 4])
+    x = torch.from_numpy(small_dataset.features)[input_nodes]
+    model = build_model(name, x.shape[1], 16, small_dataset.num_classes, 2, dropout=0.5).eval()
+    device_blocks = [DeviceBlock.from_dgl(b, x.device) for b in blocks]
+    torch.testing.assert_close(model(device_blocks, x), model(blocks, x), rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+def test_equal_to_the_same_model_built_from_dgl_nn(small_dataset, name):
+    """A model of dgl.nn layers (what models.py used before) loads into ours and computes the same."""
+    input_nodes, _, blocks = _blocks(small_dataset, [4, 4])
+    x = torch.from_numpy(small_dataset.features)[input_nodes]
+    dims = [x.shape[1], 16, small_dataset.num_classes]
+    if name == "sage":
+        layers = [dgl.nn.SAGEConv(a, b, "mean") for a, b in zip(dims[:-1], dims[1:])]
+    else:
+        layers = [dgl.nn.GraphConv(a, b, norm="both", allow_zero_in_degree=True) for a, b in zip(dims[:-1], dims[1:])]
+    reference = _BlockGNN(layers, dropout=0.5).eval()
+    model = build_model(name, x.shape[1], 16, small_dataset.num_classes, 2, dropout=0.5).eval()
+    load_dgl_weights(model, reference)
+    torch.testing.assert_close(model(blocks, x), reference(blocks, x))

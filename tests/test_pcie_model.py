@@ -1,4 +1,5 @@
 """The PCIe request model (dgl_zerocopy.pcie_model) on emulated traces."""
+
 from __future__ import annotations
 
 import numpy as np
@@ -68,7 +69,10 @@ def test_aligned_fetches_no_more_sectors_than_naive_at_any_width():
     for row_bytes in (4, 8, 12, 20, 36, 64, 100, 124):
         for offset in (0, 4, 16, 60):
             result = compare(row_bytes, num_ids=32, num_rows=128, base_offset=offset)
-            assert result["aligned"].fetched_bytes <= result["naive"].fetched_bytes, (row_bytes, offset)
+            assert result["aligned"].fetched_bytes <= result["naive"].fetched_bytes, (
+                row_bytes,
+                offset,
+            )
 
 
 def test_metrics_are_consistent():

@@ -1,0 +1,100 @@
+"""Epoch time per feature source, prefetch on and off: the same model, seed and batches.
+
+For each available source (``dgl``: DGL's default DataLoader path; ``cpu``; and on a GPU
+``zerocopy`` and ``gpu``) and prefetch 0 (serial) and N, trains ``--epochs`` epochs and reports the
+last epoch's time, its stage breakdown, the time the training step waited for data (and its share
+of the step time), and test accuracy. Writes CSV/JSON and a stacked-bar PNG.
+
+    python bench/epoch.py [--num-nodes 200000] [--epochs 2] [--prefetch 2]
+    dgl-zerocopy bench epoch  (the same)
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import command_line, machine, write_results  # noqa: E402
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-nodes", type=int, default=200_000)
+    parser.add_argument("--epochs", type=int, default=2, help="the last one is measured; the first warms up")
+    parser.add_argument("--prefetch", type=int, default=2)
+    parser.add_argument("--model", default="sage")
+    parser.add_argument("--fanouts", default="15,10,5")
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--out", default="epoch")
+    args = parser.parse_args(argv)
+
+    from dgl_zerocopy.backends import zerocopy_available
+    from dgl_zerocopy.config import TrainConfig
+    from dgl_zerocopy.data import SyntheticSpec, load_dataset
+    from dgl_zerocopy.train import train
+
+    cuda = torch.cuda.is_available()
+    sources = ["dgl", "cpu"] + (["gpu"] if cuda else []) + (["zerocopy"] if zerocopy_available() else [])
+    dataset = load_dataset("synthetic", synthetic=SyntheticSpec(num_nodes=args.num_nodes))
+    rows = []
+    for source in sources:
+        for prefetch in ([0] if source == "dgl" else [0, args.prefetch]):
+            if source == "dgl" and cuda:
+                from dgl_zerocopy.loader import dgl_has_cuda
+
+                if not dgl_has_cuda():
+                    continue
+            cfg = TrainConfig(dataset="synthetic", model=args.model, fanouts=args.fanouts, batch_size=args.batch_size, hidden=args.hidden,
+                              epochs=args.epochs, feature_source=source, prefetch=prefetch, seed=0, device="auto")
+            last = train(cfg, dataset, progress=False)[-1]
+            step = last.stages.get("wait", 0.0) + last.stages.get("compute", 0.0)
+            rows.append({"source": source, "prefetch": prefetch, "epoch_time": last.epoch_time,
+                         **{s: last.stages.get(s, 0.0) for s in ("sample", "gather", "transfer", "compute", "wait")},
+                         "wait_share": last.stages.get("wait", 0.0) / step if step else float("nan"), "test_acc": last.test_acc})
+            print(f"{source:>9} prefetch {prefetch}: epoch {last.epoch_time:.2f}s, wait {rows[-1]['wait']:.2f}s, test acc {last.test_acc:.4f}", flush=True)
+    baseline = next(r["epoch_time"] for r in rows if r["source"] == rows[0]["source"])
+    for r in rows:
+        r["ratio_to_" + rows[0]["source"]] = r["epoch_time"] / baseline
+
+    meta = {"command": command_line(), "machine": machine(), "device": torch.cuda.get_device_name() if cuda else "cpu (no GPU)",
+            "setup": f"synthetic {args.num_nodes:,} nodes, {args.model}, fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, epoch {args.epochs - 1} measured"}
+    csv_path, _ = write_results(args.out, rows, meta)
+    _plot(rows, meta, csv_path.with_suffix(".png"))
+    print(f"\n# {meta['command']}\n# {meta['device']}; {meta['machine']}; {meta['setup']}")
+    ratio_key = "ratio_to_" + rows[0]["source"]
+    print(f"| source | prefetch | epoch s | sample | gather | transfer | compute | wait | wait share of step | epoch / {rows[0]['source']} | test acc |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        print(f"| {r['source']} | {r['prefetch']} | {r['epoch_time']:.2f} | {r['sample']:.2f} | {r['gather']:.2f} | {r['transfer']:.2f} | "
+              f"{r['compute']:.2f} | {r['wait']:.2f} | {100 * r['wait_share']:.1f} % | {r[ratio_key]:.2f} | {r['test_acc']:.4f} |")
+
+
+def _plot(rows: list[dict], meta: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    labels = [f"{r['source']}\nprefetch {r['prefetch']}" for r in rows]
+    fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 4))
+    bottom = np.zeros(len(rows))
+    for stage in ("compute", "wait"):
+        vals = np.array([r[stage] for r in rows])
+        ax.bar(labels, vals, bottom=bottom, label=stage)
+        bottom += vals
+    other = np.array([r["epoch_time"] for r in rows]) - bottom
+    ax.bar(labels, np.clip(other, 0, None), bottom=bottom, label="other (optimizer, loop)", color="lightgrey")
+    ax.set_ylabel("seconds per epoch")
+    ax.set_title(f"{meta['device']}: {meta['setup']}", fontsize=8)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+if __name__ == "__main__":
+    main()
