@@ -33,6 +33,10 @@ class DeviceBlock:
     checks dtypes, shapes and devices (cheap, no device sync) but trusts the values:
     :meth:`from_dgl` builds them correctly. ``srcdata``/``dstdata`` hold per-node tensors
     (first dimension ``num_src`` / ``num_dst``) on the same device.
+
+    Derived tensors (degrees, the CSR adjacency and its transpose) are built on first use, on the
+    current CUDA stream, and kept: a producer on a side stream must have the index tensors ready
+    (an event) before the consumer's first call, as for any tensor it hands over.
     """
 
     is_block = True  # DGL-compatible flag, read by code that accepts graphs and blocks alike

@@ -10,9 +10,10 @@ torch device, without DGL: PyPI's DGL is a CPU build, so its own layers cannot r
   (converted on each call with :meth:`DeviceBlock.from_dgl`; hand DeviceBlocks in to convert once).
   ``x`` is ``(num_src_nodes, in_feats)``; the destination nodes are its first ``num_dst_nodes``
   rows (DGL's block convention). The result is ``(num_dst_nodes, out_feats)`` in ``x``'s dtype.
-- Aggregation is a sparse CSR x dense product (one SpMM, cuSPARSE on CUDA, MKL on the CPU) for
-  float32/float64, and a gather + ``index_add_`` for other dtypes (float16/bfloat16, which the CPU
-  SpMM lacks). A destination without in-edges aggregates to zero.
+- Aggregation is a sparse CSR x dense product (one SpMM, cuSPARSE on CUDA, MKL on the CPU; the
+  backward pass multiplies by the block's cached CSR transpose) for float32/float64, and a gather +
+  ``index_add_`` for other dtypes (float16/bfloat16, which the CPU SpMM lacks). It runs outside
+  autocast, in the rows' own dtype. A destination without in-edges aggregates to zero.
 """
 from __future__ import annotations
 
@@ -205,26 +206,28 @@ def _neighbour_sum(block: DeviceBlock, h: torch.Tensor) -> torch.Tensor:
     """``(num_dst, d)``: for each destination, the sum of ``h``'s rows of its in-neighbours."""
     if h.dtype in (torch.float32, torch.float64):
         with _no_autocast(h.device):
-            return _CSRMatmul.apply(block.adjacency(h.dtype), block.adjacency(h.dtype, transpose=True), h)
+            return _CSRMatmul.apply(block, h)
     out = h.new_zeros((block.num_dst_nodes(), h.shape[1]))
     return out.index_add_(0, block.edge_dst(), h.index_select(0, block.indices))
 
 
 class _CSRMatmul(torch.autograd.Function):
-    """``adj @ h`` whose backward multiplies by a prebuilt CSR transpose. torch's own backward for
-    a CSR operand re-sorts the matrix on every call (several times slower on small blocks); this
-    one is a plain SpMM, without atomics, hence deterministic on CUDA too."""
+    """``adj @ h`` whose backward multiplies by a prebuilt CSR transpose, cached on the block.
+    torch's own backward for a CSR operand transposes the matrix again on every call (measured
+    several times slower on small blocks on the CPU); here each direction is one plain CSR SpMM."""
 
     @staticmethod
-    def forward(ctx: Any, adj: torch.Tensor, adj_t: torch.Tensor, h: torch.Tensor) -> torch.Tensor:
-        ctx.adj_t = adj_t  # a constant of the graph: no need for save_for_backward's version checks
-        return adj @ h
+    def forward(ctx: Any, block: DeviceBlock, h: torch.Tensor) -> torch.Tensor:
+        # The block, not a tensor: the graph is a constant, and the transpose is built only
+        # when a backward pass asks for it (never in inference).
+        ctx.block = block
+        return block.adjacency(h.dtype) @ h
 
     @staticmethod
     @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, None, torch.Tensor]:
+    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
         with _no_autocast(grad.device):
-            return None, None, ctx.adj_t @ grad.contiguous()
+            return None, ctx.block.adjacency(grad.dtype, transpose=True) @ grad.contiguous()
 
 
 def _neighbour_mean(block: DeviceBlock, h: torch.Tensor) -> torch.Tensor:

@@ -2,6 +2,7 @@ import dgl
 import dgl.nn
 import pytest
 import torch
+from conftest import requires_cuda
 
 from dgl_zerocopy.blocks import DeviceBlock
 from dgl_zerocopy.models import GCN, GraphSAGE, _BlockGNN, build_model
@@ -72,3 +73,15 @@ def test_equal_to_the_same_model_built_from_dgl_nn(small_dataset, name):
     model = build_model(name, x.shape[1], 16, small_dataset.num_classes, 2, dropout=0.5).eval()
     load_dgl_weights(model, reference)
     torch.testing.assert_close(model(blocks, x), reference(blocks, x))
+
+
+@pytest.mark.gpu
+@requires_cuda
+@pytest.mark.parametrize("name", ["sage", "gcn"])
+def test_device_blocks_on_cuda_equal_the_cpu(small_dataset, name):
+    input_nodes, _, blocks = _blocks(small_dataset, [4, 4])
+    x = torch.from_numpy(small_dataset.features)[input_nodes]
+    model = build_model(name, x.shape[1], 16, small_dataset.num_classes, 2, dropout=0.5).eval()
+    expected = model(blocks, x)
+    cuda_blocks = [DeviceBlock.from_dgl(b, "cuda") for b in blocks]
+    torch.testing.assert_close(model.cuda()(cuda_blocks, x.cuda()).cpu(), expected)
