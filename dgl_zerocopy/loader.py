@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from .prefetch import Prefetcher
-from .store import FeatureStore
+from .store import FeatureStore, resolve_device
 from .timing import StageTimer
 
 log = logging.getLogger(__name__)
@@ -40,7 +40,7 @@ class DataLoader:
     def __init__(self, graph, indices, sampler, features: Mapping | None = None, labels: Mapping | None = None,
                  device: str | torch.device = "cpu", batch_size: int = 1024, shuffle: bool = True, drop_last: bool = False,
                  prefetch: int = 2, seed: int = 0, blocks: str = "dgl", timer: StageTimer | None = None) -> None:
-        self.device = _device(device)
+        self.device = resolve_device(device)
         if blocks not in BLOCK_KINDS:
             raise ValueError(f"blocks must be 'dgl' or 'device', but got {blocks!r}")
         if not isinstance(prefetch, int) or prefetch < 0:
@@ -222,16 +222,6 @@ def _node_ids(indices, num_nodes: int) -> torch.Tensor:
         bad = indices[(indices < 0) | (indices >= num_nodes)][0]
         raise IndexError(f"indices contain node {int(bad)}, outside the graph's {num_nodes} nodes (valid: 0 to {num_nodes - 1})")
     return indices
-
-
-def _device(device) -> torch.device:
-    device = torch.device(device)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"device {str(device)!r} needs CUDA, which is not available here; use device='cpu'")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def dgl_has_cuda() -> bool:

@@ -176,17 +176,21 @@ def _resolve_backend(backend: str) -> str:
     return "zerocopy" if zerocopy_available() else "cpu"
 
 
-def _resolve_device(device, backend: str) -> torch.device:
-    if device is None:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
+def resolve_device(device) -> torch.device:
+    """``cpu`` or ``cuda:N`` (a bare ``cuda`` becomes the current device); CUDA must be available."""
     device = torch.device(device)
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise RuntimeError(f"device {str(device)!r} needs CUDA, which is not available here; use device='cpu' with backend='cpu'")
+            raise RuntimeError(f"device {str(device)!r} needs CUDA, which is not available here; use device='cpu' (and backend='cpu' for a FeatureStore)")
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
     elif device.type != "cpu":
         raise ValueError(f"device must be 'cpu' or 'cuda[:N]', but got {str(device)!r}")
+    return device
+
+
+def _resolve_device(device, backend: str) -> torch.device:
+    device = resolve_device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
     if backend in ("zerocopy", "gpu") and device.type != "cuda":
         raise RuntimeError(f"backend={backend!r} needs a CUDA device, but got {str(device)!r}; use backend='cpu' on machines without a GPU")
     return device

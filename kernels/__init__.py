@@ -9,21 +9,9 @@ from __future__ import annotations
 
 from typing import Any
 
-_LAUNCHER_NAMES = frozenset(
-    {
-        "KernelCompileError",
-        "compile_check",
-        "compile_gather_module",
-        "launch_gather",
-        "nvrtc_library_path",
-        "nvrtc_version",
-    }
-)
-
-
 def __getattr__(name: str) -> Any:
-    if name in _LAUNCHER_NAMES:
-        from dgl_zerocopy import cuda_gather
+    from dgl_zerocopy import cuda_gather  # imports no CuPy; its __all__ is the one list of names
 
+    if name in cuda_gather.__all__:
         return getattr(cuda_gather, name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
