@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from .config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml
-from .data import DATASETS
+from .data import DATASETS, DatasetError
 from .models import MODELS
 
 log = logging.getLogger("dgl_zerocopy")
@@ -43,6 +43,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--config", help="YAML file with the same keys as these flags (flags override it)")
     t.add_argument("--dataset", help=f"one of: {', '.join(DATASETS)} (default synthetic)")
     t.add_argument("--num-nodes", type=int, help="node count of the generated dataset (synthetic only)")
+    t.add_argument("--data-root", help="folder holding the real datasets (cora, coauthor-cs, ogbn-products, ...)")
+    t.add_argument("--self-loop", action="store_const", const=True, help="add a self-loop to every node (GCN's A + I)")
     t.add_argument("--model", help=f"one of: {', '.join(MODELS)} (default sage)")
     t.add_argument("--fanouts", type=_fanouts, help="neighbours sampled per layer, e.g. 15,10,5 (-1: all)")
     t.add_argument("--batch-size", type=int)
@@ -51,6 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--dropout", type=float)
     t.add_argument("--epochs", type=int)
     t.add_argument("--lr", type=float)
+    t.add_argument("--weight-decay", type=float)
     t.add_argument("--seed", type=int)
     t.add_argument("--device", help="auto, cpu or cuda (default auto)")
     t.add_argument("--feature-source", help=f"one of: {', '.join(FEATURE_SOURCES)} (default cpu)")
@@ -78,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(environment_report())
             return 0
-    except ConfigError as e:
+    except (ConfigError, DatasetError) as e:
         print(f"dgl-zerocopy: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
@@ -95,7 +98,9 @@ def _train(args: argparse.Namespace) -> int:
     cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
     resolve_device(cfg.device, cfg.feature_source)  # fail before the dataset loads
     spec = SyntheticSpec(num_nodes=cfg.num_nodes) if cfg.num_nodes else SyntheticSpec()
-    dataset = load_dataset(cfg.dataset, synthetic=spec)
+    dataset = load_dataset(cfg.dataset, synthetic=spec, root=cfg.data_root, split_seed=cfg.seed)
+    if cfg.self_loop:
+        dataset = dataset.with_self_loops()
     print(dataset.summary())
     print(f"model {cfg.model}, fanouts {cfg.fanouts}, batch {cfg.batch_size}, feature source {cfg.feature_source}")
     history = train(cfg, dataset, on_epoch=lambda s: print(s.line(), flush=True), progress=not args.no_progress)

@@ -23,6 +23,8 @@ class TrainConfig(BaseModel):
 
     dataset: str = "synthetic"
     num_nodes: Optional[PositiveInt] = None  # size of the generated dataset (synthetic only)
+    data_root: Optional[str] = None  # folder of the real datasets (all but synthetic)
+    self_loop: bool = False  # add one self-loop per node before training (GCN's A + I)
     model: Literal["sage", "gcn"] = "sage"
     fanouts: list[int] = [15, 10, 5]
     batch_size: PositiveInt = 1024
@@ -31,6 +33,7 @@ class TrainConfig(BaseModel):
     dropout: float = 0.5
     epochs: PositiveInt = 3
     lr: PositiveFloat = 0.003
+    weight_decay: float = 0.0
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
     feature_source: Literal["dgl", "cpu", "zerocopy", "gpu"] = "cpu"
@@ -60,6 +63,13 @@ class TrainConfig(BaseModel):
     def _valid_prefetch(cls, v: int) -> int:
         if v < 0:
             raise ValueError(f"prefetch must be >= 0 (0 = no background thread), but got {v}")
+        return v
+
+    @field_validator("weight_decay")
+    @classmethod
+    def _valid_weight_decay(cls, v: float) -> float:
+        if v < 0:
+            raise ValueError(f"weight_decay must be >= 0, but got {v}")
         return v
 
     @field_validator("dropout")
@@ -114,6 +124,6 @@ def _one_line(error: ValidationError) -> str:
         allowed = ", ".join(TrainConfig.model_fields)
         return f"unknown config key {key!r}; allowed keys: {allowed}"
     msg = first["msg"].removeprefix("Value error, ")
-    if msg.startswith(("unknown", "fanouts", "dropout", "prefetch")):
+    if msg.startswith(("unknown", "fanouts", "dropout", "prefetch", "weight_decay")):
         return msg
     return f"{key}: {msg}, but got {first['input']!r}"

@@ -78,7 +78,7 @@ def train(
     sync = (lambda: torch.cuda.synchronize(device)) if device.type == "cuda" else None
     timer = StageTimer(sync=sync)
     model = build_model(cfg.model, dataset.features.shape[1], cfg.hidden, dataset.num_classes, len(cfg.fanouts), cfg.dropout).to(device)
-    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr)
+    optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     source = make_source(cfg.feature_source, dataset, cfg.fanouts, device, prefetch=cfg.prefetch, seed=cfg.seed)
     train_idx = torch.from_numpy(dataset.train_idx)
     history = []
@@ -105,8 +105,8 @@ def train(
             epoch_time = time.perf_counter() - start
             stages = timer.reset()
             t0 = time.perf_counter()
-            val_acc = evaluate(model, source, dataset.val_idx, cfg.eval_batch_size)
-            test_acc = evaluate(model, source, dataset.test_idx, cfg.eval_batch_size)
+            val_acc = evaluate(model, source, dataset.val_idx, cfg.eval_batch_size, dataset.evaluator)
+            test_acc = evaluate(model, source, dataset.test_idx, cfg.eval_batch_size, dataset.evaluator)
             stats = EpochStats(epoch, loss_sum / max(seen, 1), correct / max(seen, 1), val_acc, test_acc,
                                epoch_time, time.perf_counter() - t0, stages)
             history.append(stats)
@@ -119,15 +119,22 @@ def train(
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, source, nodes: np.ndarray, batch_size: int) -> float:
-    """Accuracy on ``nodes`` with the same sampled neighbourhoods as training (dropout off)."""
+def evaluate(model: torch.nn.Module, source, nodes: np.ndarray, batch_size: int, evaluator: str | None = None) -> float:
+    """Accuracy on ``nodes`` with the same sampled neighbourhoods as training (dropout off);
+    with ``evaluator`` (an OGB dataset name) computed by OGB's ``Evaluator``."""
     if len(nodes) == 0:
         return float("nan")
     model.eval()
-    correct = 0
+    preds, truth = [], []
     for blocks, x, y in source.batches(torch.from_numpy(nodes), batch_size, shuffle=False, timer=StageTimer()):
-        correct += int((model(blocks, x.float()).argmax(1) == y).sum())
-    return correct / len(nodes)
+        preds.append(model(blocks, x.float()).argmax(1).cpu())
+        truth.append(y.cpu())
+    y_pred, y_true = torch.cat(preds), torch.cat(truth)
+    if evaluator is not None:
+        from ogb.nodeproppred import Evaluator
+
+        return float(Evaluator(evaluator).eval({"y_true": y_true[:, None], "y_pred": y_pred[:, None]})["acc"])
+    return float((y_pred == y_true).sum()) / len(nodes)
 
 
 def timing_table(history: list[EpochStats]) -> str:

@@ -9,14 +9,18 @@ from pathlib import Path
 
 import numpy as np
 
-from .base import GraphDataset
+from .base import DatasetError, GraphDataset
 from .synthetic import SyntheticSpec, generate
 
-__all__ = ["GraphDataset", "SyntheticSpec", "DATASETS", "cache_dir", "load_dataset"]
+__all__ = ["GraphDataset", "DatasetError", "SyntheticSpec", "DATASETS", "REAL_DATASETS", "cache_dir", "load_dataset"]
 
 log = logging.getLogger(__name__)
 
-DATASETS = ("synthetic",)
+PLANETOID = ("cora", "citeseer")
+GRAPHDATA = ("amazon-computers", "amazon-photo", "coauthor-cs", "coauthor-physics")
+OGB = ("ogbn-products", "ogbn-arxiv", "ogbn-papers100M")
+REAL_DATASETS = PLANETOID + GRAPHDATA + OGB  # read from a --data-root folder, never downloaded
+DATASETS = ("synthetic",) + REAL_DATASETS
 _ARRAYS = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")
 
 
@@ -25,11 +29,37 @@ def cache_dir() -> Path:
     return Path(os.environ.get("DGL_ZEROCOPY_CACHE", Path.home() / ".cache" / "dgl_zerocopy"))
 
 
-def load_dataset(name: str, synthetic: SyntheticSpec | None = None, cache: Path | None = None) -> GraphDataset:
-    """Load dataset ``name``. ``synthetic`` sizes the generated graph; ``cache`` overrides :func:`cache_dir`."""
+def load_dataset(
+    name: str,
+    synthetic: SyntheticSpec | None = None,
+    cache: Path | None = None,
+    root: str | Path | None = None,
+    split_seed: int = 0,
+) -> GraphDataset:
+    """Load dataset ``name``.
+
+    ``synthetic`` sizes the generated graph and ``cache`` overrides :func:`cache_dir` for it. The
+    real datasets are read from ``root`` (``--data-root``); ``split_seed`` draws the random
+    20/30-per-class split of the GraphData graphs. Missing files raise :class:`DatasetError`.
+    """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose from: {', '.join(DATASETS)}")
-    return _load_synthetic(synthetic or SyntheticSpec(), cache or cache_dir())
+    if name == "synthetic":
+        return _load_synthetic(synthetic or SyntheticSpec(), cache or cache_dir())
+    if root is None:
+        raise DatasetError(f"dataset {name!r} is read from a folder: pass --data-root DIR (data_root in a config), e.g. ../shared/data")
+    root = Path(root)
+    if name in PLANETOID:
+        from .planetoid import load_planetoid
+
+        return load_planetoid(name, root)
+    if name in GRAPHDATA:
+        from .graphdata import load_graphdata
+
+        return load_graphdata(name, root, split_seed=split_seed)
+    from .ogb import load_ogb
+
+    return load_ogb(name, root)
 
 
 def _load_synthetic(spec: SyntheticSpec, root: Path) -> GraphDataset:

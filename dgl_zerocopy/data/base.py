@@ -1,9 +1,13 @@
 """The in-memory form every dataset loads into: a CSC graph, a host feature table, labels, splits."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
+
+
+class DatasetError(ValueError):
+    """A dataset that cannot be loaded as asked (missing files, no root given): one line for the user."""
 
 
 @dataclass(frozen=True)
@@ -25,6 +29,7 @@ class GraphDataset:
     val_idx: np.ndarray
     test_idx: np.ndarray
     num_classes: int
+    evaluator: str | None = None  # an OGB dataset name: accuracy through ogb's Evaluator
 
     @property
     def num_nodes(self) -> int:
@@ -33,6 +38,18 @@ class GraphDataset:
     @property
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
+
+    def with_self_loops(self) -> "GraphDataset":
+        """The same dataset with one self-loop per node (GCN's A + I); existing self-loops are kept once."""
+        n = self.num_nodes
+        dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))
+        keep = self.indices != dst
+        src = np.concatenate([self.indices[keep], np.arange(n, dtype=np.int64)])
+        dst = np.concatenate([dst[keep], np.arange(n, dtype=np.int64)])
+        order = np.lexsort((src, dst))
+        indptr = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
+        return replace(self, indptr=indptr, indices=src[order])
 
     def to_dgl(self, with_data: bool = False):
         """A DGL graph of the CSC structure; with ``with_data`` also ``ndata['feat'/'label']``
