@@ -18,7 +18,7 @@ from .models import MODELS
 log = logging.getLogger("dgl_zerocopy")
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
-BENCHMARKS = ("gather", "epoch", "cpu_gather", "pcie_model")
+BENCHMARKS = ("gather", "epoch", "cpu_gather", "pcie_model", "scaling", "accuracy")
 
 
 class _Parser(argparse.ArgumentParser):
