@@ -16,6 +16,7 @@ from typing import Iterator, Mapping
 import numpy as np
 import torch
 
+from .data.base import tensor_view
 from .prefetch import Prefetcher
 from .store import FeatureStore, resolve_device
 from .timing import StageTimer
@@ -80,7 +81,7 @@ class DataLoader:
 
     def _labels(self, name: str, labels):
         if isinstance(labels, np.ndarray):
-            labels = torch.from_numpy(labels)
+            labels = tensor_view(labels)
         if isinstance(labels, FeatureStore):
             n = len(labels)
         elif isinstance(labels, torch.Tensor):
@@ -214,7 +215,7 @@ def _gather_labels(labels, ids: torch.Tensor, device: torch.device) -> torch.Ten
 
 def _node_ids(indices, num_nodes: int) -> torch.Tensor:
     if isinstance(indices, np.ndarray):
-        indices = torch.from_numpy(indices)
+        indices = tensor_view(indices)
     if not isinstance(indices, torch.Tensor) or indices.dtype not in (torch.int32, torch.int64) or indices.dim() != 1:
         raise TypeError(f"indices must be a 1-D int32/int64 tensor or array of seed node ids, but got {getattr(indices, 'dtype', type(indices).__name__)}")
     indices = indices.cpu().long()

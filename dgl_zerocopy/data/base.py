@@ -1,9 +1,20 @@
 """The in-memory form every dataset loads into: a CSC graph, a host feature table, labels, splits."""
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
+
+
+def tensor_view(array: np.ndarray):
+    """``torch.from_numpy(array)`` (shares memory) without torch's warning for read-only arrays:
+    datasets may be read-only memory maps, and nothing in this package writes to them."""
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
+        return torch.from_numpy(array)
 
 
 class DatasetError(ValueError):
@@ -58,12 +69,12 @@ class GraphDataset:
         import torch
 
         graph = dgl.graph(
-            ("csc", (torch.from_numpy(self.indptr), torch.from_numpy(self.indices), torch.tensor([], dtype=torch.int64))),
+            ("csc", (tensor_view(self.indptr), tensor_view(self.indices), torch.tensor([], dtype=torch.int64))),
             num_nodes=self.num_nodes,
         )
         if with_data:
-            graph.ndata["feat"] = torch.from_numpy(np.ascontiguousarray(self.features))
-            graph.ndata["label"] = torch.from_numpy(self.labels)
+            graph.ndata["feat"] = tensor_view(np.ascontiguousarray(self.features))
+            graph.ndata["label"] = tensor_view(self.labels)
         return graph
 
     def summary(self) -> str:

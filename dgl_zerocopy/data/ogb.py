@@ -1,0 +1,327 @@
+"""ogbn-products, ogbn-arxiv and ogbn-papers100M through ogb's ``DglNodePropPredDataset``, cached as
+``.npy`` files that later loads memory-map.
+
+The first load reads the dataset with ogb, then writes the CSC graph, features, labels and splits
+to ``<dataset folder>/dgl_zerocopy/`` (a temporary folder renamed into place, so a reader never
+sees half a cache). Every later load maps those files read-only and does not touch ogb: the
+feature table is a file mapping that :class:`~dgl_zerocopy.store.FeatureStore` pins in place,
+with no second copy in RAM.
+
+Nothing is downloaded. ogb would fetch a missing dataset and ask questions on stdin (a download
+over 1 GB, a folder without its ``RELEASE_v*.txt``); the files ogb needs are checked first and a
+missing one raises :class:`DatasetError` with the download URL and the folder layout.
+"""
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import io
+import json
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterator
+
+import numpy as np
+
+from .base import DatasetError, GraphDataset
+
+__all__ = ["load_ogb", "OGB_DATASETS", "SYMMETRISED", "CACHE_DIR", "dataset_folder", "symmetric_csc", "directed_csc"]
+
+log = logging.getLogger(__name__)
+
+OGB_DATASETS = ("ogbn-products", "ogbn-arxiv", "ogbn-papers100M")
+SYMMETRISED = ("ogbn-arxiv", "ogbn-papers100M")  # citation graphs stored one way; products is stored both ways
+CACHE_DIR = "dgl_zerocopy"  # inside the dataset's folder
+CACHE_FORMAT = 1  # bump when the cached arrays change meaning: older caches are rebuilt
+_ARRAYS = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")
+_CHUNK_BYTES = 256 << 20  # feature rows are converted and written this many bytes at a time
+
+
+def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None) -> GraphDataset:
+    """OGB node-property dataset ``name`` from ``<root>/<name with '_' for '-'>`` (ogb's layout).
+
+    ``meta_dict``: ogb's per-dataset meta information (a column of ogb's ``master.csv`` with
+    ``dir_path`` set to the dataset's folder), for a dataset in OGB's raw format kept elsewhere;
+    then ``root`` is not used and ``name`` still picks the graph rule and the evaluator.
+
+    Returns a :class:`GraphDataset` whose arrays are read-only memory maps: in-edges in CSC
+    (int64; arxiv and papers100M made bidirected as ``dgl.to_bidirected`` does: one edge per
+    direction, self-loops kept once), float32 C-contiguous features, int64 labels with -1 for
+    unlabelled nodes (papers100M), sorted int64 splits; ``evaluator`` is ``name``.
+    Raises :class:`DatasetError` when the dataset is not there, naming the URL and the layout.
+    """
+    if name not in OGB_DATASETS:
+        raise ValueError(f"unknown OGB dataset {name!r}; choose from: {', '.join(OGB_DATASETS)}")
+    if meta_dict is not None and "dir_path" not in meta_dict:
+        raise ValueError("meta_dict must hold 'dir_path', the dataset's folder, as ogb's meta_dict does")
+    meta = dict(meta_dict) if meta_dict is not None else _master_column(name)
+    folder = Path(meta["dir_path"]) if meta_dict is not None else dataset_folder(name, Path(root))
+    cache = folder / CACHE_DIR
+    if _cache_is_current(cache, name):
+        log.info("%s: mapping the cached arrays in %s", name, cache)
+        return _open_cache(cache, name)
+    _check_files(name, folder, meta)
+    log.info("%s: first load, reading %s with ogb and caching it as .npy in %s", name, folder, cache)
+    _build_cache(name, folder, meta, meta_dict is not None, cache)
+    return _open_cache(cache, name)
+
+
+def dataset_folder(name: str, root: Path) -> Path:
+    """Where ogb keeps ``name`` under ``root``: ``ogbn_arxiv``, or ``ogbn_arxiv_dgl`` if that exists."""
+    base = "_".join(name.split("-"))
+    return root / (base + "_dgl") if (root / (base + "_dgl")).exists() else root / base
+
+
+# --- the graph -------------------------------------------------------------------------------
+
+
+def symmetric_csc(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """In-edges (CSC, int64) of the graph with both directions of every edge, each (u, v) once,
+    self-loops once (as ``dgl.to_bidirected``); each column's sources sorted.
+
+    Memory: one int64 key per directed edge (twice the input edges), sorted in place.
+    """
+    n = _check_key_range(num_nodes)
+    m = len(src)
+    key = np.empty(2 * m, dtype=np.int64)  # dst * n + src: sorting it orders by column, then source
+    np.multiply(dst, n, out=key[:m])
+    key[:m] += src
+    np.multiply(src, n, out=key[m:])
+    key[m:] += dst
+    key.sort()
+    if len(key):
+        fresh = np.empty(len(key), dtype=bool)
+        fresh[0] = True
+        np.not_equal(key[1:], key[:-1], out=fresh[1:])
+        key = key[fresh]
+    return _csc_from_sorted_keys(key, n)
+
+
+def directed_csc(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+    """In-edges (CSC, int64) of the edges as given (duplicates kept); each column's sources sorted."""
+    n = _check_key_range(num_nodes)
+    key = np.multiply(dst, n, dtype=np.int64)
+    key += src
+    key.sort()
+    return _csc_from_sorted_keys(key, n)
+
+
+def _check_key_range(num_nodes: int) -> int:
+    if num_nodes * num_nodes >= 2**63:
+        raise DatasetError(f"{num_nodes:,} nodes is too many for one int64 edge key (at most 3,037,000,499)")
+    return int(num_nodes)
+
+
+def _csc_from_sorted_keys(key: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    # column c holds the keys in [c * n, (c + 1) * n): its bounds are a search, no per-edge dst array
+    indptr = np.searchsorted(key, np.arange(n + 1, dtype=np.int64) * n).astype(np.int64)
+    np.remainder(key, n, out=key)  # the key array becomes the source ids, in place
+    return indptr, key
+
+
+# --- the cache -------------------------------------------------------------------------------
+
+
+def _cache_is_current(cache: Path, name: str) -> bool:
+    try:
+        meta = json.loads((cache / "meta.json").read_text())
+    except (OSError, ValueError):
+        return False
+    if meta.get("format") != CACHE_FORMAT or meta.get("name") != name:
+        log.info("%s: the cache in %s is from another format or dataset; rebuilding it", name, cache)
+        return False
+    return True
+
+
+def _open_cache(cache: Path, name: str) -> GraphDataset:
+    meta = json.loads((cache / "meta.json").read_text())
+    arrays = {k: np.load(cache / f"{k}.npy", mmap_mode="r") for k in _ARRAYS}
+    return GraphDataset(name=name, num_classes=int(meta["num_classes"]), evaluator=name, **arrays)
+
+
+def _build_cache(name: str, folder: Path, meta: dict, local: bool, cache: Path) -> None:
+    """Read with ogb, write every array into a temporary folder, then rename it to ``cache``."""
+    tmp = Path(tempfile.mkdtemp(prefix=f".{CACHE_DIR}.", dir=folder))
+    try:
+        _write_arrays(name, folder, meta, local, tmp)
+        _replace_dir(tmp, cache)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _write_arrays(name: str, folder: Path, meta: dict, local: bool, out: Path) -> None:
+    # Order matters for papers100M's peak memory: the features leave RAM for the file first, then
+    # ogb's graph is dropped, and only then is the CSC built from the edge list.
+    dataset = _ogb_dataset(name, folder, meta, local)
+    graph = dataset.graph[0]
+    num_nodes = graph.num_nodes()
+    labels = _int_labels(dataset.labels.numpy())
+    np.save(out / "labels.npy", labels)
+    split = dataset.get_idx_split()
+    for key, ours in (("train", "train_idx"), ("valid", "val_idx"), ("test", "test_idx")):
+        ids = np.sort(split[key].numpy().astype(np.int64, copy=False))
+        _check_split(name, key, ids, labels)
+        np.save(out / f"{ours}.npy", ids)
+    del labels, split
+    if "feat" not in graph.ndata:
+        raise DatasetError(f"{name} in {str(folder)!r} has no node features (raw/node-feat.csv.gz or node_feat in raw/data.npz)")
+    features = graph.ndata.pop("feat").numpy()
+    feat_shape = features.shape
+    _save_float32(out / "features.npy", features)
+    src, dst = (t.numpy() for t in graph.edges())
+    del features, graph, dataset
+    build = symmetric_csc if name in SYMMETRISED else directed_csc
+    indptr, indices = build(src, dst, num_nodes)
+    del src, dst
+    np.save(out / "indptr.npy", indptr)
+    np.save(out / "indices.npy", indices)
+    info = {"format": CACHE_FORMAT, "name": name, "num_classes": int(meta["num classes"]), "num_nodes": num_nodes,
+            "num_edges": int(len(indices)), "feature_shape": list(feat_shape), "bidirected": name in SYMMETRISED}
+    (out / "meta.json").write_text(json.dumps(info, indent=1) + "\n")  # written last: marks a whole cache
+    log.info("%s: cached %s nodes, %s edges, features %s", name, f"{num_nodes:,}", f"{len(indices):,}", feat_shape)
+
+
+def _int_labels(raw: np.ndarray) -> np.ndarray:
+    """ogb's ``(num_nodes, 1)`` labels as int64 of length ``num_nodes``; NaN (unlabelled) -> -1."""
+    flat = raw.reshape(len(raw), -1)
+    if flat.shape[1] != 1:
+        raise DatasetError(f"expected one label per node, but the labels have shape {raw.shape}")
+    flat = flat[:, 0]
+    if not np.issubdtype(flat.dtype, np.floating):
+        return flat.astype(np.int64)
+    labels = np.full(len(flat), -1, dtype=np.int64)
+    known = ~np.isnan(flat)
+    labels[known] = flat[known].astype(np.int64)
+    return labels
+
+
+def _check_split(name: str, key: str, ids: np.ndarray, labels: np.ndarray) -> None:
+    if len(ids) and (ids[0] < 0 or ids[-1] >= len(labels)):
+        raise DatasetError(f"{name}: the {key} split holds node ids outside 0..{len(labels) - 1}; the split files do not match the graph")
+    unlabelled = int((labels[ids] < 0).sum())
+    if unlabelled:
+        raise DatasetError(f"{name}: the {key} split holds {unlabelled} unlabelled nodes; the split files do not match the labels")
+
+
+def _save_float32(path: Path, features: np.ndarray) -> None:
+    """Write ``features`` as a C-contiguous float32 ``.npy``, a slab of rows at a time, so that a
+    dtype conversion never needs a second full-size array in RAM."""
+    if features.ndim != 2:
+        raise DatasetError(f"expected 2-D node features, but got shape {features.shape}")
+    out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=features.shape)
+    step = max(1, _CHUNK_BYTES // max(1, features.shape[1] * 4))
+    for start in range(0, len(features), step):
+        out[start:start + step] = features[start:start + step]
+    out.flush()
+    del out
+
+
+def _replace_dir(tmp: Path, cache: Path) -> None:
+    """Rename ``tmp`` to ``cache``; an outdated ``cache`` is swapped out first. If another process
+    finished the same cache meanwhile, keep theirs."""
+    if cache.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{CACHE_DIR}.old.", dir=cache.parent))
+        os.replace(cache, old / "cache")
+        shutil.rmtree(old, ignore_errors=True)
+    try:
+        os.replace(tmp, cache)
+    except OSError:
+        if not (cache / "meta.json").exists():
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)  # a concurrent loader won the race: same data
+
+
+# --- ogb, without network or prompts ---------------------------------------------------------
+
+
+def _ogb_dataset(name: str, folder: Path, meta: dict, local: bool):
+    """``DglNodePropPredDataset`` with its prompts and downloads disabled (the files were checked)."""
+    from ogb.nodeproppred import dataset_dgl
+
+    said = io.StringIO()  # ogb prints its steps and progress bars: they go to the debug log
+    with _no_prompts(dataset_dgl), contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+        try:
+            if local:
+                dataset = dataset_dgl.DglNodePropPredDataset(name, meta_dict=meta)
+            else:
+                dataset = dataset_dgl.DglNodePropPredDataset(name, root=str(folder.parent))
+        finally:
+            for line in said.getvalue().splitlines():
+                log.debug("ogb: %s", line.rsplit("\r", 1)[-1])
+    return dataset
+
+
+@contextlib.contextmanager
+def _no_prompts(dataset_dgl) -> Iterator[None]:
+    """Within the block, ogb's ``input()`` and download decision raise instead of waiting on stdin.
+    The files were checked beforehand, so reaching either is a bug in that check."""
+
+    def refuse(*args, **kwargs):
+        asked = " ".join(str(args[0]).split()) if args else ""
+        raise DatasetError(f"ogb wanted to ask or download ({asked}); nothing is asked or downloaded here: place the dataset's files yourself")
+
+    from ogb.utils import url
+
+    patched = [(dataset_dgl, "input"), (dataset_dgl, "decide_download"), (url, "input")]
+    saved = [(mod, attr, mod.__dict__.get(attr)) for mod, attr in patched]
+    for mod, attr in patched:
+        setattr(mod, attr, refuse)  # a module global shadows the builtin for that module only
+    try:
+        yield
+    finally:
+        for mod, attr, old in saved:
+            if old is None:
+                delattr(mod, attr)
+            else:
+                setattr(mod, attr, old)
+
+
+def _master_column(name: str) -> dict:
+    """ogb's meta information for ``name`` (its ``master.csv``), read without importing ogb."""
+    import pandas as pd
+
+    spec = importlib.util.find_spec("ogb")
+    if spec is None or spec.origin is None:
+        raise DatasetError(f"{name} is read with the 'ogb' package, which is not installed: pip install ogb==1.3.6")
+    master = pd.read_csv(Path(spec.origin).parent / "nodeproppred" / "master.csv", index_col=0, keep_default_na=False)
+    return dict(master[name])
+
+
+def _needed_files(meta: dict) -> list[str]:
+    """The files ogb reads for one dataset, relative to its folder (``raw/`` ones are not needed
+    when ogb's ``processed/dgl_data_processed`` exists)."""
+    if meta["binary"] == "True":
+        raw = ["raw/data.npz", "raw/node-label.npz"]
+    else:
+        extra = [] if meta["additional node files"] == "None" else meta["additional node files"].split(",")
+        raw = [f"raw/{f}.csv.gz" for f in ("edge", "node-feat", "node-label", "num-node-list", "num-edge-list", *extra)]
+    return raw
+
+
+def _check_files(name: str, folder: Path, meta: dict) -> None:
+    """Raise DatasetError naming the URL and the layout unless ogb will find all it needs."""
+    split = f"split/{meta['split']}"
+    release = f"RELEASE_v{meta['version']}.txt"
+    raw = _needed_files(meta)
+    missing = []
+    if not folder.is_dir():
+        missing.append(f"the folder {str(folder)!r}")
+    else:
+        if not (folder / release).exists():
+            missing.append(release)
+        if not (folder / "processed" / "dgl_data_processed").exists():
+            missing += [f for f in raw if not (folder / f).exists()]
+        if not (folder / split / "split_dict.pt").exists():
+            missing += [f"{split}/{s}.csv.gz" for s in ("train", "valid", "test") if not (folder / split / f"{s}.csv.gz").exists()]
+    if not missing:
+        return
+    layout = f"{folder.name}/{{{release}, {', '.join(raw)}, {split}/{{train,valid,test}}.csv.gz}}"
+    raise DatasetError(
+        f"{name} is not in {str(folder.parent)!r} (missing {', '.join(missing)}); nothing is downloaded here: "
+        f"fetch {meta['url']}, unzip it in {str(folder.parent)!r} and rename {meta['download_name']}/ to {folder.name}/, "
+        f"giving the layout {layout}"
+    )

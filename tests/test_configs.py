@@ -1,0 +1,41 @@
+"""The shipped configs/*.yaml: each one validates, the expected ones exist, and their settings are the published ones."""
+import pytest
+
+from conftest import REPO
+from dgl_zerocopy.config import build_config, read_yaml
+
+CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
+EXPECTED = {"ogbn-products-sage", "ogbn-products-gcn", "ogbn-arxiv-sage", "ogbn-papers100m-sage",
+            "synthetic-sage", "cora-gcn", "coauthor-physics-sage"}
+
+
+@pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
+def test_config_validates_and_explains_itself(path):
+    cfg = build_config(read_yaml(path), {})
+    assert path.read_text().startswith("# "), "the first line says what the config is and where its settings come from"
+    assert path.stem.startswith(cfg.dataset.lower()), f"{path.name} trains on {cfg.dataset}"
+    assert path.stem.endswith(cfg.model)
+
+
+def test_expected_configs_exist():
+    missing = EXPECTED - {p.stem for p in CONFIGS}
+    assert not missing, f"missing configs: {sorted(missing)}"
+
+
+def test_products_sage_has_dgls_example_settings():
+    cfg = build_config(read_yaml(REPO / "configs" / "ogbn-products-sage.yaml"), {})
+    assert cfg.dataset == "ogbn-products" and cfg.model == "sage"
+    assert cfg.fanouts == [15, 10, 5]  # three layers
+    assert (cfg.batch_size, cfg.hidden, cfg.lr, cfg.dropout) == (1024, 256, 0.003, 0.5)
+
+
+def test_ogb_configs_leave_the_data_root_to_the_user():
+    # no machine-specific path baked in: --data-root (or a config of one's own) says where the data is
+    for path in CONFIGS:
+        if path.stem.startswith("ogbn-"):
+            assert build_config(read_yaml(path), {}).data_root is None, path.name
+
+
+def test_flags_override_a_shipped_config():
+    cfg = build_config(read_yaml(REPO / "configs" / "ogbn-papers100m-sage.yaml"), {"feature_source": "cpu", "data_root": "/data"})
+    assert cfg.feature_source == "cpu" and cfg.data_root == "/data" and cfg.fanouts == [10, 10, 10]
