@@ -1,11 +1,12 @@
 """Epoch time per feature source, prefetch on and off: the same model, seed and batches.
 
-For each available source (``dgl``: DGL's default DataLoader path; ``cpu``; and on a GPU
-``zerocopy`` and ``gpu``) and prefetch 0 (serial) and N, trains ``--epochs`` epochs and reports the
-last epoch's time, its stage breakdown, the time the training step waited for data (and its share
-of the step time), and test accuracy. Writes CSV/JSON and a stacked-bar PNG.
+For each available source (``dgl``: DGL's default DataLoader path; ``dgl-storage``: DGL's own
+DataLoader with our FeatureStore attached; ``cpu``; and on a GPU ``zerocopy`` and ``gpu``) and
+prefetch 0 (serial) and N, trains ``--epochs`` epochs and reports the last epoch's time, its
+stage breakdown, the time the training step waited for data (and its share of the step time), and
+test accuracy. Writes CSV/JSON and a stacked-bar PNG.
 
-    python bench/epoch.py [--num-nodes 200000] [--epochs 2] [--prefetch 2]
+    python bench/epoch.py [--num-nodes 200000] [--epochs 2] [--prefetch 2] [--out STEM or /path/STEM]
     dgl-zerocopy bench epoch  (the same)
 """
 from __future__ import annotations
@@ -30,7 +31,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fanouts", default="15,10,5")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--out", default="epoch")
+    parser.add_argument("--out", default="epoch", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
 
     from dgl_zerocopy.backends import zerocopy_available
@@ -39,12 +40,13 @@ def main(argv: list[str] | None = None) -> None:
     from dgl_zerocopy.train import train
 
     cuda = torch.cuda.is_available()
-    sources = ["dgl", "cpu"] + (["gpu"] if cuda else []) + (["zerocopy"] if zerocopy_available() else [])
+    sources = ["dgl", "dgl-storage", "cpu"] + (["gpu"] if cuda else []) + (["zerocopy"] if zerocopy_available() else [])
     dataset = load_dataset("synthetic", synthetic=SyntheticSpec(num_nodes=args.num_nodes))
     rows = []
     for source in sources:
-        for prefetch in ([0] if source == "dgl" else [0, args.prefetch]):
-            if source == "dgl" and cuda:
+        dgl_loader = source in ("dgl", "dgl-storage")  # DGL's DataLoader: its own prefetching, no prefetch knob
+        for prefetch in ([0] if dgl_loader else [0, args.prefetch]):
+            if dgl_loader and cuda:
                 from dgl_zerocopy.loader import dgl_has_cuda
 
                 if not dgl_has_cuda():

@@ -6,7 +6,8 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 # ogb checks PyPI for a newer release on import; machines without internet only get a warning.
 os.environ.setdefault("OUTDATED_IGNORE", "1")
 
+from .loader import DataLoader  # noqa: E402
 from .store import FeatureStore  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["FeatureStore", "__version__"]
+__all__ = ["DataLoader", "FeatureStore", "__version__"]

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, Validati
 
 from .data import DATASETS
 
-FEATURE_SOURCES = ("dgl", "cpu", "zerocopy", "gpu")
+FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
 
 
 class ConfigError(ValueError):
@@ -36,7 +36,7 @@ class TrainConfig(BaseModel):
     weight_decay: float = 0.0
     seed: int = 0
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    feature_source: Literal["dgl", "cpu", "zerocopy", "gpu"] = "cpu"
+    feature_source: Literal["dgl", "dgl-storage", "cpu", "zerocopy", "gpu"] = "cpu"
     prefetch: int = 2
 
     @field_validator("dataset")

@@ -2,6 +2,8 @@
 
 - ``dgl``: DGL's own path (``NeighborSampler(prefetch_node_feats=...)``): DGL slices
   ``g.ndata`` inside its loader. What DGL users run today; its gather is not separable from sampling.
+- ``dgl-storage``: DGL's own DataLoader with our FeatureStore attached (:mod:`dgl_zerocopy.dgl`):
+  DGL samples and prefetches; the input rows are gathered by the store's backend.
 - ``cpu`` / ``zerocopy`` / ``gpu``: DGL samples; our :class:`DataLoader` gathers with a
   :class:`FeatureStore` on that backend, ``prefetch`` batches ahead of training.
 
@@ -20,7 +22,7 @@ from .loader import DataLoader, dgl_has_cuda
 from .store import FeatureStore
 from .timing import StageTimer
 
-FEATURE_SOURCES = ("dgl", "cpu", "zerocopy", "gpu")
+FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
 
 # DGL's loader nags about CPU affinity on every epoch; it is advice, not a fault of this run.
 warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")
@@ -44,6 +46,32 @@ class DglSource:
 
     def close(self) -> None:
         pass
+
+
+class DglStorageSource:
+    """DGL's own DataLoader with our FeatureStore attached: DGL samples and prefetches, the store
+    gathers the input rows (backend ``auto``: zero-copy on a GPU, else cpu); labels from ``g.ndata``."""
+
+    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device) -> None:
+        self.graph = dataset.to_dgl(with_data=False)
+        self.graph.ndata["label"] = torch.from_numpy(dataset.labels)
+        self.fanouts = fanouts
+        self.device = device
+        self.features = FeatureStore(dataset.features, backend="auto" if device.type == "cuda" else "cpu", device=device)
+
+    def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer) -> Iterator:
+        import dgl
+
+        from .dgl import attach, with_features
+
+        sampler = with_features(dgl.dataloading.NeighborSampler(self.fanouts), features=["feat"], labels=["label"])
+        loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device)
+        attach(loader, {"feat": self.features})
+        for _, _, blocks in timer.timed(loader, "sample"):  # includes the gather, inside DGL's prefetcher
+            yield blocks, blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
+
+    def close(self) -> None:
+        self.features.close()
 
 
 class StoreSource:
@@ -82,6 +110,8 @@ def make_source(name: str, dataset: GraphDataset, fanouts: list[int], device: to
     """The feature source called ``name`` (see :data:`FEATURE_SOURCES`) for ``dataset`` on ``device``."""
     if name == "dgl":
         return DglSource(dataset, fanouts, device)
+    if name == "dgl-storage":
+        return DglStorageSource(dataset, fanouts, device)
     if name in ("cpu", "zerocopy", "gpu"):
         return StoreSource(dataset, fanouts, device, backend=name, prefetch=prefetch, seed=seed)
     raise ValueError(f"unknown feature source {name!r}; choose from: {', '.join(FEATURE_SOURCES)}")

@@ -126,6 +126,13 @@ class FeatureStore:
                 f"but got {out.dtype} {tuple(out.shape)} on {out.device}"
             )
 
+    def as_dgl_storage(self):
+        """This store as a DGL ``FeatureStorage`` (:class:`dgl_zerocopy.dgl.ZeroCopyStorage`), for
+        ``dgl.dataloading.DataLoader.attach_data``. Needs DGL."""
+        from .dgl import ZeroCopyStorage
+
+        return ZeroCopyStorage(self)
+
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
         """Release device memory and unpin the host table. Idempotent."""

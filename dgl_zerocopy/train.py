@@ -14,6 +14,7 @@ from tqdm import tqdm
 
 from .config import ConfigError, TrainConfig
 from .data import GraphDataset
+from .data.base import tensor_view
 from .loader import dgl_has_cuda
 from .models import build_model
 from .sources import make_source
@@ -44,14 +45,14 @@ class EpochStats:
 def resolve_device(name: str, feature_source: str) -> torch.device:
     """``auto`` -> CUDA when it can be used, else CPU. DGL's own path (``dgl``) needs a CUDA build
     of DGL on a GPU; our sources hand device-side blocks to the models instead."""
-    needs_dgl_cuda = feature_source == "dgl"
+    needs_dgl_cuda = feature_source in ("dgl", "dgl-storage")  # DGL's own DataLoader moves DGL blocks
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() and (not needs_dgl_cuda or dgl_has_cuda()) else "cpu"
     if name == "cuda":
         if not torch.cuda.is_available():
             raise ConfigError("device 'cuda' requested but CUDA is not available here; use --device cpu or auto")
         if needs_dgl_cuda and not dgl_has_cuda():
-            raise ConfigError("feature source 'dgl' on CUDA needs a CUDA build of DGL (PyPI's is CPU only); use --feature-source zerocopy or --device cpu")
+            raise ConfigError(f"feature source {feature_source!r} on CUDA needs a CUDA build of DGL (PyPI's is CPU only); use --feature-source zerocopy or --device cpu")
     elif feature_source in ("zerocopy", "gpu"):
         raise ConfigError(f"feature source {feature_source!r} needs a CUDA GPU, and the device is {name!r}; use --feature-source cpu or dgl")
     return torch.device(name)
@@ -80,7 +81,7 @@ def train(
     model = build_model(cfg.model, dataset.features.shape[1], cfg.hidden, dataset.num_classes, len(cfg.fanouts), cfg.dropout).to(device)
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     source = make_source(cfg.feature_source, dataset, cfg.fanouts, device, prefetch=cfg.prefetch, seed=cfg.seed)
-    train_idx = torch.from_numpy(dataset.train_idx)
+    train_idx = tensor_view(dataset.train_idx)
     history = []
     try:
         for epoch in range(cfg.epochs):
@@ -126,7 +127,7 @@ def evaluate(model: torch.nn.Module, source, nodes: np.ndarray, batch_size: int,
         return float("nan")
     model.eval()
     preds, truth = [], []
-    for blocks, x, y in source.batches(torch.from_numpy(nodes), batch_size, shuffle=False, timer=StageTimer()):
+    for blocks, x, y in source.batches(tensor_view(nodes), batch_size, shuffle=False, timer=StageTimer()):
         preds.append(model(blocks, x.float()).argmax(1).cpu())
         truth.append(y.cpu())
     y_pred, y_true = torch.cat(preds), torch.cat(truth)

@@ -54,7 +54,7 @@ BAD = {
     "batch size zero": (["--batch-size", "0"], "batch_size: Input should be greater than 0, but got 0"),
     "batch size negative": (["--batch-size", "-5"], "greater than 0"),
     "missing config": (["--config", "/no/such.yaml"], "does not exist"),
-    "unknown feature source": (["--feature-source", "magic"], "'dgl', 'cpu', 'zerocopy' or 'gpu'"),
+    "unknown feature source": (["--feature-source", "magic"], "'dgl', 'dgl-storage', 'cpu', 'zerocopy' or 'gpu'"),
     "negative prefetch": (["--prefetch", "-1"], "prefetch must be >= 0"),
     "zerocopy without a GPU": (["--feature-source", "zerocopy", "--device", "cpu"], "needs a CUDA GPU"),
 }
