@@ -46,10 +46,12 @@ def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
 
 
-def write_results(stem: str, rows: list[dict], meta: dict) -> tuple[Path, Path]:
-    """Write ``rows`` as CSV (``# key: value`` header lines first) and JSON under bench/results/."""
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    csv_path, json_path = RESULTS / f"{stem}.csv", RESULTS / f"{stem}.json"
+def write_results(stem: str, rows: list[dict], meta: dict, folder: str | Path = RESULTS) -> tuple[Path, Path]:
+    """Write ``rows`` as CSV (``# key: value`` header lines first) and JSON under ``folder``
+    (default bench/results/; tests pass a temporary one so the committed results stay)."""
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    csv_path, json_path = folder / f"{stem}.csv", folder / f"{stem}.json"
     keys = list(rows[0]) if rows else []
     with csv_path.open("w") as f:
         for k, v in meta.items():
