@@ -49,6 +49,7 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--fanouts", type=_fanouts, help="neighbours sampled per layer, e.g. 15,10,5 (-1: all)")
     t.add_argument("--batch-size", type=int)
     t.add_argument("--eval-batch-size", type=int)
+    t.add_argument("--eval-every", type=int, help="evaluate every N epochs and after the last (default 1)")
     t.add_argument("--hidden", type=int)
     t.add_argument("--dropout", type=float)
     t.add_argument("--epochs", type=int)
@@ -92,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
 
 def _train(args: argparse.Namespace) -> int:
     from .data import SyntheticSpec, load_dataset
-    from .train import resolve_device, timing_table, train
+    from .train import best_epoch, resolve_device, timing_table, train
 
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "no_progress")}
     cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
@@ -104,7 +105,7 @@ def _train(args: argparse.Namespace) -> int:
     print(dataset.summary())
     print(f"model {cfg.model}, fanouts {cfg.fanouts}, batch {cfg.batch_size}, feature source {cfg.feature_source}")
     history = train(cfg, dataset, on_epoch=lambda s: print(s.line(), flush=True), progress=not args.no_progress)
-    best = max(history, key=lambda h: h.val_acc)
+    best = best_epoch(history)
     print("\nstage times per epoch (s); wait = time the training step waited for its batch")
     print(timing_table(history))
     print(f"\nfinal test accuracy {history[-1].test_acc:.4f} (best val {best.val_acc:.4f} at epoch {best.epoch}, test {best.test_acc:.4f})")

@@ -29,6 +29,7 @@ class TrainConfig(BaseModel):
     fanouts: list[int] = [15, 10, 5]
     batch_size: PositiveInt = 1024
     eval_batch_size: PositiveInt = 4096
+    eval_every: PositiveInt = 1  # evaluate val and test every N epochs (and after the last)
     hidden: PositiveInt = 256
     dropout: float = 0.5
     epochs: PositiveInt = 3

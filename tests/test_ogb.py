@@ -20,7 +20,7 @@ from conftest import REPO
 from dgl_zerocopy.config import build_config
 from dgl_zerocopy.data import DatasetError, load_dataset
 from dgl_zerocopy.data import ogb as ogb_data
-from dgl_zerocopy.data.ogb import load_ogb, symmetric_csc
+from dgl_zerocopy.data.ogb import load_ogb, bidirected_csc
 
 NUM_NODES, FEAT_DIM, NUM_CLASSES = 60, 5, 3
 
@@ -134,11 +134,11 @@ def test_symmetric_csc_equals_dgl_to_bidirected():
     rng = np.random.default_rng(1)
     n = 40
     src, dst = rng.integers(0, n, 300), rng.integers(0, n, 300)
-    indptr, indices = symmetric_csc(src, dst, n)
+    indptr, indices = bidirected_csc(src, dst, n)
     ref = dgl.to_bidirected(dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=n))
     rs, rd = ref.edges()
     assert _edge_pairs(indptr, indices) == sorted(zip(rd.tolist(), rs.tolist()))
-    empty_ptr, empty_idx = symmetric_csc(np.array([], dtype=np.int64), np.array([], dtype=np.int64), 3)
+    empty_ptr, empty_idx = bidirected_csc(np.array([], dtype=np.int64), np.array([], dtype=np.int64), 3)
     np.testing.assert_array_equal(empty_ptr, [0, 0, 0, 0])
     assert len(empty_idx) == 0
 
@@ -169,7 +169,7 @@ def test_cache_is_written_atomically(tmp_path, monkeypatch, no_prompt):
     def crash(*args):  # after labels, splits and features were written into the temporary folder
         raise RuntimeError("disk full (simulated)")
 
-    monkeypatch.setattr(ogb_data, "symmetric_csc", crash)
+    monkeypatch.setattr(ogb_data, "bidirected_csc", crash)
     with pytest.raises(RuntimeError, match="simulated"):
         load_ogb("ogbn-arxiv", tmp_path, meta_dict=meta)
     leftovers = [p.name for p in (tmp_path / "ds").iterdir() if "dgl_zerocopy" in p.name]

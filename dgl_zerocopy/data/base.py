@@ -17,6 +17,18 @@ def tensor_view(array: np.ndarray):
         return torch.from_numpy(array)
 
 
+def symmetric_csc(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """Both directions of every edge, self-loops and duplicates dropped, as sorted CSC arrays."""
+    keep = src != dst
+    a = np.concatenate([src[keep], dst[keep]])
+    b = np.concatenate([dst[keep], src[keep]])
+    key = np.unique(b * n + a)  # sorted by destination, then source
+    dst_sorted, src_sorted = np.divmod(key, n)
+    indptr = np.zeros(n + 1, dtype=np.int64)
+    np.cumsum(np.bincount(dst_sorted, minlength=n), out=indptr[1:])
+    return indptr, src_sorted.astype(np.int64)
+
+
 class DatasetError(ValueError):
     """A dataset that cannot be loaded as asked (missing files, no root given): one line for the user."""
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from .base import DatasetError, GraphDataset
 
-__all__ = ["load_ogb", "OGB_DATASETS", "SYMMETRISED", "CACHE_DIR", "dataset_folder", "symmetric_csc", "directed_csc"]
+__all__ = ["load_ogb", "OGB_DATASETS", "SYMMETRISED", "CACHE_DIR", "dataset_folder", "bidirected_csc", "directed_csc"]
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,7 @@ def dataset_folder(name: str, root: Path) -> Path:
 # --- the graph -------------------------------------------------------------------------------
 
 
-def symmetric_csc(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
+def bidirected_csc(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
     """In-edges (CSC, int64) of the graph with both directions of every edge, each (u, v) once,
     self-loops once (as ``dgl.to_bidirected``); each column's sources sorted.
 
@@ -174,7 +174,7 @@ def _write_arrays(name: str, folder: Path, meta: dict, local: bool, out: Path) -
     _save_float32(out / "features.npy", features)
     src, dst = (t.numpy() for t in graph.edges())
     del features, graph, dataset
-    build = symmetric_csc if name in SYMMETRISED else directed_csc
+    build = bidirected_csc if name in SYMMETRISED else directed_csc
     indptr, indices = build(src, dst, num_nodes)
     del src, dst
     np.save(out / "indptr.npy", indptr)

@@ -13,7 +13,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from .base import GraphDataset
+from .base import GraphDataset, symmetric_csc
 
 log = logging.getLogger(__name__)
 
@@ -106,7 +106,7 @@ def generate(spec: SyntheticSpec = SyntheticSpec()) -> GraphDataset:
     dst = _draw_within_class(rng, weight, labels, dst_class)
     del dst_class
 
-    indptr, indices = _symmetric_csc(src, dst, n)
+    indptr, indices = symmetric_csc(src, dst, n)
     del src, dst
 
     centroids = rng.standard_normal((c, spec.feat_dim)).astype(np.float32)
@@ -150,15 +150,3 @@ def _draw_within_class(rng: np.random.Generator, weight: np.ndarray, labels: np.
     pos = np.searchsorted(cdf, lo + rng.random(wanted.shape[0]) * (hi - lo), side="right")
     pos = np.clip(pos, class_start[wanted], class_start[wanted + 1] - 1)
     return order[pos].astype(np.int64)
-
-
-def _symmetric_csc(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Both directions of every edge, self-loops and duplicates dropped, as sorted CSC arrays."""
-    keep = src != dst
-    a = np.concatenate([src[keep], dst[keep]])
-    b = np.concatenate([dst[keep], src[keep]])
-    key = np.unique(b * n + a)  # sorted by destination, then source
-    dst_sorted, src_sorted = np.divmod(key, n)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst_sorted, minlength=n), out=indptr[1:])
-    return indptr, src_sorted.astype(np.int64)
