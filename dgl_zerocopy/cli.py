@@ -70,7 +70,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_glue_negative_fanouts(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         if args.command == "train":
@@ -89,6 +89,17 @@ def main(argv: list[str] | None = None) -> int:
         print("dgl-zerocopy: interrupted", file=sys.stderr)
         return 130
     return 2
+
+
+def _glue_negative_fanouts(argv: list[str]) -> list[str]:
+    """``--fanouts -1,-1`` -> ``--fanouts=-1,-1``: argparse would read ``-1,-1`` as an unknown option."""
+    out: list[str] = []
+    for arg in argv:
+        if out and out[-1] == "--fanouts" and arg[:2].startswith("-") and arg[1:2].isdigit():
+            out[-1] = f"--fanouts={arg}"
+        else:
+            out.append(arg)
+    return out
 
 
 def _train(args: argparse.Namespace) -> int:

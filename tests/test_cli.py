@@ -33,6 +33,14 @@ def test_config_file_and_flags_override(tmp_path):
     assert "epoch   1" not in r.stdout, "--epochs 1 should override the file's 2"
 
 
+def test_all_neighbour_fanouts_can_be_written_with_a_minus():
+    """``--fanouts -1,-1`` (full neighbourhoods) must not be taken for an unknown option."""
+    r = run_cli("train", "--num-nodes", "1000", "--fanouts", "-1,-1", "--batch-size", "256", "--hidden", "8",
+                "--epochs", "1", "--no-progress", "--device", "cpu")
+    assert r.returncode == 0, r.stderr
+    assert "fanouts [-1, -1]" in r.stdout
+
+
 def test_info():
     r = run_cli("info")
     assert r.returncode == 0, r.stderr
