@@ -68,11 +68,30 @@ def test_equal_to_the_same_model_built_from_dgl_nn(small_dataset, name):
     if name == "sage":
         layers = [dgl.nn.SAGEConv(a, b, "mean") for a, b in zip(dims[:-1], dims[1:])]
     else:
-        layers = [dgl.nn.GraphConv(a, b, norm="both", allow_zero_in_degree=True) for a, b in zip(dims[:-1], dims[1:])]
+        layers = [dgl.nn.GraphConv(a, b, norm="right", allow_zero_in_degree=True) for a, b in zip(dims[:-1], dims[1:])]
     reference = _BlockGNN(layers, dropout=0.5).eval()
     model = build_model(name, x.shape[1], 16, small_dataset.num_classes, 2, dropout=0.5).eval()
     load_dgl_weights(model, reference)
     torch.testing.assert_close(model(blocks, x), reference(blocks, x))
+
+
+def test_gcn_output_does_not_depend_on_the_batch(small_dataset):
+    """A node's GCN output is the same whether its batch holds 8 seeds or all of them."""
+    graph = small_dataset.to_dgl()
+    features = torch.from_numpy(small_dataset.features)
+    seeds = torch.arange(64)
+    model = build_model("gcn", features.shape[1], 16, small_dataset.num_classes, 2, dropout=0.0).eval()
+    sampler = dgl.dataloading.MultiLayerFullNeighborSampler(2)
+
+    def outputs(batch):
+        rows = {}
+        for start in range(0, len(seeds), batch):
+            input_nodes, output_nodes, blocks = sampler.sample(graph, seeds[start:start + batch])
+            for node, row in zip(output_nodes.tolist(), model(blocks, features[input_nodes])):
+                rows[node] = row
+        return torch.stack([rows[n] for n in seeds.tolist()])
+
+    torch.testing.assert_close(outputs(8), outputs(64))
 
 
 @pytest.mark.gpu
