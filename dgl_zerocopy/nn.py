@@ -65,8 +65,7 @@ class SAGEConv(nn.Module):
     def forward(self, block: BlockLike, x: torch.Tensor) -> torch.Tensor:
         """Destination features ``(num_dst_nodes, out_feats)`` from source features ``x``."""
         block = _device_block(block, x, self.in_feats)
-        # Project first when that shrinks the rows to aggregate; equal in exact arithmetic.
-        if self.in_feats > self.out_feats:
+        if _project_first(block, self.in_feats, self.out_feats):  # equal in exact arithmetic
             neigh = _neighbour_mean(block, self.fc_neigh(x))
         else:
             neigh = self.fc_neigh(_neighbour_mean(block, x))
@@ -130,8 +129,7 @@ class GraphConv(nn.Module):
         h = x
         if self.norm in ("both", "left"):
             h = h * _degree_scale(block.out_degrees(), self.norm == "both", h.dtype).unsqueeze(1)
-        # Multiply by the weight on the narrower side of the aggregation (fewer rows to sum).
-        if self.weight is not None and self.in_feats > self.out_feats:
+        if self.weight is not None and _project_first(block, self.in_feats, self.out_feats):
             h = _neighbour_sum(block, h @ self.weight)
         else:
             h = _neighbour_sum(block, h)
@@ -200,6 +198,18 @@ def _device_block(block: BlockLike, x: torch.Tensor, in_feats: int) -> DeviceBlo
     if x.shape[1] != in_feats:
         raise ValueError(f"x has {x.shape[1]} features per row but the layer expects in_feats={in_feats}")
     return block
+
+
+def _project_first(block: DeviceBlock, in_feats: int, out_feats: int) -> bool:
+    """Whether multiplying by the weight before aggregating costs fewer operations than after.
+
+    Before: every source row is projected (``src * in * out``) and the narrower rows summed
+    (``edges * out``); after: the wide rows are summed (``edges * in``) and only the destinations
+    projected (``dst * in * out``). A sampled block has many more sources than destinations, so
+    "project first whenever in > out" (DGL's rule) can cost several times more: at 512 input
+    features, hidden 256 and fanouts 15,10,5 it made the first layer's step about 5x slower."""
+    src, dst, edges = block.num_src_nodes(), block.num_dst_nodes(), block.num_edges()
+    return src * in_feats * out_feats + edges * out_feats < edges * in_feats + dst * in_feats * out_feats
 
 
 def _neighbour_sum(block: DeviceBlock, h: torch.Tensor) -> torch.Tensor:

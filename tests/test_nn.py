@@ -25,8 +25,9 @@ LAYERS = {
         for norm in ("both", "right", "left", "none")
     },
 }
-# (in, out): projection after the aggregation, and before it (DGL switches on in > out)
-WIDTHS = [(3, 7), (7, 3)]
+# (in, out): projection after the aggregation, and (64, 2) before it on some of the blocks
+# (ours switches on the operation count, DGL on in > out; test_both_orders_are_exercised checks it)
+WIDTHS = [(3, 7), (7, 3), (64, 2)]
 
 
 def _pair(name: str, in_feats: int, out_feats: int, seed: int = 0):
@@ -70,6 +71,19 @@ def test_layer_equals_dgl(name, in_feats, out_feats, as_device_block, device):
         assert got[2].keys() == expected[2].keys()
         for pname in expected[2]:
             torch.testing.assert_close(got[2][pname], expected[2][pname], msg=lambda m, p=pname: f"{name} {p}: {m}")
+
+
+def test_both_orders_are_exercised_and_the_cheaper_one_is_chosen():
+    from dgl_zerocopy.nn import _project_first
+
+    blocks = [DeviceBlock.from_dgl(b) for b in _sampled_blocks()]
+    assert {_project_first(b, i, o) for b in blocks for i, o in WIDTHS} == {True, False}
+    # A sampled block of 400k sources, 60k destinations and 600k edges at 512 -> 256 features:
+    # projecting first costs 52 G multiply-adds, aggregating first 8 G.
+    wide = DeviceBlock(torch.arange(0, 600_001, 10), torch.zeros(600_000, dtype=torch.int64), 400_000)
+    assert not _project_first(wide, 512, 256)
+    # A full-graph block (sources = destinations) with 10 in-edges each, 512 -> 8: project first.
+    assert _project_first(DeviceBlock(torch.arange(0, 1001, 10), torch.zeros(1000, dtype=torch.int64), 100), 512, 8)
 
 
 def test_zero_in_degree_destinations():
