@@ -11,7 +11,7 @@ def test_epoch_bench_reports_every_route_with_median_and_spread(tmp_path):
     stem = tmp_path / "epoch_tiny"
     r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "epoch", "--num-nodes", "1500", "--epochs", "3",
                         "--batch-size", "128", "--hidden", "16", "--fanouts", "4,4", "--out", str(stem)],
-                       capture_output=True, text=True, cwd=REPO, env=os.environ.copy(), timeout=600)
+                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=600)
     assert r.returncode == 0, r.stderr
     rows = json.loads(stem.with_suffix(".json").read_text())["rows"]
     routes = {(row["source"], row["prefetch"]) for row in rows}

@@ -170,5 +170,5 @@ def test_core_modules_import_without_dgl():
         "else:\n"
         "    raise SystemExit('from_dgl did not say that DGL is missing')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, encoding="utf-8", timeout=120)
     assert result.returncode == 0, result.stderr

@@ -11,7 +11,7 @@ TINY = ["--num-nodes", "1500", "--fanouts", "4,4", "--batch-size", "128", "--hid
 
 
 def run_cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", *args], capture_output=True, text=True, cwd=cwd, env=os.environ.copy(), timeout=300)
+    return subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", *args], capture_output=True, text=True, encoding="utf-8", cwd=cwd, env=os.environ.copy(), timeout=300)
 
 
 @pytest.mark.parametrize("source", ["cpu", "dgl"])

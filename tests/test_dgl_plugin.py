@@ -234,7 +234,7 @@ def test_dgl_storage_source_trains(small_dataset):
 def test_cli_trains_with_dgl_storage():
     args = ["--num-nodes", "1500", "--fanouts", "4,4", "--batch-size", "128", "--hidden", "16", "--epochs", "1", "--no-progress"]
     r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "train", *args, "--feature-source", "dgl-storage", "--device", "cpu"],
-                       capture_output=True, text=True, cwd=REPO, env=os.environ.copy(), timeout=300)
+                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=300)
     assert r.returncode == 0, r.stderr
     assert "feature source dgl-storage" in r.stdout and "final test accuracy" in r.stdout
 

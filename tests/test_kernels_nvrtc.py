@@ -81,7 +81,7 @@ def test_launcher_imports_without_cupy():
         "else:\n"
         "    raise SystemExit('launch_gather ran without CuPy')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8")
     assert result.returncode == 0, result.stderr
 
 

@@ -210,7 +210,7 @@ def test_folder_without_release_file_is_refused_not_prompted(tmp_path, no_prompt
 
 def test_cli_missing_dataset_exits_2_with_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "train", "--dataset", "ogbn-arxiv", "--data-root", str(tmp_path),
-                        "--device", "cpu", "--no-progress"], capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL, timeout=300)
+                        "--device", "cpu", "--no-progress"], capture_output=True, text=True, encoding="utf-8", cwd=REPO, stdin=subprocess.DEVNULL, timeout=300)
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -247,7 +247,7 @@ def test_cli_trains_on_ogbs_own_folder_layout(tmp_path):
     write_ogb(tmp_path / "ogbn_arxiv", "ogbn-arxiv", _raw_data())
     r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "train", "--dataset", "ogbn-arxiv", "--data-root", str(tmp_path),
                         "--device", "cpu", "--no-progress", "--fanouts", "3,3", "--batch-size", "8", "--hidden", "8", "--epochs", "1"],
-                       capture_output=True, text=True, cwd=REPO, stdin=subprocess.DEVNULL, timeout=300)
+                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, stdin=subprocess.DEVNULL, timeout=300)
     assert r.returncode == 0, r.stderr
     assert "ogbn-arxiv: 60 nodes" in r.stdout and "40 classes" in r.stdout  # ogb's class count for arxiv
     assert "final test accuracy" in r.stdout

@@ -13,7 +13,7 @@ from conftest import REPO
 def test_wheel_ships_kernels_and_finds_them(tmp_path):
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(REPO)],
-        capture_output=True, text=True, timeout=300,
+        capture_output=True, text=True, encoding="utf-8", timeout=300,
     )
     assert build.returncode == 0, build.stderr
     (wheel,) = (tmp_path / "dist").glob("dgl_zerocopy-*.whl")
@@ -21,12 +21,12 @@ def test_wheel_ships_kernels_and_finds_them(tmp_path):
     assert "dgl_zerocopy/kernels/gather.cu" in names
 
     target = tmp_path / "site"
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], capture_output=True, text=True, timeout=300)
+    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], capture_output=True, text=True, encoding="utf-8", timeout=300)
     assert install.returncode == 0, install.stderr
     env = {**os.environ, "PYTHONPATH": str(target)}
     probe = subprocess.run(
         [sys.executable, "-c", "from dgl_zerocopy.kernel_source import kernel_dir, read_kernel; print(kernel_dir()); print(len(read_kernel('gather.cu')))"],
-        capture_output=True, text=True, cwd=tmp_path, env=env, timeout=120,
+        capture_output=True, text=True, encoding="utf-8", cwd=tmp_path, env=env, timeout=120,
     )
     assert probe.returncode == 0, probe.stderr
     where, size = probe.stdout.split()
@@ -45,5 +45,5 @@ def test_the_documented_api_is_importable_without_dgl():
             "assert {'FeatureStore', 'DataLoader'} <= set(dgl_zerocopy.__all__)\n"
             "from dgl_zerocopy import DataLoader, FeatureStore\n"
             "import dgl_zerocopy.nn, dgl_zerocopy.models\n")
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True)
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8")
     assert run.returncode == 0, run.stderr

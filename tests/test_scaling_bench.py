@@ -20,7 +20,7 @@ STEM = "scaling_test_tiny"
 
 
 def run_bench(*args):
-    return subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "scaling", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "scaling", *args], capture_output=True, text=True, encoding="utf-8",
                           cwd=REPO, env=os.environ.copy(), timeout=300)
 
 
