@@ -65,6 +65,8 @@ class ZeroCopyStorage(FeatureStorage):
             if self._stream is None:
                 out = torch.empty((len(indices), self.store.shape[1]), dtype=self.store.dtype)
                 return self.store.gather(indices, out=out)
+            # Ids made on the caller's stream (a GPU sampler) must be complete before the gather reads them.
+            self._stream.wait_stream(torch.cuda.current_stream(self.store.device))
             with torch.cuda.stream(self._stream):  # fresh output, allocated on the gather stream
                 rows = self.store.gather(indices, stream=self._stream)
                 done = torch.cuda.Event()
