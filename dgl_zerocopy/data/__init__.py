@@ -47,7 +47,7 @@ def load_dataset(
     if name == "synthetic":
         return _load_synthetic(synthetic or SyntheticSpec(), cache or cache_dir())
     if root is None:
-        raise DatasetError(f"dataset {name!r} is read from a folder: pass --data-root DIR (data_root in a config), e.g. ../shared/data")
+        raise DatasetError(f"dataset {name!r} is read from a folder: pass --data-root DIR (data_root in a config), the folder holding planetoid/, graphdata/ or ogbn_*/")
     root = Path(root)
     if name in PLANETOID:
         from .planetoid import load_planetoid
