@@ -18,6 +18,7 @@ from typing import Iterator
 import torch
 
 from .data import GraphDataset
+from .data.base import tensor_view
 from .loader import DataLoader, dgl_has_cuda
 from .store import FeatureStore
 from .timing import StageTimer
@@ -54,7 +55,7 @@ class DglStorageSource:
 
     def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device) -> None:
         self.graph = dataset.to_dgl(with_data=False)
-        self.graph.ndata["label"] = torch.from_numpy(dataset.labels)
+        self.graph.ndata["label"] = tensor_view(dataset.labels)
         self.fanouts = fanouts
         self.device = device
         self.features = FeatureStore(dataset.features, backend="auto" if device.type == "cuda" else "cpu", device=device)
@@ -82,7 +83,7 @@ class StoreSource:
         self.graph = dataset.to_dgl(with_data=False)
         self.fanouts, self.device, self.prefetch, self.seed = fanouts, device, prefetch, seed
         self.features = FeatureStore(dataset.features, backend=backend, device=device)
-        self.labels = torch.from_numpy(dataset.labels)
+        self.labels = tensor_view(dataset.labels)
         self.blocks = "device" if device.type == "cuda" and not dgl_has_cuda() else "dgl"
         self._loaders: dict = {}
 

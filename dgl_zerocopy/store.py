@@ -23,6 +23,7 @@ import numpy as np
 import torch
 
 from .backends import Backend, make_backend
+from .data.base import tensor_view
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +158,7 @@ def _as_table(data: ArrayLike) -> tuple[torch.Tensor, bool]:
         data = np.load(path, mmap_mode="r")
     if isinstance(data, np.ndarray):
         read_only = not data.flags.writeable
-        with warnings.catch_warnings():  # a read-only memory map is fine: the store never writes to it
-            warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-            data = torch.from_numpy(data)
+        data = tensor_view(data)  # a read-only memory map is fine: the store never writes to it
     if not isinstance(data, torch.Tensor):
         raise TypeError(f"data must be a CPU torch.Tensor, a numpy.ndarray or a .npy path, but got {type(data).__name__}")
     if data.device.type != "cpu":

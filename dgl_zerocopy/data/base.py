@@ -17,16 +17,21 @@ def tensor_view(array: np.ndarray):
         return torch.from_numpy(array)
 
 
+def csc_from_sorted_keys(key: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
+    """CSC arrays ``(indptr, indices)`` of the edges encoded as sorted int64 keys ``dst * n + src``.
+
+    ``key`` is reused as ``indices`` (no second edge-sized array); column ``c`` holds the keys in
+    ``[c * n, (c + 1) * n)``, so its bounds are a search, not a per-edge count."""
+    indptr = np.searchsorted(key, np.arange(n + 1, dtype=np.int64) * n).astype(np.int64)
+    np.remainder(key, n, out=key)
+    return indptr, key
+
+
 def symmetric_csc(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Both directions of every edge, self-loops and duplicates dropped, as sorted CSC arrays."""
     keep = src != dst
-    a = np.concatenate([src[keep], dst[keep]])
-    b = np.concatenate([dst[keep], src[keep]])
-    key = np.unique(b * n + a)  # sorted by destination, then source
-    dst_sorted, src_sorted = np.divmod(key, n)
-    indptr = np.zeros(n + 1, dtype=np.int64)
-    np.cumsum(np.bincount(dst_sorted, minlength=n), out=indptr[1:])
-    return indptr, src_sorted.astype(np.int64)
+    a, b = src[keep].astype(np.int64, copy=False), dst[keep].astype(np.int64, copy=False)
+    return csc_from_sorted_keys(np.unique(np.concatenate([b * n + a, a * n + b])), n)
 
 
 class DatasetError(ValueError):
@@ -67,12 +72,10 @@ class GraphDataset:
         n = self.num_nodes
         dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))
         keep = self.indices != dst
-        src = np.concatenate([self.indices[keep], np.arange(n, dtype=np.int64)])
-        dst = np.concatenate([dst[keep], np.arange(n, dtype=np.int64)])
-        order = np.lexsort((src, dst))
-        indptr = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(np.bincount(dst, minlength=n), out=indptr[1:])
-        return replace(self, indptr=indptr, indices=src[order])
+        key = np.concatenate([dst[keep] * n + self.indices[keep], np.arange(n, dtype=np.int64) * (n + 1)])
+        key.sort()
+        indptr, indices = csc_from_sorted_keys(key, n)
+        return replace(self, indptr=indptr, indices=indices)
 
     def to_dgl(self, with_data: bool = False):
         """A DGL graph of the CSC structure; with ``with_data`` also ``ndata['feat'/'label']``

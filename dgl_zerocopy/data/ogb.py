@@ -26,7 +26,7 @@ from typing import Iterator
 
 import numpy as np
 
-from .base import DatasetError, GraphDataset
+from .base import DatasetError, GraphDataset, csc_from_sorted_keys
 
 __all__ = ["load_ogb", "OGB_DATASETS", "SYMMETRISED", "CACHE_DIR", "dataset_folder", "bidirected_csc", "directed_csc"]
 
@@ -97,7 +97,7 @@ def bidirected_csc(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np
         fresh[0] = True
         np.not_equal(key[1:], key[:-1], out=fresh[1:])
         key = key[fresh]
-    return _csc_from_sorted_keys(key, n)
+    return csc_from_sorted_keys(key, n)
 
 
 def directed_csc(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.ndarray, np.ndarray]:
@@ -106,20 +106,13 @@ def directed_csc(src: np.ndarray, dst: np.ndarray, num_nodes: int) -> tuple[np.n
     key = np.multiply(dst, n, dtype=np.int64)
     key += src
     key.sort()
-    return _csc_from_sorted_keys(key, n)
+    return csc_from_sorted_keys(key, n)
 
 
 def _check_key_range(num_nodes: int) -> int:
     if num_nodes * num_nodes >= 2**63:
         raise DatasetError(f"{num_nodes:,} nodes is too many for one int64 edge key (at most 3,037,000,499)")
     return int(num_nodes)
-
-
-def _csc_from_sorted_keys(key: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
-    # column c holds the keys in [c * n, (c + 1) * n): its bounds are a search, no per-edge dst array
-    indptr = np.searchsorted(key, np.arange(n + 1, dtype=np.int64) * n).astype(np.int64)
-    np.remainder(key, n, out=key)  # the key array becomes the source ids, in place
-    return indptr, key
 
 
 # --- the cache -------------------------------------------------------------------------------
