@@ -29,6 +29,7 @@ __all__ = [
     "KernelCompileError",
     "compile_check",
     "compile_gather_module",
+    "cupy_stream",
     "launch_gather",
     "nvrtc_library_path",
     "nvrtc_version",
@@ -229,28 +230,31 @@ def _cupy() -> Any:
     return cupy
 
 
-@functools.cache
-def compile_gather_module(device_id: int) -> Any:
-    """The compiled ``cupy.RawModule`` of ``kernels/gather.cu`` for CUDA device ``device_id``.
-
-    Compiled once per device and process (memoized); CuPy also caches the binary on disk.
-    All instantiations in :func:`dgl_zerocopy.launch.all_name_expressions` are included.
-    """
-    cupy = _cupy()
-    # CuPy dlopens "libnvrtc.so.12" by name; on machines with a driver but no CUDA toolkit only
+def _load_nvrtc_for_cupy() -> None:
+    # CuPy 13 dlopens "libnvrtc.so.12" by name; on machines with a driver but no CUDA toolkit only
     # the pip package has it. Once loaded here, the dynamic linker hands CuPy the same library.
     try:
         _nvrtc()
     except OSError as error:
         logger.debug("NVRTC pip package not loaded (%s); CuPy will look for a CUDA toolkit", error)
+
+
+@functools.cache
+def compile_gather_module(device_id: int, name_expressions: tuple[str, ...] | None = None) -> Any:
+    """The compiled ``cupy.RawModule`` of ``kernels/gather.cu`` for CUDA device ``device_id``,
+    holding the instantiations ``name_expressions`` (default: all the launcher can use).
+
+    Compiled once per device, names and process (memoized). The launcher compiles only the
+    instantiation a launch needs: CuPy 13 keeps no disk cache for modules built with name
+    expressions, so compiling all of them would cost every new process the whole set.
+    """
+    cupy = _cupy()
+    _load_nvrtc_for_cupy()
+    names = launch.all_name_expressions() if name_expressions is None else tuple(name_expressions)
     with cupy.cuda.Device(device_id):
-        module = cupy.RawModule(
-            code=read_kernel(_MAIN_SOURCE),
-            options=_compile_options(),
-            name_expressions=launch.all_name_expressions(),
-        )
+        module = cupy.RawModule(code=read_kernel(_MAIN_SOURCE), options=_compile_options(), name_expressions=names)
         module.compile()
-    logger.info("compiled %s for CUDA device %d", _MAIN_SOURCE, device_id)
+    logger.info("compiled %d kernel(s) of %s for CUDA device %d", len(names), _MAIN_SOURCE, device_id)
     return module
 
 
@@ -258,7 +262,34 @@ def compile_gather_module(device_id: int) -> Any:
 def _kernel(device_id: int, name: str) -> Any:
     cupy = _cupy()
     with cupy.cuda.Device(device_id):
-        return compile_gather_module(device_id).get_function(name)
+        return compile_gather_module(device_id, (name,)).get_function(name)
+
+
+class _StreamHandle:
+    """A raw ``cudaStream_t`` in the CUDA stream protocol that ``cupy.cuda.Stream.from_external`` reads."""
+
+    def __init__(self, handle: int) -> None:
+        self.handle = handle
+
+    def __cuda_stream__(self) -> tuple[int, int]:
+        return (0, self.handle)  # (protocol version, stream address)
+
+
+def cupy_stream(cupy: Any, stream: Any, device_id: int) -> Any:
+    """``stream`` as a CuPy stream: a CuPy stream is returned as is; a ``torch.cuda.Stream`` (or
+    anything with a ``cuda_stream`` handle) is wrapped without copying or synchronising.
+
+    CuPy 14 deprecates ``ExternalStream`` for ``Stream.from_external``; CuPy 13 has only the former.
+    """
+    if isinstance(stream, cupy.cuda.Stream) or isinstance(stream, cupy.cuda.ExternalStream):
+        return stream
+    handle = getattr(stream, "cuda_stream", None)
+    if not isinstance(handle, int):
+        raise TypeError(f"stream must be a torch.cuda.Stream or a CuPy stream, but got {type(stream).__name__}")
+    from_external = getattr(cupy.cuda.Stream, "from_external", None)
+    if from_external is not None:
+        return from_external(_StreamHandle(handle))
+    return cupy.cuda.ExternalStream(handle, device_id)
 
 
 @functools.cache
@@ -316,7 +347,7 @@ def launch_gather(
             ``__cuda_array_interface__``, e.g. a CUDA torch tensor).
         out: output address (int), or a C-contiguous device array of at least
             ``len(ids) * row bytes`` bytes.
-        stream: a ``cupy.cuda.Stream``/``ExternalStream`` (None: CuPy's current stream).
+        stream: a ``torch.cuda.Stream`` or a CuPy stream (None: CuPy's current stream).
         variant: ``"aligned"`` or ``"naive"``.
         sort: gather in sorted id order (better locality on the host side) and write each row
             back to its original position through the inverse permutation.
@@ -333,6 +364,8 @@ def launch_gather(
     cupy = _cupy()
     if len(table_shape) < 1:
         raise ValueError(f"table_shape must have a row axis, but got {tuple(table_shape)}")
+    if stream is not None:
+        stream = cupy_stream(cupy, stream, int(cupy.cuda.runtime.getDevice()))
     row_bytes = int(itemsize) * math.prod(int(s) for s in table_shape[1:])
     out_stride = row_bytes if out_stride_bytes is None else int(out_stride_bytes)
     # Everything below is enqueued on the gather's stream, including id copies and sorting.

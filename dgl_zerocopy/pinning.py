@@ -2,6 +2,10 @@
 
 Never a second copy: the pages the caller already owns are page-locked and mapped into the
 device's address space. Failures say why and what to do; after a failure nothing stays registered.
+
+Every CUDA runtime call goes through :func:`_runtime` (``cupy.cuda.runtime``), so the CPU tests can
+stand in a fake with the same names, and ``tests/test_cuda_api_surface.py`` checks those names
+against the installed CuPy.
 """
 from __future__ import annotations
 
@@ -14,16 +18,29 @@ log = logging.getLogger(__name__)
 _PORTABLE, _MAPPED, _READ_ONLY = 0x01, 0x02, 0x08
 
 
+def _runtime():
+    from cupy.cuda import runtime
+
+    return runtime
+
+
+def read_only_register_supported(device_index: int) -> bool:
+    """Whether ``device_index`` accepts ``cudaHostRegisterReadOnly``, the flag that pins a read-only
+    mapping (a ``.npy`` opened with ``mmap_mode="r"``). Many x86 machines answer no."""
+    runtime = _runtime()
+    return bool(runtime.deviceGetAttribute(runtime.cudaDevAttrHostRegisterReadOnlySupported, int(device_index)))
+
+
 class PinnedRange:
     """A registered host range; :meth:`unpin` (idempotent) releases it.
 
     ``device_ptr`` is the address device code uses to read the range (equal to the host address
-    under UVA, but asked of the driver rather than assumed).
+    under UVA, but asked of the driver rather than assumed). ``read_only`` registers with
+    ``cudaHostRegisterReadOnly``: the caller checks :func:`read_only_register_supported` first.
     """
 
     def __init__(self, host_ptr: int, nbytes: int, read_only: bool = False) -> None:
-        from cupy.cuda import runtime
-
+        runtime = _runtime()
         self.host_ptr, self.nbytes = host_ptr, nbytes
         self._registered = False
         if nbytes == 0:
@@ -36,9 +53,10 @@ class PinnedRange:
             raise RuntimeError(_explain(e, nbytes, read_only)) from e
         self._registered = True
         try:
-            self.device_ptr = int(runtime.hostGetDevicePointer(host_ptr, 0))
-        except runtime.CUDARuntimeError:
-            self.unpin()
+            # CuPy has no cudaHostGetDevicePointer binding; the pointer attributes carry the same address.
+            self.device_ptr = int(runtime.pointerGetAttributes(host_ptr).devicePointer)
+        except BaseException:
+            self.unpin()  # nothing stays registered after a failure, so a retry can register again
             raise
         log.debug("pinned %d bytes at 0x%x", nbytes, host_ptr)
 
@@ -49,10 +67,8 @@ class PinnedRange:
     def unpin(self) -> None:
         if not self._registered:
             return
-        from cupy.cuda import runtime
-
         self._registered = False
-        runtime.hostUnregister(self.host_ptr)
+        _runtime().hostUnregister(self.host_ptr)
         log.debug("unpinned %d bytes at 0x%x", self.nbytes, self.host_ptr)
 
 
@@ -68,7 +84,7 @@ def _explain(error: Exception, nbytes: int, read_only: bool) -> str:
                 f"{soft / 2**20:.1f} MiB; raise it (`ulimit -l unlimited`, or memlock in "
                 f"/etc/security/limits.conf) or use backend='cpu' ({text})")
     if read_only:
-        return (f"cudaHostRegister could not pin the memory-mapped file ({size}); this OS/driver does "
-                f"not allow pinning a file mapping: load the table into RAM (numpy.load without "
-                f"mmap_mode) or use backend='cpu' ({text})")
-    return f"cudaHostRegister failed to pin {size} ({text}); use backend='cpu' to gather on the CPU instead"
+        return (f"cudaHostRegister could not pin the read-only table ({size}): load it with "
+                f"numpy.load(path, mmap_mode='c') or into RAM (no mmap_mode), or use backend='cpu' ({text})")
+    return (f"cudaHostRegister failed to pin {size} ({text}); if the table is a read-only view, pass a "
+            f"writable one (numpy.load(path, mmap_mode='c')); or use backend='cpu' to gather on the CPU")

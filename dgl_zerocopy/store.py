@@ -9,10 +9,17 @@ Device contract:
 - ``backend="gpu"``: the table is copied to device memory once; result on the CUDA device.
 
 Ids may be int32 or int64, on the CPU or on the store's device, as a torch tensor or NumPy array.
+
+Streams (CUDA devices; the protocol is in docs/architecture.md): ``gather(ids, stream=s)`` runs on
+``s``. Device-resident ids are read only after the caller's current stream has produced them
+(``s`` waits for it), and the id check runs on ``s``. A result allocated by the store (``out=None``)
+is ready on ``s`` and recorded on the caller's stream, so the caller may free it after making its
+stream wait for ``s``. ``close()`` waits for the gathers still in flight before it unpins the table.
 """
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 import warnings
 import weakref
@@ -22,7 +29,7 @@ from typing import Union
 import numpy as np
 import torch
 
-from .backends import Backend, make_backend
+from .backends import Backend, GatherOptions, make_backend
 from .data.base import tensor_view
 
 log = logging.getLogger(__name__)
@@ -42,19 +49,36 @@ class FeatureStore:
     mapped, never read whole). It must be 2-D; a non-contiguous table is copied to a contiguous
     one with a warning (pinning needs one contiguous range). The store keeps ``data`` alive.
 
-    ``gather`` without ``out`` returns a view of a buffer the store reuses: it is valid until the
-    next ``gather`` on the same store. Pass ``out`` to own the result.
+    ``gather`` without ``out`` returns a view of a buffer the store reuses on the CPU backend: it
+    is valid until the next ``gather`` on the same store. Pass ``out`` to own the result.
+
+    Options of the zero-copy kernel (the other backends ignore them, so one script runs anywhere):
+    ``variant`` ``"aligned"`` (128-byte aligned warp reads) or ``"naive"`` (the baseline kernel),
+    ``sort_ids`` (gather in sorted id order, written back in place), ``max_blocks`` (a cap on the
+    grid, leaving SMs to a training step that runs at the same time; ``None``: no cap).
+
+    A read-only table (``np.load(path, mmap_mode="r")``) is pinned read-only where the GPU supports
+    it; elsewhere a whole memory-mapped file is re-mapped copy-on-write (with a warning: pinning
+    then keeps a private copy of its pages in RAM; the file is never written).
     """
 
-    def __init__(self, data: ArrayLike, backend: str = "auto", device: str | torch.device | None = None) -> None:
+    def __init__(self, data: ArrayLike, backend: str = "auto", device: str | torch.device | None = None, *,
+                 variant: str = "aligned", sort_ids: bool = False, max_blocks: int | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
-        self._table, read_only = _as_table(data)
+        options = GatherOptions(variant, sort_ids, max_blocks)  # checked before anything is pinned
+        self._table, read_only_array = _as_table(data)
         self._backend: Backend | None = None
         backend = _resolve_backend(backend)
         self.device = _resolve_device(device, backend)
         self.backend = backend
-        self._backend = make_backend(backend, self._table, self.device, read_only=read_only)
+        self.options = options
+        read_only = False
+        if backend == "zerocopy" and read_only_array is not None:
+            from .pinning import read_only_register_supported
+
+            self._table, read_only = _pinnable(self._table, read_only_array, read_only_register_supported(self.device.index))
+        self._backend = make_backend(backend, self._table, self.device, read_only=read_only, options=options)
         # Unpin even if the user never calls close(): at garbage collection or interpreter exit.
         self._finalizer = weakref.finalize(self, self._backend.close)
 
@@ -88,17 +112,38 @@ class FeatureStore:
         ``ids``: 1-D int32/int64 (torch or NumPy), on the CPU or on ``self.device``. Ids must lie in
         ``[0, rows)``: no negative wrap-around; a bad id raises ``IndexError`` unless
         ``unchecked=True`` (faster; an out-of-range id is then undefined behaviour).
-        ``out``: optional contiguous tensor of shape ``(len(ids), dim)`` on ``self.device``.
+        ``out``: optional contiguous tensor of shape ``(len(ids), dim)`` on ``self.device``; the
+        caller makes sure nothing still reads it when ``stream`` writes it (e.g. an event).
         ``stream``: a ``torch.cuda.Stream`` to run on (CUDA devices); default the current stream.
+        The result is ready on ``stream``: a caller on another stream waits for it before reading.
         """
         if self.closed:
             raise RuntimeError("this FeatureStore is closed; create a new one to gather again")
-        ids = self._check_ids(ids, unchecked)
+        ids = self._check_ids(ids)
         if out is not None:
             self._check_out(out, ids.shape[0])
-        return self._backend.gather(ids, out, stream)
+        if self.device.type != "cuda":
+            if not unchecked:
+                self._check_range(ids)
+            return self._backend.gather(ids, out, None)
+        caller = torch.cuda.current_stream(self.device)
+        stream = stream if stream is not None else caller
+        crossing = stream != caller
+        with torch.cuda.stream(stream):
+            if crossing:
+                if ids.is_cuda:
+                    stream.wait_stream(caller)  # the ids may still be being written on the caller's stream
+                    ids.record_stream(stream)
+                if out is not None:
+                    out.record_stream(stream)
+            if not unchecked:
+                self._check_range(ids)  # on `stream`, after the ids exist
+            result = self._backend.gather(ids, out, stream)
+        if out is None and crossing:
+            result.record_stream(caller)  # allocated on `stream`, freed by the caller
+        return result
 
-    def _check_ids(self, ids, unchecked: bool) -> torch.Tensor:
+    def _check_ids(self, ids) -> torch.Tensor:
         if isinstance(ids, np.ndarray):
             ids = torch.from_numpy(ids)
         if not isinstance(ids, torch.Tensor):
@@ -109,13 +154,16 @@ class FeatureStore:
             raise ValueError(f"ids must be 1-D, but got shape {tuple(ids.shape)}")
         if ids.device.type != "cpu" and ids.device != self.device:
             raise ValueError(f"ids are on {ids.device} but this store gathers on {self.device}; move them with ids.to({str(self.device)!r})")
-        if not unchecked and ids.numel() > 0:
-            rows = self._table.shape[0]
-            lo, hi = torch.aminmax(ids)
-            if int(lo) < 0 or int(hi) >= rows:
-                bad = ((ids < 0) | (ids >= rows)).nonzero()[0, 0]
-                raise IndexError(f"id {int(ids[bad])} at position {int(bad)} is out of range for a table of {rows} rows (valid: 0 to {rows - 1})")
         return ids.contiguous()
+
+    def _check_range(self, ids: torch.Tensor) -> None:
+        if ids.numel() == 0:
+            return
+        rows = self._table.shape[0]
+        lo, hi = torch.aminmax(ids)
+        if int(lo) < 0 or int(hi) >= rows:
+            bad = ((ids < 0) | (ids >= rows)).nonzero()[0, 0]
+            raise IndexError(f"id {int(ids[bad])} at position {int(bad)} is out of range for a table of {rows} rows (valid: 0 to {rows - 1})")
 
     def _check_out(self, out: torch.Tensor, n: int) -> None:
         want = (n, self._table.shape[1])
@@ -136,7 +184,7 @@ class FeatureStore:
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
-        """Release device memory and unpin the host table. Idempotent."""
+        """Wait for the gathers in flight, then release device memory and unpin the host table. Idempotent."""
         self._finalizer()
 
     def __enter__(self) -> "FeatureStore":
@@ -146,9 +194,10 @@ class FeatureStore:
         self.close()
 
 
-def _as_table(data: ArrayLike) -> tuple[torch.Tensor, bool]:
-    """The table as a 2-D contiguous CPU tensor, and whether its memory is read-only (a file map)."""
-    read_only = False
+def _as_table(data: ArrayLike) -> tuple[torch.Tensor, np.ndarray | None]:
+    """The table as a 2-D contiguous CPU tensor, and the read-only NumPy array it views (a file
+    map), or None when its memory may be written."""
+    read_only = None
     if isinstance(data, (str, os.PathLike)):
         path = Path(data)
         if path.suffix != ".npy":
@@ -157,7 +206,7 @@ def _as_table(data: ArrayLike) -> tuple[torch.Tensor, bool]:
             raise FileNotFoundError(f"no such feature file: {str(path)!r}")
         data = np.load(path, mmap_mode="r")
     if isinstance(data, np.ndarray):
-        read_only = not data.flags.writeable
+        read_only = None if data.flags.writeable else data
         data = tensor_view(data)  # a read-only memory map is fine: the store never writes to it
     if not isinstance(data, torch.Tensor):
         raise TypeError(f"data must be a CPU torch.Tensor, a numpy.ndarray or a .npy path, but got {type(data).__name__}")
@@ -170,8 +219,30 @@ def _as_table(data: ArrayLike) -> tuple[torch.Tensor, bool]:
         raise TypeError(f"data dtype {data.dtype} is not supported; use one of: {names}")
     if not data.is_contiguous():
         warnings.warn("data is not contiguous: FeatureStore keeps a contiguous copy (pass a contiguous table to avoid it)", stacklevel=3)
-        data, read_only = data.contiguous(), False
+        data, read_only = data.contiguous(), None
     return data, read_only
+
+
+def _pinnable(table: torch.Tensor, array: np.ndarray, read_only_supported: bool) -> tuple[torch.Tensor, bool]:
+    """The table to pin for the read-only ``array`` it views, and whether to pin it read-only.
+
+    Without device support for read-only registration a ``mmap_mode="r"`` mapping cannot be
+    pinned at all (its pages are not writable), so a whole mapped file is mapped again
+    copy-on-write. Any other read-only array is read-only only by NumPy's flag: its pages can be
+    registered as they are (registration never writes)."""
+    if read_only_supported:
+        return table, True
+    if isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap) and array.filename:
+        private = np.memmap(array.filename, dtype=array.dtype, mode="c", offset=array.offset, shape=array.shape)
+        warnings.warn(
+            f"this GPU cannot pin read-only memory (cudaDevAttrHostRegisterReadOnlySupported is 0), so the "
+            f"memory-mapped table {array.filename!r} is mapped copy-on-write instead: pinning keeps a private "
+            f"copy of its {array.nbytes / 2**30:.2f} GiB in RAM (the file is not modified). To avoid the "
+            f"page-cache copy beside it, load the table into RAM (numpy.load without mmap_mode)",
+            stacklevel=3,
+        )
+        return tensor_view(private), False
+    return table, False
 
 
 def _resolve_backend(backend: str) -> str:

@@ -52,7 +52,7 @@ def gather_on_side_stream(
         row_bytes,
         ids,
         out,
-        stream=cupy.cuda.ExternalStream(side.cuda_stream),
+        stream=side,
         variant=variant,
         sort=sort,
         max_blocks=max_blocks,
@@ -63,6 +63,28 @@ def gather_on_side_stream(
 
 def test_module_compiles_once_per_device():
     assert compile_gather_module(0) is compile_gather_module(0)
+
+
+def test_a_launch_compiles_only_its_instantiation():
+    table = pinned_table(64, 4, torch.float32)
+    ids = torch.arange(64, device="cuda")
+    plan = launch_gather(table.data_ptr(), table.shape, 4, 16, ids, torch.empty((64, 4), device="cuda"))
+    assert compile_gather_module.cache_info().currsize >= 1
+    module = compile_gather_module(0, (plan.kernel,))  # memoized: the launch compiled exactly this one
+    assert module.name_expressions == (plan.kernel,)
+
+
+def test_streams_from_torch_and_cupy_are_accepted_without_deprecation_warnings():
+    import warnings
+
+    from dgl_zerocopy.cuda_gather import cupy_stream
+
+    side = torch.cuda.Stream()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # CuPy 14 warns on ExternalStream: the launcher must not use it there
+        wrapped = cupy_stream(cupy, side, 0)
+    assert wrapped.ptr == side.cuda_stream
+    assert cupy_stream(cupy, wrapped, 0) is wrapped
 
 
 @pytest.mark.parametrize("variant", ["aligned", "naive"])

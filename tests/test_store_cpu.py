@@ -147,3 +147,20 @@ def test_garbage_collection_closes():
     del store
     gc.collect()
     assert not finalizer.alive
+
+
+@pytest.mark.parametrize("kwargs, error, match", [
+    ({"variant": "fast"}, ValueError, r"variant must be one of \('aligned', 'naive'\), but got 'fast'"),
+    ({"max_blocks": 0}, ValueError, "max_blocks must be a positive integer or None"),
+    ({"max_blocks": 2.5}, ValueError, "max_blocks must be a positive integer or None"),
+    ({"sort_ids": "yes"}, TypeError, "sort_ids must be True or False"),
+])
+def test_bad_kernel_options_are_named(kwargs, error, match):
+    with pytest.raises(error, match=match):
+        FeatureStore(_table(), backend="cpu", device="cpu", **kwargs)
+
+
+def test_kernel_options_are_kept_and_ignored_by_the_cpu_backend():
+    store = FeatureStore(_table(), backend="cpu", device="cpu", variant="naive", sort_ids=True, max_blocks=4)
+    assert (store.options.variant, store.options.sort_ids, store.options.max_blocks) == ("naive", True, 4)
+    torch.testing.assert_close(store.gather(torch.tensor([3, 1])), _table()[[3, 1]])

@@ -76,3 +76,81 @@ def test_ids_on_another_gpu_are_rejected():
     with FeatureStore(_table(10, 4, torch.float32), backend="zerocopy", device="cuda:0") as store:
         with pytest.raises(ValueError, match="cuda:1"):
             store.gather(torch.tensor([1], device="cuda:1"))
+
+
+@pytest.mark.parametrize("options", [{"variant": "naive"}, {"sort_ids": True}, {"max_blocks": 1}, {"sort_ids": True, "max_blocks": 3}])
+def test_kernel_options_give_the_same_rows(options):
+    table = _table(3000, 129, torch.float32)
+    ids = torch.randint(0, 3000, (5000,))
+    with FeatureStore(table, backend="zerocopy", device="cuda", **options) as store:
+        torch.testing.assert_close(store.gather(ids).cpu(), table[ids], rtol=0, atol=0)
+        torch.testing.assert_close(store.gather(ids.cuda().int()).cpu(), table[ids], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_device_ids_made_on_the_callers_stream_are_waited_for(backend):
+    # The ids are written on the caller's stream after a long kernel; a gather on a side stream that
+    # did not wait for them would read stale ids.
+    table = _table(4096, 64, torch.float32)
+    side = torch.cuda.Stream()
+    with FeatureStore(table, backend=backend, device="cuda") as store:
+        for _ in range(5):
+            ids = torch.zeros(100_000, dtype=torch.int64, device="cuda")
+            torch.cuda._sleep(5_000_000)  # keep the caller's stream busy
+            ids.copy_(torch.randint(0, 4096, (100_000,)).pin_memory(), non_blocking=True)
+            want = ids.cpu()  # on the caller's stream: after the copy
+            got = store.gather(ids, stream=side)  # out=None: allocated on `side`, recorded on the caller's stream
+            torch.cuda.current_stream().wait_stream(side)
+            torch.testing.assert_close(got.cpu(), table[want], rtol=0, atol=0)
+
+
+def test_close_waits_for_gathers_in_flight():
+    table = _table(100_000, 256, torch.float32)
+    side = torch.cuda.Stream()
+    store = FeatureStore(table, backend="zerocopy", device="cuda")
+    out = torch.empty((500_000, 256), device="cuda")
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(50_000_000)  # the gather queued behind this has not started when close() runs
+    ids = torch.randint(0, 100_000, (500_000,))
+    store.gather(ids, out=out, stream=side)
+    store.close()  # must not unpin while the kernel is queued: it would read unregistered memory
+    assert side.query(), "close() returned before the queued gather ran"
+    torch.testing.assert_close(out.cpu(), table[ids], rtol=0, atol=0)
+
+
+def test_read_only_memory_map_is_pinned_read_only_or_copy_on_write(tmp_path):
+    from dgl_zerocopy.pinning import read_only_register_supported
+
+    data = np.arange(40_000, dtype=np.float32).reshape(10_000, 4)
+    np.save(tmp_path / "f.npy", data)
+    array = np.load(tmp_path / "f.npy", mmap_mode="r")
+    if read_only_register_supported(0):
+        store = FeatureStore(array, backend="zerocopy", device="cuda")
+    else:
+        with pytest.warns(UserWarning, match="copy-on-write"):
+            store = FeatureStore(array, backend="zerocopy", device="cuda")
+    with store:
+        ids = torch.randint(0, 10_000, (777,))
+        np.testing.assert_array_equal(store.gather(ids).cpu().numpy(), data[ids.numpy()])
+    np.testing.assert_array_equal(np.load(tmp_path / "f.npy"), data)
+
+
+def test_a_failed_store_leaves_the_table_registrable(monkeypatch):
+    from dgl_zerocopy import pinning
+
+    table = _table(100, 8, torch.float32)
+    real = pinning._runtime()
+
+    class Failing:
+        def __getattr__(self, name):
+            return getattr(real, name)
+
+        def pointerGetAttributes(self, ptr):
+            raise real.CUDARuntimeError(1)
+
+    monkeypatch.setattr(pinning, "_runtime", lambda: Failing())
+    with pytest.raises(real.CUDARuntimeError):
+        FeatureStore(table, backend="zerocopy", device="cuda")
+    monkeypatch.undo()
+    with FeatureStore(table, backend="zerocopy", device="cuda") as store:  # would say "already registered"
+        torch.testing.assert_close(store.gather(torch.tensor([3])).cpu(), table[[3]])

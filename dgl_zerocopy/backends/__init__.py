@@ -2,21 +2,60 @@
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from typing import Protocol
 
 import torch
 
+VARIANTS = ("aligned", "naive")
+
+
+@dataclass(frozen=True)
+class GatherOptions:
+    """Options of the zero-copy gather kernel (see ``FeatureStore``); checked on construction."""
+
+    variant: str = "aligned"
+    sort_ids: bool = False
+    max_blocks: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.variant not in VARIANTS:
+            raise ValueError(f"variant must be one of {VARIANTS}, but got {self.variant!r}")
+        if not isinstance(self.sort_ids, bool):
+            raise TypeError(f"sort_ids must be True or False, but got {self.sort_ids!r}")
+        if self.max_blocks is not None and (isinstance(self.max_blocks, bool) or not isinstance(self.max_blocks, int) or self.max_blocks < 1):
+            raise ValueError(f"max_blocks must be a positive integer or None (no cap), but got {self.max_blocks!r}")
+
 
 class Backend(Protocol):
-    """What FeatureStore needs of a backend. Input is already validated by the store."""
+    """What FeatureStore needs of a backend. Input is already validated by the store.
+
+    ``gather`` runs on ``stream`` (CUDA; the store has made it current and ordered it after the
+    ids) and allocates there; ``close`` waits for the gathers in flight before releasing memory."""
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor: ...
 
     def close(self) -> None: ...
 
 
-def make_backend(name: str, table: torch.Tensor, device: torch.device, read_only: bool = False) -> Backend:
-    """The backend ``name`` over ``table``; ``read_only`` marks memory that must not be written (a file map)."""
+def ids_to_device(ids: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """``ids`` on ``device``, copied on the current stream without blocking the host.
+
+    A copy from pageable memory would make the host wait for everything queued on the stream
+    first (CUDA stages it), which stalls a worker whose stream waits on the training step; from
+    pinned memory the copy is asynchronous, and torch's pinned allocator keeps the host buffer
+    until the copy has run."""
+    if ids.device == device:
+        return ids
+    if not ids.is_pinned():
+        ids = ids.pin_memory()
+    return ids.to(device, non_blocking=True)
+
+
+def make_backend(name: str, table: torch.Tensor, device: torch.device, read_only: bool = False,
+                 options: GatherOptions = GatherOptions()) -> Backend:
+    """The backend ``name`` over ``table``; ``read_only`` pins it with the read-only flag (a file
+    map); ``options`` configure the zero-copy kernel."""
     if name == "cpu":
         from .cpu import CpuBackend
 
@@ -28,7 +67,7 @@ def make_backend(name: str, table: torch.Tensor, device: torch.device, read_only
     if name == "zerocopy":
         from .zerocopy import ZeroCopyBackend
 
-        return ZeroCopyBackend(table, device, read_only=read_only)
+        return ZeroCopyBackend(table, device, read_only=read_only, options=options)
     raise ValueError(f"unknown backend {name!r}")
 
 

@@ -30,7 +30,6 @@ class CpuBackend:
         if self._device_out is not None:
             self._device_out[1].synchronize()
         staging = torch.index_select(self.table, 0, ids, out=self._host_buffer(ids.shape[0]))
-        stream = stream or torch.cuda.current_stream(self.device)
         with torch.cuda.stream(stream):
             if out is None:
                 out = torch.empty(staging.shape, dtype=staging.dtype, device=self.device)
@@ -41,5 +40,7 @@ class CpuBackend:
         return out
 
     def close(self) -> None:
+        if self._device_out is not None:  # the last copy may still read the pinned staging buffer
+            self._device_out[1].synchronize()
         self._staging = torch.empty((0, self.table.shape[1]), dtype=self.table.dtype)
         self._device_out = None
