@@ -187,18 +187,33 @@ class DeviceBlock:
                 f"only blocks with one node type and one edge type are supported, but got edge types "
                 f"{block.canonical_etypes}; convert each relation block[etype] on its own"
             )
+        from .transfer import to_device
+
         indptr, indices = _csc(block)
         device = torch.device(device)
-        srcdata = {NID: block.srcdata[NID].to(device)} if NID in block.srcdata else {}
-        dstdata = {NID: block.dstdata[NID].to(device)} if NID in block.dstdata else {}
+        if device.type == "cuda" and device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+        # Copies are queued on the current stream without blocking the host (pinned first): on a
+        # worker's side stream the consumer orders its reads after them (see record_stream).
+        srcdata = {NID: to_device(block.srcdata[NID], device)} if NID in block.srcdata else {}
+        dstdata = {NID: to_device(block.dstdata[NID], device)} if NID in block.dstdata else {}
         # Cast on the host first, so an int32 block also moves half the bytes.
         return cls(
-            indptr.to(id_dtype).to(device),
-            indices.to(id_dtype).to(device),
+            to_device(indptr.to(id_dtype), device),
+            to_device(indices.to(id_dtype), device),
             block.num_src_nodes(),
             srcdata,
             dstdata,
         )
+
+    def record_stream(self, stream: torch.cuda.Stream) -> None:
+        """Mark every CUDA tensor of this block as used on ``stream`` (``Tensor.record_stream``), so
+        the caching allocator does not reuse its memory before ``stream`` is done with it: what a
+        producer on another stream calls before handing the block over. (Derived tensors are built
+        on the consumer's stream, on first use, and need no record.)"""
+        for t in (self.indptr, self.indices, *self.srcdata.values(), *self.dstdata.values()):
+            if t.is_cuda:
+                t.record_stream(stream)
 
     def __repr__(self) -> str:
         return (

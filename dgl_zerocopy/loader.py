@@ -5,6 +5,13 @@ Per batch it yields what DGL yields, ``(input_nodes, output_nodes, blocks)``, wi
 ``blocks[0].srcdata[name]`` and ``blocks[-1].dstdata[name]`` already filled on ``device``.
 The feature tensors live in a ring of reused output buffers: a batch's tensors are valid until the
 loop asks for the next batch (clone them to keep them longer).
+
+Streams (CUDA, ``prefetch > 0``; the table is in docs/architecture.md): the worker gathers and
+copies on a side stream and records the batch's ready event; the consumer's stream waits on it.
+Feature buffers live in ring slots, reused only after the slot's release event, which the consumer
+records when it asks for the next batch, when the epoch ends or is left, and before a new epoch
+starts. Everything else the worker hands over (labels, block index tensors) is ``record_stream``-ed
+on the consumer's stream before the batch is returned.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ from .data.base import tensor_view
 from .prefetch import Prefetcher
 from .store import FeatureStore, resolve_device
 from .timing import StageTimer
+from .transfer import to_device
 
 log = logging.getLogger(__name__)
 
@@ -35,12 +43,15 @@ class DataLoader:
     tensor or FeatureStore. ``prefetch``: batches prepared ahead on a thread (0: serial, no thread).
     ``blocks``: ``"dgl"`` (DGL blocks; a CUDA device needs a CUDA build of DGL) or ``"device"``
     (:class:`dgl_zerocopy.blocks.DeviceBlock`, for PyPI's CPU-only DGL). Shuffling is
-    deterministic: epoch ``e`` uses ``numpy.random.default_rng([seed, e])``.
+    deterministic: epoch ``e`` uses ``numpy.random.default_rng([seed, e])``. ``store_options``:
+    keyword arguments for the FeatureStores the loader makes from tensors (e.g.
+    ``{"sort_ids": True, "max_blocks": 132}``).
     """
 
     def __init__(self, graph, indices, sampler, features: Mapping | None = None, labels: Mapping | None = None,
                  device: str | torch.device = "cpu", batch_size: int = 1024, shuffle: bool = True, drop_last: bool = False,
-                 prefetch: int = 2, seed: int = 0, blocks: str = "dgl", timer: StageTimer | None = None) -> None:
+                 prefetch: int = 2, seed: int = 0, blocks: str = "dgl", timer: StageTimer | None = None,
+                 store_options: Mapping | None = None) -> None:
         self.device = resolve_device(device)
         if blocks not in BLOCK_KINDS:
             raise ValueError(f"blocks must be 'dgl' or 'device', but got {blocks!r}")
@@ -55,6 +66,7 @@ class DataLoader:
         self.num_nodes = int(graph.num_nodes())
         self.indices = _node_ids(indices, self.num_nodes)
         self.sampler = sampler
+        self._store_options = dict(store_options or {})
         self.features = {k: self._store(k, v) for k, v in (features or {}).items()}
         self.labels = {k: self._labels(k, v) for k, v in (labels or {}).items()}
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
@@ -70,7 +82,7 @@ class DataLoader:
     # -- validation ------------------------------------------------------------------------
     def _store(self, name: str, store) -> FeatureStore:
         if isinstance(store, (torch.Tensor, np.ndarray)):
-            store = FeatureStore(store, backend="auto" if self.device.type == "cuda" else "cpu", device=self.device)
+            store = FeatureStore(store, backend="auto" if self.device.type == "cuda" else "cpu", device=self.device, **self._store_options)
         if not isinstance(store, FeatureStore):
             raise TypeError(f"features[{name!r}] must be a FeatureStore or a tensor, but got {type(store).__name__}")
         if len(store) != self.num_nodes:
@@ -99,6 +111,9 @@ class DataLoader:
 
     def __iter__(self) -> Iterator:
         self.close()  # a new epoch ends an unfinished one
+        # An epoch left without close() (a `break`, then garbage collection) recorded no release of
+        # its last slot: release every slot after the work the consumer has queued so far.
+        self._release(self._ring)
         order = self.indices
         if self.shuffle:
             order = order[torch.from_numpy(np.random.default_rng([self.seed, self.epoch]).permutation(len(order)))]
@@ -115,6 +130,15 @@ class DataLoader:
             iterator.close()
         self._active = None
 
+    def _release(self, slots) -> None:
+        """Record the release event of ``slots`` on the calling thread's current stream (the
+        consumer's): the worker reuses a slot only after the work queued there so far."""
+        if self._side is None:
+            return
+        stream = torch.cuda.current_stream(self.device)
+        for slot in slots:
+            slot.released.record(stream)
+
     def _produce(self, task) -> tuple:
         """Sample and gather one batch into its ring slot (runs on the worker thread when prefetching)."""
         index, seeds = task
@@ -125,9 +149,11 @@ class DataLoader:
         with torch.cuda.stream(stream) if stream is not None else nullcontext():
             if stream is not None:  # the training step may still read this slot's previous batch
                 stream.wait_event(slot.released)
-            with timer.stage("gather"):
+            # Device stages are timed with events on the stream that runs them (no host sync).
+            timed_on = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+            with timer.stage("gather", stream=timed_on):
                 src = {k: store.gather(input_nodes, out=slot.buffer(k, len(input_nodes), store), stream=stream) for k, store in self.features.items()}
-            with timer.stage("transfer"):
+            with timer.stage("transfer", stream=timed_on):
                 dst = {k: _gather_labels(v, output_nodes, self.device) for k, v in self.labels.items()}
                 if self.blocks == "device":
                     from .blocks import DeviceBlock
@@ -177,22 +203,37 @@ class _EpochIterator:
         loader = self._loader
         # Release the slot of the previous batch before taking the next one: the worker may reuse
         # it as soon as the queue has room (on CUDA, only after the work queued so far finishes).
-        if self._held is not None and self._held.released is not None and loader.device.type == "cuda":
-            self._held.released.record(torch.cuda.current_stream(loader.device))
-        input_nodes, output_nodes, blocks, src, dst, ready = next(self._source)
+        self._release_held()
+        try:
+            input_nodes, output_nodes, blocks, src, dst, ready = next(self._source)
+        except StopIteration:
+            self.close()
+            raise
         self._held = loader._ring[self._index % len(loader._ring)]
         self._index += 1
         if ready is not None:
-            torch.cuda.current_stream(loader.device).wait_event(ready)
+            consumer = torch.cuda.current_stream(loader.device)
+            with loader.timer.stage("wait", stream=consumer):  # the device-side wait for the gather
+                consumer.wait_event(ready)
+            # Not in a slot: the consumer's stream frees these, so their memory (from the side
+            # stream's pool) must not be reused before this stream is done with them.
+            _record_stream((dst, blocks), consumer)
         for k, v in src.items():
             blocks[0].srcdata[k] = v
         for k, v in dst.items():
             blocks[-1].dstdata[k] = v
         return input_nodes, output_nodes, blocks
 
+    def _release_held(self) -> None:
+        if self._held is not None:
+            self._loader._release([self._held])
+            self._held = None
+
     def close(self) -> None:
+        """Stop the worker and release the slot of the batch last handed out (idempotent)."""
         if isinstance(self._source, Prefetcher):
             self._source.close()
+        self._release_held()
 
     @property
     def worker_alive(self) -> bool:
@@ -210,7 +251,23 @@ def _gather_labels(labels, ids: torch.Tensor, device: torch.device) -> torch.Ten
     if isinstance(labels, FeatureStore):
         out = labels.gather(ids, out=None).clone()
         return out.squeeze(1) if out.dim() == 2 and out.shape[1] == 1 else out
-    return labels[ids].to(device, non_blocking=True)
+    return to_device(labels[ids], device)
+
+
+def _record_stream(obj, stream: torch.cuda.Stream) -> None:
+    """``record_stream`` every CUDA tensor in ``obj``: tensors, DGL graphs and DeviceBlocks (their
+    ``record_stream`` method), and dicts, lists and tuples of them."""
+    if isinstance(obj, torch.Tensor):
+        if obj.is_cuda:
+            obj.record_stream(stream)
+    elif isinstance(obj, dict):
+        for value in obj.values():
+            _record_stream(value, stream)
+    elif isinstance(obj, (list, tuple)):
+        for value in obj:
+            _record_stream(value, stream)
+    elif hasattr(obj, "record_stream") and getattr(getattr(obj, "device", None), "type", None) == "cuda":
+        obj.record_stream(stream)
 
 
 def _node_ids(indices, num_nodes: int) -> torch.Tensor:

@@ -1,7 +1,13 @@
 import threading
 import time
 
+import pytest
+import torch
+
+from dgl_zerocopy import timing
 from dgl_zerocopy.timing import StageTimer
+
+from conftest import requires_cuda
 
 
 def test_stage_accumulates_and_reset_clears():
@@ -25,12 +31,59 @@ def test_timed_charges_each_next_and_yields_everything():
     assert timer.totals["sample"] >= 0.03
 
 
-def test_sync_runs_before_the_clock_stops():
-    calls = []
-    timer = StageTimer(sync=lambda: calls.append(1))
-    with timer.stage("x"):
-        pass
-    assert calls == [1]
+class FakeEvent:
+    """Stands in for torch.cuda.Event on the CPU: records what the timer does with it."""
+
+    log: list = []
+
+    def __init__(self, enable_timing=False):
+        assert enable_timing, "elapsed_time needs timing events"
+        self.stamp = None
+
+    def record(self, stream):
+        self.stamp = stream.now
+        FakeEvent.log.append(("record", stream.name))
+
+    def synchronize(self):
+        FakeEvent.log.append(("synchronize",))
+
+    def elapsed_time(self, end):
+        return (end.stamp - self.stamp) * 1000.0
+
+
+class FakeStream:
+    def __init__(self, name):
+        self.name, self.now = name, 0.0
+
+
+def test_device_stages_use_events_and_wait_only_when_read(monkeypatch):
+    monkeypatch.setattr(timing.torch.cuda, "Event", FakeEvent)
+    FakeEvent.log = []
+    side = FakeStream("side")
+    timer = StageTimer()
+    for seconds in (0.25, 0.5):
+        with timer.stage("gather", stream=side):
+            side.now += seconds  # the work the block queues on the stream
+    assert ("synchronize",) not in FakeEvent.log, "a device stage must not wait while the pipeline runs"
+    assert FakeEvent.log == [("record", "side")] * 4
+    assert timer.counts["gather"] == 2
+    assert timer.reset() == {"gather": 0.75}
+    assert FakeEvent.log.count(("synchronize",)) == 2
+    assert timer.reset() == {}
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_device_stage_measures_the_stream_not_the_host():
+    timer = StageTimer()
+    side = torch.cuda.Stream()
+    start = time.perf_counter()
+    with timer.stage("gather", stream=side):
+        with torch.cuda.stream(side):
+            torch.cuda._sleep(200_000_000)  # queued: the host does not wait for it
+    host = time.perf_counter() - start
+    device = timer.reset()["gather"]
+    assert device > 10 * host and device > 0.01
 
 
 def test_threads_add_up():

@@ -38,20 +38,6 @@ class Backend(Protocol):
     def close(self) -> None: ...
 
 
-def ids_to_device(ids: torch.Tensor, device: torch.device) -> torch.Tensor:
-    """``ids`` on ``device``, copied on the current stream without blocking the host.
-
-    A copy from pageable memory would make the host wait for everything queued on the stream
-    first (CUDA stages it), which stalls a worker whose stream waits on the training step; from
-    pinned memory the copy is asynchronous, and torch's pinned allocator keeps the host buffer
-    until the copy has run."""
-    if ids.device == device:
-        return ids
-    if not ids.is_pinned():
-        ids = ids.pin_memory()
-    return ids.to(device, non_blocking=True)
-
-
 def make_backend(name: str, table: torch.Tensor, device: torch.device, read_only: bool = False,
                  options: GatherOptions = GatherOptions()) -> Backend:
     """The backend ``name`` over ``table``; ``read_only`` pins it with the read-only flag (a file

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import torch
 
-from . import ids_to_device
+from ..transfer import to_device
 
 
 class GpuBackend:
@@ -12,7 +12,7 @@ class GpuBackend:
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor:
         with torch.cuda.stream(stream):
-            ids = ids_to_device(ids, self.table.device)
+            ids = to_device(ids, self.table.device)
             return torch.index_select(self.table, 0, ids, out=out) if out is not None else self.table.index_select(0, ids)
 
     def close(self) -> None:

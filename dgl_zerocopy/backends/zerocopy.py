@@ -4,7 +4,8 @@ from __future__ import annotations
 import torch
 
 from ..pinning import PinnedRange
-from . import GatherOptions, ids_to_device
+from ..transfer import to_device
+from . import GatherOptions
 
 
 class ZeroCopyBackend:
@@ -33,7 +34,7 @@ class ZeroCopyBackend:
         cupy = self._cupy
         with torch.cuda.stream(stream), cupy.cuda.Device(self.device.index):
             # Allocated while `stream` is current, so the caching allocator ties them to it.
-            ids = ids_to_device(ids, self.device)
+            ids = to_device(ids, self.device)
             if out is None:
                 out = torch.empty((ids.shape[0], self.table.shape[1]), dtype=self.table.dtype, device=self.device)
             launch_gather(
