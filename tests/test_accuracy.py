@@ -10,6 +10,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+pytest.importorskip("dgl")  # train() samples with DGL
+
 from conftest import REPO, SHARED_DATA
 from dgl_zerocopy.config import build_config, read_yaml
 from dgl_zerocopy.data import load_dataset

@@ -16,6 +16,7 @@ def run_cli(*args, cwd=REPO):
 
 @pytest.mark.parametrize("source", ["cpu", "dgl"])
 def test_train_one_short_epoch(source):
+    pytest.importorskip("dgl")  # training samples with DGL
     r = run_cli("train", *TINY, "--feature-source", source, "--device", "cpu")
     assert r.returncode == 0, r.stderr
     assert "epoch   0 | loss" in r.stdout
@@ -25,6 +26,7 @@ def test_train_one_short_epoch(source):
 
 
 def test_config_file_and_flags_override(tmp_path):
+    pytest.importorskip("dgl")  # training samples with DGL
     cfg = tmp_path / "c.yaml"
     cfg.write_text("model: gcn\nfanouts: [3, 3]\nbatch_size: 64\nhidden: 8\nepochs: 2\n")
     r = run_cli("train", "--config", str(cfg), "--num-nodes", "1000", "--epochs", "1", "--no-progress", "--device", "cpu")
@@ -35,6 +37,7 @@ def test_config_file_and_flags_override(tmp_path):
 
 def test_all_neighbour_fanouts_can_be_written_with_a_minus():
     """``--fanouts -1,-1`` (full neighbourhoods) must not be taken for an unknown option."""
+    pytest.importorskip("dgl")  # training samples with DGL
     r = run_cli("train", "--num-nodes", "1000", "--fanouts", "-1,-1", "--batch-size", "256", "--hidden", "8",
                 "--epochs", "1", "--no-progress", "--device", "cpu")
     assert r.returncode == 0, r.stderr

@@ -10,12 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-import dgl
 from conftest import REPO, requires_cuda
 from dgl_zerocopy import FeatureStore
 from dgl_zerocopy.config import TrainConfig
-from dgl_zerocopy.dgl import ZeroCopyStorage, attach, with_features
 from dgl_zerocopy.train import train
+
+dgl = pytest.importorskip("dgl")  # every test here needs DGL, which the GPU image lacks
+from dgl_zerocopy.dgl import ZeroCopyStorage, attach, with_features  # noqa: E402  (imports dgl)
 
 # DGL's loader nags about CPU affinity on every epoch; it is advice, not a fault of these tests.
 warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")

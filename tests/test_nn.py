@@ -1,14 +1,15 @@
 """Our SAGEConv and GraphConv against dgl.nn's with the same weights: outputs and every gradient,
 on sampled blocks with zero-in-degree destinations, given DGL blocks and DeviceBlocks."""
-import dgl
-import dgl.nn
 import pytest
 import torch
 from conftest import devices
-from test_blocks import _sampled_blocks
 
 from dgl_zerocopy import nn as ours_nn
 from dgl_zerocopy.blocks import DeviceBlock
+
+dgl = pytest.importorskip("dgl")  # every test here needs DGL, which the GPU image lacks
+import dgl.nn  # noqa: E402
+from test_blocks import _sampled_blocks  # noqa: E402
 
 # name -> (our layer, DGL's layer), built with the same options
 LAYERS = {

@@ -2,6 +2,8 @@ import numpy as np
 import pytest
 import torch
 
+pytest.importorskip("dgl")  # train() and the 'dgl' source sample with DGL
+
 from dgl_zerocopy.config import TrainConfig
 from dgl_zerocopy.sources import make_source
 from dgl_zerocopy.timing import StageTimer
