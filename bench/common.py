@@ -34,6 +34,28 @@ def time_repeated(fn: Callable[[], object], repeats: int, warmup: int = 2, sync:
     return times
 
 
+def time_cuda_events(fn: Callable[[], object], repeats: int, warmup: int = 2) -> list[float]:
+    """Seconds per call of ``fn``, read from CUDA events recorded on the current stream around it.
+
+    The device is synchronized before each timed call, so its start event runs at once and the
+    interval holds ``fn``'s host work too (a CPU gather before its copy) and no earlier work.
+    ``fn`` must enqueue its device work on the current stream."""
+    import torch
+
+    for _ in range(warmup):
+        fn()
+    times = []
+    for _ in range(repeats):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda.synchronize()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)  # milliseconds -> seconds
+    return times
+
+
 def summarize(values: list[float]) -> dict[str, float]:
     """Median and spread (quartiles, min, max) of ``values``."""
     q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
@@ -46,9 +68,10 @@ def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
 
 
-def write_results(stem: str, rows: list[dict], meta: dict, folder: str | Path = RESULTS) -> tuple[Path, Path]:
+def write_results(stem: str, rows: list[dict], meta: dict, folder: str | Path = RESULTS, extra: dict | None = None) -> tuple[Path, Path]:
     """Write ``rows`` as CSV (``# key: value`` header lines first) and JSON under ``folder``
-    (default bench/results/; tests pass a temporary one so the committed results stay)."""
+    (default bench/results/; tests pass a temporary one so the committed results stay).
+    ``extra`` adds keys to the JSON only (e.g. raw per-repeat rows, kept out of the CSV)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = folder / f"{stem}.csv", folder / f"{stem}.json"
@@ -59,5 +82,5 @@ def write_results(stem: str, rows: list[dict], meta: dict, folder: str | Path = 
         f.write(",".join(keys) + "\n")
         for r in rows:
             f.write(",".join(f"{r[k]:.6g}" if isinstance(r[k], float) else str(r[k]) for k in keys) + "\n")
-    json_path.write_text(json.dumps({"meta": meta, "rows": rows}, indent=1))
+    json_path.write_text(json.dumps({"meta": meta, "rows": rows, **(extra or {})}, indent=1))
     return csv_path, json_path

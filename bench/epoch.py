@@ -4,15 +4,17 @@ For each available source (``dgl``: DGL's default DataLoader path; ``dgl-storage
 DataLoader with our FeatureStore attached; ``cpu``; and on a GPU ``zerocopy`` and ``gpu``) and
 prefetch 0 (serial) and N, trains ``--epochs`` epochs and reports the median epoch time (epoch 0 warms up), its
 stage breakdown, the time the training step waited for data (and its share of the step time), and
-test accuracy. Writes CSV/JSON and a stacked-bar PNG.
+test accuracy. Writes CSV/JSON and a stacked-bar PNG. A route that raises becomes a row with
+``status`` "failed: ..." (its traceback on stderr), the others still run, and the exit code is 1.
 
-    python bench/epoch.py [--num-nodes 200000] [--epochs 4] [--prefetch 2] [--out STEM or /path/STEM]
+    python bench/epoch.py [--num-nodes 200000] [--epochs 4] [--prefetch 2] [--sources cpu,zerocopy,gpu] [--out STEM or /path/STEM]
     dgl-zerocopy bench epoch  (the same)
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from pathlib import Path
 
 import numpy as np
@@ -22,7 +24,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import command_line, machine, write_results  # noqa: E402
 
 
-def main(argv: list[str] | None = None) -> None:
+NUMBERS = ("epoch_time", "epoch_min", "epoch_max", "sample", "gather", "transfer", "compute", "wait", "wait_share", "test_acc")
+
+
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-nodes", type=int, default=200_000)
     parser.add_argument("--epochs", type=int, default=4, help="epoch 0 warms up; the median of the others is reported")
@@ -31,16 +36,22 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--fanouts", default="15,10,5")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--hidden", type=int, default=256)
+    parser.add_argument("--sources", help="comma-separated feature sources, in this order, the first the baseline of the ratios "
+                        "(default: dgl, dgl-storage, cpu, and on a GPU gpu and zerocopy)")
     parser.add_argument("--out", default="epoch", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
 
     from dgl_zerocopy.backends import zerocopy_available
-    from dgl_zerocopy.config import TrainConfig
+    from dgl_zerocopy.config import FEATURE_SOURCES, TrainConfig
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
     from dgl_zerocopy.train import train
 
     cuda = torch.cuda.is_available()
     sources = ["dgl", "dgl-storage", "cpu"] + (["gpu"] if cuda else []) + (["zerocopy"] if zerocopy_available() else [])
+    if args.sources:
+        sources = [s.strip() for s in args.sources.split(",") if s.strip()]
+        if unknown := [s for s in sources if s not in FEATURE_SOURCES]:
+            parser.error(f"unknown source {unknown[0]!r}; choose from {', '.join(FEATURE_SOURCES)}")
     dataset = load_dataset("synthetic", synthetic=SyntheticSpec(num_nodes=args.num_nodes))
     rows = []
     for source in sources:
@@ -53,16 +64,25 @@ def main(argv: list[str] | None = None) -> None:
                     continue
             cfg = TrainConfig(dataset="synthetic", model=args.model, fanouts=args.fanouts, batch_size=args.batch_size, hidden=args.hidden,
                               epochs=args.epochs, eval_every=args.epochs, feature_source=source, prefetch=prefetch, seed=0, device="auto")
-            history = train(cfg, dataset, progress=False)
+            try:
+                history = train(cfg, dataset, progress=False)
+            except Exception as e:  # noqa: BLE001 - a failing route becomes a row; the others still run
+                traceback.print_exc()
+                failed = f"failed: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]
+                rows.append({"source": source, "prefetch": prefetch, **dict.fromkeys(NUMBERS, float("nan")), "status": failed})
+                print(f"{source:>11} prefetch {prefetch}: {failed}", flush=True)
+                continue
             measured = history[1:] or history  # epoch 0 warms up (allocations, caches, thread start)
             times = [h.epoch_time for h in measured]
             stage = {s: float(np.median([h.stages.get(s, 0.0) for h in measured])) for s in ("sample", "gather", "transfer", "compute", "wait")}
             step = stage["wait"] + stage["compute"]
             rows.append({"source": source, "prefetch": prefetch, "epoch_time": float(np.median(times)),
                          "epoch_min": min(times), "epoch_max": max(times), **stage,
-                         "wait_share": stage["wait"] / step if step else float("nan"), "test_acc": history[-1].test_acc})
+                         "wait_share": stage["wait"] / step if step else float("nan"), "test_acc": history[-1].test_acc, "status": "ok"})
             print(f"{source:>11} prefetch {prefetch}: epoch {rows[-1]['epoch_time']:.2f}s ({min(times):.2f}-{max(times):.2f}), "
                   f"wait {stage['wait']:.2f}s, test acc {history[-1].test_acc:.4f}", flush=True)
+    if not rows:
+        parser.error(f"no route ran: sources {', '.join(sources)} (DGL's own loader needs a CUDA build of DGL on a GPU)")
     baseline = next(r["epoch_time"] for r in rows if r["source"] == rows[0]["source"])
     for r in rows:
         r["ratio_to_" + rows[0]["source"]] = r["epoch_time"] / baseline
@@ -78,7 +98,9 @@ def main(argv: list[str] | None = None) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(f"| {r['source']} | {r['prefetch']} | {r['epoch_time']:.2f} ({r['epoch_min']:.2f}-{r['epoch_max']:.2f}) | {r['sample']:.2f} | {r['gather']:.2f} | {r['transfer']:.2f} | "
-              f"{r['compute']:.2f} | {r['wait']:.2f} | {100 * r['wait_share']:.1f} % | {r[ratio_key]:.2f} | {r['test_acc']:.4f} |")
+              f"{r['compute']:.2f} | {r['wait']:.2f} | {100 * r['wait_share']:.1f} % | {r[ratio_key]:.2f} | {r['test_acc']:.4f} |"
+              + ("" if r["status"] == "ok" else f" {r['status']}"))
+    return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
@@ -104,4 +126,4 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -1,150 +1,304 @@
 """Gather bandwidth per FeatureStore backend over a grid of feature widths, dtypes and batch sizes.
 
-Correctness first (every method equals ``table[ids]``), then warm-up, then the median and spread
-of ``--repeats`` timed gathers. Bandwidth counts useful bytes (rows x row bytes).
+Correctness first: every method's output must equal ``table[ids]`` before it is timed. A method
+that cannot be built or gives a wrong result becomes a failure row naming the error, the other
+methods still run, and the script exits 1 after writing its results. Then warm-up, then the
+median and spread of ``--repeats`` timed gathers: CUDA events on a GPU, ``perf_counter`` on the
+CPU. Bandwidth counts useful bytes (rows x row bytes).
 
-On a GPU: backends zerocopy, cpu (CPU gather + pinned H2D copy) and gpu (resident table), each
-against ``h2d``, a pinned host-to-device copy of the same bytes (the PCIe ceiling).
-On the CPU: the cpu backend against ``torch.index_select`` and ``table[ids]`` fancy indexing.
+On a GPU: ``zerocopy`` (aligned kernel), ``zerocopy-naive`` (naive kernel), ``cpu`` (CPU gather
+into pinned staging + async H2D copy) and ``gpu`` (table resident on the device), each against
+``h2d``, a pinned host-to-device copy of the same bytes (the PCIe ceiling). At ``--tune-cols``
+also ``zerocopy+sort_ids`` and ``zerocopy+max_blocks=N`` for each ``--max-blocks`` cap (``2sm``:
+twice the device's SM count), the figures the kernel defaults are chosen from.
+On the CPU: the cpu backend against ``torch.index_select`` and ``table[ids]`` fancy indexing,
+with ``copy`` (a contiguous copy of the same bytes) as the ceiling.
 
-    python bench/gather.py [--rows 1000000] [--dims 100,128,256,602] [--batches 1024,16384,262144]
+    python bench/gather.py [--rows 1000000] [--cols 100,128,256,602] [--batches 1024,16384,262144]
     dgl-zerocopy bench gather  (the same)
 """
 from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
+from typing import Callable
 
 import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import command_line, machine, summarize, time_repeated, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, summarize, time_cuda_events, time_repeated, write_results  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
+GPU_METHODS = ("h2d", "zerocopy", "zerocopy-naive", "cpu", "gpu")
+CPU_METHODS = ("copy", "cpu", "index_select", "fancy")
+CEILINGS = ("h2d", "copy")
+STORE_METHODS = {  # method -> FeatureStore keyword arguments
+    "zerocopy": {"backend": "zerocopy"},
+    "zerocopy-naive": {"backend": "zerocopy", "variant": "naive"},
+    "cpu": {"backend": "cpu"},
+    "gpu": {"backend": "gpu"},
+}
 
 
-def methods_for(store_factory, table: torch.Tensor, ids: torch.Tensor, device: torch.device) -> dict:
-    """Name -> zero-argument callable doing one gather of ``ids`` (plus the ceiling ``h2d``/``copy``)."""
-    n, dim = ids.shape[0], table.shape[1]
-    if device.type == "cuda":
-        out = torch.empty((n, dim), dtype=table.dtype, device=device)
-        pinned_src = torch.empty((n, dim), dtype=table.dtype, pin_memory=True)
-        fns = {"h2d": lambda: out.copy_(pinned_src, non_blocking=True)}
-        for backend, store in store_factory().items():
-            fns[backend] = (lambda s=store: s.gather(ids, out=out))  # ids from the CPU sampler, as in training
-        return fns
-    buf = torch.empty((n, dim), dtype=table.dtype)
-    src = torch.ones_like(buf)  # the same bytes, contiguous: the ceiling a gather can approach
-    store = store_factory()["cpu"]
-    return {
-        "copy": lambda: buf.copy_(src),
-        "cpu": lambda: store.gather(ids, out=buf),
-        "index_select": lambda: torch.index_select(table, 0, ids),
-        "fancy": lambda: table[ids],
-    }
+def parse_ints(text: str) -> list[int]:
+    """``"16,32,100"`` -> ``[16, 32, 100]``."""
+    return [int(v) for v in text.split(",") if v.strip()]
 
 
-def main(argv: list[str] | None = None) -> None:
+def parse_max_blocks(text: str, sms: int) -> list[int]:
+    """Grid caps from ``"none,0.5sm,1sm,264"``: ``Nsm`` is N times ``sms`` (rounded, at least 1),
+    a bare integer is taken as is, ``none`` (the default, uncapped) is dropped: the plain
+    ``zerocopy`` row is that case. Duplicates are dropped, order kept."""
+    caps: list[int] = []
+    for item in (v.strip().lower() for v in text.split(",")):
+        if item in ("", "none"):
+            continue
+        try:
+            cap = max(1, round(float(item[:-2]) * sms)) if item.endswith("sm") else int(item)
+        except ValueError:
+            raise ValueError(f"--max-blocks items must be integers, 'Nsm' (N times the SM count) or 'none', but got {item!r}") from None
+        if cap < 1:
+            raise ValueError(f"--max-blocks caps must be positive, but got {item!r}")
+        if cap not in caps:
+            caps.append(cap)
+    return caps
+
+
+def store_options(method: str) -> dict:
+    """FeatureStore keyword arguments for a store method: a name of ``STORE_METHODS``, optionally
+    followed by ``+sort_ids`` or ``+max_blocks=N``."""
+    base, _, option = method.partition("+")
+    if base not in STORE_METHODS:
+        raise ValueError(f"unknown gather method {method!r}; store methods are {', '.join(STORE_METHODS)}")
+    kwargs = dict(STORE_METHODS[base])
+    if option == "sort_ids":
+        kwargs["sort_ids"] = True
+    elif option.startswith("max_blocks="):
+        kwargs["max_blocks"] = int(option.removeprefix("max_blocks="))
+    elif option:
+        raise ValueError(f"unknown option {option!r} in gather method {method!r}; use +sort_ids or +max_blocks=N")
+    return kwargs
+
+
+def methods_for(cuda: bool, tune: bool, max_blocks: list[int]) -> list[str]:
+    """The methods timed at one width, the ceiling first; ``tune`` adds the zero-copy options."""
+    if not cuda:
+        return list(CPU_METHODS)
+    tuning = ["zerocopy+sort_ids", *(f"zerocopy+max_blocks={b}" for b in max_blocks)] if tune else []
+    return [*GPU_METHODS, *tuning]
+
+
+def table_rows(rows: int, row_bytes: int, table_gb: float | None) -> int:
+    """``rows``, or fewer so that the table stays within ``table_gb`` GB (wide rows)."""
+    return rows if not table_gb else max(1, min(rows, int(table_gb * 1e9) // row_bytes))
+
+
+def make_table(rng: np.random.Generator, rows: int, dim: int, dtype: torch.dtype, cuda: bool) -> torch.Tensor:
+    """A random host table. On a GPU it is drawn there (NumPy would take minutes for gigabytes)."""
+    if cuda:
+        gen = torch.Generator(device="cuda").manual_seed(int(rng.integers(2**31)))
+        return torch.randn((rows, dim), generator=gen, device="cuda").to(dtype).cpu()
+    return torch.from_numpy(rng.standard_normal((rows, dim), dtype=np.float32)).to(dtype)
+
+
+def open_method(name: str, table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
+    """(one gather of ``ids`` as a zero-argument callable, a function that releases it). Store
+    methods write into ``out``; the ids stay on the CPU, as they come from the sampler."""
+    if name == "h2d":
+        src = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
+        return (lambda: out.copy_(src, non_blocking=True)), (lambda: None)
+    if name == "copy":
+        src = torch.ones_like(out)  # the same bytes, contiguous: the ceiling a gather can approach
+        return (lambda: out.copy_(src)), (lambda: None)
+    if name == "index_select":
+        return (lambda: torch.index_select(table, 0, ids)), (lambda: None)
+    if name == "fancy":
+        return (lambda: table[ids]), (lambda: None)
+    from dgl_zerocopy import FeatureStore
+
+    store = FeatureStore(table, device=out.device, **store_options(name))
+    return (lambda: store.gather(ids, out=out)), store.close
+
+
+def check_equal(got: torch.Tensor, want: torch.Tensor) -> None:
+    """Raise AssertionError saying how many rows differ (and the first) unless ``got == want``."""
+    if got.shape != want.shape or got.dtype != want.dtype or got.device != want.device:
+        raise AssertionError(f"wrong result: {got.dtype} {tuple(got.shape)} on {got.device}, expected {want.dtype} {tuple(want.shape)} on {want.device}")
+    bad = (got != want).flatten(1).any(1).nonzero().flatten()
+    if bad.numel():
+        raise AssertionError(f"wrong result: {bad.numel()} of {want.shape[0]} rows differ from table[ids], the first at position {int(bad[0])}")
+
+
+def time_method(name: str, table: torch.Tensor, ids: torch.Tensor, reference: torch.Tensor, out: torch.Tensor,
+                timer: Callable[[Callable[[], object], int], list[float]], repeats: int) -> list[float]:
+    """Check ``name`` against ``reference`` (unless it is a ceiling), then time it."""
+    fn, close = open_method(name, table, ids, out)
+    try:
+        if name not in CEILINGS:
+            out.fill_(float("nan"))  # a gather that writes nothing must not pass on the last method's rows
+            check_equal(fn(), reference)
+        return timer(fn, repeats)
+    finally:
+        close()
+
+
+def failure_text(error: BaseException) -> str:
+    """``failed: Type: first line of the message`` (short enough for a table cell)."""
+    lines = str(error).strip().splitlines()
+    return f"failed: {type(error).__name__}: {lines[0] if lines else ''}"[:300]
+
+
+def main(argv: list[str] | None = None) -> int:
     cuda = torch.cuda.is_available()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000 if cuda else 200_000, help="table rows")
-    parser.add_argument("--dims", default="100,128,256,602")
+    parser.add_argument("--table-gb", type=float, default=None, help="cap on one table's size: wide rows get fewer rows (default: no cap)")
+    parser.add_argument("--cols", "--dims", dest="dims", default="100,128,256,602", help="feature widths (columns), comma separated")
     parser.add_argument("--dtypes", default="fp32,fp16")
     parser.add_argument("--batches", default="1024,16384,262144", help="ids per gather")
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--out", default="gather", help="result file stem under bench/results/")
+    parser.add_argument("--tune-cols", type=int, default=128, help="GPU: the width at which the zero-copy options are timed too (0: none)")
+    parser.add_argument("--max-blocks", default="0.5sm,1sm,2sm,4sm", help="GPU: grid caps timed at --tune-cols: integers or Nsm (N times the SM count)")
+    parser.add_argument("--raw", choices=("files", "json", "none"), default="files",
+                        help="per-repeat rows: STEM_raw.csv/.json (files), inside STEM.json (json), or not kept (none)")
+    parser.add_argument("--time-limit", type=float, default=0, help="seconds: after this, widths not started yet become skipped rows (0: no limit)")
+    parser.add_argument("--out", default="gather", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
+    dims, batches = parse_ints(args.dims), parse_ints(args.batches)
+    if unknown := [d for d in args.dtypes.split(",") if d not in DTYPES]:
+        parser.error(f"unknown dtype {unknown[0]!r}; choose from {', '.join(DTYPES)}")
 
-    from dgl_zerocopy import FeatureStore
-    from dgl_zerocopy.backends import zerocopy_available
-
-    device = torch.device("cuda" if cuda else "cpu")
-    sync = torch.cuda.synchronize if cuda else None
+    device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
+    sms = torch.cuda.get_device_properties(device).multi_processor_count if cuda else 0
+    try:
+        max_blocks = parse_max_blocks(args.max_blocks, sms) if cuda else []
+    except ValueError as e:
+        parser.error(str(e))
+    if cuda:
+        timer = lambda fn, n: time_cuda_events(fn, n, warmup=3)  # noqa: E731
+    else:
+        timer = lambda fn, n: time_repeated(fn, n, warmup=3)  # noqa: E731
     rng = np.random.default_rng(0)
-    rows = []
+    raw, failures = [], []
+    started = time.perf_counter()
     for dtype_name in args.dtypes.split(","):
-        for dim in map(int, args.dims.split(",")):
-            table = torch.from_numpy(rng.standard_normal((args.rows, dim), dtype=np.float32)).to(DTYPES[dtype_name])
-            stores = {}
+        dtype = DTYPES[dtype_name]
+        for dim in dims:
+            row_bytes = dim * torch.empty((), dtype=dtype).element_size()
+            n_rows = table_rows(args.rows, row_bytes, args.table_gb)
+            methods = methods_for(cuda, dim == args.tune_cols, max_blocks)
+            key = {"dtype": dtype_name, "dim": dim, "row_bytes": row_bytes, "table_rows": n_rows}
+            if args.time_limit and time.perf_counter() - started > args.time_limit:
+                failures += [{**key, "batch": b, "method": m, "status": f"skipped: --time-limit {args.time_limit:g} s reached"} for b in batches for m in methods]
+                continue
+            try:
+                table = make_table(rng, n_rows, dim, dtype, cuda)
+            except Exception as e:  # noqa: BLE001 - e.g. out of memory, or a device left broken by an earlier failure
+                failures += [{**key, "batch": b, "method": m, "status": failure_text(e)} for b in batches for m in methods]
+                continue
+            for batch in batches:
+                ids = torch.from_numpy(rng.integers(0, n_rows, batch))
+                try:
+                    reference = table[ids].to(device)
+                    out = torch.empty_like(reference)
+                except Exception as e:  # noqa: BLE001 - as above
+                    failures += [{**key, "batch": batch, "method": m, "status": failure_text(e)} for m in methods]
+                    continue
+                for name in methods:
+                    try:
+                        times = time_method(name, table, ids, reference, out, timer, args.repeats)
+                    except Exception as e:  # noqa: BLE001 - recorded as a failure row; the other methods still run
+                        failures.append({**key, "batch": batch, "method": name, "status": failure_text(e)})
+                        print(f"{dtype_name} {dim} cols, batch {batch}: {name} {failures[-1]['status']}", file=sys.stderr, flush=True)
+                        continue
+                    raw += [{**key, "batch": batch, "method": name, "seconds": t, "gbps": batch * row_bytes / t / 1e9} for t in times]
+                del reference, out
+            del table
 
-            def factory():
-                if not stores:
-                    stores["cpu"] = FeatureStore(table, backend="cpu", device=device)
-                    if cuda:
-                        stores["gpu"] = FeatureStore(table, backend="gpu", device=device)
-                        if zerocopy_available():
-                            stores["zerocopy"] = FeatureStore(table, backend="zerocopy", device=device)
-                return stores
-
-            for batch in map(int, args.batches.split(",")):
-                ids = torch.from_numpy(rng.integers(0, args.rows, batch))
-                fns = methods_for(factory, table, ids, device)
-                reference = table[ids].to(device)
-                for name, fn in fns.items():
-                    if name not in ("h2d", "copy"):
-                        torch.testing.assert_close(fn(), reference, rtol=0, atol=0)
-                    useful = batch * dim * table.element_size()
-                    for t in time_repeated(fn, args.repeats, warmup=3, sync=sync):
-                        rows.append({"dtype": dtype_name, "dim": dim, "row_bytes": dim * table.element_size(), "batch": batch,
-                                     "method": name, "seconds": t, "gbps": useful / t / 1e9})
-            for s in stores.values():
-                s.close()
-
-    summary = _summarize(rows, ceiling="h2d" if cuda else "copy")
-    meta = {"command": command_line(), "machine": machine(), "device": torch.cuda.get_device_name() if cuda else "cpu (no GPU)",
-            "table_rows": args.rows, "repeats": args.repeats}
-    write_results(f"{args.out}_raw", rows, meta)
-    csv_path, _ = write_results(args.out, summary, meta)
-    _plot(summary, meta, csv_path.with_suffix(".png"))
-    print(f"# {meta['command']}\n# {meta['device']}; {meta['machine']}; table {args.rows:,} rows")
-    print("| dtype | dim | batch | method | GB/s median | q1–q3 | ratio to ceiling |\n|---|---|---|---|---|---|---|")
+    ceiling = "h2d" if cuda else "copy"
+    summary = summarize_rows(raw, failures, ceiling)
+    meta = {"command": command_line(), "machine": machine(), "device": torch.cuda.get_device_name(device) if cuda else "cpu (no GPU)",
+            "table_rows": args.rows, "table_gb": args.table_gb or "no cap", "repeats": args.repeats, "ceiling": ceiling,
+            "timer": "CUDA events, device synchronized before each call" if cuda else "perf_counter", "sm_count": sms}
+    stem = Path(args.out) if Path(args.out).is_absolute() else RESULTS / args.out
+    if args.raw == "files":
+        write_results(f"{stem.name}_raw", raw, meta, stem.parent)
+    csv_path, _ = write_results(stem.name, summary, meta, stem.parent, extra={"raw": raw} if args.raw == "json" else None)
+    if any(s["gbps_median"] == s["gbps_median"] for s in summary):  # at least one number to draw (NaN != NaN)
+        _plot(summary, meta, csv_path.with_suffix(".png"))
+    print(f"# {meta['command']}\n# {meta['device']}; {meta['machine']}; table {args.rows:,} rows (cap {meta['table_gb']} GB)")
+    print("| dtype | dim | batch | method | GB/s median | q1–q3 | ratio to ceiling | status |\n|---|---|---|---|---|---|---|---|")
     for s in summary:
-        print(f"| {s['dtype']} | {s['dim']} | {s['batch']} | {s['method']} | {s['gbps_median']:.2f} | {s['gbps_q1']:.2f}–{s['gbps_q3']:.2f} | {s['ratio_to_ceiling']:.2f} |")
+        print(f"| {s['dtype']} | {s['dim']} | {s['batch']} | {s['method']} | {s['gbps_median']:.2f} | {s['gbps_q1']:.2f}–{s['gbps_q3']:.2f} | "
+              f"{s['ratio_to_ceiling']:.2f} | {s['status']} |")
+    return 1 if failures else 0
 
 
-def _summarize(rows: list[dict], ceiling: str) -> list[dict]:
-    keys = sorted({(r["dtype"], r["dim"], r["batch"]) for r in rows}, key=lambda k: (k[0], k[1], k[2]))
+def summarize_rows(raw: list[dict], failures: list[dict], ceiling: str) -> list[dict]:
+    """One row per (dtype, dim, batch, method): GB/s median and spread, the ratio to ``ceiling``
+    at the same point, and ``status`` (``ok`` or the failure); a failed method's numbers are NaN."""
+    nan = float("nan")
+    order = {}
+    for r in raw + failures:
+        order.setdefault((r["dtype"], r["dim"], r["batch"]), {}).setdefault(r["method"], r)
     summary = []
-    for dtype, dim, batch in keys:
-        group = [r for r in rows if (r["dtype"], r["dim"], r["batch"]) == (dtype, dim, batch)]
-        methods = list(dict.fromkeys(r["method"] for r in group))
-        top = summarize([r["gbps"] for r in group if r["method"] == ceiling])["median"]
-        for m in methods:
-            s = summarize([r["gbps"] for r in group if r["method"] == m])
-            summary.append({"dtype": dtype, "dim": dim, "batch": batch, "method": m,
-                            **{f"gbps_{k}": v for k, v in s.items()}, "ratio_to_ceiling": s["median"] / top})
+    for (dtype, dim, batch), methods in sorted(order.items(), key=lambda kv: kv[0]):
+        group = [r for r in raw if (r["dtype"], r["dim"], r["batch"]) == (dtype, dim, batch)]
+        top = [r["gbps"] for r in group if r["method"] == ceiling]
+        top_median = summarize(top)["median"] if top else nan
+        for method, first in methods.items():
+            values = [r["gbps"] for r in group if r["method"] == method]
+            stats = summarize(values) if values else dict.fromkeys(("median", "q1", "q3", "min", "max"), nan)
+            summary.append({"dtype": dtype, "dim": dim, "row_bytes": first["row_bytes"], "table_rows": first["table_rows"], "batch": batch,
+                            "method": method, **{f"gbps_{k}": v for k, v in stats.items()},
+                            "ratio_to_ceiling": stats["median"] / top_median, "status": "ok" if values else first["status"]})
     return summary
 
 
 def _plot(summary: list[dict], meta: dict, path: Path) -> None:
+    """Bars of GB/s (median, IQR) per width and method at the largest batch, one panel per dtype,
+    and a panel of the zero-copy options where they were timed. Failed methods draw no bar."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    dtypes = list(dict.fromkeys(s["dtype"] for s in summary))
     batch = max(s["batch"] for s in summary)
-    fig, axes = plt.subplots(1, len(dtypes), figsize=(6 * len(dtypes), 3.8), squeeze=False)
-    for ax, dtype in zip(axes[0], dtypes):
-        sel = [s for s in summary if s["dtype"] == dtype and s["batch"] == batch]
-        dims = sorted({s["dim"] for s in sel})
-        methods = list(dict.fromkeys(s["method"] for s in sel))
-        width = 0.8 / len(methods)
-        for i, m in enumerate(methods):
-            vals = [next(s for s in sel if s["dim"] == d and s["method"] == m) for d in dims]
-            med = [v["gbps_median"] for v in vals]
-            err = [[v["gbps_median"] - v["gbps_q1"] for v in vals], [v["gbps_q3"] - v["gbps_median"] for v in vals]]
-            ax.bar(np.arange(len(dims)) + i * width, med, width, yerr=err, capsize=3, label=m)
-        ax.set_xticks(np.arange(len(dims)) + 0.4 - width / 2, [str(d) for d in dims])
-        ax.set_xlabel(f"feature dim ({dtype})")
+    sel = [s for s in summary if s["batch"] == batch]
+    panels = [(dtype, [s for s in sel if s["dtype"] == dtype and "+" not in s["method"]]) for dtype in dict.fromkeys(s["dtype"] for s in sel)]
+    tuned = [s for s in sel if "+" in s["method"]]
+    if tuned:  # the default zero-copy row beside its options, at the first width where they were timed
+        dtype, dim = tuned[0]["dtype"], tuned[0]["dim"]
+        panels.append(("options", [s for s in sel if (s["dtype"], s["dim"]) == (dtype, dim) and s["method"].split("+")[0] == "zerocopy"]))
+    fig, axes = plt.subplots(1, len(panels), figsize=(6 * len(panels), 3.8), squeeze=False)
+    for ax, (title, rows) in zip(axes[0], panels):
+        if title == "options":
+            xs = np.arange(len(rows))
+            err = [[s["gbps_median"] - s["gbps_q1"] for s in rows], [s["gbps_q3"] - s["gbps_median"] for s in rows]]
+            ax.bar(xs, [s["gbps_median"] for s in rows], 0.6, yerr=err, capsize=3)
+            ax.set_xticks(xs, [s["method"].removeprefix("zerocopy+") for s in rows], rotation=20, fontsize=7)
+            ax.set_xlabel(f"zero-copy options ({rows[0]['dtype']}, {rows[0]['dim']} cols = {rows[0]['row_bytes']} B rows)")
+            ax.set_title(f"{meta['device']}: {batch:,} random rows, SMs: {meta['sm_count']}", fontsize=9)
+        else:
+            dims = sorted({s["dim"] for s in rows})
+            bars = {m: [next((s for s in rows if s["dim"] == d and s["method"] == m), None) for d in dims] for m in dict.fromkeys(s["method"] for s in rows)}
+            width = 0.8 / len(bars)
+            for i, (m, vals) in enumerate(bars.items()):
+                med = [v["gbps_median"] if v else np.nan for v in vals]
+                err = [[v["gbps_median"] - v["gbps_q1"] if v else np.nan for v in vals], [v["gbps_q3"] - v["gbps_median"] if v else np.nan for v in vals]]
+                ax.bar(np.arange(len(dims)) + i * width, med, width, yerr=err, capsize=3, label=m)
+            ax.set_xticks(np.arange(len(dims)) + 0.4 - width / 2, [str(d) for d in dims])
+            ax.set_xlabel(f"feature dim ({title})")
+            ax.set_title(f"{meta['device']}: gather of {batch:,} random rows", fontsize=9)
+            ax.legend(fontsize=8)
         ax.set_ylabel("GB/s (median, IQR)")
-        ax.set_title(f"{meta['device']}: gather of {batch:,} random rows", fontsize=9)
-        ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
+    plt.close(fig)
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -26,3 +26,10 @@ def test_epoch_bench_reports_every_route_with_median_and_spread(tmp_path):
     assert stem.with_suffix(".png").stat().st_size > 0 and stem.with_suffix(".csv").stat().st_size > 0
     assert "| dgl-storage | 0 |" in r.stdout
     assert not (REPO / "bench" / "results" / "epoch_tiny.json").exists()
+
+
+def test_epoch_bench_sources_are_checked(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "epoch", "--sources", "cpu,magic", "--out", str(tmp_path / "e")],
+                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=120)
+    assert r.returncode == 2 and "unknown source 'magic'" in r.stderr, r.stderr
+    assert not list(tmp_path.iterdir())
