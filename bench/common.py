@@ -1,6 +1,7 @@
 """Small helpers every benchmark shares: repeated timing, summary statistics, result files."""
 from __future__ import annotations
 
+import csv
 import json
 import platform
 import shlex
@@ -76,11 +77,12 @@ def write_results(stem: str, rows: list[dict], meta: dict, folder: str | Path = 
     folder.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = folder / f"{stem}.csv", folder / f"{stem}.json"
     keys = list(rows[0]) if rows else []
-    with csv_path.open("w") as f:
+    with csv_path.open("w", newline="") as f:
         for k, v in meta.items():
             f.write(f"# {k}: {v}\n")
-        f.write(",".join(keys) + "\n")
+        writer = csv.writer(f, lineterminator="\n")  # quotes a field only where it holds a comma (an error message)
+        writer.writerow(keys)
         for r in rows:
-            f.write(",".join(f"{r[k]:.6g}" if isinstance(r[k], float) else str(r[k]) for k in keys) + "\n")
+            writer.writerow([f"{r[k]:.6g}" if isinstance(r[k], float) else str(r[k]) for k in keys])
     json_path.write_text(json.dumps({"meta": meta, "rows": rows, **(extra or {})}, indent=1))
     return csv_path, json_path
