@@ -191,8 +191,6 @@ class DeviceBlock:
 
         indptr, indices = _csc(block)
         device = torch.device(device)
-        if device.type == "cuda" and device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
         # Copies are queued on the current stream without blocking the host (pinned first): on a
         # worker's side stream the consumer orders its reads after them (see record_stream).
         srcdata = {NID: to_device(block.srcdata[NID], device)} if NID in block.srcdata else {}

@@ -281,7 +281,7 @@ def cupy_stream(cupy: Any, stream: Any, device_id: int) -> Any:
 
     CuPy 14 deprecates ``ExternalStream`` for ``Stream.from_external``; CuPy 13 has only the former.
     """
-    if isinstance(stream, cupy.cuda.Stream) or isinstance(stream, cupy.cuda.ExternalStream):
+    if isinstance(stream, (cupy.cuda.Stream, cupy.cuda.ExternalStream)):
         return stream
     handle = getattr(stream, "cuda_stream", None)
     if not isinstance(handle, int):
