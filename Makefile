@@ -1,18 +1,30 @@
 # Two commands for a newcomer: `make run` trains on the embedded dataset, `make test` runs the suite.
-# Both create .venv when missing and (re)install only when pyproject.toml or constraints.txt changed.
+# Both create the venv when missing and (re)install only when pyproject.toml, setup.py or the stack's
+# constraints change. Two stacks are supported and tested (docs/usage.md#supported-stack):
+#   STACK=newest (default): the newest torch (CUDA 13 build), NumPy 2, CuPy 14, DGL 2.1 with the graphbolt placeholder;
+#   STACK=oldest:           torch 2.2.1, NumPy 1.26, CuPy 13, DGL 2.1 with its own graphbolt.
 PYTHON ?= python3
-VENV   ?= .venv
+STACK  ?= newest
+CONSTRAINTS := constraints/$(STACK).txt
+ifeq ($(wildcard $(CONSTRAINTS)),)
+$(error STACK=$(STACK) has no $(CONSTRAINTS); use STACK=newest or STACK=oldest)
+endif
+VENV   ?= $(if $(filter newest,$(STACK)),.venv,.venv-$(STACK))
+EXTRAS := $(if $(filter oldest,$(STACK)),cuda12,cuda13)
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
+# PIP_CONSTRAINT rather than -c: it replaces a `constraint` set in a machine's pip configuration
+# (which may cap torch below the newest stack's), so the stack's file alone decides every version.
+PIP_INSTALL := PIP_CONSTRAINT=$(CURDIR)/$(CONSTRAINTS) $(PY) -m pip install --quiet --disable-pip-version-check
 
 .PHONY: install run test test-gpu bench clean gpu-check gpu-wheels
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml constraints.txt
+$(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt "setuptools<70" wheel
-	$(PY) -m pip install --quiet --disable-pip-version-check -c constraints.txt -e ".[dev]"
+	$(PIP_INSTALL) setuptools wheel
+	$(PIP_INSTALL) -e ".[dev,$(EXTRAS)]"
 	touch $(STAMP)
 
 run: $(STAMP)
@@ -34,7 +46,7 @@ gpu-check:
 	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(PYTHON) bench/gpu_check.py --wheels $(CURDIR)/.whl --site $(GPU_SITE) $(GPU_CHECK_ARGS)
 
 # Run here (it needs PyPI): the wheels the GPU image lacks (Python 3.12, manylinux x86_64) into .whl/,
-# at the versions of constraints.txt, replacing older ones of the same names (two versions stop the install).
+# at the versions of constraints/newest.txt, replacing older ones of the same names (two versions stop the install).
 # typing_extensions: pydantic needs >= 4.16; gpu_check.py installs it only where the image's is older.
 GPU_WHEELS    := dgl pydantic pydantic_core annotated-types typing-inspection typing_extensions
 GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64
@@ -42,7 +54,7 @@ GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_
 gpu-wheels:
 	mkdir -p .whl
 	for name in $(GPU_WHEELS); do \
-	  pin=$$(grep -i "^$$name==" constraints.txt) || { echo "gpu-wheels: $$name is not pinned in constraints.txt"; exit 1; }; \
+	  pin=$$(grep -i "^$$name==" constraints/newest.txt) || { echo "gpu-wheels: $$name is not pinned in constraints/newest.txt"; exit 1; }; \
 	  rm -f .whl/$$(echo $$name | tr - _)-*.whl; \
 	  $(PYTHON) -m pip download --quiet --disable-pip-version-check --no-deps --only-binary=:all: --python-version 3.12 \
 	    --implementation cp $(foreach p,$(GPU_PLATFORMS),--platform $(p)) -d .whl "$$pin" || exit 1; \
@@ -50,4 +62,4 @@ gpu-wheels:
 	ls -l .whl
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf .venv .venv-oldest build *.egg-info

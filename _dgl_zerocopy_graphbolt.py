@@ -11,11 +11,7 @@ name raises an ``AttributeError`` that says why.
 A top-level module, importing nothing heavy (no torch, no dgl), so that installing the hook at
 interpreter start-up costs nothing; the hook does its check only when ``dgl.graphbolt`` is imported.
 """
-from __future__ import annotations
-
-import importlib.abc
 import importlib.machinery
-import importlib.metadata
 import os
 import sys
 import types
@@ -39,7 +35,12 @@ def library_path() -> str | None:
 
 def _torch_version() -> str:
     torch = sys.modules.get("torch")  # DGL imports torch before graphbolt; metadata otherwise
-    version = torch.__version__ if torch is not None else importlib.metadata.version("torch")
+    if torch is not None:
+        version = torch.__version__
+    else:
+        import importlib.metadata  # not at module level: this module is imported at interpreter start-up
+
+        version = importlib.metadata.version("torch")
     return str(version).split("+", maxsplit=1)[0]
 
 
@@ -64,7 +65,7 @@ class _Placeholder(types.ModuleType):
         )
 
 
-class _Loader(importlib.abc.Loader):
+class _Loader:  # importlib's loader protocol (importlib.abc is not imported: start-up cost)
     def create_module(self, spec):
         module = _Placeholder(spec.name)
         module.FusedCSCSamplingGraph = FusedCSCSamplingGraph
@@ -75,7 +76,7 @@ class _Loader(importlib.abc.Loader):
         pass
 
 
-class _Finder(importlib.abc.MetaPathFinder):
+class _Finder:  # importlib's meta path finder protocol
     def find_spec(self, fullname, path=None, target=None):
         if fullname != MODULE or not needs_placeholder():
             return None  # the real dgl.graphbolt loads as usual

@@ -134,7 +134,8 @@ class DeviceBlock:
                 # torch warns once per process that sparse CSR is "beta"; the operations used here
                 # (construction and CSR @ dense) are long supported.
                 warnings.filterwarnings("ignore", message="Sparse CSR tensor support is in beta")
-                self._cache[key] = torch.sparse_csr_tensor(crow, col, values, size=size)
+                # The CSR comes from a valid block; say so (newer torch warns when this is left implicit).
+                self._cache[key] = torch.sparse_csr_tensor(crow, col, values, size=size, check_invariants=False)
         return self._cache[key]
 
     def edge_dst(self) -> torch.Tensor:

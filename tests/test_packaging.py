@@ -19,6 +19,7 @@ def test_wheel_ships_kernels_and_finds_them(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("dgl_zerocopy-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "dgl_zerocopy/kernels/gather.cu" in names
+    assert "dgl_zerocopy_graphbolt.pth" in names and "_dgl_zerocopy_graphbolt.py" in names
 
     target = tmp_path / "site"
     install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], capture_output=True, text=True, encoding="utf-8", timeout=300)
@@ -32,6 +33,30 @@ def test_wheel_ships_kernels_and_finds_them(tmp_path):
     where, size = probe.stdout.split()
     assert where.startswith(str(target)), f"kernels found at {where}, not in the installed package"
     assert int(size) > 100
+
+    # Python runs the wheel's .pth at start-up (site.addsitedir does what site-packages gets): the hook is
+    # in place and nothing heavy was imported.
+    code = ("import site, sys; site.addsitedir(sys.argv[1])\n"
+            "print(sum(type(f).__name__ == '_Finder' for f in sys.meta_path), [m for m in ('torch', 'dgl', 'numpy') if m in sys.modules])")
+    hooked = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, encoding="utf-8",
+                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""}, timeout=120)
+    assert hooked.returncode == 0, hooked.stderr
+    assert hooked.stdout.split() == ["1", "[]"], hooked.stdout
+
+
+@pytest.mark.slow
+def test_editable_wheel_ships_the_hook_after_its_finder(tmp_path):
+    """``pip install -e .`` builds this wheel (PEP 660). Python reads .pth files in name order: ours imports
+    ``_dgl_zerocopy_graphbolt``, which the ``__editable__`` finder makes importable, so it must come later."""
+    code = f"from setuptools import build_meta; print(build_meta.build_editable({str(tmp_path)!r}))"
+    build = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8", cwd=REPO, timeout=300)
+    assert build.returncode == 0, build.stderr
+    wheel = tmp_path / build.stdout.split()[-1]
+    archive = zipfile.ZipFile(wheel)
+    pth_files = sorted(name for name in archive.namelist() if name.endswith(".pth"))
+    assert len(pth_files) == 2 and pth_files[0].startswith("__editable__"), pth_files
+    assert pth_files[1] == "dgl_zerocopy_graphbolt.pth"
+    assert archive.read(pth_files[1]).decode().strip() == "import _dgl_zerocopy_graphbolt; _dgl_zerocopy_graphbolt.install()"
 
 
 def test_the_documented_api_is_importable_without_dgl():
