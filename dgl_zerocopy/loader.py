@@ -1,21 +1,27 @@
-"""DataLoader: DGL's loader signature plus ``features=``/``labels=``; the next batches are sampled and
-gathered on a background thread while the current one trains.
+"""DataLoader: DGL 2.1's ``dgl.dataloading.DataLoader`` signature and defaults, plus ``features=``,
+``labels=`` and ``prefetch=``; the next batches are sampled and gathered on a background thread
+while the current one trains.
 
-Per batch it yields what DGL yields, ``(input_nodes, output_nodes, blocks)``, with
-``blocks[0].srcdata[name]`` and ``blocks[-1].dstdata[name]`` already filled on ``device``.
-The feature tensors live in a ring of reused output buffers: a batch's tensors are valid until the
-loop asks for the next batch (clone them to keep them longer).
+Per batch it yields what DGL yields, ``(input_nodes, output_nodes, blocks)`` on ``device``, with
+``blocks[0].srcdata[name]`` and ``blocks[-1].dstdata[name]`` already filled. The sampler's own
+``prefetch_node_feats``/``prefetch_labels`` are served from ``graph.ndata`` through FeatureStores
+the loader makes itself (one per tensor and device, shared by every loader in the process). The
+feature tensors live in a ring of reused output buffers: a batch's tensors are valid until the
+loop has asked for ``prefetch + 1`` more batches (clone them to keep them longer; a warning says
+when a kept one was overwritten).
 
 Streams (CUDA, ``prefetch > 0``; the table is in docs/architecture.md): the worker gathers and
 copies on a side stream and records the batch's ready event; the consumer's stream waits on it.
 Feature buffers live in ring slots, reused only after the slot's release event, which the consumer
 records when it asks for the next batch, when the epoch ends or is left, and before a new epoch
-starts. Everything else the worker hands over (labels, block index tensors) is ``record_stream``-ed
-on the consumer's stream before the batch is returned.
+starts. Everything else the worker hands over (node ids, labels, block index tensors) is
+``record_stream``-ed on the consumer's stream before the batch is returned.
 """
 from __future__ import annotations
 
+import copy
 import logging
+import warnings
 import weakref
 from contextlib import nullcontext
 from typing import Iterator, Mapping
@@ -32,27 +38,57 @@ from .transfer import to_device
 log = logging.getLogger(__name__)
 
 BLOCK_KINDS = ("dgl", "device")
+#: torch DataLoader keywords that DGL forwards and that apply to the sampling workers here.
+WORKER_KWARGS = ("num_workers", "persistent_workers", "worker_init_fn", "prefetch_factor", "timeout",
+                 "multiprocessing_context", "generator")
+#: torch DataLoader keywords that have a nearest equivalent (or none) here; accepted, see _apply_dgl_options.
+OTHER_TORCH_KWARGS = ("pin_memory", "pin_memory_device", "in_order")
+
+# One store per (tensor, device) in this process, so two loaders over the same tensor (train and
+# val) share it and the same memory is never pinned twice (CUDA refuses a second registration).
+_SHARED_STORES: "weakref.WeakValueDictionary[tuple, FeatureStore]" = weakref.WeakValueDictionary()
+_WARNED: set[str] = set()
 
 
 class DataLoader:
     """Minibatches of sampled blocks with features and labels gathered onto ``device``.
 
-    ``graph``: a DGL graph (CPU). ``indices``: seed node ids (1-D ints). ``sampler``: any DGL block
-    sampler (``NeighborSampler``, ``MultiLayerFullNeighborSampler``, ...). ``features``: name ->
-    :class:`FeatureStore` on ``device`` (or a CPU tensor, wrapped in one). ``labels``: name -> 1-D
-    tensor or FeatureStore. ``prefetch``: batches prepared ahead on a thread (0: serial, no thread).
-    ``blocks``: ``"dgl"`` (DGL blocks; a CUDA device needs a CUDA build of DGL) or ``"device"``
-    (:class:`dgl_zerocopy.blocks.DeviceBlock`, for PyPI's CPU-only DGL). Shuffling is
-    deterministic: epoch ``e`` uses ``numpy.random.default_rng([seed, e])``. ``store_options``:
-    keyword arguments for the FeatureStores the loader makes from tensors (e.g.
-    ``{"sort_ids": True, "max_blocks": 132}``).
+    The arguments up to ``gpu_cache`` are DGL 2.1's, in its order and with its defaults:
+    ``graph`` (a DGL graph on the CPU), ``indices`` (seed node ids, 1-D int32/int64, in the graph's
+    id dtype on output), ``graph_sampler`` (any DGL block sampler; its ``prefetch_node_feats`` and
+    ``prefetch_labels`` are honoured), ``device`` (default: the graph's), ``use_ddp``/``ddp_seed``
+    (split the seeds across the ``torch.distributed`` ranks every epoch), ``batch_size``,
+    ``drop_last``, ``shuffle``, and DGL's options of its prefetcher, UVA and GPU cache, each mapped to
+    its nearest equivalent here (a one-time warning says so where one cannot apply). torch
+    DataLoader keywords: ``num_workers > 0`` samples in worker processes that feed the gather
+    thread (with ``persistent_workers``, ``worker_init_fn``, ``prefetch_factor``, ``timeout``,
+    ``multiprocessing_context``).
+
+    Extras, keyword-only: ``features`` (name -> :class:`FeatureStore` on ``device``, or a CPU
+    tensor), ``labels`` (name -> 1-D tensor or FeatureStore), ``prefetch`` (batches prepared ahead
+    on a thread; 0: serial), ``seed`` (shuffling without DDP: epoch ``e`` uses
+    ``numpy.random.default_rng([seed, e])``; with DDP ``ddp_seed`` takes its place, the same on every
+    rank), ``blocks`` (``"dgl"``; ``"device"``: :class:`dgl_zerocopy.blocks.DeviceBlock`, for a
+    CUDA device with PyPI's CPU-only DGL; default: ``"device"`` exactly then), ``timer``,
+    ``store_options`` (keyword arguments for the FeatureStores the loader makes).
     """
 
-    def __init__(self, graph, indices, sampler, features: Mapping | None = None, labels: Mapping | None = None,
-                 device: str | torch.device = "cpu", batch_size: int = 1024, shuffle: bool = True, drop_last: bool = False,
-                 prefetch: int = 2, seed: int = 0, blocks: str = "dgl", timer: StageTimer | None = None,
-                 store_options: Mapping | None = None) -> None:
-        self.device = resolve_device(device)
+    def __init__(self, graph, indices, graph_sampler, device=None, use_ddp: bool = False, ddp_seed: int = 0,
+                 batch_size: int = 1, drop_last: bool = False, shuffle: bool = False, use_prefetch_thread: bool | None = None,
+                 use_alternate_streams: bool | None = None, pin_prefetcher: bool | None = None, use_uva: bool = False,
+                 gpu_cache: Mapping | None = None, *, features: Mapping | None = None, labels: Mapping | None = None,
+                 prefetch: int = 2, seed: int = 0, blocks: str | None = None, timer: StageTimer | None = None,
+                 store_options: Mapping | None = None, **kwargs) -> None:
+        unknown = sorted(set(kwargs) - set(WORKER_KWARGS) - set(OTHER_TORCH_KWARGS))
+        if unknown:
+            raise TypeError(f"DataLoader got unexpected keyword argument(s) {unknown}: it takes DGL's arguments, torch "
+                            f"DataLoader's {list(WORKER_KWARGS + OTHER_TORCH_KWARGS)} and features=, labels=, prefetch=, "
+                            f"seed=, blocks=, timer=, store_options= (it makes its own batches, sampler and collate_fn)")
+        if use_uva and device is None and torch.cuda.is_available():
+            device = torch.cuda.current_device()  # DGL's default with UVA
+        self.device = resolve_device(device if device is not None else graph.device)
+        if blocks is None:
+            blocks = "device" if self.device.type == "cuda" and not dgl_has_cuda() else "dgl"
         if blocks not in BLOCK_KINDS:
             raise ValueError(f"blocks must be 'dgl' or 'device', but got {blocks!r}")
         if not isinstance(prefetch, int) or prefetch < 0:
@@ -61,35 +97,82 @@ class DataLoader:
             raise ValueError(f"batch_size must be a positive integer, but got {batch_size!r}")
         if blocks == "dgl" and self.device.type == "cuda" and not dgl_has_cuda():
             raise ValueError("blocks='dgl' on a CUDA device needs a CUDA build of DGL, and the installed DGL is a CPU build; "
-                             "pass blocks='device' to get device-side blocks for dgl_zerocopy.nn / dgl_zerocopy.models")
+                             "pass blocks='device' (the default) to get device-side blocks for dgl_zerocopy.nn / dgl_zerocopy.models")
+        num_workers = kwargs.get("num_workers", 0)
+        if not isinstance(num_workers, int) or num_workers < 0:
+            raise ValueError(f"num_workers must be an integer >= 0, but got {num_workers!r}")
+        if use_ddp:
+            import torch.distributed as dist
+
+            if not (dist.is_available() and dist.is_initialized()):
+                raise RuntimeError("use_ddp=True needs torch.distributed's process group: call "
+                                   "torch.distributed.init_process_group(...) in each process before making the DataLoader")
+            self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
+        else:
+            self.rank, self.world_size = 0, 1
+        if graph.device.type != "cpu":
+            raise ValueError(f"the graph must be on the CPU (sampling runs there), but it is on {graph.device}; "
+                             "keep it on the CPU and pass device= for where the batches go")
         self.graph = graph
         self.num_nodes = int(graph.num_nodes())
-        self.indices = _node_ids(indices, self.num_nodes)
-        self.sampler = sampler
+        self.indices = _node_ids(indices, self.num_nodes, graph.idtype)
+        self.graph_sampler, prefetched = _without_prefetch_lists(graph_sampler)
         self._store_options = dict(store_options or {})
         self.features = {k: self._store(k, v) for k, v in (features or {}).items()}
         self.labels = {k: self._labels(k, v) for k, v in (labels or {}).items()}
+        self._add_prefetched(*prefetched)
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
-        self.prefetch, self.seed, self.blocks = prefetch, seed, blocks
+        self.use_ddp, self.ddp_seed = bool(use_ddp), ddp_seed
+        self.seed, self.blocks = seed, blocks
+        self.prefetch = _apply_dgl_options(prefetch, self.device, use_prefetch_thread, pin_prefetcher, use_uva, gpu_cache, kwargs)
         self.timer = timer or StageTimer()
         self.epoch = 0
+        self._worker_kwargs = {k: kwargs[k] for k in WORKER_KWARGS if k in kwargs}
+        self._workers = None  # the torch DataLoader of the sampling processes (num_workers > 0), made lazily
+        self._order = None  # its shared-memory seed order, rewritten every epoch
         # prefetch + 2 slots: `prefetch` queued, one being produced, one held by the training step.
-        self._ring = [_Slot() for _ in range(prefetch + 2)]
-        self._side = torch.cuda.Stream(self.device) if self.device.type == "cuda" and prefetch > 0 else None
+        self._ring = [_Slot() for _ in range(self.prefetch + 2)]
+        alternate = use_alternate_streams is not False  # False: the worker queues on the default stream, like the step
+        self._side = torch.cuda.Stream(self.device) if self.device.type == "cuda" and self.prefetch > 0 and alternate else None
+        self._kept_warned = False
         # A weak reference: leaving the loop drops the epoch's iterator, whose finalizer stops the worker.
         self._active: weakref.ref | None = None
+
+    @property
+    def sampler(self):
+        """The graph sampler (DGL's name: ``graph_sampler``)."""
+        return self.graph_sampler
+
+    def set_epoch(self, epoch: int) -> None:
+        """Make the next epoch number ``epoch`` (the shuffle and the DDP split depend on it)."""
+        self.epoch = int(epoch)
 
     # -- validation ------------------------------------------------------------------------
     def _store(self, name: str, store) -> FeatureStore:
         if isinstance(store, (torch.Tensor, np.ndarray)):
-            store = FeatureStore(store, backend="auto" if self.device.type == "cuda" else "cpu", device=self.device, **self._store_options)
+            store = shared_store(store, self.device, **self._store_options)
         if not isinstance(store, FeatureStore):
             raise TypeError(f"features[{name!r}] must be a FeatureStore or a tensor, but got {type(store).__name__}")
+        _SHARED_STORES.setdefault(_memory_key(store._table, store.device), store)  # later loaders over that memory use it
         if len(store) != self.num_nodes:
             raise ValueError(f"features[{name!r}] has {len(store)} rows but the graph has {self.num_nodes} nodes; one row per node is needed")
         if store.device != self.device:
             raise ValueError(f"features[{name!r}] gathers on {store.device} but the loader's device is {self.device}; create the store with device={str(self.device)!r}")
         return store
+
+    def _add_prefetched(self, node_feats: list, labels: list) -> None:
+        """The sampler's ``prefetch_node_feats``/``prefetch_labels``, taken from ``graph.ndata``."""
+        for name in [*node_feats, *labels]:
+            if name not in self.graph.ndata:
+                raise KeyError(f"the sampler prefetches {name!r}, but graph.ndata has no such tensor (it has {sorted(self.graph.ndata)})")
+        for name in node_feats:
+            if name not in self.features:
+                tensor = self.graph.ndata[name]
+                # A 2-D table goes through a (shared) FeatureStore; anything else is indexed like a label.
+                self.features[name] = self._store(name, tensor) if tensor.dim() == 2 else self._labels(name, tensor)
+        for name in labels:
+            if name not in self.labels:
+                self.labels[name] = self._labels(name, self.graph.ndata[name])
 
     def _labels(self, name: str, labels):
         if isinstance(labels, np.ndarray):
@@ -105,23 +188,64 @@ class DataLoader:
         return labels
 
     # -- iteration -------------------------------------------------------------------------
-    def __len__(self) -> int:
+    def _seeds_per_rank(self) -> int:
         n = len(self.indices)
+        if not self.use_ddp:
+            return n
+        return n // self.world_size if self.drop_last else -(-n // self.world_size)
+
+    def __len__(self) -> int:
+        n = self._seeds_per_rank()
         return n // self.batch_size if self.drop_last else -(-n // self.batch_size)
+
+    def epoch_seeds(self, epoch: int) -> torch.Tensor:
+        """This rank's seeds of epoch ``epoch``, in batch order (a pure function of its arguments).
+
+        Without DDP: all indices, permuted by ``default_rng([seed, epoch])`` when shuffling. With
+        DDP (DGL's rules): the permutation by ``default_rng([ddp_seed, epoch])``, the same on every
+        rank, is cut into ``world_size`` equal parts; ``drop_last`` drops the remainder, otherwise the
+        order is padded by repeating it from its start. So every rank has as many batches."""
+        order = self.indices
+        if self.shuffle:
+            rng = np.random.default_rng([self.ddp_seed if self.use_ddp else self.seed, epoch])
+            order = order[torch.from_numpy(rng.permutation(len(order)))]
+        if not self.use_ddp:
+            return order
+        per_rank = self._seeds_per_rank()
+        total = per_rank * self.world_size
+        if 0 < len(order) < total:
+            order = order.repeat(-(-total // len(order)))
+        return order[self.rank * per_rank : (self.rank + 1) * per_rank]
 
     def __iter__(self) -> Iterator:
         self.close()  # a new epoch ends an unfinished one
         # An epoch left without close() (a `break`, then garbage collection) recorded no release of
         # its last slot: release every slot after the work the consumer has queued so far.
         self._release(self._ring)
-        order = self.indices
-        if self.shuffle:
-            order = order[torch.from_numpy(np.random.default_rng([self.seed, self.epoch]).permutation(len(order)))]
-        seeds = [order[i * self.batch_size : (i + 1) * self.batch_size] for i in range(len(self))]
+        for slot in self._ring:  # the loop variable of the last epoch still holds its last batch: fine
+            slot.handed_out = []
+        order = self.epoch_seeds(self.epoch)
         self.epoch += 1
-        iterator = _EpochIterator(self, list(enumerate(seeds)))
+        if self._worker_kwargs.get("num_workers", 0) > 0:
+            tasks = self._sampled_by_workers(order)
+        else:
+            tasks = enumerate(order[i * self.batch_size : (i + 1) * self.batch_size] for i in range(len(self)))
+        iterator = _EpochIterator(self, tasks)
         self._active = weakref.ref(iterator)
         return iterator
+
+    def _sampled_by_workers(self, order: torch.Tensor) -> Iterator:
+        """(index, (input_nodes, output_nodes, blocks)) of the epoch, sampled in worker processes
+        by a torch DataLoader; the time spent waiting for them counts as ``sample``."""
+        if self._workers is None or len(self._order) != len(order) or not self._worker_kwargs.get("persistent_workers"):
+            self.graph.create_formats_()  # once here, not once per worker
+            self._order = order.clone().share_memory_()  # the workers see every epoch's order through it
+            dataset = _SampleBatches(self.graph, self.graph_sampler, self._order, self.batch_size, len(self))
+            self._workers = torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, collate_fn=_identity,
+                                                        **self._worker_kwargs)
+        else:
+            self._order.copy_(order)
+        return _timed(enumerate(self._workers), self.timer)
 
     def close(self) -> None:
         """Stop the background worker of the current epoch, if any (idempotent)."""
@@ -129,6 +253,17 @@ class DataLoader:
         if iterator is not None:
             iterator.close()
         self._active = None
+
+    def _check_kept(self, slot: _Slot, batch: int) -> None:
+        """Warn (once per loader) when a feature tensor handed out from ``slot`` earlier is still
+        referenced: its buffer now holds batch ``batch``, so whoever kept it reads other rows."""
+        if self._kept_warned or not any(ref() is not None for ref in slot.handed_out):
+            return
+        self._kept_warned = True
+        warnings.warn(
+            f"a feature tensor of batch {batch - len(self._ring)} is still referenced, but its buffer was reused for batch "
+            f"{batch}: it now holds that batch's rows. The loader reuses {len(self._ring)} buffers (prefetch + 2); "
+            f"to keep a batch's features, keep x.clone()", stacklevel=3)
 
     def _release(self, slots) -> None:
         """Record the release event of ``slots`` on the calling thread's current stream (the
@@ -140,11 +275,15 @@ class DataLoader:
             slot.released.record(stream)
 
     def _produce(self, task) -> tuple:
-        """Sample and gather one batch into its ring slot (runs on the worker thread when prefetching)."""
-        index, seeds = task
+        """Sample (unless a worker process did) and gather one batch into its ring slot (runs on the
+        worker thread when prefetching). ``task``: (index, seeds) or (index, (input_nodes, output_nodes, blocks))."""
+        index, work = task
         timer, slot = self.timer, self._ring[index % len(self._ring)]
-        with timer.stage("sample"):
-            input_nodes, output_nodes, blocks = self.sampler.sample(self.graph, seeds)
+        if isinstance(work, torch.Tensor):
+            with timer.stage("sample"):
+                input_nodes, output_nodes, blocks = self.graph_sampler.sample(self.graph, work)
+        else:
+            input_nodes, output_nodes, blocks = work
         stream = self._side
         with torch.cuda.stream(stream) if stream is not None else nullcontext():
             if stream is not None:  # the training step may still read this slot's previous batch
@@ -152,7 +291,9 @@ class DataLoader:
             # Device stages are timed with events on the stream that runs them (no host sync).
             timed_on = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
             with timer.stage("gather", stream=timed_on):
-                src = {k: store.gather(input_nodes, out=slot.buffer(k, len(input_nodes), store), stream=stream) for k, store in self.features.items()}
+                src = {k: store.gather(input_nodes, out=slot.buffer(k, len(input_nodes), store), stream=stream)
+                       if isinstance(store, FeatureStore) else _gather_labels(store, input_nodes, self.device)
+                       for k, store in self.features.items()}
             with timer.stage("transfer", stream=timed_on):
                 dst = {k: _gather_labels(v, output_nodes, self.device) for k, v in self.labels.items()}
                 if self.blocks == "device":
@@ -161,6 +302,8 @@ class DataLoader:
                     blocks = [DeviceBlock.from_dgl(b, self.device) for b in blocks]
                 elif self.device.type == "cuda":
                     blocks = [b.to(self.device) for b in blocks]
+                # DGL hands out the node ids on the output device too.
+                input_nodes, output_nodes = to_device(input_nodes, self.device), to_device(output_nodes, self.device)
             ready = None
             if stream is not None:
                 ready = torch.cuda.Event()
@@ -174,6 +317,7 @@ class _Slot:
     def __init__(self) -> None:
         self.buffers: dict[str, torch.Tensor] = {}
         self.released = torch.cuda.Event() if torch.cuda.is_available() else None
+        self.handed_out: list[weakref.ref] = []  # the tensors of the batch last handed out from here
 
     def buffer(self, name: str, rows: int, store: FeatureStore) -> torch.Tensor:
         buf = self.buffers.get(name)
@@ -185,7 +329,7 @@ class _Slot:
 
 
 class _EpochIterator:
-    def __init__(self, loader: DataLoader, tasks: list) -> None:
+    def __init__(self, loader: DataLoader, tasks: Iterator) -> None:
         self._loader = loader
         self._held: _Slot | None = None
         self._index = 0
@@ -211,13 +355,15 @@ class _EpochIterator:
             raise
         self._held = loader._ring[self._index % len(loader._ring)]
         self._index += 1
+        loader._check_kept(self._held, self._index - 1)
+        self._held.handed_out = [weakref.ref(v) for v in src.values()]
         if ready is not None:
             consumer = torch.cuda.current_stream(loader.device)
             with loader.timer.stage("wait", stream=consumer):  # the device-side wait for the gather
                 consumer.wait_event(ready)
             # Not in a slot: the consumer's stream frees these, so their memory (from the side
             # stream's pool) must not be reused before this stream is done with them.
-            _record_stream((dst, blocks), consumer)
+            _record_stream((input_nodes, output_nodes, dst, blocks), consumer)
         for k, v in src.items():
             blocks[0].srcdata[k] = v
         for k, v in dst.items():
@@ -270,16 +416,106 @@ def _record_stream(obj, stream: torch.cuda.Stream) -> None:
         obj.record_stream(stream)
 
 
-def _node_ids(indices, num_nodes: int) -> torch.Tensor:
+def _node_ids(indices, num_nodes: int, idtype: torch.dtype = torch.int64) -> torch.Tensor:
+    """The seeds as a 1-D CPU tensor in the graph's id dtype (DGL's samplers require it)."""
     if isinstance(indices, np.ndarray):
         indices = tensor_view(indices)
     if not isinstance(indices, torch.Tensor) or indices.dtype not in (torch.int32, torch.int64) or indices.dim() != 1:
         raise TypeError(f"indices must be a 1-D int32/int64 tensor or array of seed node ids, but got {getattr(indices, 'dtype', type(indices).__name__)}")
-    indices = indices.cpu().long()
+    indices = indices.cpu()
     if len(indices) and (int(indices.min()) < 0 or int(indices.max()) >= num_nodes):
         bad = indices[(indices < 0) | (indices >= num_nodes)][0]
         raise IndexError(f"indices contain node {int(bad)}, outside the graph's {num_nodes} nodes (valid: 0 to {num_nodes - 1})")
-    return indices
+    return indices.to(idtype)
+
+
+def shared_store(tensor, device: torch.device, **options) -> FeatureStore:
+    """The FeatureStore over ``tensor``'s memory on ``device``: the one made before in this
+    process if it is still open, else a new one (``backend="auto"`` on CUDA, ``"cpu"`` on the CPU).
+    ``options`` apply to a new store only."""
+    if isinstance(tensor, np.ndarray):
+        tensor = tensor_view(tensor)
+    key = _memory_key(tensor, device)
+    store = _SHARED_STORES.get(key)
+    if store is None or store.closed:
+        store = FeatureStore(tensor, backend="auto" if device.type == "cuda" else "cpu", device=device, **options)
+        _SHARED_STORES[key] = store
+    return store
+
+
+def _memory_key(tensor: torch.Tensor, device: torch.device) -> tuple:
+    return (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, str(device))
+
+
+def _without_prefetch_lists(sampler) -> tuple:
+    """A copy of ``sampler`` that leaves node data alone, and the names it would have prefetched
+    (node features, labels). DGL's samplers mark those names on the blocks for its own loader to
+    fill; here the loader fills them. Edge features are not served: an error says what to do."""
+    feats = list(getattr(sampler, "prefetch_node_feats", None) or [])
+    labels = list(getattr(sampler, "prefetch_labels", None) or [])
+    edge_feats = list(getattr(sampler, "prefetch_edge_feats", None) or [])
+    if edge_feats:
+        raise ValueError(f"the sampler prefetches edge features {edge_feats}, which dgl_zerocopy.DataLoader does not gather; "
+                         "index graph.edata[name] with each block's edata[dgl.EID] yourself, or use DGL's DataLoader")
+    if not feats and not labels:
+        return sampler, ([], [])
+    sampler = copy.copy(sampler)  # the caller's sampler may also serve DGL's own loader: leave it as it is
+    sampler.prefetch_node_feats, sampler.prefetch_labels = [], []
+    return sampler, (feats, labels)
+
+
+def _apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread, pin_prefetcher, use_uva, gpu_cache,
+                       kwargs: Mapping) -> int:
+    """Map DGL's prefetcher, UVA and cache options to what happens here; warn once where one cannot
+    apply. Returns the prefetch depth."""
+    if use_prefetch_thread is False:
+        prefetch = 0  # DGL: no prefetch thread; here: no background thread either
+    elif use_prefetch_thread is True and prefetch == 0:
+        prefetch = 1
+    pin = pin_prefetcher if pin_prefetcher is not None else kwargs.get("pin_memory")
+    if pin is not None and (pin is False) == (device.type == "cuda"):
+        _warn_once("pin", f"pin_prefetcher/pin_memory={pin} has no effect here: on a CUDA device the rows are read from pinned "
+                          "host memory or staged in a pinned buffer always; on the CPU nothing needs pinning")
+    if use_uva:
+        _warn_once("uva", "use_uva=True: sampling runs on the CPU here (as with use_uva=False in DGL); the features are read "
+                          "by the GPU straight from pinned host memory, which is what UVA does for them")
+    if gpu_cache:
+        _warn_once("gpu_cache", f"gpu_cache={dict(gpu_cache)} is not supported yet: every row is read from host memory")
+    return prefetch
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, stacklevel=4)
+
+
+class _SampleBatches(torch.utils.data.Dataset):
+    """Batch ``i`` of an epoch, sampled (in a torch DataLoader worker process). ``order`` is in
+    shared memory: the loader rewrites it every epoch and persistent workers see the new order."""
+
+    def __init__(self, graph, sampler, order: torch.Tensor, batch_size: int, num_batches: int) -> None:
+        self.graph, self.sampler, self.order, self.batch_size, self.num_batches = graph, sampler, order, batch_size, num_batches
+
+    def __len__(self) -> int:
+        return self.num_batches
+
+    def __getitem__(self, i: int):
+        return self.sampler.sample(self.graph, self.order[i * self.batch_size : (i + 1) * self.batch_size])
+
+
+def _identity(item):
+    return item
+
+
+def _timed(tasks: Iterator, timer: StageTimer) -> Iterator:
+    """``tasks`` with the wait for each one timed as ``sample``."""
+    while True:
+        with timer.stage("sample"):
+            task = next(tasks, None)
+        if task is None:
+            return
+        yield task
 
 
 def dgl_has_cuda() -> bool:

@@ -24,6 +24,7 @@ def setup(small_dataset):
 def _loader(setup, sampler, prefetch, **kw):
     graph, features, labels, train_idx = setup
     store = FeatureStore(features, backend="cpu", device="cpu")
+    kw.setdefault("shuffle", True)
     return DataLoader(graph, train_idx, sampler, features={"feat": store}, labels={"label": labels},
                       device="cpu", batch_size=100, prefetch=prefetch, seed=3, **kw)
 

@@ -131,9 +131,10 @@ def test_everything_handed_over_outside_a_slot_is_recorded_on_the_consumer_strea
     monkeypatch.setattr(loader_module, "_record_stream", lambda obj, stream: recorded.append((obj, stream.name)))
     loader = _loader(small_dataset, model)
     batches = 0
-    for _, _, blocks in loader:
-        dst, handed_blocks = recorded[-1][0]
+    for input_nodes, output_nodes, blocks in loader:
+        handed_input, handed_output, dst, handed_blocks = recorded[-1][0]
         assert recorded[-1][1] == "consumer"
+        assert handed_input is input_nodes and handed_output is output_nodes
         assert handed_blocks is blocks and dst["label"] is blocks[-1].dstdata["label"]
         batches += 1
     assert len(recorded) == batches == len(loader)
