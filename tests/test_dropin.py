@@ -154,6 +154,31 @@ def test_a_kept_feature_tensor_that_gets_overwritten_warns_once(graph, train_idx
     assert len([w for w in record if "still referenced" in str(w.message)]) == 1
 
 
+@pytest.mark.parametrize("drop_last", [False, True])
+@pytest.mark.parametrize("n,world", [(103, 3), (8, 4), (2, 3)])
+def test_ddp_split_follows_dgls_padding_and_drop_rules(graph, n, world, drop_last):
+    """The split alone (the 2-process run is in tests/test_ddp.py): one loader per rank, as each
+    process would hold, with the rank and world size torch.distributed would give."""
+    seeds = torch.arange(n) * 7 % graph.num_nodes()
+    ranks = []
+    for rank in range(world):
+        loader = DataLoader(graph, seeds, dgl.dataloading.NeighborSampler([2]), batch_size=4, shuffle=True,
+                            drop_last=drop_last, ddp_seed=11)
+        loader.use_ddp, loader.rank, loader.world_size = True, rank, world
+        ranks.append(loader)
+    per_rank = n // world if drop_last else -(-n // world)
+    for epoch in range(2):
+        parts = [loader.epoch_seeds(epoch) for loader in ranks]
+        assert {len(p) for p in parts} == {per_rank}
+        assert len({len(loader) for loader in ranks}) == 1, "every rank has as many batches"
+        together = torch.cat(parts)
+        if drop_last:
+            assert len(set(together.tolist())) == len(together) == per_rank * world  # disjoint, the rest dropped
+        else:
+            assert set(together.tolist()) == set(seeds.tolist())  # covered; the padding repeats seeds
+    assert not torch.equal(ranks[0].epoch_seeds(0), ranks[0].epoch_seeds(1)) or n < 4, "reshuffled every epoch"
+
+
 def _children():
     return {p.pid for p in multiprocessing.active_children()} | _psutil_children()
 
@@ -238,3 +263,42 @@ def test_dgls_example_switched_by_one_line_reaches_its_accuracy(tmp_path):
     # Seed to seed, each version's accuracy moves by about 0.015 here.
     assert abs(switched - original) < 0.05, (original, switched)
     assert abs(with_our_layers - original) < 0.05, (original, with_our_layers)
+
+
+MULTI = REPO / "examples" / "multi_gpu_node_classification.py"
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+@pytest.mark.slow
+def test_dgls_multi_gpu_example_switched_by_one_line_trains_with_ddp(tmp_path):
+    """Two gloo ranks on 127.0.0.1 each, DGL's loader against ours with use_ddp=True."""
+    text = MULTI.read_text()
+    assert text.count(ONE_LINE[0]) == 1
+    switched = tmp_path / "multi_switched.py"
+    switched.write_text(text.replace(*ONE_LINE))
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    runs = [subprocess.Popen([sys.executable, str(script), "--cpu-procs", "2", "--num-nodes", "20000", "--epochs", "5",
+                              "--port", str(_free_port())],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8", env=env, cwd=REPO,
+                             start_new_session=True)
+            for script in (MULTI, switched)]
+    accuracies = []
+    try:
+        for run in runs:
+            out, err = run.communicate(timeout=300)
+            assert run.returncode == 0, out[-2000:] + err[-4000:]
+            accuracies.append(float(re.search(r"Test accuracy ([0-9.]+)", out).group(1)))
+    finally:
+        for run in runs:
+            if run.poll() is None:
+                os.killpg(run.pid, 9)  # the spawned ranks too
+    original, ours = accuracies
+    assert original > 0.3, original  # 5 epochs, 47 classes: chance is about 0.02
+    assert abs(ours - original) < 0.05, accuracies
