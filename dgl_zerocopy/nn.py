@@ -3,23 +3,34 @@
 They compute what ``dgl.nn.SAGEConv`` (mean aggregator) and ``dgl.nn.GraphConv`` compute, on any
 torch device, without DGL: PyPI's DGL is a CPU build, so its own layers cannot run on CUDA blocks.
 
+- Drop-in: the constructors and ``forward`` take DGL 2.1's arguments (names, order, defaults), so
+  ``import dgl.nn as dglnn`` can become ``import dgl_zerocopy.nn as dglnn``. Each argument does
+  what it does in DGL; what is not supported fails at once and says so: aggregators other than
+  ``"mean"`` (ValueError), ``edge_weight`` (NotImplementedError), a pair of sizes as ``in_feats``
+  (ValueError).
 - Parameter names and shapes equal DGL 2.1's, so state dicts are interchangeable both ways
-  (``ours.load_state_dict(theirs.state_dict())``); :func:`load_dgl_weights` does that and checks
-  that the two layers are configured alike.
-- ``forward(block, x)``: ``block`` is a :class:`DeviceBlock` on ``x``'s device, or a DGL block
-  (converted on each call with :meth:`DeviceBlock.from_dgl`; hand DeviceBlocks in to convert once).
-  ``x`` is ``(num_src_nodes, in_feats)``; the destination nodes are its first ``num_dst_nodes``
-  rows (DGL's block convention). The result is ``(num_dst_nodes, out_feats)`` in ``x``'s dtype.
+  (``ours.load_state_dict(theirs.state_dict())``), a ``norm`` or ``activation`` module's own
+  parameters included; :func:`load_dgl_weights` does that and checks that the two layers are
+  configured alike.
+- ``forward(graph, feat)``: ``graph`` is a :class:`DeviceBlock` on ``feat``'s device, or a DGL
+  block (converted on each call with :meth:`DeviceBlock.from_dgl`; hand DeviceBlocks in to convert
+  once). ``feat`` is ``(num_src_nodes, in_feats)``; the destination nodes are its first
+  ``num_dst_nodes`` rows (DGL's block convention), or ``feat`` is a pair ``(src, dst)`` of the
+  source and destination rows, as in DGL. The result is ``(num_dst_nodes, out_feats)`` in
+  ``feat``'s dtype.
 - Aggregation is a sparse CSR x dense product (one SpMM, cuSPARSE on CUDA, MKL on the CPU; the
   backward pass multiplies by the block's cached CSR transpose) for float32/float64, and a gather +
   ``index_add_`` for other dtypes (float16/bfloat16, which the CPU SpMM lacks). It runs outside
   autocast, in the rows' own dtype. A destination without in-edges aggregates to zero.
+- Errors are ValueError/TypeError, never DGL's ``DGLError``: this module runs without DGL (the GPU
+  image has none), and DGL blocks and DeviceBlocks must fail alike. Code that catches DGL's error
+  around a layer (``GraphConv``'s zero-in-degree check) catches ``ValueError`` here.
 """
 from __future__ import annotations
 
 import contextlib
 import operator
-from typing import Any, Union
+from typing import Any, Callable, Optional, Union
 
 import torch
 from torch import nn
@@ -30,17 +41,32 @@ SAGE_AGGREGATORS = ("mean",)
 GCN_NORMS = ("both", "right", "left", "none")
 
 BlockLike = Union[DeviceBlock, Any]  # Any: a DGL block, typed loosely so this module never imports DGL
+Features = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]  # feat, or a (src, dst) pair
 
 
 class SAGEConv(nn.Module):
     """GraphSAGE layer (Hamilton et al. 2017) with mean aggregation:
-    ``fc_self(x_dst) + fc_neigh(mean of in-neighbours' x)``, the bias living in ``fc_self``.
+    ``norm(activation(fc_self(x_dst) + fc_neigh(mean of in-neighbours' x)))``, the bias living in
+    ``fc_self``, ``x`` the input after dropout.
 
+    Arguments as ``dgl.nn.SAGEConv``'s: ``aggregator_type`` (``"mean"`` only; DGL's ``"gcn"``,
+    ``"pool"`` and ``"lstm"`` are a ValueError), ``feat_drop`` (dropout probability on the input
+    rows, sources and destinations, in training mode), ``bias``, ``norm`` and ``activation``
+    (callables or None, applied to the output in that order: activation first, as DGL does).
     Parameters as DGL's: ``fc_self`` (Linear in->out, with ``bias``) and ``fc_neigh`` (Linear
     in->out, no bias). A destination with no in-edges gets a zero neighbour term.
     """
 
-    def __init__(self, in_feats: int, out_feats: int, aggregator_type: str = "mean", bias: bool = True) -> None:
+    def __init__(
+        self,
+        in_feats: int,
+        out_feats: int,
+        aggregator_type: str,
+        feat_drop: float = 0.0,
+        bias: bool = True,
+        norm: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        activation: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+    ) -> None:
         super().__init__()
         if aggregator_type not in SAGE_AGGREGATORS:
             raise ValueError(
@@ -48,6 +74,11 @@ class SAGEConv(nn.Module):
             )
         self.in_feats, self.out_feats = _positive("in_feats", in_feats), _positive("out_feats", out_feats)
         self.aggregator_type = aggregator_type
+        # Attribute names as DGL's, so that a norm or activation module's parameters get DGL's
+        # state-dict keys ("norm.weight", "activation.weight").
+        self.norm = _callable_or_none("norm", norm)
+        self.feat_drop = nn.Dropout(feat_drop)  # checks 0 <= feat_drop <= 1 itself
+        self.activation = _callable_or_none("activation", activation)
         self.fc_neigh = nn.Linear(self.in_feats, self.out_feats, bias=False)
         self.fc_self = nn.Linear(self.in_feats, self.out_feats, bias=bias)
         self.reset_parameters()
@@ -62,14 +93,25 @@ class SAGEConv(nn.Module):
             bound = 1.0 / self.in_feats**0.5
             nn.init.uniform_(self.fc_self.bias, -bound, bound)
 
-    def forward(self, block: BlockLike, x: torch.Tensor) -> torch.Tensor:
-        """Destination features ``(num_dst_nodes, out_feats)`` from source features ``x``."""
-        block = _device_block(block, x, self.in_feats)
+    def forward(self, graph: BlockLike, feat: Features, edge_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+        """Destination features ``(num_dst_nodes, out_feats)`` from source features ``feat`` (or a
+        ``(src, dst)`` pair). ``edge_weight`` is not supported (NotImplementedError)."""
+        _refuse_edge_weight(edge_weight)
+        block, src, dst = _inputs(graph, feat, self.in_feats)
+        # One dropout over the sources, whose first rows are the destinations (DGL's order: the
+        # same random draws, so a seeded run drops the same entries as DGL's layer).
+        src = self.feat_drop(src)
+        dst = src[: block.num_dst_nodes()] if dst is None else self.feat_drop(dst)
         if _project_first(block, self.in_feats, self.out_feats):  # equal in exact arithmetic
-            neigh = _neighbour_mean(block, self.fc_neigh(x))
+            neigh = _neighbour_mean(block, self.fc_neigh(src))
         else:
-            neigh = self.fc_neigh(_neighbour_mean(block, x))
-        return self.fc_self(x[: block.num_dst_nodes()]) + neigh
+            neigh = self.fc_neigh(_neighbour_mean(block, src))
+        out = self.fc_self(dst) + neigh
+        if self.activation is not None:
+            out = self.activation(out)
+        if self.norm is not None:
+            out = self.norm(out)
+        return out
 
     def extra_repr(self) -> str:
         return f"{self.in_feats}, {self.out_feats}, aggregator_type={self.aggregator_type!r}, bias={self.fc_self.bias is not None}"
@@ -77,14 +119,20 @@ class SAGEConv(nn.Module):
 
 class GraphConv(nn.Module):
     """Graph convolution (Kipf & Welling 2017) on a block:
-    ``D_dst^-a · A · D_src^-b · x · weight + bias``, with the degrees taken within the block and
-    clamped to at least 1; ``norm`` picks the exponents: ``"both"`` (a = b = 1/2), ``"right"``
-    (a = 1, b = 0: the mean), ``"left"`` (a = 0, b = 1) or ``"none"`` (the sum).
+    ``activation(D_dst^-a · A · D_src^-b · x · weight + bias)``, with the degrees taken within the
+    block and clamped to at least 1; ``norm`` picks the exponents: ``"both"`` (a = b = 1/2),
+    ``"right"`` (a = 1, b = 0: the mean), ``"left"`` (a = 0, b = 1) or ``"none"`` (the sum).
 
-    Parameters as DGL's: ``weight`` ``(in_feats, out_feats)`` (absent with ``weight=False``, which
-    needs ``in_feats == out_feats``) and ``bias`` ``(out_feats,)``. A destination with no in-edges
-    gets the bias alone; ``allow_zero_in_degree=False`` makes that a ValueError instead (the check
-    reads the degrees back to the host, a sync on CUDA).
+    Arguments as ``dgl.nn.GraphConv``'s. Parameters as DGL's: ``weight`` ``(in_feats, out_feats)``
+    and ``bias`` ``(out_feats,)``. With ``weight=False`` the layer has no weight: ``forward`` then
+    takes one (``forward(graph, feat, weight=W)``), or the rows are aggregated unprojected, the
+    output keeping ``in_feats`` columns (as in DGL; a bias then needs ``in_feats == out_feats``).
+
+    A destination with no in-edges gets the bias alone. As in DGL, that is an error unless
+    ``allow_zero_in_degree=True`` (or :meth:`set_allow_zero_in_degree`): a ValueError rather than
+    DGL's ``DGLError`` (see the module's notes), raised before any computation. The check reads
+    the degrees back to the host, a sync on CUDA; sampled blocks usually have such destinations
+    (nodes without in-edges), so models built on sampled blocks pass ``allow_zero_in_degree=True``.
     """
 
     def __init__(
@@ -94,21 +142,19 @@ class GraphConv(nn.Module):
         norm: str = "both",
         weight: bool = True,
         bias: bool = True,
-        allow_zero_in_degree: bool = True,
+        activation: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        allow_zero_in_degree: bool = False,
     ) -> None:
         super().__init__()
         if norm not in GCN_NORMS:
             raise ValueError(f"norm {norm!r} is not supported; choose from: {', '.join(GCN_NORMS)}")
         self.in_feats, self.out_feats = _positive("in_feats", in_feats), _positive("out_feats", out_feats)
-        if not weight and self.in_feats != self.out_feats:
-            raise ValueError(
-                f"weight=False keeps the width, but in_feats={in_feats} differs from out_feats={out_feats}; "
-                "make them equal or keep the weight"
-            )
         self.norm = norm
         self.allow_zero_in_degree = allow_zero_in_degree
         self.weight = nn.Parameter(torch.empty(self.in_feats, self.out_feats)) if weight else None
         self.bias = nn.Parameter(torch.empty(self.out_feats)) if bias else None
+        # "_activation" as in DGL, so that an activation module's parameters get DGL's state-dict keys.
+        self._activation = _callable_or_none("activation", activation)
         self.reset_parameters()
 
     def reset_parameters(self) -> None:
@@ -118,28 +164,72 @@ class GraphConv(nn.Module):
         if self.bias is not None:
             nn.init.zeros_(self.bias)
 
-    def forward(self, block: BlockLike, x: torch.Tensor) -> torch.Tensor:
-        """Destination features ``(num_dst_nodes, out_feats)`` from source features ``x``."""
-        block = _device_block(block, x, self.in_feats)
+    def set_allow_zero_in_degree(self, set_value: bool) -> None:
+        """Turn the zero-in-degree check off (``True``) or on (``False``), as DGL's method does."""
+        self.allow_zero_in_degree = set_value
+
+    def forward(
+        self,
+        graph: BlockLike,
+        feat: Features,
+        weight: Optional[torch.Tensor] = None,
+        edge_weight: Optional[torch.Tensor] = None,
+    ) -> torch.Tensor:
+        """Destination features ``(num_dst_nodes, out_feats)`` from source features ``feat`` (or a
+        ``(src, dst)`` pair, whose ``dst`` is not read, as in DGL). ``weight``: an
+        ``(in_feats, out_feats)`` tensor for a layer built with ``weight=False``. ``edge_weight``
+        is not supported (NotImplementedError)."""
+        _refuse_edge_weight(edge_weight)
+        block, h, _ = _inputs(graph, feat, self.in_feats)
+        weight = self._weight(weight)
         if not self.allow_zero_in_degree and bool((block.in_degrees() == 0).any()):
             raise ValueError(
                 "the block has destination nodes with no in-edges, whose output would be the bias alone; "
-                "add self-loops to the graph before sampling, or pass allow_zero_in_degree=True"
+                "add self-loops to the graph before sampling (dgl.add_self_loop), or pass allow_zero_in_degree=True"
             )
-        h = x
+        width = self.in_feats if weight is None else weight.shape[1]
         if self.norm in ("both", "left"):
             h = h * _degree_scale(block.out_degrees(), self.norm == "both", h.dtype).unsqueeze(1)
-        if self.weight is not None and _project_first(block, self.in_feats, self.out_feats):
-            h = _neighbour_sum(block, h @ self.weight)
+        if weight is not None and _project_first(block, self.in_feats, width):
+            h = _neighbour_sum(block, h @ weight)
         else:
             h = _neighbour_sum(block, h)
-            if self.weight is not None:
-                h = h @ self.weight
+            if weight is not None:
+                h = h @ weight
         if self.norm in ("both", "right"):
             h = h * _degree_scale(block.in_degrees(), self.norm == "both", h.dtype).unsqueeze(1)
         if self.bias is not None:
             h = h + self.bias
+        if self._activation is not None:
+            h = self._activation(h)
         return h
+
+    def _weight(self, given: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+        """The weight to multiply by: the layer's own, or ``given`` (checked), or None."""
+        if given is None:
+            if self.weight is None and self.bias is not None and self.in_feats != self.out_feats:
+                raise ValueError(
+                    f"this GraphConv has no weight (weight=False), so its output keeps in_feats={self.in_feats} "
+                    f"columns, which the bias of out_feats={self.out_feats} does not fit; pass "
+                    f"forward(graph, feat, weight=W) with W of shape ({self.in_feats}, {self.out_feats}), "
+                    "or build the layer with weight=True"
+                )
+            return self.weight
+        if self.weight is not None:
+            raise ValueError(
+                "a weight was passed to forward, but the layer has its own weight parameter; "
+                "build it with weight=False to pass one"
+            )
+        if not isinstance(given, torch.Tensor):
+            raise TypeError(f"weight must be a torch tensor, but got {_describe(given)}")
+        if given.dim() != 2 or given.shape[0] != self.in_feats:
+            raise ValueError(f"weight must have shape (in_feats={self.in_feats}, out), but got {_describe(given)}")
+        if self.bias is not None and given.shape[1] != self.out_feats:
+            raise ValueError(
+                f"weight has {given.shape[1]} columns but the bias out_feats={self.out_feats}; "
+                f"pass a weight of shape ({self.in_feats}, {self.out_feats})"
+            )
+        return given
 
     def extra_repr(self) -> str:
         return (
@@ -180,24 +270,55 @@ def load_dgl_weights(ours: nn.Module, theirs: nn.Module) -> None:
 # -- aggregation ----------------------------------------------------------------------------------
 
 
+def _inputs(graph: BlockLike, feat: Features, in_feats: int) -> tuple[DeviceBlock, torch.Tensor, Optional[torch.Tensor]]:
+    """``(block, src, dst)``: ``graph`` as a DeviceBlock on the features' device, the source rows,
+    and the destination rows of a ``(src, dst)`` pair (None for a single tensor), all checked."""
+    if not isinstance(feat, tuple):
+        return _device_block(graph, feat, in_feats), feat, None
+    if len(feat) != 2:
+        raise ValueError(f"feat must be a tensor or a (src, dst) pair of tensors, but got a tuple of {len(feat)}")
+    src, dst = feat
+    block = _device_block(graph, src, in_feats)
+    if not isinstance(dst, torch.Tensor) or dst.dim() != 2:
+        raise TypeError(f"feat's dst must be a 2-D tensor (num_dst_nodes, in_feats), but got {_describe(dst)}")
+    if dst.device != src.device:
+        raise ValueError(f"feat's src is on {src.device} but its dst on {dst.device}; put both on one device")
+    if tuple(dst.shape) != (block.num_dst_nodes(), in_feats):
+        raise ValueError(
+            f"feat's dst must have shape (num_dst_nodes={block.num_dst_nodes()}, in_feats={in_feats}), "
+            f"but got {_describe(dst)}"
+        )
+    return block, src, dst
+
+
 def _device_block(block: BlockLike, x: torch.Tensor, in_feats: int) -> DeviceBlock:
-    """``block`` as a DeviceBlock on ``x``'s device, after checking ``x`` against it (shapes
-    only: no device sync). A DeviceBlock elsewhere is an error rather than a hidden copy."""
+    """``block`` as a DeviceBlock on ``x``'s device, after checking ``x`` (the source rows) against
+    it (shapes only: no device sync). A DeviceBlock elsewhere is an error rather than a hidden copy."""
     if not isinstance(x, torch.Tensor) or x.dim() != 2:
-        raise TypeError(f"x must be a 2-D tensor (num_src_nodes, in_feats), but got {_describe(x)}")
+        raise TypeError(f"feat must be a 2-D tensor (num_src_nodes, in_feats), but got {_describe(x)}")
     if isinstance(block, DeviceBlock):
         if block.device != x.device:
-            raise ValueError(f"the block is on {block.device} but x on {x.device}; move one with block.to(x.device)")
+            raise ValueError(f"the block is on {block.device} but feat on {x.device}; move one with block.to(feat.device)")
     else:
         block = DeviceBlock.from_dgl(block, x.device)
     if x.shape[0] != block.num_src_nodes():
         raise ValueError(
-            f"x has {x.shape[0]} rows but the block {block.num_src_nodes()} source nodes; "
+            f"feat has {x.shape[0]} rows but the block {block.num_src_nodes()} source nodes; "
             "pass the features of the block's source nodes (blocks[i].srcdata['_ID'])"
         )
     if x.shape[1] != in_feats:
-        raise ValueError(f"x has {x.shape[1]} features per row but the layer expects in_feats={in_feats}")
+        raise ValueError(f"feat has {x.shape[1]} features per row but the layer expects in_feats={in_feats}")
     return block
+
+
+def _refuse_edge_weight(edge_weight: Optional[torch.Tensor]) -> None:
+    # A DeviceBlock keeps its edges in CSC order without DGL's edge ids, so weights given in the
+    # DGL block's edge order could not be matched to the edges: refuse rather than misapply them.
+    if edge_weight is not None:
+        raise NotImplementedError(
+            "edge_weight is not supported by dgl_zerocopy.nn layers (they aggregate unweighted messages); "
+            "use dgl.nn's layer on the CPU for weighted aggregation"
+        )
 
 
 def _project_first(block: DeviceBlock, in_feats: int, out_feats: int) -> bool:
@@ -265,8 +386,20 @@ def _positive(name: str, value: int) -> int:
     except TypeError:
         n = None
     if n is None or isinstance(value, bool) or n < 1:
-        raise ValueError(f"{name} must be a positive int, but got {value!r}")
+        pair = " (a (src, dst) pair of sizes is not supported)" if isinstance(value, tuple) else ""
+        raise ValueError(f"{name} must be a positive int{pair}, but got {value!r}")
     return n
+
+
+def _callable_or_none(name: str, value: Any) -> Any:
+    # At construction rather than at the first forward: GraphConv's norm is a string, and one
+    # passed to SAGEConv by mistake would otherwise fail only when called.
+    if value is not None and not callable(value):
+        raise TypeError(
+            f"{name} must be a callable (a module such as torch.nn.LayerNorm, or a function) or None, "
+            f"but got {value!r}"
+        )
+    return value
 
 
 def _describe(value: Any) -> str:
