@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import importlib
+import importlib.metadata
 import os
 import platform
 import resource
+import sys
 
 
 def _version(module: str) -> str:
@@ -30,13 +32,52 @@ def _cuda() -> tuple[str, str]:
 
 
 def _nvrtc() -> str:
-    from .kernels import nvrtc_version
+    from .cuda_gather import find_nvrtc, nvrtc_version
 
     try:
+        library = find_nvrtc()
         major, minor = nvrtc_version()
-        return f"available ({major}.{minor})"
     except OSError as e:
         return f"not available ({e})"
+    return f"{major}.{minor} at {library.path} (found by: {library.source})"
+
+
+def _dgl() -> str:
+    """DGL's version, and whether its graphbolt is the real one or dgl-zerocopy's placeholder."""
+    version = _version("dgl")
+    if version.startswith("not usable"):
+        return version
+    try:
+        import _dgl_zerocopy_graphbolt as hook
+    except ImportError:  # the hook module is not installed: DGL imported by itself
+        return f"{version} (graphbolt: native)"
+    if hook.active():
+        import torch
+
+        torch_version = torch.__version__.split("+", maxsplit=1)[0]
+        return f"{version} (graphbolt: placeholder, DGL ships no library for torch {torch_version})"
+    if "dgl.graphbolt" in sys.modules:
+        return f"{version} (graphbolt: native)"
+    return f"{version} (graphbolt: not imported)"
+
+
+def _cupy() -> str:
+    """CuPy's version, its wheel and the CUDA runtime it loaded."""
+    try:
+        import cupy
+    except ImportError:
+        return "not installed (pip install dgl-zerocopy[cuda12] or dgl-zerocopy[cuda13], matching torch's CUDA)"
+    except Exception as e:  # noqa: BLE001 - e.g. CuPy finding no CUDA libraries
+        return f"not usable ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
+    # The wheel's name (cupy-cuda12x, cupy-cuda13x) says the CUDA major CuPy is built for.
+    details = sorted({d.metadata["Name"] for d in importlib.metadata.distributions()
+                      if (d.metadata["Name"] or "").startswith("cupy-cuda")})
+    try:
+        runtime = int(cupy.cuda.get_local_runtime_version())  # needs no driver
+        details.append(f"CUDA runtime {runtime // 1000}.{runtime % 1000 // 10}")
+    except Exception as e:  # noqa: BLE001 - report what CuPy says instead of the runtime version
+        details.append(f"CUDA runtime unknown: {type(e).__name__}")
+    return f"{cupy.__version__} ({', '.join(details)})"
 
 
 def environment_report() -> str:
@@ -45,8 +86,8 @@ def environment_report() -> str:
     rows = [
         ("python", platform.python_version()),
         ("torch", _version("torch")),
-        ("dgl", _version("dgl")),
-        ("cupy", _version("cupy")),
+        ("dgl", _dgl()),
+        ("cupy", _cupy()),
         ("numpy", _version("numpy")),
         ("CUDA", cuda),
         ("NVRTC", _nvrtc()),

@@ -1,9 +1,9 @@
-"""Every gather kernel instantiation compiles with NVRTC for sm_70, sm_80, sm_90 (no GPU needed)."""
+"""Every gather kernel instantiation compiles with NVRTC for the architectures the found NVRTC
+supports (NVRTC 12: sm_70 to sm_90; NVRTC 13: sm_75 to sm_100); no GPU needed."""
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import subprocess
 import sys
@@ -14,21 +14,22 @@ from dgl_zerocopy import cuda_gather
 from dgl_zerocopy.kernel_source import kernel_dir, kernel_sources_digest, read_kernel
 
 
-def _nvrtc_installed() -> bool:
+def _nvrtc_archs() -> tuple[str, ...]:
     try:
-        return importlib.util.find_spec("nvidia.cuda_nvrtc") is not None
-    except ModuleNotFoundError:
-        return False
+        return cuda_gather.default_archs()
+    except OSError:  # not found (FileNotFoundError) or not loadable
+        return ()
 
 
+ARCHS = _nvrtc_archs()
 requires_nvrtc = pytest.mark.skipif(
-    not _nvrtc_installed(),
-    reason="pip package nvidia-cuda-nvrtc-cu12 (installed with torch's CUDA wheel) is absent",
+    not ARCHS,
+    reason="no NVRTC found (torch's CUDA wheels bring it; or pip install dgl-zerocopy[cuda12] or [cuda13])",
 )
 
 
 @requires_nvrtc
-@pytest.mark.parametrize("arch", ["sm_70", "sm_80", "sm_90"])
+@pytest.mark.parametrize("arch", ARCHS or ["no-nvrtc"])
 def test_all_instantiations_compile_without_warnings(arch, caplog):
     with caplog.at_level(logging.WARNING, logger="dgl_zerocopy.cuda_gather"):
         cuda_gather.compile_check(arch)
@@ -42,9 +43,33 @@ def test_compile_error_carries_the_nvrtc_log():
 
 
 @requires_nvrtc
-def test_nvrtc_version_is_12():
+def test_nvrtc_version_is_12_or_13_and_agrees_with_the_file_name():
     major, _ = cuda_gather.nvrtc_version()
-    assert major == 12
+    assert major in (12, 13)
+    assert major == cuda_gather.find_nvrtc().major
+
+
+@requires_nvrtc
+def test_archs_follow_the_nvrtc_major():
+    """CUDA 13 dropped sm_50 to sm_72; sm_100 arrived in 12.8."""
+    major, minor = cuda_gather.nvrtc_version()
+    if major == 13:
+        assert ARCHS == ("sm_75", "sm_80", "sm_90", "sm_100")
+    else:
+        expected = ("sm_70", "sm_75", "sm_80", "sm_90") + (("sm_100",) if minor >= 8 else ())
+        assert ARCHS == expected
+    assert set(ARCHS) <= set(cuda_gather.supported_archs())
+
+
+@requires_nvrtc
+def test_an_arch_the_nvrtc_does_not_support_is_a_clear_value_error():
+    supported = cuda_gather.supported_archs()
+    arch = next(arch for arch in ("sm_50", "sm_100", "sm_30") if arch not in supported)
+    major, minor = cuda_gather.nvrtc_version()
+    with pytest.raises(ValueError) as error:
+        cuda_gather.compile_check(arch)
+    message = str(error.value)
+    assert arch in message and f"NVRTC {major}.{minor}" in message and supported[-1] in message, message
 
 
 def test_bad_arch_is_rejected_before_compiling():
@@ -93,5 +118,7 @@ def test_kernels_package_re_exports_the_launcher():
     assert kernels.launch_gather is cuda_gather.launch_gather
     assert kernels.compile_check is cuda_gather.compile_check
     assert kernels.nvrtc_version is cuda_gather.nvrtc_version
+    assert kernels.find_nvrtc is cuda_gather.find_nvrtc
+    assert kernels.default_archs is cuda_gather.default_archs
     with pytest.raises(AttributeError):
         kernels.no_such_name  # noqa: B018
