@@ -153,11 +153,14 @@ class DataLoader:
             store = shared_store(store, self.device, **self._store_options)
         if not isinstance(store, FeatureStore):
             raise TypeError(f"features[{name!r}] must be a FeatureStore or a tensor, but got {type(store).__name__}")
-        _SHARED_STORES.setdefault(_memory_key(store._table, store.device), store)  # later loaders over that memory use it
         if len(store) != self.num_nodes:
             raise ValueError(f"features[{name!r}] has {len(store)} rows but the graph has {self.num_nodes} nodes; one row per node is needed")
-        if store.device != self.device:
-            raise ValueError(f"features[{name!r}] gathers on {store.device} but the loader's device is {self.device}; create the store with device={str(self.device)!r}")
+        try:
+            store.bind(self.device)  # a store received from another process binds here, to this loader's device
+        except ValueError as error:
+            raise ValueError(f"features[{name!r}] gathers on {store.device} but the loader's device is {self.device}; "
+                             f"create the store with device={str(self.device)!r}") from error
+        _SHARED_STORES.setdefault(_memory_key(store._table, store.device), store)  # later loaders over that memory use it
         return store
 
     def _add_prefetched(self, node_feats: list, labels: list) -> None:

@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
+import threading
 import warnings
 import weakref
 from pathlib import Path
@@ -33,6 +34,8 @@ from .backends import Backend, GatherOptions, make_backend
 from .data.base import tensor_view
 
 log = logging.getLogger(__name__)
+
+_CLOSED = "this FeatureStore is closed; create a new one to gather again"
 
 ArrayLike = Union[torch.Tensor, np.ndarray, str, os.PathLike]
 BACKENDS = ("auto", "zerocopy", "cpu", "gpu")
@@ -60,6 +63,25 @@ class FeatureStore:
     A read-only table (``np.load(path, mmap_mode="r")``) is pinned read-only where the GPU supports
     it; elsewhere a whole memory-mapped file is re-mapped copy-on-write (with a warning: pinning
     then keeps a private copy of its pages in RAM; the file is never written).
+
+    Devices and pinning: a store made by the constructor is *bound* at once: its backend is made on
+    ``device`` there (the zero-copy backend pins the table in the constructor). A store that arrives
+    in another process by pickling (e.g. an argument of ``torch.multiprocessing.spawn``) arrives
+    *unbound*: it knows its table, backend and options, and binds on first use (``gather``,
+    ``device``) or by :meth:`bind`. A store made on a CUDA device binds to the receiver's current
+    CUDA device at that moment (so call ``torch.cuda.set_device(rank)`` first, or ``bind(rank)``);
+    a CPU store stays on the CPU. Each process pins its own mapping of the table once, for its own
+    GPU, and ``close()`` (or garbage collection) unpins it; closing an unbound store pins nothing.
+
+    Sharing with other processes: pickling never copies the table. A table in shared memory
+    (``tensor.is_shared()``: after ``feat.share_memory_()``, or received through
+    ``torch.multiprocessing``) is sent as that tensor, so ``torch.multiprocessing`` passes a handle
+    to the same memory (plain ``pickle`` copies it, as it copies any tensor). A table memory-mapped
+    from a file (a ``.npy`` path or ``np.load(path, mmap_mode=...)``) is sent as (file, offset,
+    dtype, shape, mode) and mapped again by the receiver (writes to a copy-on-write map,
+    ``mode="c"``, stay in the process that made them). Any other table raises ``TypeError`` at once:
+    build the store over ``feat.share_memory_()`` (called before any store pins ``feat``), or over a
+    ``.npy`` file, or create a store in each process. The sender's store stays usable.
     """
 
     def __init__(self, data: ArrayLike, backend: str = "auto", device: str | torch.device | None = None, *,
@@ -67,20 +89,72 @@ class FeatureStore:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
         options = GatherOptions(variant, sort_ids, max_blocks)  # checked before anything is pinned
-        self._table, read_only_array = _as_table(data)
-        self._backend: Backend | None = None
-        backend = _resolve_backend(backend)
-        self.device = _resolve_device(device, backend)
+        table, read_only_array = _as_table(data)
+        backend = _resolve_backend(backend, device)
+        device = _resolve_device(device, backend)
+        file = _file_ref(read_only_array if read_only_array is not None else data, table)
+        self._init_unbound(table, read_only_array, file, backend, device.type, options)
+        self.bind(device)
+
+    def _init_unbound(self, table: torch.Tensor, read_only_array: np.ndarray | None, file: tuple | None,
+                      backend: str, device_type: str, options: GatherOptions) -> None:
+        """The state of a store whose backend is not made yet (:meth:`bind` makes it)."""
+        self._table = table
+        self._read_only_array = read_only_array  # a file map to pin read-only or re-map copy-on-write; dropped once bound
+        self._file = file  # (filename, offset, dtype, shape, mode) when the table maps a file: what pickling sends
         self.backend = backend
         self.options = options
-        read_only = False
-        if backend == "zerocopy" and read_only_array is not None:
-            from .pinning import read_only_register_supported
-
-            self._table, read_only = _pinnable(self._table, read_only_array, read_only_register_supported(self.device.index))
-        self._backend = make_backend(backend, self._table, self.device, read_only=read_only, options=options)
+        self._device_type = device_type  # where bind() goes by default: "cuda" means the current CUDA device
+        self._device: torch.device | None = None
+        self._backend: Backend | None = None
+        self._lock = threading.Lock()  # one bind, even when a prefetch thread and the main thread race to it
+        self._made: list[Backend] = []  # filled by bind(), emptied by the finalizer
         # Unpin even if the user never calls close(): at garbage collection or interpreter exit.
-        self._finalizer = weakref.finalize(self, self._backend.close)
+        self._finalizer = weakref.finalize(self, _close_all, self._made)
+
+    def bind(self, device: str | int | torch.device | None = None) -> "FeatureStore":
+        """Make the backend on ``device`` (the zero-copy backend pins the table) unless done; returns self.
+
+        ``device=None``: the device already bound, else the current CUDA device for a store made on
+        CUDA, else ``cpu``. Binding again to the same device does nothing; to another device raises
+        ``ValueError`` (a store gathers on one device: make or send one store per device).
+        """
+        with self._lock:
+            if self.closed:
+                raise RuntimeError(_CLOSED)
+            if self._device is not None:
+                if device is not None and resolve_device(device) != self._device:
+                    raise ValueError(f"this FeatureStore is bound to {self._device}, so it cannot bind to {resolve_device(device)}; "
+                                     f"make (or send) one store per device")
+                return self
+            device = _resolve_device(device if device is not None else self._device_type, self.backend)
+            table, read_only = self._table, False
+            if self.backend == "zerocopy" and self._read_only_array is not None:
+                from .pinning import read_only_register_supported
+
+                table, read_only = _pinnable(table, self._read_only_array, read_only_register_supported(device.index))
+            backend = make_backend(self.backend, table, device, read_only=read_only, options=self.options)
+            self._made.append(backend)
+            self._table, self._backend, self._device, self._read_only_array = table, backend, device, None
+        return self
+
+    def __reduce__(self):
+        """Pickle by reference to the table's memory, never a copy of it (see the class docstring)."""
+        if self.closed:
+            raise RuntimeError("this FeatureStore is closed; create a new one to send to another process")
+        if self._file is not None:
+            table = self._file
+        elif self._table.is_shared():
+            table = self._table  # torch.multiprocessing's reduction sends a handle to its shared memory
+        else:
+            # We never share_memory_() the table ourselves, nor hand a private tensor to torch's
+            # ForkingPickler (whose reduction does the same): torch moves the storage into shared
+            # memory in place and frees the old pages, which a zero-copy store has registered with
+            # cudaHostRegister: the kernel would read freed memory and the registration would leak.
+            raise TypeError(_private_table_message(self._table))
+        device_type = self._device.type if self._device is not None else self._device_type
+        options = (self.options.variant, self.options.sort_ids, self.options.max_blocks)
+        return _rebuild_store, (type(self), table, self.backend, device_type, options)
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -96,6 +170,13 @@ class FeatureStore:
         return self._table.numel() * self._table.element_size()
 
     @property
+    def device(self) -> torch.device:
+        """The device results are on; an unbound store binds first (see :meth:`bind`)."""
+        if self._device is None:
+            self.bind()
+        return self._device  # type: ignore[return-value]
+
+    @property
     def closed(self) -> bool:
         return not self._finalizer.alive
 
@@ -103,7 +184,8 @@ class FeatureStore:
         return self._table.shape[0]
 
     def __repr__(self) -> str:
-        return f"FeatureStore(shape={self.shape}, dtype={self.dtype}, backend={self.backend!r}, device={str(self.device)!r})"
+        device = str(self._device) if self._device is not None else f"{self._device_type} (unbound)"
+        return f"FeatureStore(shape={self.shape}, dtype={self.dtype}, backend={self.backend!r}, device={device!r})"
 
     # -- gather ----------------------------------------------------------------------------
     def gather(self, ids, out: torch.Tensor | None = None, stream=None, unchecked: bool = False) -> torch.Tensor:
@@ -118,7 +200,9 @@ class FeatureStore:
         The result is ready on ``stream``: a caller on another stream waits for it before reading.
         """
         if self.closed:
-            raise RuntimeError("this FeatureStore is closed; create a new one to gather again")
+            raise RuntimeError(_CLOSED)
+        if self._backend is None:
+            self.bind()
         ids = self._check_ids(ids)
         if out is not None:
             self._check_out(out, ids.shape[0])
@@ -184,8 +268,10 @@ class FeatureStore:
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
-        """Wait for the gathers in flight, then release device memory and unpin the host table. Idempotent."""
-        self._finalizer()
+        """Wait for the gathers in flight, then release device memory and unpin the host table. Idempotent;
+        an unbound store has nothing to release."""
+        with self._lock:  # not while bind() is making a backend the finalizer would miss
+            self._finalizer()
 
     def __enter__(self) -> "FeatureStore":
         return self
@@ -239,18 +325,76 @@ def _pinnable(table: torch.Tensor, array: np.ndarray, read_only_supported: bool)
             f"memory-mapped table {array.filename!r} is mapped copy-on-write instead: pinning keeps a private "
             f"copy of its {array.nbytes / 2**30:.2f} GiB in RAM (the file is not modified). To avoid the "
             f"page-cache copy beside it, load the table into RAM (numpy.load without mmap_mode)",
-            stacklevel=3,
+            stacklevel=4,  # _pinnable <- bind <- __init__/gather/device <- the caller
         )
         return tensor_view(private), False
     return table, False
 
 
-def _resolve_backend(backend: str) -> str:
+def _file_ref(data, table: torch.Tensor) -> tuple[str, int, str, tuple[int, ...], str] | None:
+    """``(filename, offset, dtype, shape, mode)`` of the file bytes that ``table`` views, when ``data``
+    is a NumPy memory map (or a view of one) under ``table``; None otherwise."""
+    root = data
+    while isinstance(root, np.ndarray) and not isinstance(root.base, mmap.mmap):
+        root = root.base  # a slice of a memmap carries its parent's offset: find the array over the mmap itself
+    if not isinstance(root, np.memmap) or not root.filename:
+        return None
+    start = table.data_ptr() - root.ctypes.data
+    if start < 0 or start + table.numel() * table.element_size() > root.nbytes:
+        return None  # the table is a copy (made contiguous), not the mapped bytes
+    mode = "r+" if root.mode == "w+" else root.mode  # "w+" would truncate the file in the receiver
+    return str(root.filename), int(root.offset) + start, data.dtype.str, tuple(table.shape), mode
+
+
+def _rebuild_store(cls: type, table, backend: str, device_type: str, options: tuple) -> FeatureStore:
+    """A pickled store in the receiving process: unbound, over the same shared memory or file."""
+    file = table if isinstance(table, tuple) else None
+    if file is not None:
+        filename, offset, dtype, shape, mode = file
+        table = np.memmap(filename, dtype=np.dtype(dtype), mode=mode, offset=offset, shape=tuple(shape))
+    table, read_only_array = _as_table(table)
+    store = cls.__new__(cls)
+    store._init_unbound(table, read_only_array, file, backend, device_type, GatherOptions(*options))
+    return store
+
+
+def _close_all(backends: list) -> None:
+    while backends:
+        backends.pop().close()
+
+
+def _private_table_message(table: torch.Tensor) -> str:
+    rows, cols = table.shape
+    dtype = str(table.dtype).removeprefix("torch.")
+    return (f"cannot pickle this FeatureStore: its table ({rows} x {cols} {dtype}, {_size(table.numel() * table.element_size())}) "
+            f"is in private memory, and sending it would copy it into every process. Share it instead: build the store "
+            f"over shared memory, FeatureStore(feat.share_memory_(), ...), calling share_memory_() before any store is made "
+            f"over feat (it moves the storage, so it must happen before the table is pinned); or from a .npy file "
+            f"(FeatureStore('feat.npy') or numpy.load(path, mmap_mode='r')); or create the FeatureStore in each process")
+
+
+def _size(nbytes: int) -> str:
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"
+
+
+def _resolve_backend(backend: str, device=None) -> str:
+    """``auto`` -> ``zerocopy`` where its kernel compiles for the CUDA device (``device``, else the
+    current one), else ``cpu``: silently without CUDA or for ``device="cpu"``, with a warning that
+    says why and how to fix it on a CUDA machine."""
     if backend != "auto":
         return backend
-    from .backends import zerocopy_available
+    if not torch.cuda.is_available() or (device is not None and torch.device(device).type != "cuda"):
+        return "cpu"
+    from .backends import zerocopy_problem
 
-    return "zerocopy" if zerocopy_available() else "cpu"
+    problem = zerocopy_problem(resolve_device(device if device is not None else "cuda").index)
+    if problem is None:
+        return "zerocopy"
+    warnings.warn(f"backend='auto' uses 'cpu', not 'zerocopy': {problem}", RuntimeWarning, stacklevel=3)
+    return "cpu"
 
 
 def resolve_device(device) -> torch.device:
