@@ -4,6 +4,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import REPO
 
@@ -44,11 +45,60 @@ def test_all_neighbour_fanouts_can_be_written_with_a_minus():
     assert "fanouts [-1, -1]" in r.stdout
 
 
+def _info_lines(code_before: str = "") -> dict[str, str]:
+    code = f"{code_before}\nimport sys\nfrom dgl_zerocopy.cli import main\nsys.exit(main(['info']))\n"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8", cwd=REPO, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return dict(tuple(part.strip() for part in line.split(" : ", 1)) for line in r.stdout.splitlines() if " : " in line)
+
+
 def test_info():
     r = run_cli("info")
     assert r.returncode == 0, r.stderr
     for key in ("python", "torch", "dgl", "cupy", "numpy", "CUDA", "NVRTC", "GPU", "RLIMIT_MEMLOCK", "CPU count"):
         assert key in r.stdout, key
+
+
+def test_info_says_how_dgl_runs():
+    """Native graphbolt where DGL ships the library for this torch, else the placeholder."""
+    dgl = pytest.importorskip("dgl")
+    hook = pytest.importorskip("_dgl_zerocopy_graphbolt")
+    line = _info_lines()["dgl"]
+    if hook.needs_placeholder():
+        torch_version = torch.__version__.split("+")[0]
+        assert line == f"{dgl.__version__} (graphbolt: placeholder, DGL ships no library for torch {torch_version})"
+    else:
+        assert line == f"{dgl.__version__} (graphbolt: native)"
+
+
+def test_info_names_the_nvrtc_and_the_lookup_that_found_it():
+    from dgl_zerocopy import cuda_gather
+
+    line = _info_lines()["NVRTC"]
+    try:
+        found = cuda_gather.find_nvrtc()
+    except FileNotFoundError:
+        assert line.startswith("not available (NVRTC (libnvrtc.so.12 or .13) was not found"), line
+        return
+    major, minor = cuda_gather.nvrtc_version()
+    assert line == f"{major}.{minor} at {found.path} (found by: {found.source})"
+
+
+def test_info_shows_cupy_with_its_cuda():
+    """The wheel's name tells the CUDA major CuPy is built for; the runtime is the one it loaded."""
+    import importlib.metadata
+
+    cupy = pytest.importorskip("cupy")
+    wheels = sorted({d.metadata["Name"] for d in importlib.metadata.distributions() if (d.metadata["Name"] or "").startswith("cupy-cuda")})
+    assert wheels, "CuPy imports, so one of its wheels is installed"
+    runtime = cupy.cuda.get_local_runtime_version()
+    assert _info_lines()["cupy"] == f"{cupy.__version__} ({', '.join(wheels)}, CUDA runtime {runtime // 1000}.{runtime % 1000 // 10})"
+
+
+def test_info_without_cupy_says_what_to_install():
+    lines = _info_lines("import sys; sys.modules['cupy'] = None")
+    assert lines["cupy"] == "not installed (pip install dgl-zerocopy[cuda12] or dgl-zerocopy[cuda13], matching torch's CUDA)"
+    assert lines["NVRTC"]  # the NVRTC lookup does not need CuPy
 
 
 def _write(tmp_path, name, text):
