@@ -1,5 +1,8 @@
 """GPU launcher of the gather kernels (``kernels/gather.cu``) and their NVRTC compile check.
 
+:func:`launch_gather` copies raw rows; :func:`launch_decode` reads compressed rows (fp16, bf16,
+int8 codes) and decodes them in the kernel.
+
 CuPy is imported lazily, inside the functions that launch kernels, so this module imports on
 machines without CUDA. :func:`compile_check` needs no GPU and no CuPy: it drives NVRTC through
 ctypes, found by :func:`find_nvrtc` (the CUDA 12 or 13 pip wheels that torch's CUDA builds install,
@@ -36,6 +39,7 @@ __all__ = [
     "cupy_stream",
     "default_archs",
     "find_nvrtc",
+    "launch_decode",
     "launch_gather",
     "nvrtc_candidates",
     "nvrtc_library_path",
@@ -561,13 +565,84 @@ def launch_gather(
         TypeError: ids of a wrong type. ValueError: inconsistent sizes or a bad argument.
         RuntimeError: CuPy or CUDA unavailable.
     """
-    cupy = _cupy()
     if len(table_shape) < 1:
         raise ValueError(f"table_shape must have a row axis, but got {tuple(table_shape)}")
+    row_bytes = int(itemsize) * math.prod(int(s) for s in table_shape[1:])
+
+    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int) -> launch.GatherPlan:
+        return launch.plan_gather(row_bytes, int(table_ptr), num_ids, variant=variant, elem_size=int(itemsize),
+                                  max_blocks=max_blocks, num_sms=num_sms, id_bytes=id_bytes,
+                                  row_stride=int(row_stride_bytes), out_address=out_address, out_stride=out_stride)
+
+    return _enqueue(plan, int(table_ptr), int(row_stride_bytes), row_bytes, ids, out, stream=stream, sort=sort,
+                    out_stride_bytes=out_stride_bytes)
+
+
+def launch_decode(
+    table_ptr: int,
+    table_shape: Sequence[int],
+    code: str,
+    row_stride_bytes: int,
+    ids: Any,
+    out: Any,
+    *,
+    out_format: str = "float32",
+    affine: str | None = None,
+    affine_ptr: int = 0,
+    stream: Any = None,
+    sort: bool = False,
+    max_blocks: int | None = None,
+    out_stride_bytes: int | None = None,
+) -> launch.GatherPlan:
+    """Enqueue ``out[j] = decode(table[ids[j]])`` on ``stream``: the compressed rows are read
+    over PCIe with the aligned scheme and decoded in registers (``gather_decode``,
+    ``kernels/gather.cu``). Asynchronous; the contract is :func:`launch_gather`'s, and:
+
+        * the table holds ``code`` codes (``"fp16"``, ``"bf16"``: 2 bytes; ``"int8"``: 1 byte),
+          ``table_shape`` is ``(rows, columns)`` and ``row_stride_bytes`` counts code bytes;
+        * for ``"int8"``, ``affine`` is ``"column"`` or ``"row"`` and ``affine_ptr`` points at
+          float32 (scale, offset) pairs, one per column or one per table row, device-accessible
+          (device memory, or pinned and mapped host memory) until the stream has run the gather;
+        * ``out`` holds ``len(ids)`` rows of ``columns`` elements of ``out_format``
+          (``"float32"``, ``"float16"``, ``"bfloat16"``).
+
+    Decoding: ``x = float(code)`` (fp16, bf16) or ``float(code) * scale + offset`` (int8), in
+    float32, rounded to nearest-even into ``out_format``: equal to
+    ``dgl_zerocopy.compression.Codec.decode``.
+
+    Returns:
+        The launch plan used (``grid == 0``: nothing was launched).
+
+    Raises:
+        TypeError: ids of a wrong type. ValueError: inconsistent sizes or a bad argument.
+        RuntimeError: CuPy or CUDA unavailable.
+    """
+    if len(table_shape) != 2:
+        raise ValueError(f"table_shape must be (rows, columns), but got {tuple(table_shape)}")
+    if code not in launch.CODE_FORMATS:
+        raise ValueError(f"code must be one of {tuple(launch.CODE_FORMATS)}, but got {code!r}")
+    if out_format not in launch.OUT_FORMATS:
+        raise ValueError(f"out_format must be one of {tuple(launch.OUT_FORMATS)}, but got {out_format!r}")
+    columns = int(table_shape[1])
+
+    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int) -> launch.GatherPlan:
+        return launch.plan_decode(columns, int(table_ptr), num_ids, code=code, out_format=out_format, affine=affine,
+                                  max_blocks=max_blocks, num_sms=num_sms, id_bytes=id_bytes,
+                                  row_stride=int(row_stride_bytes), out_address=out_address, out_stride=out_stride)
+
+    out_row_bytes = columns * launch.OUT_FORMATS[out_format][1]
+    return _enqueue(plan, int(table_ptr), int(row_stride_bytes), out_row_bytes, ids, out, stream=stream, sort=sort,
+                    out_stride_bytes=out_stride_bytes, affine_ptr=int(affine_ptr))
+
+
+def _enqueue(plan_for, table_ptr: int, row_stride: int, out_row_bytes: int, ids: Any, out: Any, *, stream: Any,
+             sort: bool, out_stride_bytes: int | None, affine_ptr: int = 0) -> launch.GatherPlan:
+    """Validate ids and out, plan (``plan_for(num_ids, id_bytes, out_address, out_stride,
+    num_sms)``), sort if asked, and launch; everything on ``stream``."""
+    cupy = _cupy()
     if stream is not None:
         stream = cupy_stream(cupy, stream, int(cupy.cuda.runtime.getDevice()))
-    row_bytes = int(itemsize) * math.prod(int(s) for s in table_shape[1:])
-    out_stride = row_bytes if out_stride_bytes is None else int(out_stride_bytes)
+    out_stride = out_row_bytes if out_stride_bytes is None else int(out_stride_bytes)
     # Everything below is enqueued on the gather's stream, including id copies and sorting.
     # Temporaries are allocated there too: CuPy's pool reuses them only on that stream, after
     # the kernel, so dropping them on return is safe.
@@ -584,26 +659,14 @@ def launch_gather(
             out_ptr = out
         else:
             out_ptr, out_nbytes = _device_buffer(cupy, out)
-            needed = (num_ids - 1) * out_stride + row_bytes if num_ids else 0
+            needed = (num_ids - 1) * out_stride + out_row_bytes if num_ids else 0
             if out_nbytes < needed:
                 raise ValueError(
-                    f"out must hold {needed} bytes for {num_ids} rows of {row_bytes} bytes, but "
+                    f"out must hold {needed} bytes for {num_ids} rows of {out_row_bytes} bytes, but "
                     f"has {out_nbytes}"
                 )
         device_id = int(cupy.cuda.runtime.getDevice())
-        plan = launch.plan_gather(
-            row_bytes,
-            int(table_ptr),
-            num_ids,
-            variant=variant,
-            elem_size=int(itemsize),
-            max_blocks=max_blocks,
-            num_sms=_num_sms(device_id),
-            id_bytes=ids.dtype.itemsize,
-            row_stride=int(row_stride_bytes),
-            out_address=out_ptr,
-            out_stride=out_stride,
-        )
+        plan = plan_for(num_ids, ids.dtype.itemsize, out_ptr, out_stride, _num_sms(device_id))
         if plan.grid == 0:
             return plan
         kernel = _kernel(device_id, plan.kernel)
@@ -614,12 +677,13 @@ def launch_gather(
             perm_ptr = int(perm.data.ptr)
         args = launch.kernel_arguments(
             plan,
-            table_address=int(table_ptr),
-            row_stride=int(row_stride_bytes),
+            table_address=table_ptr,
+            row_stride=row_stride,
             ids_address=int(ids.data.ptr),
             perm_address=perm_ptr,
             out_address=out_ptr,
             out_stride=out_stride,
+            affine_address=affine_ptr,
         )
         logger.debug("launch %s grid=%d block=%d", plan.kernel, plan.grid, plan.block)
         kernel((plan.grid,), (plan.block,), tuple(_argument(kind, value) for kind, value in args))

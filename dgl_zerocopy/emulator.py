@@ -6,7 +6,8 @@ library, cached under ``$DGL_ZEROCOPY_CACHE/emulator`` (default ``~/.cache/dgl_z
 in a file named by a hash of the sources, the entry points, the flags and the compiler, and loaded
 with ctypes. The launch configuration comes from :func:`dgl_zerocopy.launch.plan_gather`, exactly
 as on the GPU. With ``trace=True`` every table load is recorded (address, bytes, warp, load site)
-for :mod:`dgl_zerocopy.pcie_model`.
+for :mod:`dgl_zerocopy.pcie_model`. :func:`emulate_gather` runs the raw-copy kernels,
+:func:`emulate_decode` the decoding gather of compressed rows (fp16, bf16, int8 codes).
 
 The emulation is faithful for kernels whose threads do not communicate (no ``__syncthreads``, no
 shuffles): threads run one after another, so it checks results and addresses, not timing or races.
@@ -32,11 +33,12 @@ import numpy as np
 from dgl_zerocopy import launch
 from dgl_zerocopy.kernel_source import kernel_dir, kernel_sources_digest
 
-__all__ = ["Trace", "build_emulator", "emulate_gather", "emulator_cache_dir"]
+__all__ = ["CONVERSIONS", "Trace", "build_emulator", "convert", "emulate_decode", "emulate_gather", "emulator_cache_dir"]
 
 logger = logging.getLogger(__name__)
 
-_CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fno-strict-aliasing")
+# -ffp-contract=off: a multiply and an add stay two roundings, as __fmul_rn/__fadd_rn on the GPU.
+_CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-ffp-contract=off")
 _BUFFER_ALIGN = launch.LINE_BYTES
 #: NumPy mirror of ``zc_load_record`` in kernels/cpu_shim.h.
 _RECORD_DTYPE = np.dtype(
@@ -62,6 +64,8 @@ class Trace:
         plan: the launch plan that ran.
         table_address: address of the table's first row.
         num_ids: rows gathered.
+        table_bytes: bytes of the table (loads outside ``[table_address, table_address +
+            table_bytes)`` read something else: per-row (scale, offset) pairs).
     """
 
     address: np.ndarray
@@ -71,6 +75,7 @@ class Trace:
     plan: launch.GatherPlan
     table_address: int
     num_ids: int
+    table_bytes: int = 0
 
     @property
     def useful_bytes(self) -> int:
@@ -94,6 +99,7 @@ def _translation_unit() -> str:
     lines += [
         f"ZC_EMU_ENTRY({_entry_symbol(name)}, {name})" for name in launch.all_name_expressions()
     ]
+    lines.append("ZC_EMU_CONVERT_ENTRY")
     return "\n".join(lines) + "\n"
 
 
@@ -157,6 +163,8 @@ def _library() -> ctypes.CDLL:
         raise RuntimeError(
             "kernels/cpu_shim.h zc_load_record does not match emulator._RECORD_DTYPE"
         )
+    lib.zc_emu_convert.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+    lib.zc_emu_convert.restype = None
     for name in launch.all_name_expressions():
         entry = getattr(lib, _entry_symbol(name))
         entry.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
@@ -272,39 +280,50 @@ def emulate_gather(
         id_bytes=ids.dtype.itemsize,
         out_address=out_address,
     )
-    lib = _library()
-    records = np.empty(0, dtype=_RECORD_DTYPE)
-    if plan.grid > 0:
-        args = launch.kernel_arguments(
-            plan,
-            table_address=table_address,
-            row_stride=row_bytes,
-            ids_address=int(ids.ctypes.data),
-            perm_address=0 if perm is None else int(perm.ctypes.data),
-            out_address=out_address,
-            out_stride=row_bytes,
-        )
-        values = [_ARG_CTYPES[kind](value) for kind, value in args]
-        pointers = (ctypes.c_void_p * len(values))(
-            *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values]
-        )
-        entry = getattr(lib, _entry_symbol(plan.kernel))
-        logger.debug("emulating %s grid=%d block=%d", plan.kernel, plan.grid, plan.block)
-        if trace:
-            lib.zc_emu_trace_begin()
-        try:
-            entry(plan.grid, plan.block, pointers)
-            if trace:
-                records = np.empty(lib.zc_emu_trace_size(), dtype=_RECORD_DTYPE)
-                lib.zc_emu_trace_copy(records.ctypes.data)
-        finally:
-            if trace:
-                lib.zc_emu_trace_end()
-
+    args = launch.kernel_arguments(
+        plan,
+        table_address=table_address,
+        row_stride=row_bytes,
+        ids_address=int(ids.ctypes.data),
+        perm_address=0 if perm is None else int(perm.ctypes.data),
+        out_address=out_address,
+        out_stride=row_bytes,
+    )
+    records = _run(plan, args, trace)
     out = out_bytes.view(table.dtype).reshape((num_ids,) + table.shape[1:])
     if not trace:
         return out
-    return out, Trace(
+    return out, _trace(records, plan, table_address, num_ids, table.nbytes)
+
+
+def _run(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...], trace: bool) -> np.ndarray:
+    """Run ``plan``'s kernel on the CPU with ``args``; the load records when ``trace``."""
+    records = np.empty(0, dtype=_RECORD_DTYPE)
+    if plan.grid == 0:
+        return records
+    lib = _library()
+    values = [_ARG_CTYPES[kind](value) for kind, value in args]
+    pointers = (ctypes.c_void_p * len(values))(
+        *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values]
+    )
+    entry = getattr(lib, _entry_symbol(plan.kernel))
+    logger.debug("emulating %s grid=%d block=%d", plan.kernel, plan.grid, plan.block)
+    if trace:
+        lib.zc_emu_trace_begin()
+    try:
+        entry(plan.grid, plan.block, pointers)
+        if trace:
+            records = np.empty(lib.zc_emu_trace_size(), dtype=_RECORD_DTYPE)
+            lib.zc_emu_trace_copy(records.ctypes.data)
+    finally:
+        if trace:
+            lib.zc_emu_trace_end()
+    return records
+
+
+def _trace(records: np.ndarray, plan: launch.GatherPlan, table_address: int, num_ids: int,
+           table_bytes: int) -> Trace:
+    return Trace(
         address=records["address"].copy(),
         nbytes=records["bytes"].copy(),
         warp=records["warp"].copy(),
@@ -312,4 +331,162 @@ def emulate_gather(
         plan=plan,
         table_address=table_address,
         num_ids=num_ids,
+        table_bytes=table_bytes,
     )
+
+
+#: The element conversions of the decoding kernel: name -> (kind in zc_emu_convert, input dtype,
+#: output dtype). Half and bfloat16 values are their uint16 bits.
+CONVERSIONS = {
+    "fp16->float32": (0, np.dtype(np.uint16), np.dtype(np.float32)),
+    "float32->fp16": (1, np.dtype(np.float32), np.dtype(np.uint16)),
+    "bf16->float32": (2, np.dtype(np.uint16), np.dtype(np.float32)),
+    "float32->bf16": (3, np.dtype(np.float32), np.dtype(np.uint16)),
+}
+
+
+def convert(name: str, values: np.ndarray) -> np.ndarray:
+    """Apply one of the emulated kernels' element conversions (:data:`CONVERSIONS`) to ``values``
+    (half/bfloat16 as uint16 bits): the shim's software fp16 conversions, which stand for the
+    GPU's instructions, and ``kernels/codecs.cuh``'s bf16 ones."""
+    if name not in CONVERSIONS:
+        raise ValueError(f"name must be one of {tuple(CONVERSIONS)}, but got {name!r}")
+    kind, in_dtype, out_dtype = CONVERSIONS[name]
+    values = np.ascontiguousarray(values)
+    if values.dtype != in_dtype:
+        raise TypeError(f"{name} takes {in_dtype} values, but got {values.dtype}")
+    out = np.empty(values.shape, dtype=out_dtype)
+    _library().zc_emu_convert(kind, values.ctypes.data, out.ctypes.data, values.size)
+    return out
+
+
+#: NumPy dtypes accepted for the codes of each format (fp16 and bf16 codes may come as raw bits).
+_CODE_DTYPES = {
+    "fp16": (np.dtype(np.float16), np.dtype(np.uint16), np.dtype(np.int16)),
+    "bf16": (np.dtype(np.uint16), np.dtype(np.int16)),
+    "int8": (np.dtype(np.int8),),
+}
+#: NumPy dtype of each output format's result (bfloat16: its bits, NumPy having no bfloat16).
+_OUT_DTYPES = {"float32": np.dtype(np.float32), "float16": np.dtype(np.float16), "bfloat16": np.dtype(np.uint16)}
+
+
+def emulate_decode(
+    codes: np.ndarray,
+    ids: np.ndarray,
+    *,
+    code: str,
+    out_format: str = "float32",
+    scale: np.ndarray | None = None,
+    offset: np.ndarray | None = None,
+    affine: str | None = None,
+    base_offset: int = 0,
+    out_offset: int = 0,
+    perm: np.ndarray | None = None,
+    trace: bool = False,
+    max_blocks: int | None = None,
+) -> np.ndarray | tuple[np.ndarray, Trace]:
+    """Gather and decode compressed rows ``codes[ids]`` by running ``gather_decode`` on the CPU.
+
+    The decode is ``x = float(code)`` (fp16, bf16) or ``x = float(code) * scale[k] + offset[k]``
+    (int8; ``k`` the column for ``affine="column"``, the row id for ``"row"``), in float32, then
+    rounded to ``out_format`` (nearest, ties to even).
+
+    Args:
+        codes: 2-D code table: int8 for ``"int8"``; float16 or its bits (uint16/int16) for
+            ``"fp16"``; the bits (uint16/int16) for ``"bf16"``.
+        ids: 1-D int32 or int64 row ids, each in ``[0, len(codes))``.
+        code: ``"fp16"``, ``"bf16"`` or ``"int8"``.
+        out_format: ``"float32"``, ``"float16"`` or ``"bfloat16"``.
+        scale, offset: int8 only: float32, one per column (``affine="column"``) or per row
+            (``"row"``). They are packed into (scale, offset) pairs as the GPU backend packs them;
+            per-row pairs lie in their own buffer and their loads are traced (host memory on the
+            GPU), per-column ones are device memory there and not traced.
+        base_offset: the code table starts this many bytes (0..127) past a 128-byte boundary.
+        out_offset: the output starts this many bytes (0..127) past a 128-byte boundary (a
+            multiple of the output element size): narrows the output stores.
+        perm, trace, max_blocks: as for :func:`emulate_gather`.
+
+    Returns:
+        ``(len(ids), columns)`` of float32, float16, or uint16 holding bfloat16 bits; with
+        ``trace``, the tuple ``(out, Trace)``.
+
+    Raises:
+        TypeError: bad table, ids, or code dtype. IndexError: an id out of range.
+        ValueError: a bad format, affine map, base offset or perm.
+    """
+    codes, ids = _check_inputs(codes, ids, "aligned", base_offset)
+    if code not in launch.CODE_FORMATS:
+        raise ValueError(f"code must be one of {tuple(launch.CODE_FORMATS)}, but got {code!r}")
+    if out_format not in launch.OUT_FORMATS:
+        raise ValueError(f"out_format must be one of {tuple(launch.OUT_FORMATS)}, but got {out_format!r}")
+    if codes.ndim != 2 or codes.dtype not in _CODE_DTYPES[code]:
+        raise TypeError(
+            f"{code} codes must be a 2-D array of {' or '.join(map(str, _CODE_DTYPES[code]))}, but got "
+            f"dtype {codes.dtype} and shape {codes.shape}"
+        )
+    if isinstance(out_offset, bool) or not isinstance(out_offset, int) or not 0 <= out_offset < _BUFFER_ALIGN:
+        raise ValueError(f"out_offset must be an int in [0, 127], but got {out_offset!r}")
+    num_rows, columns = codes.shape
+    pairs = _affine_pairs(code, affine, scale, offset, num_rows, columns)
+    perm = _check_perm(perm, ids.size)
+    num_ids = int(ids.size)
+
+    table_bytes = _aligned_bytes(codes.nbytes, base_offset, fill=0)
+    if codes.nbytes:
+        table_bytes[:] = np.ascontiguousarray(codes).reshape(-1).view(np.uint8)
+    out_dtype = _OUT_DTYPES[out_format]
+    out_row_bytes = columns * out_dtype.itemsize
+    out_bytes = _aligned_bytes(num_ids * out_row_bytes, out_offset, fill=0xA5)
+    table_address, out_address = int(table_bytes.ctypes.data), int(out_bytes.ctypes.data)
+    pair_bytes = None
+    if pairs is not None:
+        pair_bytes = _aligned_bytes(pairs.nbytes, 0, fill=0)
+        pair_bytes[:] = pairs.reshape(-1).view(np.uint8)
+
+    plan = launch.plan_decode(
+        columns,
+        table_address,
+        num_ids,
+        code=code,
+        out_format=out_format,
+        affine=affine,
+        max_blocks=max_blocks,
+        id_bytes=ids.dtype.itemsize,
+        out_address=out_address,
+    )
+    args = launch.kernel_arguments(
+        plan,
+        table_address=table_address,
+        row_stride=plan.row_bytes,
+        ids_address=int(ids.ctypes.data),
+        perm_address=0 if perm is None else int(perm.ctypes.data),
+        out_address=out_address,
+        out_stride=out_row_bytes,
+        affine_address=0 if pair_bytes is None else int(pair_bytes.ctypes.data),
+    )
+    records = _run(plan, args, trace)
+    out = out_bytes.view(out_dtype).reshape(num_ids, columns)
+    if not trace:
+        return out
+    return out, _trace(records, plan, table_address, num_ids, codes.nbytes)
+
+
+def _affine_pairs(code: str, affine: str | None, scale, offset, num_rows: int, columns: int) -> np.ndarray | None:
+    """The (scale, offset) float32 pairs of an int8 table, shape (n, 2); None for fp16/bf16."""
+    if code != "int8":
+        if affine is not None or scale is not None or offset is not None:
+            raise ValueError(f"{code} codes take no affine map, scale or offset")
+        return None
+    if affine not in launch.AFFINE_AXES:
+        raise ValueError(f"int8 codes need affine='column' or 'row', but got {affine!r}")
+    length = columns if affine == "column" else num_rows
+    arrays = []
+    for name, values in (("scale", scale), ("offset", offset)):
+        values = np.asarray(values) if values is not None else None
+        if values is None or values.dtype != np.float32 or values.shape != (length,):
+            raise ValueError(
+                f"{name} must be a float32 array of {length} values (one per {affine}), but got "
+                f"{None if values is None else f'{values.dtype} {values.shape}'}"
+            )
+        arrays.append(values)
+    return np.ascontiguousarray(np.stack(arrays, axis=1))

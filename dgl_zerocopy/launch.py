@@ -2,12 +2,14 @@
 
 The one place that picks the vector width, threads per row, window alignment, block and grid.
 The GPU launcher (:mod:`dgl_zerocopy.cuda_gather`) and the CPU emulator
-(:mod:`dgl_zerocopy.emulator`) both call :func:`plan_gather` and :func:`kernel_arguments`, so the
-emulator runs exactly the configuration the GPU would. Pure Python: no CUDA needed.
+(:mod:`dgl_zerocopy.emulator`) both call :func:`plan_gather` (raw rows) or :func:`plan_decode`
+(compressed rows decoded in the kernel) and :func:`kernel_arguments`, so the emulator runs exactly
+the configuration the GPU would. Pure Python: no CUDA needed.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 __all__ = [
@@ -16,9 +18,14 @@ __all__ = [
     "LINE_BYTES",
     "VARIANTS",
     "WARP_SIZE",
+    "AFFINE_AXES",
+    "CODE_FORMATS",
+    "OUT_FORMATS",
     "all_name_expressions",
+    "decode_name_expression",
     "kernel_arguments",
     "name_expression",
+    "plan_decode",
     "plan_gather",
 ]
 
@@ -33,6 +40,16 @@ MAX_THREADS_PER_SM = 2048
 LOAD_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short", 1: "unsigned char"}
 #: CUDA type of each id width (int32 and int64 ids).
 ID_TYPES = {4: "int", 8: "long long"}
+
+#: Compressed code formats (the codec names of ``dgl_zerocopy.compression``): their tag type in
+#: ``kernels/codecs.cuh`` and bytes per code.
+CODE_FORMATS = {"fp16": ("zc_fp16", 2), "bf16": ("zc_bf16", 2), "int8": ("zc_int8", 1)}
+#: Output element formats of the decoding gather (torch dtype names), with tag type and bytes.
+OUT_FORMATS = {"float32": ("zc_f32", 4), "float16": ("zc_fp16", 2), "bfloat16": ("zc_bf16", 2)}
+#: Code and output formats whose decode is the identity: the raw gather copies them.
+IDENTITY = {("fp16", "float16"), ("bf16", "bfloat16")}
+#: Where an int8 code's (scale, offset) pair comes from: one per column, or one per table row.
+AFFINE_AXES = ("column", "row")
 
 #: One kernel argument: (kind, value); kind is ``"ptr"`` (64-bit address), ``"i64"`` or ``"i32"``.
 KernelArg = tuple[str, int]
@@ -58,8 +75,15 @@ class GatherPlan:
             naive: 1.
         block: threads per block (a multiple of 32).
         grid: blocks; 0 when there is nothing to copy (no ids or empty rows): do not launch.
-        row_bytes: bytes copied per row.
+        row_bytes: bytes copied per row (for a decoding plan: bytes of codes read per row).
         num_ids: rows gathered.
+        code: decoding plans: the code format (a key of :data:`CODE_FORMATS`); None for a raw copy.
+        out_format: decoding plans: the output format (a key of :data:`OUT_FORMATS`).
+        affine: decoding plans of int8 codes: ``"column"`` or ``"row"``; else None.
+        out_row_bytes: bytes written per output row (``row_bytes`` for a raw copy).
+        store_bytes: decoding plans: width of the output stores (the widest dividing the output
+            base, the output stride and the bytes one load decodes into; at most 16).
+        id_bytes: 4 (int32 ids) or 8 (int64).
     """
 
     variant: str
@@ -73,6 +97,18 @@ class GatherPlan:
     grid: int
     row_bytes: int
     num_ids: int
+    code: str | None = None
+    out_format: str | None = None
+    affine: str | None = None
+    out_row_bytes: int | None = None
+    store_bytes: int = 0
+    id_bytes: int = 8
+
+    @property
+    def decodes(self) -> bool:
+        """Whether the plan runs the decoding kernel (``gather_decode``), whose arguments add
+        the affine pairs and the store width."""
+        return self.kernel.startswith("gather_decode<")
 
     @property
     def threads(self) -> int:
@@ -91,14 +127,41 @@ def name_expression(variant: str, load_bytes: int, id_bytes: int) -> str:
     return f"gather_{variant}<{LOAD_TYPES[load_bytes]}, {ID_TYPES[id_bytes]}>"
 
 
+def decode_name_expression(code: str, out_format: str, load_bytes: int) -> str:
+    """The decoding gather instantiation for ``code`` rows read with ``load_bytes`` loads and
+    written as ``out_format``, e.g. ``"gather_decode<zc_int8, zc_f32, uint4>"``. (The id width is
+    a kernel argument, not a template parameter: see ``kernels/gather.cu``.)"""
+    if code not in CODE_FORMATS:
+        raise ValueError(f"code must be one of {tuple(CODE_FORMATS)}, but got {code!r}")
+    if out_format not in OUT_FORMATS:
+        raise ValueError(f"out_format must be one of {tuple(OUT_FORMATS)}, but got {out_format!r}")
+    if (code, out_format) in IDENTITY:
+        raise ValueError(f"{code} codes written as {out_format} are copied by gather_aligned, not decoded")
+    if load_bytes not in LOAD_TYPES or load_bytes < CODE_FORMATS[code][1]:
+        widths = [w for w in sorted(LOAD_TYPES) if w >= CODE_FORMATS[code][1]]
+        raise ValueError(f"load_bytes for {code} codes must be one of {widths}, but got {load_bytes}")
+    return f"gather_decode<{CODE_FORMATS[code][0]}, {OUT_FORMATS[out_format][0]}, {LOAD_TYPES[load_bytes]}>"
+
+
 def all_name_expressions() -> tuple[str, ...]:
-    """Every instantiation the launcher may use (compiled together into one module)."""
-    return tuple(
+    """Every instantiation the launcher may use (compiled together into one module): the raw
+    gathers (both variants, every load width, both id widths), then the decoding gathers (every
+    code and output format but the identities, every load width a code allows, both id widths)."""
+    raw = tuple(
         name_expression(variant, load_bytes, id_bytes)
         for variant in VARIANTS
         for load_bytes in sorted(LOAD_TYPES, reverse=True)
         for id_bytes in sorted(ID_TYPES)
     )
+    decode = tuple(
+        decode_name_expression(code, out_format, load_bytes)
+        for code, (_, code_bytes) in CODE_FORMATS.items()
+        for out_format in OUT_FORMATS
+        if (code, out_format) not in IDENTITY
+        for load_bytes in sorted(LOAD_TYPES, reverse=True)
+        if load_bytes >= code_bytes
+    )
+    return raw + decode
 
 
 def _widest_load(limit: int, *values: int) -> int:
@@ -107,6 +170,46 @@ def _widest_load(limit: int, *values: int) -> int:
         if width <= limit and all(value % width == 0 for value in values):
             return width
     return 1
+
+
+def _aligned_geometry(row_bytes: int, vector: int) -> tuple[int, int, int, int]:
+    """(threads per row, window, align, steps) of the aligned scheme for rows of ``row_bytes``
+    read with ``vector``-byte loads (``kernels/gather.cu`` explains each)."""
+    vectors_per_row = row_bytes // vector
+    threads_per_row = min(WARP_SIZE, 1 << max(vectors_per_row - 1, 0).bit_length())
+    window = threads_per_row * vector
+    if row_bytes <= window:
+        align = vector  # one instruction covers the row from its start: no shift
+    else:
+        align = min(window, LINE_BYTES)
+    steps = -(-(align - vector + row_bytes) // window) if row_bytes else 1
+    return threads_per_row, window, align, steps
+
+
+def _aligned_blocks(num_ids: int, threads_per_row: int, threads_per_block: int) -> int:
+    rows_per_block = (threads_per_block // WARP_SIZE) * (WARP_SIZE // threads_per_row)
+    return -(-num_ids // rows_per_block)
+
+
+def _grid(work_blocks: int, num_ids: int, row_bytes: int, num_sms: int, threads_per_block: int,
+          max_blocks: int | None) -> int:
+    """Blocks for the work, at most one full wave and at most ``max_blocks``; 0: nothing to do."""
+    full_wave = max(1, num_sms * (MAX_THREADS_PER_SM // threads_per_block))
+    cap = full_wave if max_blocks is None else min(full_wave, max_blocks)
+    return 0 if num_ids == 0 or row_bytes == 0 else min(work_blocks, cap)
+
+
+def _check_launch(num_sms: int, threads_per_block: int, id_bytes: int, max_blocks: int | None) -> None:
+    _check_int("num_sms", num_sms, 1)
+    if max_blocks is not None:
+        _check_int("max_blocks", max_blocks, 1)
+    _check_int("threads_per_block", threads_per_block, WARP_SIZE)
+    if threads_per_block % WARP_SIZE or threads_per_block > 1024:
+        raise ValueError(
+            f"threads_per_block must be a multiple of 32 in [32, 1024], but got {threads_per_block}"
+        )
+    if id_bytes not in ID_TYPES:
+        raise ValueError(f"id_bytes must be 4 (int32) or 8 (int64), but got {id_bytes!r}")
 
 
 def _check_int(name: str, value: int, minimum: int) -> None:
@@ -158,21 +261,12 @@ def plan_gather(
     _check_int("table_address", table_address, 0)
     _check_int("num_ids", num_ids, 0)
     _check_int("elem_size", elem_size, 1)
-    _check_int("num_sms", num_sms, 1)
     _check_int("out_address", out_address, 0)
     if row_bytes % elem_size:
         raise ValueError(
             f"row_bytes must be a multiple of elem_size={elem_size}, but got {row_bytes}"
         )
-    if max_blocks is not None:
-        _check_int("max_blocks", max_blocks, 1)
-    _check_int("threads_per_block", threads_per_block, WARP_SIZE)
-    if threads_per_block % WARP_SIZE or threads_per_block > 1024:
-        raise ValueError(
-            f"threads_per_block must be a multiple of 32 in [32, 1024], but got {threads_per_block}"
-        )
-    if id_bytes not in ID_TYPES:
-        raise ValueError(f"id_bytes must be 4 (int32) or 8 (int64), but got {id_bytes!r}")
+    _check_launch(num_sms, threads_per_block, id_bytes, max_blocks)
     row_stride = row_bytes if row_stride is None else row_stride
     out_stride = row_bytes if out_stride is None else out_stride
     _check_int("row_stride", row_stride, row_bytes)
@@ -183,16 +277,8 @@ def plan_gather(
         # Widest vector that keeps every load naturally aligned and entirely inside or outside
         # a row: it must divide both base addresses, both strides and the row size.
         vector = _widest_load(16, *layout)
-        vectors_per_row = row_bytes // vector
-        threads_per_row = min(WARP_SIZE, 1 << max(vectors_per_row - 1, 0).bit_length())
-        window = threads_per_row * vector
-        if row_bytes <= window:
-            align = vector  # one instruction covers the row from its start: no shift
-        else:
-            align = min(window, LINE_BYTES)
-        steps = -(-(align - vector + row_bytes) // window) if row_bytes else 1
-        rows_per_block = (threads_per_block // WARP_SIZE) * (WARP_SIZE // threads_per_row)
-        work_blocks = -(-num_ids // rows_per_block)
+        threads_per_row, window, align, steps = _aligned_geometry(row_bytes, vector)
+        work_blocks = _aligned_blocks(num_ids, threads_per_row, threads_per_block)
     else:
         # One element per thread; a smaller load only if the addresses are not element-aligned.
         elem_load = elem_size & -elem_size  # largest power of two dividing elem_size
@@ -203,9 +289,7 @@ def plan_gather(
         steps = 1
         work_blocks = -(-(num_ids * threads_per_row) // threads_per_block)
 
-    full_wave = max(1, num_sms * (MAX_THREADS_PER_SM // threads_per_block))
-    cap = full_wave if max_blocks is None else min(full_wave, max_blocks)
-    grid = 0 if num_ids == 0 or row_bytes == 0 else min(work_blocks, cap)
+    grid = _grid(work_blocks, num_ids, row_bytes, num_sms, threads_per_block, max_blocks)
     return GatherPlan(
         variant=variant,
         kernel=name_expression(variant, vector, id_bytes),
@@ -218,6 +302,111 @@ def plan_gather(
         grid=grid,
         row_bytes=row_bytes,
         num_ids=num_ids,
+        out_row_bytes=row_bytes,
+        id_bytes=id_bytes,
+    )
+
+
+def plan_decode(
+    columns: int,
+    table_address: int,
+    num_ids: int,
+    *,
+    code: str,
+    out_format: str = "float32",
+    affine: str | None = None,
+    max_blocks: int | None = None,
+    num_sms: int = 132,
+    threads_per_block: int = 256,
+    id_bytes: int = 8,
+    row_stride: int | None = None,
+    out_address: int = 0,
+    out_stride: int | None = None,
+) -> GatherPlan:
+    """Choose the launch of the decoding gather (``gather_decode`` in ``kernels/gather.cu``).
+
+    The reads follow the aligned scheme of :func:`plan_gather` on the *code* row
+    (``columns * code bytes``): the widest vector dividing the table base, its row stride and the
+    code row, the same threads per row, windows, alignment and steps. The output does not limit
+    the loads (they are what crosses PCIe): each lane writes what its load decodes to
+    (``vector / code bytes`` elements) with stores of ``store_bytes``, the widest dividing the
+    output base, the output stride and that chunk. fp16 codes written as float16 (and bf16 as
+    bfloat16) decode to themselves: that plan is :func:`plan_gather`'s aligned raw copy (its
+    ``kernel`` is ``gather_aligned``; ``code`` and ``out_format`` still say what it copies).
+
+    Args:
+        columns: elements per row.
+        table_address: address of the code table's first row.
+        num_ids: rows to gather.
+        code: ``"fp16"``, ``"bf16"`` or ``"int8"`` (:data:`CODE_FORMATS`).
+        out_format: ``"float32"``, ``"float16"`` or ``"bfloat16"`` (:data:`OUT_FORMATS`).
+        affine: int8 only (and required there): ``"column"`` (one (scale, offset) pair per
+            column) or ``"row"`` (one pair per table row).
+        max_blocks, num_sms, threads_per_block, id_bytes: as for :func:`plan_gather`.
+        row_stride: bytes between code rows (default the code row's bytes).
+        out_address: address of the output's first row.
+        out_stride: bytes between output rows (default the output row's bytes).
+
+    Returns:
+        The plan (``plan.code`` set; ``grid == 0``: nothing to launch).
+
+    Raises:
+        ValueError: an unknown format, a missing or needless ``affine``, addresses or strides not
+            aligned to their element size, or a value out of range (the message names it).
+    """
+    if code not in CODE_FORMATS:
+        raise ValueError(f"code must be one of {tuple(CODE_FORMATS)}, but got {code!r}")
+    if out_format not in OUT_FORMATS:
+        raise ValueError(f"out_format must be one of {tuple(OUT_FORMATS)}, but got {out_format!r}")
+    if code == "int8" and affine not in AFFINE_AXES:
+        raise ValueError(f"int8 codes need affine='column' or 'row', but got {affine!r}")
+    if code != "int8" and affine is not None:
+        raise ValueError(f"{code} codes take no affine map, but got affine={affine!r}")
+    _check_int("columns", columns, 0)
+    _check_int("table_address", table_address, 0)
+    _check_int("num_ids", num_ids, 0)
+    _check_int("out_address", out_address, 0)
+    _check_launch(num_sms, threads_per_block, id_bytes, max_blocks)
+    code_bytes, out_bytes = CODE_FORMATS[code][1], OUT_FORMATS[out_format][1]
+    row_bytes, out_row_bytes = columns * code_bytes, columns * out_bytes
+    row_stride = row_bytes if row_stride is None else row_stride
+    out_stride = out_row_bytes if out_stride is None else out_stride
+    _check_int("row_stride", row_stride, row_bytes)
+    _check_int("out_stride", out_stride, out_row_bytes)
+    for name, value, size, fmt in (("table_address", table_address, code_bytes, code), ("row_stride", row_stride, code_bytes, code),
+                                   ("out_address", out_address, out_bytes, out_format), ("out_stride", out_stride, out_bytes, out_format)):
+        if value % size:
+            raise ValueError(f"{name} must be a multiple of {size} (the size of one {fmt} element), but got {value}")
+
+    if (code, out_format) in IDENTITY:
+        plan = plan_gather(row_bytes, table_address, num_ids, elem_size=code_bytes, max_blocks=max_blocks, num_sms=num_sms,
+                           threads_per_block=threads_per_block, id_bytes=id_bytes, row_stride=row_stride,
+                           out_address=out_address, out_stride=out_stride)
+        return dataclasses.replace(plan, code=code, out_format=out_format)
+
+    vector = _widest_load(16, table_address, row_stride, row_bytes)
+    chunk = vector // code_bytes * out_bytes
+    store = _widest_load(min(16, chunk), out_address, out_stride, chunk)
+    threads_per_row, window, align, steps = _aligned_geometry(row_bytes, vector)
+    work_blocks = _aligned_blocks(num_ids, threads_per_row, threads_per_block)
+    return GatherPlan(
+        variant="aligned",
+        kernel=decode_name_expression(code, out_format, vector),
+        vector_bytes=vector,
+        threads_per_row=threads_per_row,
+        window_bytes=window,
+        align_bytes=align,
+        steps_per_row=steps,
+        block=threads_per_block,
+        grid=_grid(work_blocks, num_ids, row_bytes, num_sms, threads_per_block, max_blocks),
+        row_bytes=row_bytes,
+        num_ids=num_ids,
+        code=code,
+        out_format=out_format,
+        affine=affine,
+        out_row_bytes=out_row_bytes,
+        store_bytes=store,
+        id_bytes=id_bytes,
     )
 
 
@@ -230,12 +419,20 @@ def kernel_arguments(
     perm_address: int,
     out_address: int,
     out_stride: int,
+    affine_address: int = 0,
 ) -> tuple[KernelArg, ...]:
     """The kernel's arguments in the order of its C++ signature (``kernels/gather.cu``).
 
     ``perm_address`` is 0 for no permutation; otherwise it points at ``num_ids`` int64 output
-    positions (row ``j`` of the ids goes to output row ``perm[j]``).
+    positions (row ``j`` of the ids goes to output row ``perm[j]``). ``affine_address``
+    (decoding plans with an affine map only) points at the float32 (scale, offset) pairs: one per
+    column or one per table row, as ``plan.affine`` says.
+
+    Raises:
+        ValueError: a decoding plan with an affine map and no ``affine_address``.
     """
+    if plan.decodes and plan.affine is not None and not affine_address:
+        raise ValueError(f"a plan with affine={plan.affine!r} needs the address of its (scale, offset) pairs")
     args: list[KernelArg] = [
         ("ptr", table_address),
         ("i64", row_stride),
@@ -246,6 +443,13 @@ def kernel_arguments(
         ("ptr", out_address),
         ("i64", out_stride),
     ]
+    if plan.decodes:
+        args += [
+            ("ptr", affine_address if plan.affine is not None else 0),
+            ("i32", int(plan.affine == "row")),
+            ("i32", plan.store_bytes),
+            ("i32", plan.id_bytes),
+        ]
     if plan.variant == "aligned":
         args += [
             ("i32", plan.threads_per_row),

@@ -22,25 +22,36 @@ Model (each assumption is a simplification of the real GPU and link):
    downstream link bytes that carry requested feature bytes. It is an upper bound on the share of
    the link's raw bandwidth a gather can turn into features; latency, the number of outstanding
    requests and the host memory system are not modelled.
+5. **Compressed rows** (:func:`compare_codecs`). The link carries ``fetched + requests * 24``
+   bytes per row of codes (plus, for int8 with a per-row scale held in host memory, the request
+   and sector of that row's (scale, offset) pair); the GPU delivers the row as fp32
+   (``4 * columns`` bytes). The *fp32-equivalent bandwidth* on a link of ``LINK_GBPS`` is
+   ``LINK_GBPS * 4 * columns / link bytes per row``: the fp32 gather bandwidth that would deliver
+   the same rows per second, assuming the link is the bottleneck (the decode costs a few
+   instructions per element; the GPU has them to spare at PCIe rates).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
 from dgl_zerocopy import launch
-from dgl_zerocopy.emulator import Trace, emulate_gather
+from dgl_zerocopy.emulator import Trace, emulate_decode, emulate_gather
 
 __all__ = [
+    "CODEC_VARIANTS",
     "LINE_BYTES",
+    "LINK_GBPS",
     "SECTOR_BYTES",
     "TLP_OVERHEAD_BYTES",
+    "CodecMetrics",
     "PcieMetrics",
     "analyze",
     "compare",
+    "compare_codecs",
 ]
 
 logger = logging.getLogger(__name__)
@@ -48,6 +59,12 @@ logger = logging.getLogger(__name__)
 LINE_BYTES = launch.LINE_BYTES
 SECTOR_BYTES = 32
 TLP_OVERHEAD_BYTES = 24
+#: Modelled link bandwidth (GB/s): PCIe Gen4 x16 as a GPU reads host memory, about 25 GB/s.
+LINK_GBPS = 25.0
+#: The stored forms :func:`compare_codecs` models: the fp32 table, then each codec
+#: (``int8/column``: one (scale, offset) per column, in device memory; ``int8/row``: one per row,
+#: in pinned host memory).
+CODEC_VARIANTS = ("fp32", "fp16", "bf16", "int8/column", "int8/row")
 
 
 @dataclass(frozen=True)
@@ -121,7 +138,7 @@ def analyze(trace: Trace) -> PcieMetrics:
         useful_bytes=useful,
         requests_per_row=requests / trace.num_ids if trace.num_ids else 0.0,
         bytes_per_useful_byte=fetched / useful if useful else 0.0,
-        link_efficiency=useful / (fetched + requests * TLP_OVERHEAD_BYTES) if useful else 0.0,
+        link_efficiency=useful / (fetched + requests * TLP_OVERHEAD_BYTES) if useful and requests else 0.0,
     )
 
 
@@ -178,4 +195,138 @@ def compare(
         results["naive"].requests_per_row,
         results["aligned"].requests_per_row,
     )
+    return results
+
+
+@dataclass(frozen=True)
+class CodecMetrics:
+    """Modelled PCIe cost of gathering rows stored in one form, and the fp32-equivalent bandwidth
+    it delivers (module docstring, point 5). Per-row figures are averages over the gathered rows.
+
+    Attributes:
+        codec: a name of :data:`CODEC_VARIANTS`.
+        columns: elements per row.
+        num_ids: rows gathered.
+        stored_row_bytes: bytes of one stored row (codes; ``4 * columns`` for fp32).
+        vector_bytes: bytes per load the plan chose for the stored row.
+        requests_per_row: read requests per row, the (scale, offset) pairs' included.
+        pair_requests_per_row: of those, the requests for per-row (scale, offset) pairs.
+        fetched_bytes_per_row: payload bytes per row (32-byte sectors).
+        link_bytes_per_row: ``fetched + 24 * requests`` per row: what crosses the link.
+        fp32_bytes_per_row: ``4 * columns``: the row as the GPU delivers it.
+        link_gbps: the modelled link bandwidth.
+        fp32_equivalent_gbps: ``link_gbps * fp32_bytes_per_row / link_bytes_per_row``.
+        vs_fp32: ``fp32_equivalent_gbps`` over the fp32 table's (1.0 for fp32; NaN when fp32 was
+            not modelled alongside).
+    """
+
+    codec: str
+    columns: int
+    num_ids: int
+    stored_row_bytes: int
+    vector_bytes: int
+    requests_per_row: float
+    pair_requests_per_row: float
+    fetched_bytes_per_row: float
+    link_bytes_per_row: float
+    fp32_bytes_per_row: int
+    link_gbps: float
+    fp32_equivalent_gbps: float
+    vs_fp32: float = float("nan")
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        """The metrics as a plain dict (for CSV/JSON)."""
+        return asdict(self)
+
+
+def _subset(trace: Trace, mask: np.ndarray) -> Trace:
+    return replace(trace, address=trace.address[mask], nbytes=trace.nbytes[mask], warp=trace.warp[mask],
+                   slot=trace.slot[mask])
+
+
+def _codec_metrics(codec: str, columns: int, trace: Trace, link_gbps: float) -> CodecMetrics:
+    whole = analyze(trace)
+    inside = (trace.address >= trace.table_address) & (trace.address < trace.table_address + trace.table_bytes)
+    pairs = analyze(_subset(trace, ~inside))
+    n = max(trace.num_ids, 1)
+    link = (whole.fetched_bytes + TLP_OVERHEAD_BYTES * whole.requests) / n
+    fp32_bytes = 4 * columns
+    return CodecMetrics(
+        codec=codec,
+        columns=columns,
+        num_ids=trace.num_ids,
+        stored_row_bytes=trace.plan.row_bytes,
+        vector_bytes=trace.plan.vector_bytes,
+        requests_per_row=whole.requests / n,
+        pair_requests_per_row=pairs.requests / n,
+        fetched_bytes_per_row=whole.fetched_bytes / n,
+        link_bytes_per_row=link,
+        fp32_bytes_per_row=fp32_bytes,
+        link_gbps=link_gbps,
+        fp32_equivalent_gbps=link_gbps * fp32_bytes / link if link else 0.0,
+    )
+
+
+def compare_codecs(
+    columns: int,
+    *,
+    codecs: tuple[str, ...] = CODEC_VARIANTS,
+    num_ids: int = 256,
+    num_rows: int = 1024,
+    base_offset: int = 0,
+    seed: int = 0,
+    ids: np.ndarray | None = None,
+    link_gbps: float = LINK_GBPS,
+) -> dict[str, CodecMetrics]:
+    """Model gathering the same random rows of a ``(num_rows, columns)`` table stored as each of
+    ``codecs`` (:data:`CODEC_VARIANTS`), decoded to float32 by the kernels on the emulator.
+
+    Each table (fp32 values, or random codes with random scales) starts ``base_offset`` bytes past
+    a 128-byte boundary; every output is checked against a NumPy decode before its trace is used.
+
+    Returns:
+        ``{codec: CodecMetrics}`` in the order of ``codecs``; ``vs_fp32`` is filled when
+        ``"fp32"`` is among them.
+
+    Raises:
+        ValueError: an unknown codec or bad sizes.
+        RuntimeError: an emulated kernel returned wrong rows (a kernel bug).
+    """
+    if unknown := [c for c in codecs if c not in CODEC_VARIANTS]:
+        raise ValueError(f"codecs must be among {CODEC_VARIANTS}, but got {unknown[0]!r}")
+    if columns < 1 or num_rows < 1 or num_ids < 0:
+        raise ValueError(f"columns and num_rows must be >= 1 and num_ids >= 0, but got {columns}, {num_rows}, {num_ids}")
+    rng = np.random.default_rng(seed)
+    if ids is None:
+        ids = rng.integers(0, num_rows, size=num_ids, dtype=np.int64)
+    values = rng.standard_normal((num_rows, columns), dtype=np.float32)
+    results: dict[str, CodecMetrics] = {}
+    for codec in codecs:
+        code, _, axis = codec.partition("/")
+        if code == "fp32":
+            out, trace = emulate_gather(values, ids, base_offset=base_offset, trace=True)
+            expected = values[ids]
+        elif code == "fp16":
+            codes = values.astype(np.float16)
+            out, trace = emulate_decode(codes, ids, code="fp16", base_offset=base_offset, trace=True)
+            expected = codes[ids].astype(np.float32)
+        elif code == "bf16":
+            codes = (values.view(np.uint32) >> 16).astype(np.uint16)  # truncated: any bits will do
+            out, trace = emulate_decode(codes, ids, code="bf16", base_offset=base_offset, trace=True)
+            expected = (codes[ids].astype(np.uint32) << 16).view(np.float32)
+        else:
+            codes = rng.integers(-128, 128, size=(num_rows, columns), dtype=np.int8)
+            length = columns if axis == "column" else num_rows
+            scale = rng.uniform(0.001, 0.1, length).astype(np.float32)
+            offset = rng.standard_normal(length).astype(np.float32)
+            out, trace = emulate_decode(codes, ids, code="int8", scale=scale, offset=offset, affine=axis,
+                                        base_offset=base_offset, trace=True)
+            k = np.arange(columns)[None, :] if axis == "column" else ids[:, None]
+            expected = codes[ids].astype(np.float32) * scale[k] + offset[k]
+        if out.tobytes() != np.ascontiguousarray(expected, dtype=np.float32).tobytes():
+            raise RuntimeError(f"emulated {codec} gather of {columns} columns returned wrong rows")
+        results[codec] = _codec_metrics(codec, columns, trace, link_gbps)
+    if "fp32" in results:
+        base = results["fp32"].fp32_equivalent_gbps
+        results = {c: replace(m, vs_fp32=m.fp32_equivalent_gbps / base if base else float("nan")) for c, m in results.items()}
     return results

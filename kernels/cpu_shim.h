@@ -9,7 +9,7 @@
 // GPU coalesces into 128-byte line requests (dgl_zerocopy/pcie_model.py).
 //
 // The emulator includes this header, then gather.cu, then one ZC_EMU_ENTRY per kernel
-// instantiation (a C symbol for ctypes).
+// instantiation (a C symbol for ctypes) and ZC_EMU_CONVERT_ENTRY.
 #pragma once
 
 #define ZC_CPU_EMULATOR 1
@@ -40,6 +40,69 @@ struct alignas(8) uint2 {
 };
 static_assert(sizeof(uint4) == 16 && alignof(uint4) == 16, "uint4 must be one 16-byte unit");
 static_assert(sizeof(uint2) == 8 && alignof(uint2) == 8, "uint2 must be one 8-byte unit");
+
+// Bit casts and arithmetic with one explicit rounding, as CUDA's intrinsics. The emulator
+// compiles with -ffp-contract=off, so a multiply and an add are never fused into an FMA here
+// either: both sides round twice.
+inline float __uint_as_float(unsigned u) {
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+}
+inline unsigned __float_as_uint(float f) {
+  unsigned u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+}
+inline float __fmul_rn(float a, float b) { return a * b; }
+inline float __fadd_rn(float a, float b) { return a + b; }
+
+// kernels/codecs.cuh uses the GPU's fp16 conversion instructions; here they are computed in
+// integer arithmetic. tests/test_emulator_decode.py compares both directions with torch for every
+// half and for floats around every rounding boundary (through zc_emu_convert below).
+
+// IEEE half bits -> float (exact), what cvt.f32.f16 computes on the GPU.
+inline float zc_half_to_float(unsigned short h) {
+  const unsigned sign = ((unsigned)h & 0x8000u) << 16;
+  const unsigned exponent = ((unsigned)h >> 10) & 0x1fu;
+  const unsigned mantissa = (unsigned)h & 0x3ffu;
+  if (exponent == 0x1fu) {  // infinity, or NaN (made quiet)
+    return __uint_as_float(sign | 0x7f800000u | (mantissa << 13) | (mantissa != 0u ? 0x400000u : 0u));
+  }
+  if (exponent != 0u) {  // normal: rebias the exponent from 15 to 127
+    return __uint_as_float(sign | ((exponent + 112u) << 23) | (mantissa << 13));
+  }
+  // zero or subnormal: mantissa * 2^-24, exact in float (an integer below 2^10 times a power of 2)
+  return __uint_as_float(sign | __float_as_uint((float)mantissa * 5.9604644775390625e-8f));
+}
+
+// float -> IEEE half bits, round to nearest, ties to even: what cvt.rn.f16.f32 computes.
+inline unsigned short zc_float_to_half(float f) {
+  const unsigned u = __float_as_uint(f);
+  const unsigned sign = (u >> 16) & 0x8000u;
+  const unsigned a = u & 0x7fffffffu;
+  if (a > 0x7f800000u) {
+    return (unsigned short)(sign | 0x7e00u);  // NaN
+  }
+  if (a >= 0x477ff000u) {
+    return (unsigned short)(sign | 0x7c00u);  // infinity, or >= 65520: rounds past 65504
+  }
+  if (a >= 0x38800000u) {  // >= 2^-14: normal in half; rebias, then round away 13 mantissa bits
+    const unsigned r = a - 0x38000000u;
+    return (unsigned short)(sign | ((r + 0x0fffu + ((r >> 13) & 1u)) >> 13));
+  }
+  if (a < 0x33000000u) {
+    return (unsigned short)sign;  // below 2^-25: rounds to zero (2^-25 itself ties to zero below)
+  }
+  // subnormal in half: mantissa (with its leading 1) shifted right by 14..24 bits, rounded
+  const unsigned shift = 126u - (a >> 23);
+  const unsigned m = (a & 0x7fffffu) | 0x800000u;
+  const unsigned q = m >> shift;
+  const unsigned rest = m & ((1u << shift) - 1u);
+  const unsigned halfway = 1u << (shift - 1u);
+  const unsigned up = (rest > halfway || (rest == halfway && (q & 1u) != 0u)) ? 1u : 0u;
+  return (unsigned short)(sign | (q + up));  // a carry into the exponent gives 2^-14: right
+}
 
 // thread_local: two Python threads may run emulated kernels at once (ctypes drops the GIL).
 static thread_local uint3 threadIdx;
@@ -116,3 +179,21 @@ extern "C" void zc_emu_trace_end() {
   zc_tracing = false;
   std::vector<zc_load_record>().swap(zc_trace_buffer);
 }
+
+// The fp16 and bf16 conversions over arrays, for their tests: kind 0 half -> float, 1 float ->
+// half (the two above), 2 bf16 -> float, 3 float -> bf16 (codecs.cuh's own). Expanded by the
+// emulator after gather.cu, which brings codecs.cuh.
+#define ZC_EMU_CONVERT_ENTRY                                                         \
+  extern "C" void zc_emu_convert(int kind, const void* in, void* out, long long n) { \
+    for (long long i = 0; i < n; ++i) {                                              \
+      if (kind == 0) {                                                               \
+        static_cast<float*>(out)[i] = zc_half_to_float(static_cast<const unsigned short*>(in)[i]); \
+      } else if (kind == 1) {                                                        \
+        static_cast<unsigned short*>(out)[i] = zc_float_to_half(static_cast<const float*>(in)[i]); \
+      } else if (kind == 2) {                                                        \
+        static_cast<float*>(out)[i] = zc_bf16_to_float(static_cast<const unsigned short*>(in)[i]); \
+      } else {                                                                       \
+        static_cast<unsigned short*>(out)[i] = zc_float_to_bf16(static_cast<const float*>(in)[i]); \
+      }                                                                              \
+    }                                                                                \
+  }

@@ -19,6 +19,7 @@
 // No __syncthreads() or warp shuffles: the CPU emulator runs threads one after another.
 
 #include "gather_common.cuh"
+#include "codecs.cuh"
 
 // Steps of one row issued back to back before their stores: independent loads in flight.
 #define ZC_STEPS_IN_FLIGHT 4
@@ -117,5 +118,108 @@ __global__ void gather_naive(const char* __restrict__ table, long long row_strid
     const ElemT value = zc_load_if(src, active);
     char* dst_row = out + (perm != 0 ? perm[j] : j) * out_stride;
     zc_store_if(reinterpret_cast<ElemT*>(dst_row + k * elem), value, active);
+  }
+}
+
+// Decoding gather: compressed rows read with the aligned scheme above, decoded in registers.
+//
+//   out[dst(j)][k] = OutT::encode(x),   x = CodeT::decode(table[ids[j]][k])           fp16, bf16
+//                                       x = decode(code) * scale[c] + offset[c]       int8
+//   c = k (per-column map) or ids[j] (per-row map)
+//
+// The table holds codes of sizeof(CodeT::bits) bytes; row_bytes and row_stride count code bytes.
+// Reads are exactly gather_aligned's: the same VecT, windows, alignment and masking, chosen by the
+// launcher from the code row (dgl_zerocopy/launch.py plan_decode), so a row of int8 codes costs
+// the PCIe requests of a byte row a quarter of the fp32 width. Each lane decodes the
+// sizeof(VecT) / sizeof(CodeT::bits) codes of its load and writes that many output elements at the
+// same column of the output row, with stores of store_bytes (the widest that the output's base,
+// stride and this chunk allow; at most 16).
+//
+// affine: (scale, offset) float pairs, interleaved so that one 8-byte load fetches both: one pair
+// per column (device memory, read as ordinary loads) or, with affine_per_row, one per table row
+// (may be pinned host memory: read once per row through zc_load_if, i.e. one PCIe request per row
+// that the PCIe model counts). Unused (may be null) for formats without an affine map.
+//
+// ids are int32 (id_bytes 4) or int64 (8), read through a branch that is the same for the whole
+// grid rather than a template parameter: every instantiation is compiled for every architecture
+// in CI, and this halves their number at the cost of one uniform branch per row.
+template <typename CodeT, typename OutT, typename VecT>
+__global__ void gather_decode(const char* __restrict__ table, long long row_stride,
+                              long long row_bytes, const void* __restrict__ ids,
+                              const long long* __restrict__ perm, long long num_ids,
+                              char* __restrict__ out, long long out_stride,
+                              const float* __restrict__ affine, int affine_per_row,
+                              int store_bytes, int id_bytes, int threads_per_row,
+                              long long align_bytes, long long steps_per_row) {
+  typedef typename CodeT::bits CodeBits;
+  typedef typename OutT::bits OutBits;
+  constexpr int kCodes = (int)(sizeof(VecT) / sizeof(CodeBits));  // codes per load
+  constexpr int kChunk = kCodes * (int)sizeof(OutBits);           // output bytes per load
+  constexpr int kChunkVecs = (kChunk + 15) / 16;
+  static_assert(sizeof(VecT) % sizeof(CodeBits) == 0, "a load holds whole codes");
+  const long long vec = (long long)sizeof(VecT);
+  const long long window = (long long)threads_per_row * vec;
+  const unsigned lane = threadIdx.x & 31u;
+  const unsigned lane_in_row = lane & (unsigned)(threads_per_row - 1);
+  const long long group_in_warp = (long long)(lane / (unsigned)threads_per_row);
+  const long long rows_per_warp = 32 / threads_per_row;
+  const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+  const long long num_warps = ((long long)gridDim.x * blockDim.x) >> 5;
+  const unsigned long long align_mask = ~(unsigned long long)(align_bytes - 1);
+  const bool per_row = CodeT::kAffine && affine_per_row != 0;  // the same for every thread
+
+  for (long long first = warp * rows_per_warp; first < num_ids; first += num_warps * rows_per_warp) {
+    const long long j = first + group_in_warp;
+    const bool row_active = j < num_ids;
+    const long long jj = row_active ? j : first;
+    const long long id = id_bytes == 4 ? (long long)static_cast<const int*>(ids)[jj]
+                                       : static_cast<const long long*>(ids)[jj];
+    const unsigned long long src = (unsigned long long)(table + id * row_stride);
+    const unsigned long long end = src + (unsigned long long)row_bytes;
+    const unsigned long long start = (src & align_mask) + (unsigned long long)lane_in_row * vec;
+    char* dst_row = out + (perm != 0 ? perm[jj] : jj) * out_stride;
+
+    // The row's (scale, offset): every lane of the group loads the same 8 bytes, one request.
+    float row_scale = 1.0f;
+    float row_offset = 0.0f;
+    if (per_row) {
+      const uint2 pair = zc_load_if(reinterpret_cast<const uint2*>(affine + 2 * id), row_active);
+      row_scale = __uint_as_float(pair.x);
+      row_offset = __uint_as_float(pair.y);
+    }
+
+    for (long long s0 = 0; s0 < steps_per_row; s0 += ZC_STEPS_IN_FLIGHT) {
+      VecT value[ZC_STEPS_IN_FLIGHT];
+      unsigned long long addr[ZC_STEPS_IN_FLIGHT];
+      bool active[ZC_STEPS_IN_FLIGHT];
+      // All loads first, as in gather_aligned: several PCIe reads per lane in flight.
+      ZC_UNROLL
+      for (int u = 0; u < ZC_STEPS_IN_FLIGHT; ++u) {
+        addr[u] = start + (unsigned long long)((s0 + u) * window);
+        active[u] = row_active && (s0 + u) < steps_per_row && addr[u] >= src && addr[u] < end;
+        value[u] = zc_load_if(reinterpret_cast<const VecT*>(addr[u]), active[u]);
+      }
+      ZC_UNROLL
+      for (int u = 0; u < ZC_STEPS_IN_FLIGHT; ++u) {
+        if (!active[u]) {
+          continue;
+        }
+        const long long column = (long long)(addr[u] - src) / (long long)sizeof(CodeBits);
+        const CodeBits* codes = reinterpret_cast<const CodeBits*>(&value[u]);
+        uint4 chunk[kChunkVecs];
+        OutBits* decoded = reinterpret_cast<OutBits*>(chunk);
+        ZC_UNROLL
+        for (int i = 0; i < kCodes; ++i) {
+          float x = CodeT::decode(codes[i]);
+          if (CodeT::kAffine) {
+            const float scale = per_row ? row_scale : affine[2 * (column + i)];
+            const float offset = per_row ? row_offset : affine[2 * (column + i) + 1];
+            x = __fadd_rn(__fmul_rn(x, scale), offset);
+          }
+          decoded[i] = OutT::encode(x);
+        }
+        zc_store_chunk<kChunk>(dst_row + column * (long long)sizeof(OutBits), chunk, store_bytes);
+      }
+    }
   }
 }

@@ -39,3 +39,31 @@ __device__ __forceinline__ void zc_store_if(T* ptr, const T& value, bool active)
     *ptr = value;
   }
 }
+
+// Writes the kBytes bytes of chunk (decoded output elements, in registers) to dst with stores of
+// the widest width <= store_bytes that divides kBytes. The launcher passes the widest store that
+// the output's base address and row stride allow, so every store is naturally aligned.
+template <int kBytes>
+__device__ __forceinline__ void zc_store_chunk(char* dst, const uint4* chunk, int store_bytes) {
+  if (kBytes % 16 == 0 && store_bytes >= 16) {
+    ZC_UNROLL
+    for (int k = 0; k < kBytes / 16; ++k) {
+      reinterpret_cast<uint4*>(dst)[k] = chunk[k];
+    }
+  } else if (kBytes % 8 == 0 && store_bytes >= 8) {
+    ZC_UNROLL
+    for (int k = 0; k < kBytes / 8; ++k) {
+      reinterpret_cast<uint2*>(dst)[k] = reinterpret_cast<const uint2*>(chunk)[k];
+    }
+  } else if (kBytes % 4 == 0 && store_bytes >= 4) {
+    ZC_UNROLL
+    for (int k = 0; k < kBytes / 4; ++k) {
+      reinterpret_cast<unsigned*>(dst)[k] = reinterpret_cast<const unsigned*>(chunk)[k];
+    }
+  } else {
+    ZC_UNROLL
+    for (int k = 0; k < kBytes / 2; ++k) {  // output elements are 2 or 4 bytes
+      reinterpret_cast<unsigned short*>(dst)[k] = reinterpret_cast<const unsigned short*>(chunk)[k];
+    }
+  }
+}

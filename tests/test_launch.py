@@ -7,11 +7,15 @@ import itertools
 import pytest
 
 from dgl_zerocopy.launch import (
+    CODE_FORMATS,
     LINE_BYTES,
+    OUT_FORMATS,
     GatherPlan,
     all_name_expressions,
+    decode_name_expression,
     kernel_arguments,
     name_expression,
+    plan_decode,
     plan_gather,
 )
 
@@ -122,12 +126,20 @@ def test_id_width_selects_the_instantiation():
 
 def test_every_plan_uses_a_compiled_instantiation():
     names = set(all_name_expressions())
-    assert len(names) == len(all_name_expressions()) == 20
+    # raw: 2 variants x 5 widths x 2 id types; decode (id width an argument): fp16 and bf16
+    # codes: 4 widths x 2 outputs; int8: 5 widths x 3 outputs
+    assert len(names) == len(all_name_expressions()) == 20 + 2 * 4 * 2 + 5 * 3
     for variant, row_bytes, address, id_bytes in itertools.product(
         ("aligned", "naive"), (1, 2, 4, 8, 16, 400), (0, 1, 2, 4, 8), (4, 8)
     ):
         plan = plan_gather(row_bytes, address, 5, variant=variant, elem_size=1, id_bytes=id_bytes)
         assert plan.kernel in names
+    for code, out, columns, address, id_bytes in itertools.product(
+        CODE_FORMATS, OUT_FORMATS, (1, 3, 100, 128, 602), (0, 2, 4, 8, 16), (4, 8)
+    ):
+        plan = plan_decode(columns, address, 5, code=code, out_format=out, id_bytes=id_bytes,
+                           affine="row" if code == "int8" else None)
+        assert plan.kernel in names, plan.kernel
 
 
 @pytest.mark.parametrize(
@@ -195,3 +207,87 @@ def test_kernel_arguments_follow_the_kernel_signatures():
     ]
     naive = plan_gather(400, 0, 5, variant="naive", elem_size=4)
     assert len(kernel_arguments(naive, **common)) == 8
+
+
+def decode(columns: int, address: int = 0, code: str = "int8", out: str = "float32", **kw) -> GatherPlan:
+    affine = kw.pop("affine", "column" if code == "int8" else None)
+    return plan_decode(columns, address, 1000, code=code, out_format=out, affine=affine, **kw)
+
+
+@pytest.mark.parametrize(
+    ("columns", "code", "address", "vector", "store"),
+    [
+        (128, "int8", 0, 16, 16),  # 128 B of codes: 8 lanes x 16 B; each lane writes 64 B of fp32
+        (100, "int8", 0, 4, 16),  # 100 B: 4-byte loads, 16 B of fp32 per lane
+        (602, "int8", 0, 2, 8),  # 602 B: 2-byte loads
+        (4099, "int8", 0, 1, 4),
+        (3, "int8", 0, 1, 4),
+        (128, "int8", 8, 8, 16),  # the base limits the loads, not the stores
+        (100, "fp16", 0, 8, 16),  # 200 B of codes
+        (602, "bf16", 0, 4, 8),
+        (31, "fp16", 0, 2, 4),
+        (128, "fp16", 2, 2, 4),
+    ],
+)
+def test_decode_reads_codes_with_the_aligned_scheme(columns, code, address, vector, store):
+    plan = decode(columns, address, code)
+    code_bytes = CODE_FORMATS[code][1]
+    raw = plan_gather(columns * code_bytes, address, 1000, elem_size=code_bytes)
+    assert (plan.vector_bytes, plan.store_bytes) == (vector, store)
+    assert plan.kernel == decode_name_expression(code, "float32", vector) and plan.decodes
+    # the loads are exactly the raw gather's over the code row: same lanes, windows and steps
+    assert (plan.vector_bytes, plan.threads_per_row, plan.window_bytes, plan.align_bytes, plan.steps_per_row, plan.grid) == (
+        raw.vector_bytes, raw.threads_per_row, raw.window_bytes, raw.align_bytes, raw.steps_per_row, raw.grid)
+    assert (plan.row_bytes, plan.out_row_bytes) == (columns * code_bytes, columns * 4)
+
+
+def test_decode_store_width_follows_the_output_not_the_loads():
+    assert decode(128, out_address=4).store_bytes == 4
+    assert decode(128, out_address=4).vector_bytes == 16
+    assert decode(128, out="float16").store_bytes == 16  # 16 codes -> 32 B of halves
+    assert decode(128, out="bfloat16", out_address=2).store_bytes == 2
+    assert decode(128, out_stride=1000).store_bytes == 8
+    assert decode(1).store_bytes == 4 and decode(2).store_bytes == 8
+
+
+def test_identity_formats_use_the_raw_gather():
+    for code, out in (("fp16", "float16"), ("bf16", "bfloat16")):
+        plan = decode(128, code=code, out=out)
+        assert plan.kernel == "gather_aligned<uint4, long long>" and not plan.decodes
+        assert (plan.code, plan.out_format) == (code, out)
+        with pytest.raises(ValueError, match="gather_aligned"):
+            decode_name_expression(code, out, 16)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"code": "int4"}, "code must be"),
+        ({"out": "float64"}, "out_format"),
+        ({"affine": None}, "affine='column' or 'row'"),
+        ({"code": "fp16", "affine": "row"}, "take no affine"),
+        ({"code": "fp16", "address": 1}, "table_address must be a multiple of 2"),
+        ({"out_address": 2}, "out_address must be a multiple of 4"),
+        ({"row_stride": 99}, "row_stride"),
+        ({"out_stride": 398}, "out_stride"),
+        ({"id_bytes": 2}, "id_bytes"),
+    ],
+)
+def test_bad_decode_arguments_raise_value_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        decode(100, **kwargs)
+
+
+def test_decode_kernel_arguments():
+    common = dict(table_address=1024, row_stride=100, ids_address=2048, perm_address=0, out_address=4096, out_stride=400)
+    plan = decode(100, affine="row")
+    args = kernel_arguments(plan, **common, affine_address=8192)
+    assert [kind for kind, _ in args] == ["ptr", "i64", "i64", "ptr", "ptr", "i64", "ptr", "i64", "ptr", "i32", "i32", "i32", "i32", "i64", "i64"]
+    assert [value for _, value in args][8:] == [8192, 1, plan.store_bytes, 8, plan.threads_per_row, plan.align_bytes, plan.steps_per_row]
+    assert kernel_arguments(decode(100, id_bytes=4), **common, affine_address=8192)[11] == ("i32", 4)
+    assert [value for _, value in kernel_arguments(decode(100), **common, affine_address=8192)][8:10] == [8192, 0]
+    assert [value for _, value in kernel_arguments(decode(100, code="fp16"), **common)][8:10] == [0, 0]
+    with pytest.raises(ValueError, match="scale, offset"):
+        kernel_arguments(plan, **common)
+    identity = decode(100, code="fp16", out="float16")
+    assert len(kernel_arguments(identity, **common)) == 11

@@ -7,7 +7,7 @@ import pytest
 
 from dgl_zerocopy import launch
 from dgl_zerocopy.emulator import Trace, emulate_gather
-from dgl_zerocopy.pcie_model import TLP_OVERHEAD_BYTES, analyze, compare
+from dgl_zerocopy.pcie_model import CODEC_VARIANTS, LINK_GBPS, TLP_OVERHEAD_BYTES, analyze, compare, compare_codecs
 
 
 def one_row(row_bytes: int, offset: int, variant: str, dtype: str = "float32"):
@@ -118,3 +118,69 @@ def test_compare_rejects_bad_widths():
         compare(6, dtype="float32")
     with pytest.raises(ValueError, match="row_bytes"):
         compare(0)
+
+
+# ------------------------------------------------------------------ compressed rows
+
+
+def test_int8_and_fp16_rows_of_128_columns_on_lines():
+    """128 columns: fp32 512 B = 4 lines, fp16 2 lines, int8 1 line per row (table on a line)."""
+    result = compare_codecs(128, num_ids=64, num_rows=4096)
+    assert list(result) == list(CODEC_VARIANTS)
+    fp32, fp16, bf16, col, row = result.values()
+    assert (fp32.requests_per_row, fp32.fetched_bytes_per_row, fp32.link_bytes_per_row) == (4, 512, 512 + 4 * 24)
+    assert (fp16.requests_per_row, fp16.fetched_bytes_per_row) == (2, 256) and bf16.link_bytes_per_row == fp16.link_bytes_per_row
+    assert (col.requests_per_row, col.fetched_bytes_per_row, col.link_bytes_per_row) == (1, 128, 152)
+    assert fp32.fp32_equivalent_gbps == pytest.approx(LINK_GBPS * 512 / 608)
+    assert col.fp32_equivalent_gbps == pytest.approx(LINK_GBPS * 512 / 152)
+    assert (fp32.vs_fp32, fp16.vs_fp32, col.vs_fp32) == (1.0, pytest.approx(2.0), pytest.approx(4.0))
+    assert col.pair_requests_per_row == fp16.pair_requests_per_row == 0
+
+
+def test_per_row_scales_in_host_memory_cost_one_request_and_one_sector_per_row():
+    result = compare_codecs(128, codecs=("int8/column", "int8/row"), num_ids=64, num_rows=1 << 16)
+    col, row = result["int8/column"], result["int8/row"]
+    # random rows of a large table: their (scale, offset) pairs lie in distinct lines
+    assert row.pair_requests_per_row == pytest.approx(1.0)
+    assert row.requests_per_row == pytest.approx(col.requests_per_row + 1)
+    assert row.link_bytes_per_row == pytest.approx(col.link_bytes_per_row + 32 + TLP_OVERHEAD_BYTES)
+    assert np.isnan(row.vs_fp32)  # fp32 not modelled alongside
+
+
+@pytest.mark.parametrize("columns", [100, 128, 602])
+def test_fewer_bytes_over_the_link_at_the_headline_widths(columns):
+    result = compare_codecs(columns, num_ids=128, num_rows=2048)
+    link = {codec: m.link_bytes_per_row for codec, m in result.items()}
+    assert link["int8/column"] < link["int8/row"] < link["fp16"] == link["bf16"] < link["fp32"]
+    for m in result.values():
+        assert m.link_bytes_per_row == pytest.approx(m.fetched_bytes_per_row + TLP_OVERHEAD_BYTES * m.requests_per_row)
+        assert m.fp32_equivalent_gbps == pytest.approx(m.link_gbps * 4 * columns / m.link_bytes_per_row)
+        assert m.as_dict()["codec"] == m.codec
+    # what the kernels send, at least: the codes themselves
+    assert result["int8/column"].fetched_bytes_per_row >= columns and result["fp16"].fetched_bytes_per_row >= 2 * columns
+    assert result["int8/column"].vs_fp32 > 2.9  # docs/benchmarks.md: 3.0x (100), 4.0x (128), 3.3x (602)
+
+
+def test_compare_codecs_checks_its_arguments():
+    with pytest.raises(ValueError, match="codecs must be among"):
+        compare_codecs(8, codecs=("int4",))
+    with pytest.raises(ValueError, match="columns"):
+        compare_codecs(0)
+
+
+def test_bench_script_writes_its_table_and_plot(tmp_path):
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import pcie_codecs
+
+    rows = pcie_codecs.run((100, 128), num_ids=32, num_rows=256, base_offset=0, seed=0, link_gbps=LINK_GBPS)
+    assert [(r["columns"], r["codec"]) for r in rows] == [(c, codec) for c in (100, 128) for codec in CODEC_VARIANTS]
+    table = pcie_codecs.markdown(rows)
+    assert "| 128 (ogbn-papers100M) | fp32 | 512 | 16 | 4.00 | 0.00 | 608 | 21.1 | 1.00x |" in table
+    assert "| 128 | int8/column | 128 | 16 | 1.00 | 0.00 | 152 | 84.2 | 4.00x |" in table
+    assert "int8/column: 100 cols" in pcie_codecs.goal_lines(rows)
+    pcie_codecs.plot(rows, tmp_path / "p.png", "test")
+    assert (tmp_path / "p.png").stat().st_size > 0
