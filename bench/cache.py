@@ -1,0 +1,276 @@
+"""GPU feature cache: hit rate and modelled PCIe bytes per epoch, per policy and cache size.
+
+For each graph: the ``"in_degree"`` and ``"presample"`` policies (dgl_zerocopy/cache/) choose the
+cached rows for caches of 1, 5, 10, 20 and 50 % of the rows; then one training epoch is sampled
+with another seed than the presampling pass (its own batch order and neighbour draws: no leakage)
+and every batch's input nodes are split into hits and misses by the cache's own slot map
+(``split_hits``). ``oracle`` is no policy: the evaluated epoch's own counts, the best any static
+cache of that size could do on that epoch. Checked first: the cached gather of a sampled batch
+equals ``features[input_nodes]``.
+
+PCIe bytes per epoch = rows read from host memory x modelled link bytes per row of the aligned
+zero-copy kernel (dgl_zerocopy/pcie_model.py: 32-byte sectors fetched plus 24 bytes of TLP
+overhead per 128-byte-line request, from the emulated kernel's loads). Every row costs the same, so
+the share of bytes a cache saves is its hit rate. A model, not a measurement.
+
+Workloads: the products-shaped and papers100M-shaped synthetic graphs, scaled down: fewer nodes
+and the batch scaled by the same factor (products: 1024 seeds at 2,449,029 nodes, fanouts
+15,10,5; papers100M: 1024 seeds at 111,059,956 nodes, fanouts 10,10,10), which keeps the batches
+per epoch and the share of the graph one batch reaches, on which the hit rate depends; and the real
+graphs of --data-root with their shipped configs (fanouts, batch size, training split; with
+--real-seeds all, every node is a seed, for many batches an epoch).
+
+    python bench/cache.py [--graphs products,papers100m,cora,...] [--products-nodes 200000]
+        [--papers-nodes 1000000] [--sizes 1,5,10,20,50] [--data-root ../shared/data] [--real-seeds train|all]
+        [--presample-seed 1] [--eval-seed 2] [--out cache]
+    dgl-zerocopy bench cache  (the same)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+# Hit rates do not depend on speed: sample on one thread, so that the neighbour draws are the same on
+# every machine and DGL's OpenMP threads do not spin against other work on a shared one (100 ms per
+# batch instead of 2 ms on a busy 2-core machine). Set before DGL and torch load OpenMP.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from common import command_line, machine, write_results  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+SYNTHETIC = {  # full-size node count, fanouts and batch of the graph each preset is shaped after
+    "products": {"full_nodes": 2_449_029, "fanouts": [15, 10, 5], "batch": 1024, "nodes_default": 200_000},
+    "papers100m": {"full_nodes": 111_059_956, "fanouts": [10, 10, 10], "batch": 1024, "nodes_default": 1_000_000},
+}
+REAL = {  # dataset -> its shipped config (as bench/accuracy.py trains it)
+    "cora": "cora-gcn.yaml",
+    "citeseer": "cora-gcn.yaml",
+    "amazon-computers": "amazon-computers-sage.yaml",
+    "amazon-photo": "amazon-computers-sage.yaml",
+    "coauthor-cs": "coauthor-physics-sage.yaml",
+    "coauthor-physics": "coauthor-physics-sage.yaml",
+}
+GRAPHS = tuple(SYNTHETIC) + tuple(REAL)
+POLICIES = ("in_degree", "presample")
+
+
+def link_bytes_per_row(row_bytes: int, dtype: np.dtype) -> float:
+    """Modelled PCIe link bytes (payload sectors + TLP overhead) per row of the aligned kernel."""
+    from dgl_zerocopy.pcie_model import TLP_OVERHEAD_BYTES, compare
+
+    num_ids = 256
+    m = compare(row_bytes, dtype=dtype, num_ids=num_ids, num_rows=1024)["aligned"]
+    return (m.fetched_bytes + m.requests * TLP_OVERHEAD_BYTES) / num_ids
+
+
+def workload(name: str, args) -> dict:
+    """The dataset, fanouts, batch size and description of graph ``name``."""
+    from dgl_zerocopy.data import SyntheticSpec, load_dataset
+
+    if name in SYNTHETIC:
+        s = SYNTHETIC[name]
+        nodes = args.products_nodes if name == "products" else args.papers_nodes
+        spec = SyntheticSpec(num_nodes=nodes) if name == "products" else SyntheticSpec.papers100m_like(num_nodes=nodes)
+        batch = max(1, round(s["batch"] * nodes / s["full_nodes"]))
+        data = load_dataset("synthetic", synthetic=spec)
+        how = (f"{name}-shaped synthetic, {nodes:,} nodes (1/{s['full_nodes'] / nodes:.0f} scale), fanouts "
+               f"{','.join(map(str, s['fanouts']))}, batch {batch} (= {s['batch']} x the scale), seeds: the training split")
+        return {"data": data, "fanouts": s["fanouts"], "batch": batch, "how": how, "seeds": torch.from_numpy(data.train_idx)}
+    from dgl_zerocopy.config import build_config, read_yaml
+
+    if args.data_root is None:
+        raise SystemExit(f"graph {name!r} is read from --data-root (e.g. ../shared/data)")
+    cfg = build_config(read_yaml(REPO / "configs" / REAL[name]), {"dataset": name, "data_root": args.data_root})
+    data = load_dataset(name, root=args.data_root, split_seed=0)
+    if cfg.self_loop:
+        data = data.with_self_loops()
+    seeds = torch.from_numpy(data.train_idx) if args.real_seeds == "train" else torch.arange(data.num_nodes)
+    how = (f"{name}, config {REAL[name]} (fanouts {','.join(map(str, cfg.fanouts))}{', self-loops' if cfg.self_loop else ''}), "
+           f"batch {cfg.batch_size}, seeds: {'the training split' if args.real_seeds == 'train' else 'every node'}")
+    return {"data": data, "fanouts": cfg.fanouts, "batch": cfg.batch_size, "how": how, "seeds": seeds}
+
+
+def epoch_batches(graph, sampler, seeds: torch.Tensor, batch: int, seed: int):
+    """The input nodes of one epoch's batches: seeds shuffled by ``default_rng(seed)``, neighbours drawn after ``dgl.seed(seed)``."""
+    import dgl
+
+    dgl.seed(seed)
+    order = seeds[torch.from_numpy(np.random.default_rng(seed).permutation(seeds.numel()))]
+    for start in range(0, order.numel(), batch):
+        yield sampler.sample(graph, order[start : start + batch])[0]
+
+
+def run_graph(name: str, args, sizes: list[float]) -> tuple[list[dict], dict]:
+    import dgl
+
+    from dgl_zerocopy.cache import HotRowCache, budget_for_rows, build_slot_map, make_policy, split_hits
+    from dgl_zerocopy.data.base import tensor_view
+
+    w = workload(name, args)
+    data = w["data"]
+    graph, seeds = data.to_dgl(), w["seeds"]
+    table = tensor_view(np.ascontiguousarray(data.features))
+    n, row_bytes = data.num_nodes, table.shape[1] * table.element_size()
+    per_row = link_bytes_per_row(row_bytes, data.features.dtype)  # first: a broken model fails before the sampling
+    sampler = dgl.dataloading.NeighborSampler(w["fanouts"])
+
+    # Correctness first: the cached gather of a sampled batch is features[input_nodes].
+    policies = {"in_degree": make_policy("in_degree", graph)}
+    input_nodes = next(epoch_batches(graph, sampler, seeds, w["batch"], args.eval_seed))
+    check = HotRowCache(table, policies["in_degree"].order[: max(1, n // 10)])
+    if not torch.equal(check.gather(input_nodes, table), table[input_nodes]):
+        raise RuntimeError(f"{name}: the cached gather differs from features[ids]")
+    del check
+
+    start = time.perf_counter()
+    dgl.seed(args.presample_seed)
+    policies["presample"] = make_policy("presample", graph, sampler=sampler, seeds=seeds, batch_size=w["batch"], seed=args.presample_seed)
+    presample_s = time.perf_counter() - start
+    cached = [min(n, round(f * n)) for f in sizes]
+    slot_maps = {(p, k): build_slot_map(policies[p].order[:k], n) for p in POLICIES for k in cached}
+
+    start = time.perf_counter()
+    hits = dict.fromkeys(slot_maps, 0)
+    counts = torch.zeros(n, dtype=torch.int64)  # the evaluated epoch's own counts, for the oracle
+    gathered = batches = 0
+    for input_nodes in epoch_batches(graph, sampler, seeds, w["batch"], args.eval_seed):
+        batches += 1
+        gathered += input_nodes.numel()
+        counts[input_nodes.long()] += 1  # input nodes are distinct within a batch
+        for key, slot_map in slot_maps.items():
+            hits[key] += split_hits(input_nodes, slot_map, unchecked=True).hit_positions.numel()
+    eval_s = time.perf_counter() - start
+    top = torch.sort(counts, descending=True).values.cumsum(0)
+    for k in cached:
+        hits[("oracle", k)] = int(top[k - 1]) if k else 0
+
+    rows = []
+    for policy in (*POLICIES, "oracle"):
+        for f, k in zip(sizes, cached):
+            h = hits[(policy, k)]
+            misses = gathered - h
+            rows.append({
+                "graph": name, "nodes": n, "row_bytes": row_bytes, "batch": w["batch"], "batches": batches, "policy": policy,
+                "cache_pct": 100 * f, "cache_rows": k, "cache_mib": budget_for_rows(k, row_bytes, n) / 2**20,
+                "rows_per_epoch": gathered, "hit_rate": h / gathered if gathered else 0.0, "misses_per_epoch": misses,
+                "link_bytes_per_row": per_row, "pcie_gb_no_cache": gathered * per_row / 1e9, "pcie_gb_cached": misses * per_row / 1e9,
+                "pcie_saved": h / gathered if gathered else 0.0,
+            })
+    info = {"graph": name, "how": w["how"], "fanouts": w["fanouts"], "rows_per_batch": gathered / max(batches, 1),
+            "share_of_nodes_per_batch": gathered / max(batches, 1) / n, "presample_s": presample_s, "eval_s": eval_s}
+    print(f"{name}: {w['how']}; {batches} batches of {info['rows_per_batch']:,.0f} input rows "
+          f"({info['share_of_nodes_per_batch']:.1%} of the nodes); presample {presample_s:.1f} s, evaluation {eval_s:.1f} s", flush=True)
+    return rows, info
+
+
+def markdown(rows: list[dict], sizes: list[float]) -> str:
+    """Hit rates per graph, policy and size; then the modelled PCIe GB per epoch of the presample cache."""
+    head = "| graph | policy | " + " | ".join(f"{100 * f:g} %" for f in sizes) + " |"
+    lines = ["hit rate (= share of PCIe bytes saved) by cache size (% of rows)", "", head, "|---|---|" + "---:|" * len(sizes)]
+    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    for graph in graphs:
+        for policy in (*POLICIES, "oracle"):
+            rs = [r for r in rows if r["graph"] == graph and r["policy"] == policy]
+            lines.append(f"| {graph} | {policy} | " + " | ".join(f"{r['hit_rate']:.1%}" for r in rs) + " |")
+    lines += ["", "modelled PCIe GB per epoch, no cache and with the presample cache", "",
+              "| graph | row B | link B/row | rows/epoch | no cache | " + " | ".join(f"{100 * f:g} %" for f in sizes) + " |",
+              "|---|---:|---:|---:|---:|" + "---:|" * len(sizes)]
+    for graph in graphs:
+        rs = [r for r in rows if r["graph"] == graph and r["policy"] == "presample"]
+        lines.append(f"| {graph} | {rs[0]['row_bytes']} | {rs[0]['link_bytes_per_row']:.0f} | {rs[0]['rows_per_epoch']:,} | "
+                     f"{rs[0]['pcie_gb_no_cache']:.3g} | " + " | ".join(f"{r['pcie_gb_cached']:.3g}" for r in rs) + " |")
+    return "\n".join(lines)
+
+
+def plot(rows: list[dict], path: Path, title: str) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    cols = min(4, len(graphs))
+    fig, axes = plt.subplots((len(graphs) + cols - 1) // cols, cols, figsize=(3.2 * cols, 2.9 * ((len(graphs) + cols - 1) // cols)),
+                             squeeze=False, sharey=True)
+    for ax, graph in zip(axes.flat, graphs):
+        for policy, style in (("in_degree", "o-"), ("presample", "s-"), ("oracle", "k:")):
+            rs = [r for r in rows if r["graph"] == graph and r["policy"] == policy]
+            ax.plot([r["cache_pct"] for r in rs], [100 * r["hit_rate"] for r in rs], style, label=policy, markersize=3)
+        r0 = next(r for r in rows if r["graph"] == graph)
+        ax.set_title(f"{graph} ({r0['nodes']:,} rows of {r0['row_bytes']} B)", fontsize=8)
+        ax.axhline(50, color="tab:red", lw=0.6, ls="--")
+        ax.set_xscale("log")
+        ax.set_xticks([1, 5, 10, 20, 50], ["1", "5", "10", "20", "50"])
+        ax.set_ylim(0, 100)
+        ax.grid(True, alpha=0.3)
+        ax.set_xlabel("cache size (% of rows)", fontsize=8)
+    for ax in axes[:, 0]:
+        ax.set_ylabel("hit rate = PCIe bytes saved (%)", fontsize=8)
+    for ax in list(axes.flat)[len(graphs):]:
+        ax.axis("off")
+    axes.flat[0].legend(fontsize=7)
+    fig.suptitle(title, fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--graphs", default=",".join(GRAPHS), help=f"comma-separated, from: {', '.join(GRAPHS)}")
+    parser.add_argument("--products-nodes", type=int, default=SYNTHETIC["products"]["nodes_default"])
+    parser.add_argument("--papers-nodes", type=int, default=SYNTHETIC["papers100m"]["nodes_default"])
+    parser.add_argument("--sizes", default="1,5,10,20,50", help="cache sizes in %% of the rows")
+    parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"), help="folder of the real graphs")
+    parser.add_argument("--real-seeds", choices=("train", "all"), default="train",
+                        help="seeds of the real graphs: their training split (default; one or two batches an epoch) or every node")
+    parser.add_argument("--presample-seed", type=int, default=1, help="batch order and neighbour draws of the presampling pass")
+    parser.add_argument("--eval-seed", type=int, default=2, help="... of the evaluated epoch (must differ: no leakage)")
+    parser.add_argument("--out", default="cache", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
+    args = parser.parse_args(argv)
+    names = [g.strip() for g in args.graphs.split(",") if g.strip()]
+    if not names or (unknown := [g for g in names if g not in GRAPHS]):
+        parser.error(f"--graphs must name some of {', '.join(GRAPHS)}, but got {args.graphs!r}")
+    try:
+        sizes = [float(s) / 100 for s in args.sizes.split(",")]
+    except ValueError:
+        parser.error(f"--sizes must be comma-separated percentages, but got {args.sizes!r}")
+    if not sizes or not all(0 < f <= 1 for f in sizes):
+        parser.error(f"--sizes must be percentages in (0, 100], but got {args.sizes!r}")
+    if args.presample_seed == args.eval_seed:
+        parser.error("--presample-seed and --eval-seed must differ: the evaluated epoch must not be the presampled one")
+    if any(g in REAL for g in names) and not Path(args.data_root).is_dir():
+        parser.error(f"the real graphs are read from --data-root, and {args.data_root!r} is not a folder")
+    torch.manual_seed(0)
+
+    rows, infos = [], []
+    for name in names:
+        r, info = run_graph(name, args, sizes)
+        rows += r
+        infos.append(info)
+    meta = {
+        "command": command_line(), "machine": machine(),
+        "model": "PCIe bytes = rows read from host x link bytes per row of the aligned kernel (pcie_model.py: "
+                 "32-B sectors + 24 B per 128-B-line request); bytes saved = hit rate",
+        "evaluation": f"one epoch sampled with seed {args.eval_seed}; presample pass with seed {args.presample_seed}; "
+                      "oracle = the evaluated epoch's own counts (an upper bound, not a policy)",
+        "workloads": "; ".join(i["how"] for i in infos),
+    }
+    csv_path, _ = write_results(args.out, rows, meta, extra={"graphs": infos})
+    png = csv_path.with_suffix(".png")
+    plot(rows, png, "GPU feature cache: hit rate of one sampled epoch (red: half the PCIe bytes gone)")
+    print(f"\n# {meta['command']}\n# {meta['machine']}\n")
+    print(markdown(rows, sizes))
+    print(f"\nwrote {csv_path}, {csv_path.with_suffix('.json')}, {png}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,107 @@
+"""HotRowCache: the chosen rows copied to a device, the slot map that finds them, and counters;
+:func:`build_cache`, the factory a FeatureStore calls with its ``cache_*`` arguments."""
+from __future__ import annotations
+
+import warnings
+
+import torch
+
+from .policy import cache_capacity, check_budget, check_policy_name, graph_num_nodes, make_policy
+from .slots import SplitHits, build_slot_map, gather_split, split_hits
+from .stats import CacheStats
+
+__all__ = ["HotRowCache", "build_cache", "check_cache_args"]
+
+
+class HotRowCache:
+    """Rows ``row_ids`` of ``table`` held on ``device`` (slot ``i`` holds row ``row_ids[i]``).
+
+    ``rows`` is always a copy, also on the CPU (a separate tensor, so the hit/miss logic runs there
+    as it will on a GPU); ``slot_map`` is on ``device``; ``nbytes`` counts both. ``stats`` counts the
+    ids :meth:`split` (and so :meth:`gather`) has seen.
+    """
+
+    def __init__(self, table: torch.Tensor, row_ids: torch.Tensor, device: str | torch.device = "cpu", policy: str = "") -> None:
+        if not isinstance(table, torch.Tensor) or table.dim() != 2:
+            raise TypeError(f"table must be a 2-D torch.Tensor, but got {getattr(table, 'shape', type(table).__name__)}")
+        self.policy = policy
+        self.row_ids = torch.as_tensor(row_ids).to("cpu", torch.int64)
+        self.slot_map = build_slot_map(self.row_ids, table.shape[0], device)  # checks the ids first
+        self.rows = table.index_select(0, self.row_ids.to(table.device)).to(device)
+        self.stats = CacheStats()
+
+    @property
+    def device(self) -> torch.device:
+        return self.rows.device
+
+    @property
+    def num_cached(self) -> int:
+        return int(self.row_ids.shape[0])
+
+    @property
+    def nbytes(self) -> int:
+        """Device memory the cache takes: the cached rows and the slot map."""
+        return self.rows.numel() * self.rows.element_size() + self.slot_map.numel() * self.slot_map.element_size()
+
+    def split(self, ids: torch.Tensor, *, unchecked: bool = False) -> SplitHits:
+        """:func:`split_hits` of ``ids`` (on :attr:`device`), counted in :attr:`stats`."""
+        split = split_hits(ids, self.slot_map, unchecked=unchecked)
+        self.stats.record(split.hit_positions.numel(), split.miss_positions.numel())
+        return split
+
+    def gather(self, ids: torch.Tensor, table: torch.Tensor, out: torch.Tensor | None = None, *, unchecked: bool = False) -> torch.Tensor:
+        """``table[ids]`` with hits read from :attr:`rows`: the reference path (``table``, ``ids`` and
+        ``out`` on :attr:`device`; on ``cpu`` that is the store's own path)."""
+        if table.shape[1:] != self.rows.shape[1:] or table.dtype != self.rows.dtype or table.shape[0] != self.slot_map.shape[0]:
+            raise ValueError(f"table {table.dtype} {tuple(table.shape)} is not the table this cache was built from "
+                             f"({self.rows.dtype}, {self.slot_map.shape[0]} rows of {tuple(self.rows.shape[1:])})")
+        split = self.split(ids, unchecked=unchecked)
+        if out is None:
+            out = torch.empty((ids.shape[0], table.shape[1]), dtype=table.dtype, device=table.device)
+        return gather_split(split, table, self.rows, out)
+
+    def __repr__(self) -> str:
+        return (f"HotRowCache(policy={self.policy!r}, rows={self.num_cached} of {self.slot_map.shape[0]}, "
+                f"nbytes={self.nbytes}, device={str(self.device)!r})")
+
+
+def check_cache_args(cache_bytes, cache_policy: str, num_rows: int, graph=None, sampler=None, seeds=None) -> int:
+    """Check a store's cache arguments before anything is built (or pinned); returns the budget.
+
+    Always checked: the policy name and the budget. With a budget > 0 also: ``graph`` given, with
+    one node per table row, and for ``"presample"`` a ``sampler`` and ``seeds``."""
+    check_policy_name(cache_policy)
+    cache_bytes = check_budget(cache_bytes)
+    if cache_bytes == 0:
+        return 0
+    if graph is None:
+        raise ValueError(f"cache_bytes={cache_bytes} with cache_policy={cache_policy!r} needs graph=: the DGL graph whose "
+                         f"node ids are the table's rows (or pass cache_bytes=0 for no cache)")
+    nodes = graph_num_nodes(graph)
+    if nodes != num_rows:
+        raise ValueError(f"graph has {nodes} nodes but the feature table has {num_rows} rows: the cache needs one row per node")
+    if cache_policy == "presample" and (sampler is None or seeds is None):
+        missing = " and ".join(name for name, v in (("sampler=", sampler), ("seeds=", seeds)) if v is None)
+        raise ValueError(f"cache_policy='presample' needs {missing}: the training sampler (e.g. "
+                         f"dgl.dataloading.NeighborSampler([15, 10, 5])) and the training node ids it starts from")
+    return cache_bytes
+
+
+def build_cache(table: torch.Tensor, cache_bytes: int, cache_policy: str = "in_degree", *, graph=None, sampler=None, seeds=None,
+                device: str | torch.device = "cpu", batch_size: int = 1024, epochs: float = 1.0, seed: int = 0) -> HotRowCache | None:
+    """The cache a store with these arguments holds, or None for ``cache_bytes=0`` (or a budget
+    that holds no row, with a warning). Its ``nbytes`` never exceeds ``cache_bytes``.
+
+    ``batch_size``, ``epochs`` and ``seed`` shape the presampling pass (see
+    :func:`dgl_zerocopy.cache.policy.presample_counts`); ``"in_degree"`` ignores them and ``sampler``/``seeds``."""
+    cache_bytes = check_cache_args(cache_bytes, cache_policy, table.shape[0], graph, sampler, seeds)
+    if cache_bytes == 0:
+        return None
+    row_bytes = table.shape[1] * table.element_size()
+    if row_bytes == 0 or cache_capacity(cache_bytes, row_bytes, table.shape[0]) == 0:
+        warnings.warn(f"cache_bytes={cache_bytes} holds no row: the slot map takes {4 * table.shape[0]} bytes and a row "
+                      f"{row_bytes}; no cache is made", stacklevel=2)
+        return None
+    policy = make_policy(cache_policy, graph, sampler=sampler, seeds=seeds, batch_size=batch_size, epochs=epochs, seed=seed)
+    return HotRowCache(table, policy.rows_for_budget(cache_bytes, row_bytes), device, policy=cache_policy)
+
