@@ -8,7 +8,19 @@ On real sampled batches of the synthetic graph (fanouts 15,10,5, batch 1024), co
   store     ``FeatureStore(backend="cpu").gather`` (select_out plus the id check)
 against ``copy``: a plain copy of the same number of bytes into a reused buffer (the ceiling).
 
-    python bench/cpu_gather.py [--batches 8] [--repeats 5]
+Compressed tables (``--feature-compression fp16,bf16,int8``): for each codec, the same batches
+gathered to float32 rows by
+  store_<codec>   ``FeatureStore(compress(feat, codec), backend="cpu").gather``: for int8 tile by tile
+                  (256 KiB of codes per torch thread), each tile's codes gathered into a small reused
+                  buffer and decoded at once into its rows of the output; for fp16/bf16 as twostep
+  tiled_<codec>   the same with ``--tile-kb`` of codes per tile, whatever the threads (tile-size sweeps)
+  twostep_<codec> the alternative: the whole batch's codes gathered into a reused buffer with
+                  ``index_select(out=)``, then decoded into the output
+  naive_<codec>   the reference ``codec.decode(codes[ids], ids)`` (new tensors per batch)
+each checked equal to the reference first. GB/s are fp32-equivalent for every row: rows x columns
+x 4 bytes delivered per second, so the compressed stores compare with ``store`` (fp32) directly.
+
+    python bench/cpu_gather.py [--batches 8] [--repeats 5] [--feature-compression none,fp16,bf16,int8] [--out cpu_gather]
 """
 from __future__ import annotations
 
@@ -44,13 +56,23 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=5, help="timed gathers per batch and method")
     parser.add_argument("--num-nodes", type=int, default=200_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--plot", default=None, help="PNG path (default bench/results/cpu_gather.png)")
+    parser.add_argument("--plot", default=None, help="PNG path (default bench/results/<out>.png)")
+    parser.add_argument("--feature-compression", default="none",
+                        help="comma-separated codecs to add (fp16, bf16, int8); none: the uncompressed methods only")
+    parser.add_argument("--tile-kb", type=int, default=256, help="codes per tile of the tiled_<codec> method, KiB")
+    parser.add_argument("--threads", type=int, help="torch threads (default: torch's, one per core)")
+    parser.add_argument("--out", default="cpu_gather", help="result file stem under bench/results/ (<out>_raw for the raw rows)")
     args = parser.parse_args()
 
     from dgl.storages import TensorStorage
 
-    from dgl_zerocopy import FeatureStore
+    from dgl_zerocopy import FeatureStore, compress
+    from dgl_zerocopy.compression import check_codec_name
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
+
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    codecs = [c for c in (check_codec_name(c.strip()) for c in args.feature_compression.split(",") if c.strip()) if c is not None]
 
     dataset = load_dataset("synthetic", synthetic=SyntheticSpec(num_nodes=args.num_nodes))
     feat = torch.from_numpy(dataset.features)
@@ -60,6 +82,9 @@ def main() -> None:
     store = FeatureStore(feat, backend="cpu", device="cpu")
     storage = TensorStorage(feat)
     row_bytes = feat.shape[1] * feat.element_size()
+    stores = {c: FeatureStore(compress(feat, c), backend="cpu", device="cpu") for c in codecs}
+    tiled = {c: _TiledDecode(s, args.tile_kb << 10) for c, s in stores.items()}
+    twostep = {c: _TiledDecode(s, 1 << 62) for c, s in stores.items()}  # one tile: the whole batch
 
     rows = []
     for i, ids in enumerate(batches):
@@ -75,10 +100,21 @@ def main() -> None:
             "select_out": lambda: torch.index_select(feat, 0, ids, out=out),
             "store": lambda: store.gather(ids),
         }
+        decoded = {}
+        for c, st in stores.items():
+            methods[f"store_{c}"] = lambda st=st: st.gather(ids)
+            methods[f"tiled_{c}"] = lambda t=tiled[c]: t.gather(ids, out)
+            methods[f"twostep_{c}"] = lambda t=twostep[c]: t.gather(ids, out)
+            methods[f"naive_{c}"] = lambda st=st: st.codec.decode(st._table[ids], ids)
+            decoded.update(dict.fromkeys((f"store_{c}", f"tiled_{c}", f"twostep_{c}", f"naive_{c}"), st.codec.decode(st._table[ids], ids)))
         for name, fn in methods.items():
-            if name != "copy":  # correctness first: every method equals feat[ids]
-                torch.testing.assert_close(fn(), reference, rtol=0, atol=0)
-            for t in time_repeated(fn, args.repeats):
+            if name != "copy":  # correctness first: every method equals feat[ids] (a compressed one: the reference decode)
+                torch.testing.assert_close(fn(), decoded.get(name, reference), rtol=0, atol=0)
+        # Round robin: one timed call of each method per round, so that a busy moment of the
+        # machine falls on all of them alike rather than on whichever ran then.
+        for _ in range(args.repeats):
+            for name, fn in methods.items():
+                (t,) = time_repeated(fn, 1, warmup=1)
                 rows.append({"method": name, "batch": i, "rows": n, "bytes": n * row_bytes, "seconds": t, "gbps": n * row_bytes / t / 1e9})
 
     summary = []
@@ -93,14 +129,46 @@ def main() -> None:
         "torch_threads": torch.get_num_threads(),
         "batches": f"{len(batches)} sampled batches, fanouts 15,10,5, batch 1024, median {int(np.median([len(b) for b in batches])):,} rows x {row_bytes} B",
     }
-    write_results("cpu_gather_raw", rows, meta)
-    csv_path, _ = write_results("cpu_gather", summary, meta)
+    if codecs:
+        meta["compressed"] = (f"codecs {', '.join(codecs)} (int8 per column, min/max); GB/s are fp32-equivalent (rows x {feat.shape[1]} x 4 B); "
+                              f"tiles of {args.tile_kb} KiB of codes; ratio_to_store = GB/s / the fp32 store's")
+        store_median = next(s["gbps_median"] for s in summary if s["method"] == "store")
+        for s in summary:
+            s["ratio_to_store"] = s["gbps_median"] / store_median
+    write_results(f"{args.out}_raw", rows, meta)
+    csv_path, _ = write_results(args.out, summary, meta)
     _plot(summary, meta, args.plot or str(csv_path.with_suffix(".png")))
 
     print(f"# {meta['command']}\n# {meta['machine']}; {meta['batches']}")
-    print("| method | GB/s median | GB/s q1–q3 | ratio to copy |\n|---|---|---|---|")
+    print("| method | GB/s median | GB/s q1–q3 | ratio to copy |" + (" ratio to fp32 store |\n|---|---|---|---|---|" if codecs else "\n|---|---|---|---|"))
     for s in summary:
-        print(f"| {s['method']} | {s['gbps_median']:.2f} | {s['gbps_q1']:.2f}–{s['gbps_q3']:.2f} | {s['ratio_to_copy']:.2f} |")
+        print(f"| {s['method']} | {s['gbps_median']:.2f} | {s['gbps_q1']:.2f}–{s['gbps_q3']:.2f} | {s['ratio_to_copy']:.2f} |"
+              + (f" {s['ratio_to_store']:.2f} |" if codecs else ""))
+
+
+class _TiledDecode:
+    """Gather and decode a tile of ``tile_bytes`` of codes at a time, whatever the threads: each tile's
+    codes go into a small reused buffer and are decoded at once into the tile's rows of the output.
+    A tile larger than the batch is the two-step alternative (all codes first, then the decode).
+    Same arithmetic as the store's Decoder."""
+
+    def __init__(self, store, tile_bytes: int) -> None:
+        from dgl_zerocopy.compression.decode import Decoder
+
+        self.table = store._table
+        self.decoder = Decoder(store.codec, torch.float32, torch.device("cpu"))
+        self.rows = max(1, tile_bytes // (self.table.shape[1] * self.table.element_size()))
+        self.tile = torch.empty((0, self.table.shape[1]), dtype=self.table.dtype)
+
+    def gather(self, ids: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+        out = out[: len(ids)]
+        if self.tile.shape[0] < min(self.rows, len(ids)):
+            self.tile = torch.empty((min(self.rows, len(ids)), self.table.shape[1]), dtype=self.table.dtype)
+        for start in range(0, len(ids), self.rows):
+            part = ids[start:start + self.rows]
+            codes = torch.index_select(self.table, 0, part, out=self.tile[: len(part)])
+            self.decoder(codes, part, out[start:start + len(part)])
+        return out
 
 
 def _plot(summary: list[dict], meta: dict, path: str) -> None:
@@ -112,8 +180,10 @@ def _plot(summary: list[dict], meta: dict, path: str) -> None:
     names = [s["method"] for s in summary]
     med = np.array([s["gbps_median"] for s in summary])
     err = np.array([[s["gbps_median"] - s["gbps_q1"] for s in summary], [s["gbps_q3"] - s["gbps_median"] for s in summary]])
-    fig, ax = plt.subplots(figsize=(7, 3.5))
-    ax.bar(names, med, yerr=err, capsize=4, color=["grey"] + ["tab:blue"] * (len(names) - 1))
+    fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(names)), 3.5))
+    colors = {"store": "tab:orange", "tiled": "tab:green", "naive": "tab:red"}
+    ax.bar(names, med, yerr=err, capsize=4, color=["grey"] + [colors.get(n.split("_")[0], "tab:blue") if "_" in n and n != "select_out" else "tab:blue" for n in names[1:]])
+    ax.tick_params(axis="x", labelrotation=45 if len(names) > 8 else 0, labelsize=8)
     ax.set_ylabel("GB/s (useful bytes, median, IQR)")
     ax.set_title("CPU gather of sampled rows\n" + meta["batches"], fontsize=9)
     fig.tight_layout()

@@ -7,7 +7,10 @@ stage breakdown, the time the training step waited for data (and its share of th
 test accuracy. Writes CSV/JSON and a stacked-bar PNG. A route that raises becomes a row with
 ``status`` "failed: ..." (its traceback on stderr), the others still run, and the exit code is 1.
 
-    python bench/epoch.py [--num-nodes 200000] [--epochs 4] [--prefetch 2] [--sources cpu,zerocopy,gpu] [--out STEM or /path/STEM]
+``--feature-compression fp16|bf16|int8`` holds the features compressed in every FeatureStore route
+(``dgl`` is then left out: it slices DGL's own table).
+
+    python bench/epoch.py [--num-nodes 200000] [--epochs 4] [--prefetch 2] [--sources cpu,zerocopy,gpu] [--feature-compression int8] [--out STEM or /path/STEM]
     dgl-zerocopy bench epoch  (the same)
 """
 from __future__ import annotations
@@ -38,6 +41,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--sources", help="comma-separated feature sources, in this order, the first the baseline of the ratios "
                         "(default: dgl, dgl-storage, cpu, and on a GPU gpu and zerocopy)")
+    parser.add_argument("--feature-compression", default="none", help="none, fp16, bf16 or int8: how the FeatureStore routes hold the features")
     parser.add_argument("--out", default="epoch", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
 
@@ -46,8 +50,16 @@ def main(argv: list[str] | None = None) -> int:
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
     from dgl_zerocopy.train import train
 
+    from dgl_zerocopy.compression import check_codec_name
+
+    try:
+        compression = check_codec_name(args.feature_compression) or "none"
+    except ValueError as e:
+        parser.error(str(e))
     cuda = torch.cuda.is_available()
     sources = ["dgl", "dgl-storage", "cpu"] + (["gpu"] if cuda else []) + (["zerocopy"] if zerocopy_available() else [])
+    if compression != "none":
+        sources = [s for s in sources if s != "dgl"]
     if args.sources:
         sources = [s.strip() for s in args.sources.split(",") if s.strip()]
         if unknown := [s for s in sources if s not in FEATURE_SOURCES]:
@@ -63,7 +75,8 @@ def main(argv: list[str] | None = None) -> int:
                 if not dgl_has_cuda():
                     continue
             cfg = TrainConfig(dataset="synthetic", model=args.model, fanouts=args.fanouts, batch_size=args.batch_size, hidden=args.hidden,
-                              epochs=args.epochs, eval_every=args.epochs, feature_source=source, prefetch=prefetch, seed=0, device="auto")
+                              epochs=args.epochs, eval_every=args.epochs, feature_source=source, prefetch=prefetch, seed=0, device="auto",
+                              feature_compression=compression)
             try:
                 history = train(cfg, dataset, progress=False)
             except Exception as e:  # noqa: BLE001 - a failing route becomes a row; the others still run
@@ -88,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
         r["ratio_to_" + rows[0]["source"]] = r["epoch_time"] / baseline
 
     meta = {"command": command_line(), "machine": machine(), "device": torch.cuda.get_device_name() if cuda else "cpu (no GPU)",
-            "setup": f"synthetic {args.num_nodes:,} nodes, {args.model}, fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, "
+            "setup": f"synthetic {args.num_nodes:,} nodes, features {compression if compression != 'none' else 'float32'}, {args.model}, fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, "
                      f"median (min-max) over epochs 1..{args.epochs - 1} (epoch 0 warms up); test accuracy after the last"}
     csv_path, _ = write_results(args.out, rows, meta)
     _plot(rows, meta, csv_path.with_suffix(".png"))

@@ -14,6 +14,12 @@ twice the device's SM count), the figures the kernel defaults are chosen from.
 On the CPU: the cpu backend against ``torch.index_select`` and ``table[ids]`` fancy indexing,
 with ``copy`` (a contiguous copy of the same bytes) as the ceiling.
 
+``--codecs fp16,bf16,int8,int8-row`` (GPU) adds ``zerocopy-<codec>`` at the widths of
+``--codec-cols``: the table compressed once per width (``dgl_zerocopy.compress``; ``int8-row``: one
+scale per row) and gathered by the decoding kernel into rows of the table's dtype. Checked against
+the reference decode (``Codec.decode``), and counted in bytes of the uncompressed rows: the
+fp32-equivalent bandwidth, which can pass the h2d ceiling.
+
     python bench/gather.py [--rows 1000000] [--cols 100,128,256,602] [--batches 1024,16384,262144]
     dgl-zerocopy bench gather  (the same)
 """
@@ -35,6 +41,8 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 GPU_METHODS = ("h2d", "zerocopy", "zerocopy-naive", "cpu", "gpu")
 CPU_METHODS = ("copy", "cpu", "index_select", "fancy")
 CEILINGS = ("h2d", "copy")
+#: ``--codecs`` names -> (codec, int8 axis) of the compressed zero-copy methods ``zerocopy-<name>``.
+CODECS = {"fp16": ("fp16", None), "bf16": ("bf16", None), "int8": ("int8", "column"), "int8-row": ("int8", "row")}
 STORE_METHODS = {  # method -> FeatureStore keyword arguments
     "zerocopy": {"backend": "zerocopy"},
     "zerocopy-naive": {"backend": "zerocopy", "variant": "naive"},
@@ -83,12 +91,30 @@ def store_options(method: str) -> dict:
     return kwargs
 
 
-def methods_for(cuda: bool, tune: bool, max_blocks: list[int]) -> list[str]:
-    """The methods timed at one width, the ceiling first; ``tune`` adds the zero-copy options."""
+def methods_for(cuda: bool, tune: bool, max_blocks: list[int], codecs: tuple[str, ...] = ()) -> list[str]:
+    """The methods timed at one width, the ceiling first; ``tune`` adds the zero-copy options,
+    ``codecs`` (GPU) the compressed zero-copy methods."""
     if not cuda:
         return list(CPU_METHODS)
     tuning = ["zerocopy+sort_ids", *(f"zerocopy+max_blocks={b}" for b in max_blocks)] if tune else []
-    return [*GPU_METHODS, *tuning]
+    return [*GPU_METHODS, *(f"zerocopy-{c}" for c in codecs), *tuning]
+
+
+def open_compressed(name: str, table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor,
+                    compressed_tables: dict | None = None) -> tuple[Callable[[], torch.Tensor], Callable[[], None], torch.Tensor]:
+    """A compressed zero-copy method ``zerocopy-<codec>``: (one gather, release, the rows it must
+    return: the reference decode of the same codes). ``compressed_tables`` keeps each compressed
+    form of ``table`` for the next batch (the caller empties it for the next table)."""
+    from dgl_zerocopy import FeatureStore, compress
+
+    codec, axis = CODECS[name.removeprefix("zerocopy-")]
+    cache = {} if compressed_tables is None else compressed_tables
+    if name not in cache:
+        cache[name] = compress(table, codec, **({"axis": axis} if axis else {}))
+    compressed = cache[name]
+    want = compressed.decode(ids, out.dtype).to(out.device)
+    store = FeatureStore(compressed, backend="zerocopy", device=out.device, out_dtype=out.dtype)
+    return (lambda: store.gather(ids, out=out)), store.close, want
 
 
 def table_rows(rows: int, row_bytes: int, table_gb: float | None) -> int:
@@ -133,9 +159,13 @@ def check_equal(got: torch.Tensor, want: torch.Tensor) -> None:
 
 
 def time_method(name: str, table: torch.Tensor, ids: torch.Tensor, reference: torch.Tensor, out: torch.Tensor,
-                timer: Callable[[Callable[[], object], int], list[float]], repeats: int) -> list[float]:
-    """Check ``name`` against ``reference`` (unless it is a ceiling), then time it."""
-    fn, close = open_method(name, table, ids, out)
+                timer: Callable[[Callable[[], object], int], list[float]], repeats: int, compressed_tables: dict | None = None) -> list[float]:
+    """Check ``name`` against ``reference`` (unless it is a ceiling; a compressed method against
+    the reference decode), then time it."""
+    if name.removeprefix("zerocopy-") in CODECS:
+        fn, close, reference = open_compressed(name, table, ids, out, compressed_tables)
+    else:
+        fn, close = open_method(name, table, ids, out)
     try:
         if name not in CEILINGS:
             out.fill_(float("nan"))  # a gather that writes nothing must not pass on the last method's rows
@@ -159,6 +189,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cols", "--dims", dest="dims", default="100,128,256,602", help="feature widths (columns), comma separated")
     parser.add_argument("--dtypes", default="fp32,fp16")
     parser.add_argument("--batches", default="1024,16384,262144", help="ids per gather")
+    parser.add_argument("--codecs", default="", help=f"GPU: compressed zero-copy methods to add, comma separated ({', '.join(CODECS)})")
+    parser.add_argument("--codec-cols", default="100,128", help="the widths at which --codecs are timed")
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--tune-cols", type=int, default=128, help="GPU: the width at which the zero-copy options are timed too (0: none)")
     parser.add_argument("--max-blocks", default="0.5sm,1sm,2sm,4sm", help="GPU: grid caps timed at --tune-cols: integers or Nsm (N times the SM count)")
@@ -167,9 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=0, help="seconds: after this, widths not started yet become skipped rows (0: no limit)")
     parser.add_argument("--out", default="gather", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
-    dims, batches = parse_ints(args.dims), parse_ints(args.batches)
+    dims, batches, codec_dims = parse_ints(args.dims), parse_ints(args.batches), parse_ints(args.codec_cols)
     if unknown := [d for d in args.dtypes.split(",") if d not in DTYPES]:
         parser.error(f"unknown dtype {unknown[0]!r}; choose from {', '.join(DTYPES)}")
+    codecs = tuple(c.strip() for c in args.codecs.split(",") if c.strip())
+    if unknown := [c for c in codecs if c not in CODECS]:
+        parser.error(f"unknown codec {unknown[0]!r}; choose from {', '.join(CODECS)}")
 
     device = torch.device("cuda", torch.cuda.current_device()) if cuda else torch.device("cpu")
     sms = torch.cuda.get_device_properties(device).multi_processor_count if cuda else 0
@@ -189,7 +224,8 @@ def main(argv: list[str] | None = None) -> int:
         for dim in dims:
             row_bytes = dim * torch.empty((), dtype=dtype).element_size()
             n_rows = table_rows(args.rows, row_bytes, args.table_gb)
-            methods = methods_for(cuda, dim == args.tune_cols, max_blocks)
+            methods = methods_for(cuda, dim == args.tune_cols, max_blocks, codecs if dim in codec_dims else ())
+            compressed_tables: dict = {}
             key = {"dtype": dtype_name, "dim": dim, "row_bytes": row_bytes, "table_rows": n_rows}
             if args.time_limit and time.perf_counter() - started > args.time_limit:
                 failures += [{**key, "batch": b, "method": m, "status": f"skipped: --time-limit {args.time_limit:g} s reached"} for b in batches for m in methods]
@@ -209,14 +245,14 @@ def main(argv: list[str] | None = None) -> int:
                     continue
                 for name in methods:
                     try:
-                        times = time_method(name, table, ids, reference, out, timer, args.repeats)
+                        times = time_method(name, table, ids, reference, out, timer, args.repeats, compressed_tables)
                     except Exception as e:  # noqa: BLE001 - recorded as a failure row; the other methods still run
                         failures.append({**key, "batch": batch, "method": name, "status": failure_text(e)})
                         print(f"{dtype_name} {dim} cols, batch {batch}: {name} {failures[-1]['status']}", file=sys.stderr, flush=True)
                         continue
                     raw += [{**key, "batch": batch, "method": name, "seconds": t, "gbps": batch * row_bytes / t / 1e9} for t in times]
                 del reference, out
-            del table
+            del table, compressed_tables
 
     ceiling = "h2d" if cuda else "copy"
     summary = summarize_rows(raw, failures, ceiling)

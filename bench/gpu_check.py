@@ -1,7 +1,7 @@
-"""One command that checks the whole GPU path: the GPU tests, the gather benchmark, the epoch benchmark.
+"""One command that checks the whole GPU path: the GPU tests, the gather and epoch benchmarks, multi-GPU DDP.
 
     make gpu-check                                   (on a machine with a CUDA GPU; docs/gpu.md)
-    python3 bench/gpu_check.py [--out DIR] [--wheels .whl] [--parts pytest,gather,epoch] [--quick]
+    python3 bench/gpu_check.py [--out DIR] [--wheels .whl] [--parts pytest,gather,epoch,ddp] [--quick]
 
 Without CUDA (``torch.cuda.is_available()`` False) it prints one line and exits 2, before anything
 else. With CUDA it runs, each part in a subprocess with its own time limit (a hang costs that part
@@ -12,13 +12,19 @@ only; the parts' limits add up to under 10 minutes) and its output echoed as it 
 1. ``pytest -m gpu``: counts, skip reasons and failures;
 2. ``bench/gather.py``: zerocopy (aligned and naive kernels), cpu and gpu against h2d, fp32 rows
    of 64 B to 4 KB, 262,144 random ids, CUDA-event timing; at 512 B also ``sort_ids`` and
-   ``max_blocks`` caps of 0.5 to 4 times the SM count;
+   ``max_blocks`` caps of 0.5 to 4 times the SM count; at 100 and 128 columns also the
+   compressed tables (``zerocopy-fp16``, ``-bf16``, ``-int8``, ``-int8-row``) through the decoding
+   kernel, checked against the reference decode and counted in fp32-equivalent GB/s;
 3. ``bench/epoch.py``: GraphSAGE on the synthetic graph, sources cpu, zerocopy and gpu, prefetch
-   0 and 2; skipped, with the reason, when ``import dgl`` fails (after ``import dgl_zerocopy``).
+   0 and 2; skipped, with the reason, when ``import dgl`` fails (after ``import dgl_zerocopy``);
+4. ``dgl-zerocopy train --nproc N``: data-parallel GraphSAGE on all N GPUs (NCCL, one rank per
+   GPU, feature source zerocopy over one shared host table), only where
+   ``torch.cuda.device_count() > 1``; elsewhere recorded as not run, with the GPU count as reason.
 
 It writes into ``--out`` (default bench/results/gpu/) at most 8 files, the most a lent machine
 sends back: gather.{csv,json,png}, epoch.{csv,json,png}, summary.json and summary.md (device,
-versions, the command, each part's status, reason and seconds, the key figures, the tails of
+versions, the command, each part's status, reason and seconds (the DDP run's figures in its
+reason), the key figures, the tails of
 failed parts' output and the whole pytest output). summary.md is also printed at the end.
 Exit code: 0 every part ran and passed, 1 a part failed or was skipped, 2 no CUDA.
 
@@ -37,6 +43,7 @@ import platform
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import threading
@@ -50,9 +57,9 @@ from common import command_line  # noqa: E402
 REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
 DEFAULT_SITE = Path("/tmp/dgl-zerocopy-site")
-PARTS = ("pytest", "gather", "epoch")
+PARTS = ("pytest", "gather", "epoch", "ddp")
 # Seconds per step. With start-up they stay under the 10 minutes a lent machine gives one command.
-BUDGETS = {"wheels": 45, "pytest": 150, "gather": 200, "epoch": 125}
+BUDGETS = {"wheels": 45, "pytest": 140, "gather": 180, "epoch": 115, "ddp": 60}
 GATHER_RESERVE = 60  # gather.py starts no new width this close to its limit, so it can write what it has
 RESULT_FILES = ("gather.csv", "gather.json", "gather.png", "epoch.csv", "epoch.json", "epoch.png", "summary.json", "summary.md")
 # What a lent machine sends back from its output folder (see docs/gpu.md).
@@ -61,11 +68,16 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
 GATHER_ARGS = {
     "full": ["--cols", "16,32,64,100,128,256,512,1024", "--dtypes", "fp32", "--batches", "262144", "--rows", "4000000",
-             "--table-gb", "2", "--repeats", "15", "--tune-cols", "128", "--max-blocks", "0.5sm,1sm,2sm,4sm"],
+             "--table-gb", "2", "--repeats", "15", "--tune-cols", "128", "--max-blocks", "0.5sm,1sm,2sm,4sm",
+             "--codecs", "fp16,bf16,int8,int8-row", "--codec-cols", "100,128"],
     "quick": ["--cols", "16,100,128,1024", "--dtypes", "fp32", "--batches", "65536", "--rows", "500000",
-              "--table-gb", "0.25", "--repeats", "5", "--tune-cols", "128", "--max-blocks", "1sm,2sm"],
+              "--table-gb", "0.25", "--repeats", "5", "--tune-cols", "128", "--max-blocks", "1sm,2sm",
+              "--codecs", "fp16,bf16,int8,int8-row", "--codec-cols", "128"],
 }
 EPOCH_ARGS = {"full": ["--prefetch", "2", "--epochs", "4"], "quick": ["--prefetch", "2", "--epochs", "3", "--num-nodes", "50000"]}
+# The epoch part's graph (cached by then), 3 epochs evaluated once after the last.
+DDP_ARGS = {"full": ["--num-nodes", "200000", "--epochs", "3", "--eval-every", "3"],
+            "quick": ["--num-nodes", "50000", "--epochs", "2", "--eval-every", "2"]}
 PYTEST_TEST_TIMEOUT = 120  # per test, where pytest-timeout is installed: one hung test fails alone
 
 
@@ -250,16 +262,24 @@ def gather_part(env: dict, timeout: float, out: Path, mode: str) -> tuple[Part, 
     return part, run.output
 
 
-def epoch_part(env: dict, timeout: float, out: Path, mode: str, sources: str) -> tuple[Part, str, str]:
-    """The epoch benchmark, or skipped when ``import dgl`` fails. Also returns DGL's version."""
-    part = Part("epoch")
+def probe_dgl(part: Part, env: dict, timeout: float) -> tuple[Run, str | None]:
+    """``import dgl_zerocopy, dgl`` in a subprocess: DGL's version, or None after marking ``part``
+    skipped with the error."""
     probe = run_bounded([sys.executable, "-c", "import dgl_zerocopy, dgl; print('DGL_VERSION=' + dgl.__version__)"], min(90, timeout), env, echo=False)
     if probe.returncode != 0:
         why = f"timed out after {min(90, timeout):.0f} s" if probe.returncode is None else last_line(probe.output, probe.returncode)
         part.status, part.reason, part.seconds = "skipped", f"import dgl failed: {why}", probe.seconds
         part.details["output_tail"] = tail(probe.output)
-        return part, probe.output, f"not importable ({why})"
-    dgl_version = next((ln.split("=", 1)[1] for ln in probe.output.splitlines() if ln.startswith("DGL_VERSION=")), "?")
+        return probe, None
+    return probe, next((ln.split("=", 1)[1] for ln in probe.output.splitlines() if ln.startswith("DGL_VERSION=")), "?")
+
+
+def epoch_part(env: dict, timeout: float, out: Path, mode: str, sources: str) -> tuple[Part, str, str]:
+    """The epoch benchmark, or skipped when ``import dgl`` fails. Also returns DGL's version."""
+    part = Part("epoch")
+    probe, dgl_version = probe_dgl(part, env, timeout)
+    if dgl_version is None:
+        return part, probe.output, f"not importable ({part.reason.removeprefix('import dgl failed: ')})"
     left = timeout - probe.seconds
     cmd = [sys.executable, str(REPO / "bench" / "epoch.py"), *EPOCH_ARGS[mode], "--sources", sources, "--out", str(out / "epoch")]
     run = run_bounded(cmd, left, env)
@@ -275,6 +295,42 @@ def epoch_part(env: dict, timeout: float, out: Path, mode: str, sources: str) ->
     else:
         part.status, part.reason = "failed", last_line(run.output, run.returncode)
     return part, run.output, dgl_version
+
+
+def ddp_part(env: dict, timeout: float, mode: str, gpus: int) -> tuple[Part, str]:
+    """``dgl-zerocopy train --nproc gpus`` on CUDA (zerocopy), where there is more than one GPU."""
+    part = Part("ddp")
+    if gpus < 2:
+        part.status, part.reason = "not run", f"skipped: {gpus} CUDA GPU(s) here; the multi-GPU DDP run needs 2 or more"
+        return part, ""
+    probe, dgl_version = probe_dgl(part, env, timeout)
+    if dgl_version is None:
+        return part, probe.output
+    cmd = [sys.executable, "-m", "dgl_zerocopy.cli", "train", "--nproc", str(gpus), "--device", "cuda", "--feature-source", "zerocopy",
+           *DDP_ARGS[mode], "--no-progress"]
+    run = run_bounded(cmd, timeout - probe.seconds, env)
+    part.seconds = probe.seconds + run.seconds
+    figures = parse_train_output(run.output)
+    part.details = {"command": " ".join(cmd[1:]), "nproc": gpus, **figures}
+    epochs = int(DDP_ARGS[mode][DDP_ARGS[mode].index("--epochs") + 1])
+    if run.returncode is None:
+        part.status, part.reason = "failed", f"timed out after {timeout:.0f} s"
+    elif run.returncode == 0 and len(figures["epoch_times"]) == epochs and figures["test_acc"] is not None:
+        times = figures["epoch_times"][1:] or figures["epoch_times"]
+        part.status = "ok"
+        part.reason = (f"{gpus} GPUs (NCCL, zerocopy): epoch {statistics.median(times):.2f} s (median of epochs 1..; "
+                       f"{', '.join(f'{t:.2f}' for t in figures['epoch_times'])}), final test accuracy {figures['test_acc']:.4f}")
+    else:
+        part.status = "failed"
+        part.reason = last_line(run.output, run.returncode) if run.returncode else f"{len(figures['epoch_times'])} of {epochs} epoch lines"
+    return part, run.output
+
+
+def parse_train_output(text: str) -> dict:
+    """Epoch times and the final test accuracy from ``dgl-zerocopy train``'s output (rank 0's lines)."""
+    times = [float(t) for t in re.findall(r"^epoch +\d+ \|.*\| time ([0-9.]+)s", text, re.M)]
+    final = re.search(r"^final test accuracy ([0-9.]+)", text, re.M)
+    return {"epoch_times": times, "test_acc": float(final.group(1)) if final else None}
 
 
 def failure_digest(rows: list[dict], key: str, limit: int = 3) -> str:
@@ -493,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder (default bench/results/gpu/)")
     parser.add_argument("--wheels", type=Path, default=REPO / ".whl", help="folder of wheels to install offline first (default .whl/; skipped when empty)")
     parser.add_argument("--site", type=Path, default=DEFAULT_SITE, help="where those wheels are installed (put on the parts' PYTHONPATH)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="which parts to run, comma separated (default all: pytest,gather,epoch)")
+    parser.add_argument("--parts", default=",".join(PARTS), help="which parts to run, comma separated (default all: pytest,gather,epoch,ddp)")
     parser.add_argument("--quick", action="store_true", help="smaller benchmarks (a smoke run of a few minutes; figures not for the record)")
     args = parser.parse_args(argv)
     chosen = [p.strip() for p in args.parts.split(",") if p.strip()]
@@ -541,6 +597,8 @@ def main(argv: list[str] | None = None) -> int:
             parts[name], logs[name] = pytest_part(env, BUDGETS[name])
         elif name == "gather":
             parts[name], logs[name] = gather_part(env, BUDGETS[name], out, mode)
+        elif name == "ddp":
+            parts[name], logs[name] = ddp_part(env, BUDGETS[name], mode, torch.cuda.device_count() if cuda else 0)
         else:
             sources = "cpu,zerocopy,gpu" if cuda else "cpu"
             parts[name], logs[name], summary["environment"]["dgl"] = epoch_part(env, BUDGETS[name], out, mode, sources)

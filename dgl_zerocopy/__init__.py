@@ -1,18 +1,28 @@
 """dgl-zerocopy: GNN minibatch training with node features gathered straight from pinned host memory."""
 import os
+import sys
+import types
 
 # DGL asks for a backend on first import and prints a notice; this package is PyTorch only.
 os.environ.setdefault("DGLBACKEND", "pytorch")
-# ogb checks PyPI for a newer release on import; machines without internet only get a warning.
+# ogb (which `import dgl` imports) checks PyPI for a newer release: importing `outdated` starts
+# non-daemon threads that call pypi.python.org with no time limit (OUTDATED_IGNORE does not stop
+# them). Every process, each DDP rank included, then reaches for the network and waits for it
+# at exit (2 s without internet; a stalled connection holds the exit indefinitely). Without
+# `outdated.check_outdated`, ogb skips its check: an empty module stands in, unless the real one
+# is already imported.
 os.environ.setdefault("OUTDATED_IGNORE", "1")
+if "outdated" not in sys.modules:
+    sys.modules["outdated"] = types.ModuleType("outdated")
 
 # DGL 2.1 has a graphbolt library only for torch 2.0-2.2.1; on a newer torch `import dgl` needs a placeholder.
 import _dgl_zerocopy_graphbolt  # noqa: E402
 
 _dgl_zerocopy_graphbolt.install()
 
+from .compression import compress  # noqa: E402
 from .loader import DataLoader  # noqa: E402
 from .store import FeatureStore  # noqa: E402
 
 __version__ = "0.1.0"
-__all__ = ["DataLoader", "FeatureStore", "__version__"]
+__all__ = ["DataLoader", "FeatureStore", "compress", "__version__"]

@@ -18,7 +18,7 @@ from .models import MODELS
 log = logging.getLogger("dgl_zerocopy")
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
-BENCHMARKS = ("gather", "epoch", "cpu_gather", "pcie_model", "scaling", "accuracy")
+BENCHMARKS = ("gather", "epoch", "cpu_gather", "pcie_model", "scaling", "accuracy", "ddp", "compression", "cache")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -59,6 +59,10 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--device", help="auto, cpu or cuda (default auto)")
     t.add_argument("--feature-source", help=f"one of: {', '.join(FEATURE_SOURCES)} (default cpu)")
     t.add_argument("--prefetch", type=int, help="batches prepared ahead on a background thread (0: serial; default 2)")
+    t.add_argument("--feature-compression", help="host features stored as none, fp16, bf16 or int8 (per-column min/max), "
+                   "decoded to float32 in the gather (default none)")
+    t.add_argument("--nproc", type=int, help="data-parallel processes (DDP): one per GPU on CUDA, gloo ranks on the CPU; "
+                   "--batch-size stays the global batch (default 1)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
 
     sub.add_parser("info", help="versions, CUDA/NVRTC availability, pinned-memory limit")
@@ -108,19 +112,32 @@ def _train(args: argparse.Namespace) -> int:
 
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "no_progress")}
     cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
-    resolve_device(cfg.device, cfg.feature_source)  # fail before the dataset loads
+    device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc)  # fail before the dataset loads
     spec = SyntheticSpec(num_nodes=cfg.num_nodes) if cfg.num_nodes else SyntheticSpec()
     dataset = load_dataset(cfg.dataset, synthetic=spec, root=cfg.data_root, split_seed=cfg.seed)
     if cfg.self_loop:
         dataset = dataset.with_self_loops()
     print(dataset.summary())
-    print(f"model {cfg.model}, fanouts {cfg.fanouts}, batch {cfg.batch_size}, feature source {cfg.feature_source}")
-    history = train(cfg, dataset, on_epoch=lambda s: print(s.line(), flush=True), progress=not args.no_progress)
+    compressed = f", features stored as {cfg.feature_compression}" if cfg.feature_compression != "none" else ""
+    print(f"model {cfg.model}, fanouts {cfg.fanouts}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}")
+    if cfg.nproc > 1:
+        from .ddp import share_dataset
+
+        backend = "nccl, one GPU each" if device.type == "cuda" else "gloo on the CPU"
+        print(f"{cfg.nproc} processes (DDP, {backend}), batch {-(-cfg.batch_size // cfg.nproc)} per process; "
+              f"the lines below are rank 0's, loss and accuracy over all ranks")
+        dataset = share_dataset(dataset)  # the arrays move to shared memory once; the private copies are freed here
+    history = train(cfg, dataset, on_epoch=_print_epoch, progress=not args.no_progress)
     best = best_epoch(history)
     print("\nstage times per epoch (s); wait = time the training step waited for its batch")
     print(timing_table(history))
     print(f"\nfinal test accuracy {history[-1].test_acc:.4f} (best val {best.val_acc:.4f} at epoch {best.epoch}, test {best.test_acc:.4f})")
     return 0
+
+
+def _print_epoch(stats) -> None:
+    """One line per epoch (a module-level function: with --nproc it runs in rank 0's process)."""
+    print(stats.line(), flush=True)
 
 
 def _bench(name: str, args: list[str]) -> int:

@@ -5,8 +5,9 @@ from pathlib import Path
 from typing import Literal, Optional
 
 import yaml
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
+from .compression.codec import check_codec_name
 from .data import DATASETS
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
@@ -39,6 +40,8 @@ class TrainConfig(BaseModel):
     device: Literal["auto", "cpu", "cuda"] = "auto"
     feature_source: Literal["dgl", "dgl-storage", "cpu", "zerocopy", "gpu"] = "cpu"
     prefetch: int = 2
+    nproc: PositiveInt = 1  # data-parallel processes (DDP): one per GPU on CUDA, gloo ranks on the CPU
+    feature_compression: Optional[str] = "none"  # host features stored as none, fp16, bf16 or int8, decoded to float32 in the gather
 
     @field_validator("dataset")
     @classmethod
@@ -46,6 +49,18 @@ class TrainConfig(BaseModel):
         if v not in DATASETS:
             raise ValueError(f"unknown dataset {v!r}; choose from: {', '.join(DATASETS)}")
         return v
+
+    @field_validator("feature_compression")
+    @classmethod
+    def _known_compression(cls, v: str | None) -> str:
+        return check_codec_name(v) or "none"  # "unknown compression ...; use one of: ..." otherwise
+
+    @model_validator(mode="after")
+    def _compression_needs_a_store(self) -> "TrainConfig":
+        if self.feature_compression != "none" and self.feature_source == "dgl":
+            raise ValueError(f"feature_compression {self.feature_compression!r} needs a FeatureStore feature source (dgl-storage, cpu, "
+                             f"zerocopy or gpu), but got 'dgl', which slices DGL's own g.ndata table")
+        return self
 
     @field_validator("fanouts", mode="before")
     @classmethod
@@ -125,6 +140,6 @@ def _one_line(error: ValidationError) -> str:
         allowed = ", ".join(TrainConfig.model_fields)
         return f"unknown config key {key!r}; allowed keys: {allowed}"
     msg = first["msg"].removeprefix("Value error, ")
-    if msg.startswith(("unknown", "fanouts", "dropout", "prefetch", "weight_decay")):
+    if msg.startswith(("unknown", "fanouts", "dropout", "prefetch", "weight_decay", "feature_compression")):
         return msg
     return f"{key}: {msg}, but got {first['input']!r}"

@@ -7,16 +7,31 @@
 - ``cpu`` / ``zerocopy`` / ``gpu``: DGL samples; our :class:`DataLoader` gathers with a
   :class:`FeatureStore` on that backend, ``prefetch`` batches ahead of training.
 
+Compressed features (``compression`` ``fp16``/``bf16``/``int8``, the ``feature_compression`` of a
+config): the FeatureStore sources hold the codes and gather decoded float32 rows. A memory-mapped
+``.npy`` table (the OGB loaders' cache) is compressed once into a folder beside it and reused by
+later runs; any other table is compressed in memory when the source is made.
+
 A source yields ``(blocks, x, y)`` with ``x`` the features of ``blocks[0]``'s source nodes and ``y``
 the labels of ``blocks[-1]``'s destinations, all on the training device.
+
+Data-parallel training (``torch.distributed`` up): ``batches(..., ddp=True)`` yields this rank's
+share of the seeds through the loader's ``use_ddp``: every rank gets as many batches (the shares
+padded by repetition to equal size), with a new order every epoch (our DataLoader permutes all
+seeds with ``ddp_seed=seed`` and cuts them; DGL's keeps a fixed slice per rank and shuffles within
+it). The training loop asks for that; evaluation does not.
 """
 from __future__ import annotations
 
+import logging
 import warnings
+from pathlib import Path
 from typing import Iterator
 
+import numpy as np
 import torch
 
+from .compression import check_codec_name, compressed_beside
 from .data import GraphDataset
 from .data.base import tensor_view
 from .loader import DataLoader, dgl_has_cuda
@@ -24,6 +39,8 @@ from .store import FeatureStore
 from .timing import StageTimer
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
+
+log = logging.getLogger(__name__)
 
 # DGL's loader nags about CPU affinity on every epoch; it is advice, not a fault of this run.
 warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")
@@ -37,11 +54,13 @@ class DglSource:
         self.fanouts = fanouts
         self.device = device
 
-    def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer) -> Iterator:
+    def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer, ddp: bool = False) -> Iterator:
         import dgl
 
         sampler = dgl.dataloading.NeighborSampler(self.fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
-        loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device)
+        # DGL's split: a fixed slice of the seeds per rank, shuffled within it (NumPy's global generator).
+        loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device,
+                                            use_ddp=ddp)
         for _, _, blocks in timer.timed(loader, "sample"):  # includes DGL's gather
             yield blocks, blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
 
@@ -53,20 +72,22 @@ class DglStorageSource:
     """DGL's own DataLoader with our FeatureStore attached: DGL samples and prefetches, the store
     gathers the input rows (backend ``auto``: zero-copy on a GPU, else cpu); labels from ``g.ndata``."""
 
-    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device) -> None:
+    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device, compression: str | None = None) -> None:
         self.graph = dataset.to_dgl(with_data=False)
         self.graph.ndata["label"] = tensor_view(dataset.labels)
         self.fanouts = fanouts
         self.device = device
-        self.features = FeatureStore(dataset.features, backend="auto" if device.type == "cuda" else "cpu", device=device)
+        table, codec = feature_table(dataset, compression)
+        self.features = FeatureStore(table, backend="auto" if device.type == "cuda" else "cpu", device=device, compression=codec)
 
-    def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer) -> Iterator:
+    def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer, ddp: bool = False) -> Iterator:
         import dgl
 
         from .dgl import attach, with_features
 
         sampler = with_features(dgl.dataloading.NeighborSampler(self.fanouts), features=["feat"], labels=["label"])
-        loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device)
+        loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device,
+                                            use_ddp=ddp)
         attach(loader, {"feat": self.features})
         for _, _, blocks in timer.timed(loader, "sample"):  # includes the gather, inside DGL's prefetcher
             yield blocks, blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
@@ -79,23 +100,25 @@ class StoreSource:
     """DGL samples the blocks; our :class:`DataLoader` gathers the input rows with a FeatureStore
     (backend ``cpu``, ``zerocopy`` or ``gpu``), ``prefetch`` batches ahead."""
 
-    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device, backend: str = "cpu", prefetch: int = 0, seed: int = 0) -> None:
+    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device, backend: str = "cpu", prefetch: int = 0, seed: int = 0,
+                 compression: str | None = None) -> None:
         self.graph = dataset.to_dgl(with_data=False)
         self.fanouts, self.device, self.prefetch, self.seed = fanouts, device, prefetch, seed
-        self.features = FeatureStore(dataset.features, backend=backend, device=device)
+        table, codec = feature_table(dataset, compression)
+        self.features = FeatureStore(table, backend=backend, device=device, compression=codec)
         self.labels = tensor_view(dataset.labels)
         self.blocks = "device" if device.type == "cuda" and not dgl_has_cuda() else "dgl"
         self._loaders: dict = {}
 
-    def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer) -> Iterator:
+    def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer, ddp: bool = False) -> Iterator:
         import dgl
 
-        key = (nodes.data_ptr(), len(nodes), batch_size, shuffle)
-        if key not in self._loaders:  # one loader per node set, so its epoch counter reshuffles
+        key = (nodes.data_ptr(), len(nodes), batch_size, shuffle, ddp)
+        if key not in self._loaders:  # one loader per node set, so its epoch counter reshuffles (and re-splits)
             self._loaders[key] = DataLoader(
                 self.graph, nodes, dgl.dataloading.NeighborSampler(self.fanouts), features={"feat": self.features},
-                labels={"label": self.labels}, device=self.device, batch_size=batch_size, shuffle=shuffle,
-                prefetch=self.prefetch, seed=self.seed, blocks=self.blocks)
+                labels={"label": self.labels}, device=self.device, use_ddp=ddp, ddp_seed=self.seed, batch_size=batch_size,
+                shuffle=shuffle, prefetch=self.prefetch, seed=self.seed, blocks=self.blocks)
         loader = self._loaders[key]
         loader.timer = timer
         for _, _, blocks in loader:
@@ -107,12 +130,45 @@ class StoreSource:
         self.features.close()
 
 
-def make_source(name: str, dataset: GraphDataset, fanouts: list[int], device: torch.device, prefetch: int = 0, seed: int = 0):
-    """The feature source called ``name`` (see :data:`FEATURE_SOURCES`) for ``dataset`` on ``device``."""
+def make_source(name: str, dataset: GraphDataset, fanouts: list[int], device: torch.device, prefetch: int = 0, seed: int = 0,
+                compression: str | None = None):
+    """The feature source called ``name`` (see :data:`FEATURE_SOURCES`) for ``dataset`` on ``device``;
+    ``compression`` (None/``"none"``, ``"fp16"``, ``"bf16"``, ``"int8"``) for the FeatureStore sources."""
+    compression = check_codec_name(compression)
     if name == "dgl":
+        if compression is not None:
+            raise ValueError(f"compression {compression!r} needs a FeatureStore source (dgl-storage, cpu, zerocopy or gpu); "
+                             f"source 'dgl' slices DGL's own table")
         return DglSource(dataset, fanouts, device)
     if name == "dgl-storage":
-        return DglStorageSource(dataset, fanouts, device)
+        return DglStorageSource(dataset, fanouts, device, compression=compression)
     if name in ("cpu", "zerocopy", "gpu"):
-        return StoreSource(dataset, fanouts, device, backend=name, prefetch=prefetch, seed=seed)
+        return StoreSource(dataset, fanouts, device, backend=name, prefetch=prefetch, seed=seed, compression=compression)
     raise ValueError(f"unknown feature source {name!r}; choose from: {', '.join(FEATURE_SOURCES)}")
+
+
+def feature_table(dataset: GraphDataset, compression: str | None):
+    """``(data, compression)`` to build the FeatureStore from: the dataset's features as they are, or
+    their compressed folder kept beside a memory-mapped ``.npy`` (written once, then reused), or the
+    features with ``compression`` for the store to compress in memory (other tables, or a folder
+    that cannot be written)."""
+    compression = check_codec_name(compression)
+    path = _mapped_npy(dataset.features) if compression is not None else None
+    if path is None:
+        return dataset.features, compression
+    try:
+        return compressed_beside(path, compression), None
+    except OSError as error:
+        log.warning("cannot keep the %s form beside %s (%s); compressing it in memory instead", compression, path, error)
+        return dataset.features, compression
+
+
+def _mapped_npy(features) -> Path | None:
+    """The ``.npy`` file that ``features`` maps whole (``np.load(path, mmap_mode=...)``), else None."""
+    filename = getattr(features, "filename", None)
+    if not isinstance(features, np.memmap) or not filename or not str(filename).endswith(".npy"):
+        return None
+    whole = np.load(filename, mmap_mode="r")
+    if whole.shape != features.shape or whole.dtype != features.dtype or whole.offset != features.offset:
+        return None
+    return Path(filename)

@@ -31,13 +31,17 @@ import numpy as np
 import torch
 
 from .backends import Backend, GatherOptions, make_backend
+from .compression import CODECS, Codec, CompressedTable, check_codec_name, compress, load_compressed
+from .compression.table import params_nbytes
 from .data.base import tensor_view
 
 log = logging.getLogger(__name__)
 
 _CLOSED = "this FeatureStore is closed; create a new one to gather again"
 
-ArrayLike = Union[torch.Tensor, np.ndarray, str, os.PathLike]
+ArrayLike = Union[torch.Tensor, np.ndarray, str, os.PathLike, CompressedTable]
+#: The dtypes a compressed table may be gathered as (``out_dtype``).
+OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKENDS = ("auto", "zerocopy", "cpu", "gpu")
 SUPPORTED_DTYPES = (
     torch.float32, torch.float16, torch.bfloat16, torch.float64,
@@ -51,6 +55,13 @@ class FeatureStore:
     ``data`` is a CPU ``torch.Tensor``, a ``numpy.ndarray`` or a path to a ``.npy`` file (memory
     mapped, never read whole). It must be 2-D; a non-contiguous table is copied to a contiguous
     one with a warning (pinning needs one contiguous range). The store keeps ``data`` alive.
+
+    Compressed host features (:mod:`dgl_zerocopy.compression`): ``compression="fp16"``, ``"bf16"``
+    or ``"int8"`` converts ``data`` once, a slab of rows at a time, and the store holds only the
+    codes (``data`` is not kept); ``data`` may also be a folder written by
+    :func:`dgl_zerocopy.compress` (its codes memory-mapped) or a :class:`CompressedTable`.
+    ``gather`` decodes to ``out_dtype``: float32 by default, or float16/bfloat16 (for AMP).
+    ``dtype`` is what ``gather`` returns, ``stored_dtype`` and ``nbytes`` what host memory holds.
 
     ``gather`` without ``out`` returns a view of a buffer the store reuses on the CPU backend: it
     is valid until the next ``gather`` on the same store. Pass ``out`` to own the result.
@@ -85,21 +96,37 @@ class FeatureStore:
     """
 
     def __init__(self, data: ArrayLike, backend: str = "auto", device: str | torch.device | None = None, *,
+                 compression: str | None = None, out_dtype: torch.dtype | None = None,
                  variant: str = "aligned", sort_ids: bool = False, max_blocks: int | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
         options = GatherOptions(variant, sort_ids, max_blocks)  # checked before anything is pinned
+        compressed = _compressed(data, check_codec_name(compression))
+        if compressed is not None:
+            out_dtype = _check_out_dtype(out_dtype, compressed.codec.name)
+            data = compressed.array if compressed.array is not None else compressed.codes
         table, read_only_array = _as_table(data)
+        if compressed is None:
+            out_dtype = _check_out_dtype(out_dtype, None, table.dtype)
+        else:
+            table = _codes_view(table, compressed.codec)
         backend = _resolve_backend(backend, device)
         device = _resolve_device(device, backend)
         file = _file_ref(read_only_array if read_only_array is not None else data, table)
-        self._init_unbound(table, read_only_array, file, backend, device.type, options)
+        self._init_unbound(table, read_only_array, file, backend, device.type, options,
+                           compressed.codec if compressed is not None else None, out_dtype,
+                           compressed.method if compressed is not None else None, compressed.path if compressed is not None else None)
         self.bind(device)
 
     def _init_unbound(self, table: torch.Tensor, read_only_array: np.ndarray | None, file: tuple | None,
-                      backend: str, device_type: str, options: GatherOptions) -> None:
+                      backend: str, device_type: str, options: GatherOptions, codec: Codec | None = None,
+                      out_dtype: torch.dtype | None = None, method: str | None = None, path: Path | None = None) -> None:
         """The state of a store whose backend is not made yet (:meth:`bind` makes it)."""
-        self._table = table
+        self._table = table  # the codes of a compressed table
+        self._codec = codec  # None: uncompressed
+        self._out_dtype = out_dtype if out_dtype is not None else table.dtype
+        self._method = method  # int8's range rule (what the store was compressed with; informational)
+        self._path = path  # the folder a compressed table was loaded from (sent by name when pickled)
         self._read_only_array = read_only_array  # a file map to pin read-only or re-map copy-on-write; dropped once bound
         self._file = file  # (filename, offset, dtype, shape, mode) when the table maps a file: what pickling sends
         self.backend = backend
@@ -133,7 +160,10 @@ class FeatureStore:
                 from .pinning import read_only_register_supported
 
                 table, read_only = _pinnable(table, self._read_only_array, read_only_register_supported(device.index))
-            backend = make_backend(self.backend, table, device, read_only=read_only, options=self.options)
+                if self._codec is not None:
+                    table = _codes_view(table, self._codec)  # a re-mapped file holds bf16 codes as int16
+            backend = make_backend(self.backend, table, device, read_only=read_only, options=self.options,
+                                   codec=self._codec, out_dtype=self._out_dtype)
             self._made.append(backend)
             self._table, self._backend, self._device, self._read_only_array = table, backend, device, None
         return self
@@ -151,10 +181,16 @@ class FeatureStore:
             # ForkingPickler (whose reduction does the same): torch moves the storage into shared
             # memory in place and frees the old pages, which a zero-copy store has registered with
             # cudaHostRegister: the kernel would read freed memory and the registration would leak.
-            raise TypeError(_private_table_message(self._table))
+            raise TypeError(_private_table_message(self._table, self._codec))
         device_type = self._device.type if self._device is not None else self._device_type
         options = (self.options.variant, self.options.sort_ids, self.options.max_blocks)
-        return _rebuild_store, (type(self), table, self.backend, device_type, options)
+        compressed = None
+        if self._codec is not None:
+            params = (None, None) if self._path is not None or self._codec.scale is None else \
+                (_param_ref(self._codec.scale), _param_ref(self._codec.offset))
+            compressed = {"name": self._codec.name, "axis": self._codec.axis, "method": self._method, "path": self._path,
+                          "scale": params[0], "offset": params[1], "out_dtype": self._out_dtype}
+        return _rebuild_store, (type(self), table, self.backend, device_type, options, compressed)
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -163,11 +199,28 @@ class FeatureStore:
 
     @property
     def dtype(self) -> torch.dtype:
+        """The dtype of the rows ``gather`` returns (a compressed table's ``out_dtype``)."""
+        return self._out_dtype
+
+    @property
+    def stored_dtype(self) -> torch.dtype:
+        """The dtype held in host memory: the table's, or a compressed table's codes."""
         return self._table.dtype
 
     @property
+    def compression(self) -> str | None:
+        """The codec name (``"fp16"``, ``"bf16"``, ``"int8"``), or None for an uncompressed table."""
+        return self._codec.name if self._codec is not None else None
+
+    @property
+    def codec(self) -> Codec | None:
+        """How the stored codes decode (:class:`~dgl_zerocopy.compression.Codec`), or None."""
+        return self._codec
+
+    @property
     def nbytes(self) -> int:
-        return self._table.numel() * self._table.element_size()
+        """Host bytes held: the table, or the codes plus the int8 scales and offsets."""
+        return self._table.numel() * self._table.element_size() + (params_nbytes(self._codec) if self._codec is not None else 0)
 
     @property
     def device(self) -> torch.device:
@@ -185,11 +238,13 @@ class FeatureStore:
 
     def __repr__(self) -> str:
         device = str(self._device) if self._device is not None else f"{self._device_type} (unbound)"
-        return f"FeatureStore(shape={self.shape}, dtype={self.dtype}, backend={self.backend!r}, device={device!r})"
+        codes = f", compression={self.compression!r} (stored {self.stored_dtype})" if self._codec is not None else ""
+        return f"FeatureStore(shape={self.shape}, dtype={self.dtype}{codes}, backend={self.backend!r}, device={device!r})"
 
     # -- gather ----------------------------------------------------------------------------
     def gather(self, ids, out: torch.Tensor | None = None, stream=None, unchecked: bool = False) -> torch.Tensor:
-        """Rows ``data[ids]`` on ``self.device``, shape ``(len(ids), dim)``, dtype ``self.dtype``.
+        """Rows ``data[ids]`` on ``self.device``, shape ``(len(ids), dim)``, dtype ``self.dtype``
+        (a compressed table's rows decoded: equal to ``store.codec.decode(codes[ids], ids, store.dtype)``).
 
         ``ids``: 1-D int32/int64 (torch or NumPy), on the CPU or on ``self.device``. Ids must lie in
         ``[0, rows)``: no negative wrap-around; a bad id raises ``IndexError`` unless
@@ -346,16 +401,81 @@ def _file_ref(data, table: torch.Tensor) -> tuple[str, int, str, tuple[int, ...]
     return str(root.filename), int(root.offset) + start, data.dtype.str, tuple(table.shape), mode
 
 
-def _rebuild_store(cls: type, table, backend: str, device_type: str, options: tuple) -> FeatureStore:
+def _rebuild_store(cls: type, table, backend: str, device_type: str, options: tuple, compressed: dict | None = None) -> FeatureStore:
     """A pickled store in the receiving process: unbound, over the same shared memory or file."""
     file = table if isinstance(table, tuple) else None
     if file is not None:
-        filename, offset, dtype, shape, mode = file
-        table = np.memmap(filename, dtype=np.dtype(dtype), mode=mode, offset=offset, shape=tuple(shape))
+        table = _open_file_ref(file)
     table, read_only_array = _as_table(table)
+    codec = out_dtype = method = path = None
+    if compressed is not None:
+        method, path, out_dtype = compressed["method"], compressed["path"], compressed["out_dtype"]
+        if path is not None:
+            codec = load_compressed(path).codec  # the scales map the folder's files again
+        elif compressed["scale"] is not None:
+            scale, offset = (_open_param(compressed[k]) for k in ("scale", "offset"))
+            codec = Codec(compressed["name"], scale, offset, compressed["axis"])
+        else:
+            codec = Codec(compressed["name"])
+        table = _codes_view(table, codec)
     store = cls.__new__(cls)
-    store._init_unbound(table, read_only_array, file, backend, device_type, GatherOptions(*options))
+    store._init_unbound(table, read_only_array, file, backend, device_type, GatherOptions(*options), codec, out_dtype, method, path)
     return store
+
+
+def _open_file_ref(file: tuple) -> np.memmap:
+    filename, offset, dtype, shape, mode = file
+    return np.memmap(filename, dtype=np.dtype(dtype), mode=mode, offset=offset, shape=tuple(shape))
+
+
+def _param_ref(param: torch.Tensor):
+    """An int8 scale/offset as pickled: the tensor itself when in shared memory (torch.multiprocessing
+    sends a handle), else a NumPy copy (they are a small part of the table: 8 bytes per row or column)."""
+    return param if param.is_shared() else param.numpy().copy()
+
+
+def _open_param(param) -> torch.Tensor:
+    return param if isinstance(param, torch.Tensor) else torch.from_numpy(param)
+
+
+def _compressed(data, codec: str | None) -> CompressedTable | None:
+    """``data`` as a compressed table when it is one (a :class:`CompressedTable` or a folder written by
+    :func:`~dgl_zerocopy.compress`) or when ``codec`` asks to compress it (once, in slabs); else None."""
+    if isinstance(data, (str, os.PathLike)) and Path(data).is_dir():
+        data = load_compressed(data)  # raises FileNotFoundError naming compress() if it is another folder
+    if isinstance(data, CompressedTable):
+        if codec is not None and codec != data.codec.name:
+            raise ValueError(f"compression={codec!r}, but the table is compressed as {data.codec.name!r}; "
+                             f"leave compression out (or None) for a compressed table")
+        return data
+    if codec is None:
+        return None
+    return compress(data, codec)
+
+
+def _codes_view(table: torch.Tensor, codec: Codec) -> torch.Tensor:
+    """The codes as ``codec.stored_dtype`` (bf16 codes are stored as their int16 bit pattern)."""
+    if table.dtype != codec.stored_dtype:
+        if codec.name == "bf16" and table.dtype == torch.int16:
+            return table.view(torch.bfloat16)
+        raise TypeError(f"codec {codec.name!r} needs {codec.stored_dtype} codes, but the table holds {table.dtype}")
+    return table
+
+
+def _check_out_dtype(out_dtype, codec: str | None, table_dtype: torch.dtype | None = None) -> torch.dtype:
+    """The dtype gathered rows have: a compressed table's ``out_dtype`` (default float32), or the
+    table's own dtype for an uncompressed one (which cannot convert)."""
+    if codec is None:
+        if out_dtype is not None and out_dtype != table_dtype:
+            raise ValueError(f"out_dtype={out_dtype} needs a compressed table: an uncompressed store gathers its own dtype "
+                             f"({table_dtype}); pass compression= one of {', '.join(CODECS)} as well")
+        return table_dtype
+    if out_dtype is None:
+        return torch.float32
+    if out_dtype not in OUT_DTYPES:
+        names = ", ".join(str(d).replace("torch.", "") for d in OUT_DTYPES)
+        raise ValueError(f"out_dtype must be one of {names} for a compressed table, but got {out_dtype!r}")
+    return out_dtype
 
 
 def _close_all(backends: list) -> None:
@@ -363,9 +483,15 @@ def _close_all(backends: list) -> None:
         backends.pop().close()
 
 
-def _private_table_message(table: torch.Tensor) -> str:
+def _private_table_message(table: torch.Tensor, codec: Codec | None = None) -> str:
     rows, cols = table.shape
     dtype = str(table.dtype).removeprefix("torch.")
+    if codec is not None:
+        return (f"cannot pickle this FeatureStore: its {codec.name} codes ({rows} x {cols} {dtype}, "
+                f"{_size(table.numel() * table.element_size())}) are in private memory, and sending them would copy them into "
+                f"every process. Compress once into a folder, dgl_zerocopy.compress(data, {codec.name!r}, out=DIR), and build "
+                f"FeatureStore(DIR) (it is sent as its files); or share the codes, FeatureStore(dgl_zerocopy.compress(data, "
+                f"{codec.name!r}).share_memory_()); or create the FeatureStore in each process")
     return (f"cannot pickle this FeatureStore: its table ({rows} x {cols} {dtype}, {_size(table.numel() * table.element_size())}) "
             f"is in private memory, and sending it would copy it into every process. Share it instead: build the store "
             f"over shared memory, FeatureStore(feat.share_memory_(), ...), calling share_memory_() before any store is made "

@@ -1,8 +1,19 @@
-"""The training loop: minibatch node classification with a per-stage timing breakdown."""
+"""The training loop: minibatch node classification with a per-stage timing breakdown.
+
+``cfg.nproc > 1``: data-parallel training (``DistributedDataParallel``) in that many processes
+started by :func:`dgl_zerocopy.ddp.launch`: one per GPU with NCCL, or gloo ranks on the CPU. The
+dataset's arrays go to the ranks through shared memory (:func:`~dgl_zerocopy.ddp.share_dataset`),
+so the feature table is in host memory once; each rank makes its own FeatureStore over it (on CUDA
+pinned for its own GPU). ``batch_size`` stays the *global* batch: each rank trains on
+``ceil(batch_size / nproc)`` seeds per step of its share (the loader's ``use_ddp`` split), DDP averages the
+gradients, so a step sees as many seeds as with one process and an epoch takes as many steps:
+``nproc`` changes the speed, not the optimisation. Evaluation is split too (see :func:`_fit`).
+"""
 from __future__ import annotations
 
 import logging
 import math
+import pickle
 import random
 import time
 from dataclasses import dataclass, field
@@ -43,9 +54,10 @@ class EpochStats:
         )
 
 
-def resolve_device(name: str, feature_source: str) -> torch.device:
+def resolve_device(name: str, feature_source: str, nproc: int = 1) -> torch.device:
     """``auto`` -> CUDA when it can be used, else CPU. DGL's own path (``dgl``) needs a CUDA build
-    of DGL on a GPU; our sources hand device-side blocks to the models instead."""
+    of DGL on a GPU; our sources hand device-side blocks to the models instead. On CUDA, ``nproc``
+    processes need ``nproc`` GPUs (one rank per GPU)."""
     needs_dgl_cuda = feature_source in ("dgl", "dgl-storage")  # DGL's own DataLoader moves DGL blocks
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() and (not needs_dgl_cuda or dgl_has_cuda()) else "cpu"
@@ -56,6 +68,9 @@ def resolve_device(name: str, feature_source: str) -> torch.device:
             raise ConfigError(f"feature source {feature_source!r} on CUDA needs a CUDA build of DGL (PyPI's is CPU only); use --feature-source zerocopy or --device cpu")
     elif feature_source in ("zerocopy", "gpu"):
         raise ConfigError(f"feature source {feature_source!r} needs a CUDA GPU, and the device is {name!r}; use --feature-source cpu or dgl")
+    if name == "cuda" and nproc > torch.cuda.device_count():
+        raise ConfigError(f"--nproc {nproc} runs one process per GPU, but this machine has {torch.cuda.device_count()} CUDA GPU(s); "
+                          f"use --nproc {torch.cuda.device_count()} or less, or --device cpu")
     return torch.device(name)
 
 
@@ -74,14 +89,51 @@ def train(
     on_epoch: Callable[[EpochStats], None] | None = None,
     progress: bool = True,
 ) -> list[EpochStats]:
-    """Train ``cfg.model`` on ``dataset`` and return one :class:`EpochStats` per epoch."""
+    """Train ``cfg.model`` on ``dataset`` and return one :class:`EpochStats` per epoch.
+
+    ``dataset`` may also be a :class:`~dgl_zerocopy.ddp.SharedDataset`. With ``cfg.nproc > 1``
+    the training runs in ``cfg.nproc`` spawned processes (module docstring), the history returned
+    is rank 0's, and ``on_epoch`` is called in rank 0's process, so it must be picklable (a
+    module-level function, not a lambda)."""
+    if cfg.nproc > 1:
+        return _train_parallel(cfg, dataset, on_epoch, progress)
+    if not isinstance(dataset, GraphDataset):  # a SharedDataset (made for nproc > 1): its arrays, viewed here
+        dataset = dataset.open()
     device = resolve_device(cfg.device, cfg.feature_source)
-    seed_everything(cfg.seed)
+    return _fit(cfg, dataset, device, on_epoch, progress)[0]
+
+
+def _fit(cfg: TrainConfig, dataset: GraphDataset, device: torch.device, on_epoch: Callable[[EpochStats], None] | None,
+         progress: bool, rank: int = 0, world_size: int = 1) -> tuple[list[EpochStats], torch.nn.Module]:
+    """The training loop of one process; with ``world_size > 1`` one DDP rank (the process group is up).
+
+    DDP: the model is wrapped in ``DistributedDataParallel`` (which starts every rank from rank 0's
+    parameters and averages the gradients); each rank trains on its share of the seeds each epoch.
+    Evaluation: each rank evaluates its own disjoint slice of the val/test nodes, unpadded, and the
+    correct counts are summed over the ranks (an all-reduce): every node counted once, as with one
+    process, the work split ``world_size`` ways, and no rank idles at a barrier, where a long
+    evaluation on rank 0 alone could outlast the collectives' timeout. The loss and train accuracy
+    are summed over the ranks too. Times and stages are rank 0's. Returns the history and the
+    (unwrapped) model."""
+    parallel = world_size > 1
+    seed_everything(cfg.seed)  # the same initial parameters everywhere (DDP also broadcasts rank 0's)
     timer = StageTimer()
     model = build_model(cfg.model, dataset.features.shape[1], cfg.hidden, dataset.num_classes, len(cfg.fanouts), cfg.dropout).to(device)
+    module = model
+    if parallel:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        seed_everything(cfg.seed + rank)  # neighbour draws and dropout differ per rank; the seed split uses ddp_seed=cfg.seed
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    source = make_source(cfg.feature_source, dataset, cfg.fanouts, device, prefetch=cfg.prefetch, seed=cfg.seed)
+    source = make_source(cfg.feature_source, dataset, cfg.fanouts, device, prefetch=cfg.prefetch, seed=cfg.seed,
+                         compression=cfg.feature_compression)
     train_idx = tensor_view(dataset.train_idx)
+    batch_size = -(-cfg.batch_size // world_size)  # per rank; the global batch stays cfg.batch_size
+    per_rank = -(-len(train_idx) // world_size)  # seeds per rank, padded as DGL's use_ddp does
+    # This rank's slice of each evaluation set (disjoint, unpadded; made once, so the source keeps its loaders).
+    eval_sets = {k: tensor_view(np.ascontiguousarray(getattr(dataset, k)[rank::world_size])) for k in ("val_idx", "test_idx")} if parallel else {}
+    progress = progress and rank == 0
     history = []
     try:
         for epoch in range(cfg.epochs):
@@ -89,8 +141,8 @@ def train(
             timer.reset()
             loss_sum, correct, seen = 0.0, 0, 0
             start = time.perf_counter()
-            batches = source.batches(train_idx, cfg.batch_size, shuffle=True, timer=timer)
-            num_batches = -(-len(train_idx) // cfg.batch_size)
+            batches = source.batches(train_idx, batch_size, shuffle=True, timer=timer, ddp=parallel)
+            num_batches = -(-per_rank // batch_size)
             bar = tqdm(timer.timed(batches, "wait"), total=num_batches, desc=f"epoch {epoch}", leave=False, disable=not progress)
             for blocks, x, y in bar:
                 # On CUDA, the device time of the step (events; no synchronize in the loop).
@@ -104,23 +156,60 @@ def train(
                     correct += int((logits.argmax(1) == y).sum())
                     seen += len(y)
                 bar.set_postfix(loss=f"{loss.item():.3f}")
+            if parallel:
+                loss_sum, correct, seen = _sum_over_ranks([loss_sum, correct, seen], device)
             epoch_time = time.perf_counter() - start
             stages = timer.reset()
             t0 = time.perf_counter()
             if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
-                val_acc = evaluate(model, source, dataset.val_idx, cfg.eval_batch_size, dataset.evaluator)
-                test_acc = evaluate(model, source, dataset.test_idx, cfg.eval_batch_size, dataset.evaluator)
+                if parallel:  # DDP's forward may talk to the other ranks; the plain module does not
+                    val_acc, test_acc = (_evaluate_split(module, source, eval_sets[k], len(getattr(dataset, k)), cfg.eval_batch_size, device)
+                                         for k in ("val_idx", "test_idx"))
+                else:
+                    val_acc = evaluate(model, source, dataset.val_idx, cfg.eval_batch_size, dataset.evaluator)
+                    test_acc = evaluate(model, source, dataset.test_idx, cfg.eval_batch_size, dataset.evaluator)
             else:  # skipped (eval_every): on large test sets evaluation costs more than the epoch
                 val_acc = test_acc = float("nan")
             stats = EpochStats(epoch, loss_sum / max(seen, 1), correct / max(seen, 1), val_acc, test_acc,
                                epoch_time, time.perf_counter() - t0, stages)
             history.append(stats)
             log.debug(stats.line())
-            if on_epoch is not None:
+            if on_epoch is not None and rank == 0:
                 on_epoch(stats)
     finally:
         source.close()
-    return history
+    return history, module
+
+
+def _train_parallel(cfg: TrainConfig, dataset, on_epoch, progress: bool) -> list[EpochStats]:
+    """``cfg.nproc`` DDP ranks over one shared copy of the dataset; rank 0's history."""
+    from .ddp import launch, share_dataset
+
+    device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc)
+    if on_epoch is not None:
+        try:
+            pickle.dumps(on_epoch)
+        except Exception as e:  # noqa: BLE001 - pickle raises several types for unpicklable objects
+            raise TypeError(f"with nproc > 1, on_epoch runs in rank 0's process and must be picklable (a module-level "
+                            f"function), but {on_epoch!r} is not: {e}") from None
+    backend = "nccl" if device.type == "cuda" else "gloo"
+    results = launch(_train_rank, cfg.nproc, cfg, share_dataset(dataset), device.type, on_epoch, progress, backend=backend)
+    return results[0]
+
+
+def _train_rank(rank: int, world_size: int, cfg: TrainConfig, shared, device_type: str, on_epoch, progress: bool):
+    """One DDP rank (run by :func:`~dgl_zerocopy.ddp.launch`): rank 0 returns the history, the others None."""
+    device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
+    history, _ = _fit(cfg, shared.open(), device, on_epoch, progress, rank, world_size)
+    return history if rank == 0 else None
+
+
+def _sum_over_ranks(values: list[float], device: torch.device) -> list[float]:
+    import torch.distributed as dist
+
+    total = torch.tensor(values, dtype=torch.float64, device=device)  # gloo reduces CPU tensors, NCCL CUDA ones
+    dist.all_reduce(total)
+    return total.tolist()
 
 
 def best_epoch(history: list[EpochStats]) -> EpochStats:
@@ -136,17 +225,36 @@ def evaluate(model: torch.nn.Module, source, nodes: np.ndarray, batch_size: int,
     with ``evaluator`` (an OGB dataset name) computed by OGB's ``Evaluator``."""
     if len(nodes) == 0:
         return float("nan")
-    model.eval()
-    preds, truth = [], []
-    for blocks, x, y in source.batches(tensor_view(nodes), batch_size, shuffle=False, timer=StageTimer()):
-        preds.append(model(blocks, x.float()).argmax(1).cpu())
-        truth.append(y.cpu())
-    y_pred, y_true = torch.cat(preds), torch.cat(truth)
+    y_pred, y_true = _predict(model, source, tensor_view(nodes), batch_size)
     if evaluator is not None:
         from ogb.nodeproppred import Evaluator
 
         return float(Evaluator(evaluator).eval({"y_true": y_true[:, None], "y_pred": y_pred[:, None]})["acc"])
     return float((y_pred == y_true).sum()) / len(nodes)
+
+
+@torch.no_grad()
+def _predict(model: torch.nn.Module, source, nodes: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Predicted and true classes of ``nodes`` (on the CPU), dropout off."""
+    model.eval()
+    preds, truth = [], []
+    for blocks, x, y in source.batches(nodes, batch_size, shuffle=False, timer=StageTimer()):
+        preds.append(model(blocks, x.float()).argmax(1).cpu())
+        truth.append(y.cpu())
+    return torch.cat(preds), torch.cat(truth)
+
+
+def _evaluate_split(model: torch.nn.Module, source, share: torch.Tensor, total: int, batch_size: int, device: torch.device) -> float:
+    """Accuracy on a node set split over the ranks: this rank predicts ``share``, the correct
+    counts are summed over the ranks. (OGB's node-classification ``Evaluator`` computes the same
+    accuracy, the fraction correct, so it is not called here.)"""
+    if total == 0:
+        return float("nan")
+    correct = 0
+    if len(share):
+        y_pred, y_true = _predict(model, source, share, batch_size)
+        correct = int((y_pred == y_true).sum())
+    return _sum_over_ranks([correct], device)[0] / total
 
 
 def timing_table(history: list[EpochStats]) -> str:

@@ -141,3 +141,44 @@ def test_cuda_versions_and_last_lines():
     assert gpu_check.cuda_version_text(13000) == "13.0" and gpu_check.cuda_version_text(12090) == "12.9"
     assert gpu_check.last_line("Traceback\n  File x\nModuleNotFoundError: No module named 'dgl'\n\n") == "ModuleNotFoundError: No module named 'dgl'"
     assert gpu_check.last_line("", -11) == "exit code -11"
+
+
+def test_the_gather_part_checks_every_compressed_kernel_like_fp32():
+    """Both modes time the compressed zero-copy methods (every codec, int8 per column and per row)
+    at widths the fp32 methods run at, with the same correctness check first (bench/gather.py)."""
+    sys.path.insert(0, str(REPO / "bench"))
+    import gather
+
+    for mode, args in gpu_check.GATHER_ARGS.items():
+        codecs = args[args.index("--codecs") + 1].split(",")
+        assert set(codecs) == set(gather.CODECS) == {"fp16", "bf16", "int8", "int8-row"}, mode
+        widths = set(args[args.index("--cols") + 1].split(","))
+        assert set(args[args.index("--codec-cols") + 1].split(",")) <= widths, mode
+        methods = gather.methods_for(True, tune=False, max_blocks=[], codecs=tuple(codecs))
+        assert methods[:5] == list(gather.GPU_METHODS) and methods[5:] == [f"zerocopy-{c}" for c in codecs]
+
+
+def test_compressed_methods_show_in_the_gather_table(tmp_path):
+    summary = _made_up_summary(tmp_path)
+    extra = {**summary["figures"]["gather"][6], "method": "zerocopy-int8", "gbps_median": 60.0, "ratio_to_ceiling": 3.0}
+    summary["figures"]["gather"].append(extra)
+    md = gpu_check.render_markdown(summary)
+    assert "| row bytes | cols | h2d | zerocopy | zerocopy-naive | cpu | gpu | zerocopy-int8 |" in md
+    assert "| 400 | 100 | 18.00 (1.00) | 16.20 (0.90) | 12.60 (0.70) | 5.40 (0.30) | 900.00 (50.00) | 60.00 (3.00) |" in md
+    assert "| 64 | 16 | 10.00 (1.00) | 9.00 (0.90) | failed | 3.00 (0.30) | 500.00 (50.00) | – |" in md
+
+
+def test_the_ddp_part_needs_two_gpus_and_reads_the_train_output():
+    from dgl_zerocopy.train import EpochStats
+
+    for gpus in (0, 1):
+        part, log = gpu_check.ddp_part({}, 60, "quick", gpus)
+        assert (part.status, log) == ("not run", "")
+        assert part.reason == f"skipped: {gpus} CUDA GPU(s) here; the multi-GPU DDP run needs 2 or more"
+        assert gpu_check.exit_code([Part("pytest", "ok"), part]) == 0, "a machine with one GPU still passes"
+    lines = [EpochStats(e, 3.0, 0.5, 0.9, 0.91, t, 0.2, {"sample": 0.1}).line() for e, t in ((0, 2.5), (1, 1.25))]
+    text = "\n".join(["synthetic: 50,000 nodes", *lines, "", "stage times per epoch (s)", "epoch  sample", "    0    0.10",
+                      "", "final test accuracy 0.9712 (best val 0.9000 at epoch 1, test 0.9100)"])
+    assert gpu_check.parse_train_output(text) == {"epoch_times": [2.5, 1.25], "test_acc": 0.9712}
+    assert gpu_check.parse_train_output("Traceback ...\nRuntimeError: NCCL error") == {"epoch_times": [], "test_acc": None}
+    assert "ddp" in gpu_check.PARTS and gpu_check.BUDGETS["ddp"] >= 45

@@ -7,6 +7,7 @@ from typing import Protocol
 
 import torch
 
+from ..compression.codec import Codec
 from ..launch import name_expression
 
 VARIANTS = ("aligned", "naive")
@@ -41,21 +42,25 @@ class Backend(Protocol):
 
 
 def make_backend(name: str, table: torch.Tensor, device: torch.device, read_only: bool = False,
-                 options: GatherOptions = GatherOptions()) -> Backend:
+                 options: GatherOptions = GatherOptions(), codec: Codec | None = None,
+                 out_dtype: torch.dtype | None = None) -> Backend:
     """The backend ``name`` over ``table``; ``read_only`` pins it with the read-only flag (a file
-    map); ``options`` configure the zero-copy kernel."""
+    map); ``options`` configure the zero-copy kernel. A compressed table: ``table`` holds the codes,
+    ``codec`` decodes them (:mod:`dgl_zerocopy.compression`) and ``out_dtype`` is the dtype of the
+    gathered rows (default: the table's)."""
     if name == "cpu":
         from .cpu import CpuBackend
 
-        return CpuBackend(table, device)
+        return CpuBackend(table, device, codec=codec, out_dtype=out_dtype)
     if name == "gpu":
         from .gpu import GpuBackend
 
-        return GpuBackend(table, device)
+        return GpuBackend(table, device, codec=codec, out_dtype=out_dtype)
     if name == "zerocopy":
         from .zerocopy import ZeroCopyBackend
 
-        return ZeroCopyBackend(table, device, read_only=read_only, options=options)
+        compressed = {"codec": codec, "out_dtype": out_dtype} if codec is not None else {}
+        return ZeroCopyBackend(table, device, read_only=read_only, options=options, **compressed)
     raise ValueError(f"unknown backend {name!r}")
 
 

@@ -10,6 +10,11 @@ with no second copy in RAM.
 Nothing is downloaded. ogb would fetch a missing dataset and ask questions on stdin (a download
 over 1 GB, a folder without its ``RELEASE_v*.txt``); the files ogb needs are checked first and a
 missing one raises :class:`DatasetError` with the download URL and the folder layout.
+
+Compressed features (:func:`compressed_features`): the cache's ``features.npy`` converted once, a
+slab of rows at a time, into a folder beside it (``features.int8-column-minmax/``, ...) that
+``FeatureStore(folder)`` maps; later calls, and ``train --feature-compression``, reuse it. It lives
+inside the cache, so a rebuilt cache drops it with the old arrays.
 """
 from __future__ import annotations
 
@@ -26,9 +31,10 @@ from typing import Iterator
 
 import numpy as np
 
+from ..compression import compressed_beside
 from .base import DatasetError, GraphDataset, csc_from_sorted_keys
 
-__all__ = ["load_ogb", "OGB_DATASETS", "SYMMETRISED", "CACHE_DIR", "dataset_folder", "bidirected_csc", "directed_csc"]
+__all__ = ["load_ogb", "compressed_features", "OGB_DATASETS", "SYMMETRISED", "CACHE_DIR", "dataset_folder", "bidirected_csc", "directed_csc"]
 
 log = logging.getLogger(__name__)
 
@@ -67,6 +73,17 @@ def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None) -> Grap
     log.info("%s: first load, reading %s with ogb and caching it as .npy in %s", name, folder, cache)
     _build_cache(name, folder, meta, meta_dict is not None, cache)
     return _open_cache(cache, name)
+
+
+def compressed_features(name: str, root: str | Path, codec: str = "int8", meta_dict: dict | None = None, *,
+                        axis: str | None = None, method: str | None = None) -> Path:
+    """The folder of ``name``'s features compressed with ``codec`` (``"fp16"``, ``"bf16"``,
+    ``"int8"``; int8's ``axis``/``method`` as in :func:`dgl_zerocopy.compress`), kept in the cache
+    beside ``features.npy``: written on first use (loading the dataset first if it is not cached),
+    then reused while ``features.npy`` is unchanged. ``FeatureStore(folder)`` loads it.
+    ``root``/``meta_dict`` as in :func:`load_ogb`."""
+    dataset = load_ogb(name, root, meta_dict)
+    return compressed_beside(dataset.features.filename, codec, axis=axis, method=method)
 
 
 def dataset_folder(name: str, root: Path) -> Path:

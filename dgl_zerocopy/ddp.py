@@ -1,0 +1,354 @@
+"""Data-parallel processes on one machine: :func:`launch` runs a function in N spawned ranks, each
+with a ``torch.distributed`` process group; :func:`share_dataset` hands a dataset to them without
+copying its arrays.
+
+One rank per GPU with NCCL (``torch.cuda.set_device(rank)``), or gloo ranks on the CPU. Ranks meet
+through a ``FileStore`` in a private temporary folder, and their collectives connect over the
+loopback interface only: nothing listens on, or talks to, another address.
+
+Errors: a rank that raises ends the job. :func:`launch` raises
+``torch.multiprocessing.ProcessRaisedException`` with the traceback of the rank that failed
+*first* (its original exception type and message, not the "connection closed" that its peers see
+next), once every rank has stopped: the others get :data:`ERROR_GRACE` seconds to exit by
+themselves, then they are killed. A rank that dies without a Python error (a signal, ``os._exit``)
+gives ``ProcessExitedException`` when no rank raised. No process outlives :func:`launch`: ranks
+are killed when it returns or raises, and die with the parent process if that is killed.
+"""
+from __future__ import annotations
+
+import ctypes
+import dataclasses
+import datetime
+import mmap
+import multiprocessing.connection
+import os
+import pickle
+import shutil
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+
+from .data import GraphDataset
+from .data.base import tensor_view
+
+#: Seconds a collective (or the rendezvous) may wait for a peer before it fails.
+DEFAULT_TIMEOUT = 600.0
+#: Seconds the other ranks get, after a rank failed, to exit by themselves before they are killed.
+ERROR_GRACE = 5.0
+_POLL = 0.2  # seconds between checks of the error files while joining
+
+
+def launch(fn: Callable[..., Any], nproc: int, *args, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT,
+           threads: int | None = None) -> list:
+    """Run ``fn(rank, world_size, *args)`` in ``nproc`` spawned processes and return what each
+    returned, in rank order.
+
+    ``fn`` must be picklable (a module-level function), and so must ``args`` and its return
+    value; tensors in shared memory (``share_memory_()``, :func:`share_dataset`) are passed by
+    handle, not copied. ``backend``: ``"nccl"`` (one rank per GPU; rank ``r`` uses ``cuda:r``) or
+    ``"gloo"`` (the CPU); default NCCL where CUDA is available, else gloo. ``timeout``: seconds a
+    collective may wait for a peer. ``threads``: torch (and OpenMP) threads per rank (default: the
+    usable CPU cores divided by ``nproc``, at least 1).
+    """
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise ValueError(f"nproc must be a positive integer, but got {nproc!r}")
+    if backend is None:
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+    if backend not in ("nccl", "gloo"):
+        raise ValueError(f"backend must be 'nccl' or 'gloo', but got {backend!r}")
+    if backend == "nccl" and nproc > torch.cuda.device_count():
+        raise ValueError(f"backend 'nccl' runs one rank per GPU: nproc {nproc} needs {nproc} GPUs, but "
+                         f"{torch.cuda.device_count()} are visible; lower nproc or use backend 'gloo'")
+    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
+        raise ValueError(f"timeout must be a positive number of seconds, but got {timeout!r}")
+    if threads is None:
+        # The ranks share the machine's cores: N ranks each with every core would oversubscribe them
+        # (on 2 cores, 2 ranks x 2 threads run slower than 2 x 1), so each gets its share.
+        threads = max(1, _usable_cores() // nproc)
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"threads must be a positive integer, but got {threads!r}")
+    workdir = Path(tempfile.mkdtemp(prefix="dgl-zerocopy-ddp-"))
+    processes: list = []
+    try:
+        # torch.multiprocessing's context: its pickler sends shared tensors as handles.
+        context = torch.multiprocessing.get_context("spawn")
+        with _child_environment(threads):
+            for rank in range(nproc):
+                process = context.Process(target=_run_rank, name=f"ddp-rank-{rank}", args=(
+                    rank, os.getpid(), fn, nproc, backend, str(workdir), float(timeout), threads, args))
+                process.start()  # pickles the arguments: an unpicklable one raises here, and the finally stops the others
+                processes.append(process)
+        _join(processes, workdir)
+        return [_result(workdir, rank) for rank in range(nproc)]
+    finally:
+        _stop(processes)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+# -- in each rank ------------------------------------------------------------------------------
+def _run_rank(rank: int, parent: int, fn: Callable, world_size: int, backend: str, workdir: str, timeout: float,
+              threads: int, args: tuple) -> None:
+    """A rank's life: process group up, ``fn``, its result or error written, process group down."""
+    _die_with(parent)
+    import torch.distributed as dist
+
+    loopback = _loopback_interface()
+    if loopback is not None:  # gloo's pairs and NCCL's bootstrap sockets on 127.0.0.1 only
+        os.environ["GLOO_SOCKET_IFNAME"] = os.environ["NCCL_SOCKET_IFNAME"] = loopback
+    torch.set_num_threads(threads)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+    folder = Path(workdir)
+    code = 0
+    try:
+        dist.init_process_group(backend, init_method=(folder / "store").as_uri(), rank=rank, world_size=world_size,
+                                timeout=datetime.timedelta(seconds=timeout))
+        _write(folder / f"result-{rank}.pkl", fn(rank, world_size, *args))
+    except Exception:  # noqa: BLE001 - every error goes to the parent, with its traceback
+        # Written before the process group goes down (which makes the peers fail next), with the
+        # time, so the parent can tell the first error from its consequences.
+        _write(folder / f"error-{rank}.pkl", (time.monotonic(), traceback.format_exc()))
+        code = 1
+    except KeyboardInterrupt:  # Ctrl-C reaches every rank too: the parent reports it, once
+        code = 130
+    finally:
+        if dist.is_initialized():
+            dist.destroy_process_group()
+    sys.exit(code)
+
+
+def _die_with(parent: int) -> None:
+    """Be killed when the parent process dies (Linux ``PR_SET_PDEATHSIG``), even in a collective."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # 1: PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's finally still stops the ranks
+        return
+    if os.getppid() != parent:  # the parent died before the call: no signal would come
+        os._exit(1)
+
+
+def _write(path: Path, value: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    with tmp.open("wb") as f:
+        pickle.dump(value, f, protocol=pickle.HIGHEST_PROTOCOL)
+    tmp.replace(path)  # whole or absent: the parent never reads half a file
+
+
+# -- in the parent -----------------------------------------------------------------------------
+def _join(processes: list, workdir: Path) -> None:
+    """Wait for every rank. After the first failure (an error written, or a rank exiting with a
+    non-zero code) the others get ERROR_GRACE seconds to exit, then are killed, and the first
+    error is raised."""
+    running = {p.sentinel: rank for rank, p in enumerate(processes)}
+    exited: dict[int, int] = {}  # rank -> exit code, of the ranks that exited by themselves
+    failed_at = None
+    while running:
+        for sentinel in multiprocessing.connection.wait(list(running), timeout=_POLL):
+            rank = running.pop(sentinel)
+            processes[rank].join()
+            exited[rank] = processes[rank].exitcode
+        if failed_at is None and (any(exited.values()) or _errors(workdir)):
+            failed_at = time.monotonic()
+        if failed_at is not None and time.monotonic() - failed_at > ERROR_GRACE:
+            break
+    if failed_at is None:
+        return
+    _stop(processes)
+    raise _failure(processes, workdir, exited)
+
+
+def _errors(workdir: Path) -> list[tuple[float, int, str]]:
+    """``(time, rank, traceback)`` of every rank that reported an error, earliest first."""
+    found = []
+    for path in workdir.glob("error-*.pkl"):
+        with path.open("rb") as f:
+            when, text = pickle.load(f)
+        found.append((when, int(path.stem.split("-")[1]), text))
+    return sorted(found)
+
+
+def _failure(processes: list, workdir: Path, exited: dict[int, int]) -> Exception:
+    """The exception for a failed job, naming what happened to every rank that failed.
+
+    The cause: a rank killed by a signal (other than launch's; a Python error in a peer makes a
+    rank raise, not die), else the earliest Python error, else a rank's non-zero exit code."""
+    from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
+
+    errors = _errors(workdir)
+    raised = {rank for _, rank, _ in errors}
+    died = {rank: code for rank, code in exited.items() if code != 0 and rank not in raised}  # without a Python error
+    killed = sorted(set(range(len(processes))) - set(exited))
+    signalled = sorted(rank for rank, code in died.items() if code < 0)
+    cause = signalled[0] if signalled else errors[0][1] if errors else min(died)
+    notes = [f"rank {r} {_exit_text(c)} without reporting an error" for r, c in sorted(died.items()) if r != cause]
+    notes += [f"rank {r} raised {_last_line(text)}" for _, r, text in errors if r != cause]
+    notes += [f"rank(s) {killed} stopped by launch"] if killed else []
+    note = f" (then: {'; '.join(notes)})" if notes else ""
+    pid = processes[cause].pid
+    if cause in died:
+        code = died[cause]
+        return ProcessExitedException(f"process {cause} {_exit_text(code)}{note}", cause, pid, code, _signal_name(code))
+    text = next(text for _, r, text in errors if r == cause)
+    return ProcessRaisedException(f"\n\n-- Process {cause} terminated with the following error{note}:\n{text}", cause, pid)
+
+
+def _last_line(text: str) -> str:
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return lines[-1][:200] if lines else "?"
+
+
+def _signal_name(code: int) -> str | None:
+    if code >= 0:
+        return None
+    try:
+        return signal.Signals(-code).name
+    except ValueError:
+        return f"signal {-code}"
+
+
+def _exit_text(code: int) -> str:
+    return f"terminated with signal {_signal_name(code)}" if code < 0 else f"exited with code {code}"
+
+
+def _result(workdir: Path, rank: int):
+    path = workdir / f"result-{rank}.pkl"
+    if not path.exists():  # e.g. a rank interrupted by Ctrl-C exits without a result
+        raise RuntimeError(f"rank {rank} exited without a result (interrupted?)")
+    with path.open("rb") as f:
+        return pickle.load(f)
+
+
+def _stop(processes: list) -> None:
+    """Kill and reap every rank still running (idempotent)."""
+    for process in processes:
+        if process.is_alive():
+            process.kill()
+    for process in processes:
+        process.join()
+
+
+@contextmanager
+def _child_environment(threads: int):
+    """OMP_NUM_THREADS for the children while they start (unless the user set it): OpenMP reads it
+    when torch and DGL load, before a rank's code runs; DGL's sampling threads follow it."""
+    if "OMP_NUM_THREADS" in os.environ:
+        yield
+        return
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    try:
+        yield
+    finally:
+        del os.environ["OMP_NUM_THREADS"]
+
+
+def _usable_cores() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not Linux
+        return os.cpu_count() or 1
+
+
+def _loopback_interface() -> str | None:
+    names = {name for _, name in socket.if_nameindex()}
+    return next((n for n in ("lo", "lo0") if n in names), None)
+
+
+# -- sharing a dataset -------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _MappedFile:
+    """Where a memory-mapped array's bytes are: the receiver maps the same file (the page cache
+    holds them once for every process)."""
+
+    filename: str
+    offset: int
+    dtype: str
+    shape: tuple
+    mode: str
+
+    def open(self) -> np.ndarray:
+        return np.memmap(self.filename, dtype=np.dtype(self.dtype), mode=self.mode, offset=self.offset, shape=self.shape)
+
+
+@dataclass(frozen=True)
+class SharedDataset:
+    """A :class:`GraphDataset` to send to spawned processes: its arrays are in shared memory (or
+    are file maps) and travel by handle. :meth:`open` in the receiver gives the dataset back, its
+    arrays NumPy views of the same memory; a FeatureStore made there over ``features`` pins or
+    gathers the one table every process shares."""
+
+    dataset: GraphDataset  # every array replaced by an empty placeholder of its dtype
+    arrays: dict  # field name -> shared torch.Tensor or _MappedFile
+
+    def open(self) -> GraphDataset:
+        return dataclasses.replace(self.dataset, **{k: _attach(v) for k, v in self.arrays.items()})
+
+    @property
+    def name(self) -> str:
+        return self.dataset.name
+
+
+def share_dataset(dataset: GraphDataset | SharedDataset) -> SharedDataset:
+    """``dataset`` ready for :func:`launch`'s ``args``, without a copy per process.
+
+    Each array (features, graph, labels, splits) is sent by reference: a memory-mapped file (an
+    OGB cache, ``np.load(..., mmap_mode="r")``) as its file, to be mapped again; an array already
+    viewing shared memory as that memory; any other array is moved into shared memory once here
+    (``torch.from_numpy(a).share_memory_()``: one copy, which every rank then maps; the caller's
+    private array stays as it was, and is freed when the caller drops it)."""
+    if isinstance(dataset, SharedDataset):
+        return dataset
+    arrays, placeholders = {}, {}
+    for field in dataclasses.fields(dataset):
+        value = getattr(dataset, field.name)
+        if isinstance(value, np.ndarray):
+            arrays[field.name] = _share_array(value, field.name)
+            placeholders[field.name] = np.empty((0,) + value.shape[1:], dtype=value.dtype)
+    return SharedDataset(dataclasses.replace(dataset, **placeholders), arrays)
+
+
+def _share_array(array: np.ndarray, name: str):
+    mapped = _mapped_file(array)
+    if mapped is not None:
+        return mapped
+    base = array.base
+    if (isinstance(base, torch.Tensor) and base.is_shared() and base.is_contiguous() and array.flags.c_contiguous
+            and base.data_ptr() == array.ctypes.data and base.numel() == array.size):
+        return base  # already a view of shared memory (e.g. a dataset opened from a SharedDataset)
+    tensor = tensor_view(np.ascontiguousarray(array))
+    try:
+        return tensor.share_memory_()
+    except RuntimeError as e:
+        free = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
+        raise RuntimeError(f"cannot move the dataset's {name!r} ({array.nbytes / 2**30:.2f} GiB) into shared memory "
+                           f"(/dev/shm has {free / 2**30:.2f} GiB free): {e}. Enlarge /dev/shm (docker: --shm-size), or "
+                           f"keep the arrays in .npy files mapped with np.load(path, mmap_mode='r'), which are shared as files") from e
+
+
+def _mapped_file(array: np.ndarray) -> _MappedFile | None:
+    """The file and offset of a C-contiguous array that views a ``np.memmap``'s bytes, else None."""
+    root = array
+    while isinstance(root, np.ndarray) and not isinstance(root.base, mmap.mmap):
+        root = root.base
+    if not isinstance(root, np.memmap) or not root.filename or not array.flags.c_contiguous:
+        return None
+    start = array.ctypes.data - root.ctypes.data
+    if start < 0 or start + array.nbytes > root.nbytes:
+        return None
+    mode = "r+" if root.mode == "w+" else root.mode  # "w+" would truncate the file in the receiver
+    return _MappedFile(str(root.filename), int(root.offset) + start, array.dtype.str, tuple(array.shape), mode)
+
+
+def _attach(shared) -> np.ndarray:
+    if isinstance(shared, _MappedFile):
+        return shared.open()
+    return shared.numpy()  # a view of the shared memory; the array keeps the tensor alive
