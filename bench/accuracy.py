@@ -29,18 +29,10 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import command_line, machine, summarize, write_results  # noqa: E402
+from common import REAL_GRAPH_CONFIGS, command_line, machine, summarize, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
-CONFIGS = {
-    "cora": "cora-gcn.yaml",
-    "citeseer": "cora-gcn.yaml",
-    "amazon-computers": "amazon-computers-sage.yaml",
-    "amazon-photo": "amazon-computers-sage.yaml",
-    "coauthor-cs": "coauthor-physics-sage.yaml",
-    "coauthor-physics": "coauthor-physics-sage.yaml",
-    "synthetic": "synthetic-sage.yaml",
-}
+CONFIGS = {**REAL_GRAPH_CONFIGS, "synthetic": "synthetic-sage.yaml"}
 # Test accuracy (%) as published: Kipf & Welling 2017 (GCN, Planetoid split) and Shchur et al.
 # 2018 (GCN, 20/30 per class random splits); the synthetic graph has none.
 PUBLISHED = {"cora": 81.5, "citeseer": 70.3, "amazon-computers": 82.6, "amazon-photo": 91.2,

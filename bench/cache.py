@@ -42,21 +42,14 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import command_line, machine, write_results  # noqa: E402
+from common import REAL_GRAPH_CONFIGS, command_line, machine, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parent.parent
 SYNTHETIC = {  # full-size node count, fanouts and batch of the graph each preset is shaped after
     "products": {"full_nodes": 2_449_029, "fanouts": [15, 10, 5], "batch": 1024, "nodes_default": 200_000},
     "papers100m": {"full_nodes": 111_059_956, "fanouts": [10, 10, 10], "batch": 1024, "nodes_default": 1_000_000},
 }
-REAL = {  # dataset -> its shipped config (as bench/accuracy.py trains it)
-    "cora": "cora-gcn.yaml",
-    "citeseer": "cora-gcn.yaml",
-    "amazon-computers": "amazon-computers-sage.yaml",
-    "amazon-photo": "amazon-computers-sage.yaml",
-    "coauthor-cs": "coauthor-physics-sage.yaml",
-    "coauthor-physics": "coauthor-physics-sage.yaml",
-}
+REAL = REAL_GRAPH_CONFIGS  # dataset -> its shipped config (as bench/accuracy.py trains it)
 GRAPHS = tuple(SYNTHETIC) + tuple(REAL)
 POLICIES = ("in_degree", "presample")
 
@@ -236,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="cache", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
     names = [g.strip() for g in args.graphs.split(",") if g.strip()]
-    if not names or (unknown := [g for g in names if g not in GRAPHS]):
+    if not names or any(g not in GRAPHS for g in names):
         parser.error(f"--graphs must name some of {', '.join(GRAPHS)}, but got {args.graphs!r}")
     try:
         sizes = [float(s) / 100 for s in args.sizes.split(",")]

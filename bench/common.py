@@ -86,3 +86,14 @@ def write_results(stem: str, rows: list[dict], meta: dict, folder: str | Path = 
             writer.writerow([f"{r[k]:.6g}" if isinstance(r[k], float) else str(r[k]) for k in keys])
     json_path.write_text(json.dumps({"meta": meta, "rows": rows, **(extra or {})}, indent=1))
     return csv_path, json_path
+
+
+#: The real graphs of ../shared/data and the shipped config each is trained with (bench/accuracy.py).
+REAL_GRAPH_CONFIGS = {
+    "cora": "cora-gcn.yaml",
+    "citeseer": "cora-gcn.yaml",
+    "amazon-computers": "amazon-computers-sage.yaml",
+    "amazon-photo": "amazon-computers-sage.yaml",
+    "coauthor-cs": "coauthor-physics-sage.yaml",
+    "coauthor-physics": "coauthor-physics-sage.yaml",
+}

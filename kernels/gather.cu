@@ -24,6 +24,24 @@
 // Steps of one row issued back to back before their stores: independent loads in flight.
 #define ZC_STEPS_IN_FLIGHT 4
 
+// The loads of steps s0 .. s0 + ZC_STEPS_IN_FLIGHT - 1 of one row, issued before any of their
+// stores so that up to ZC_STEPS_IN_FLIGHT PCIe reads per lane are in flight. A lane's vector is
+// active only inside the row [src, end) and for steps the row has; masked lanes load nothing.
+template <typename VecT>
+__device__ __forceinline__ void zc_load_steps(unsigned long long start, long long s0, long long window,
+                                              long long steps_per_row, unsigned long long src,
+                                              unsigned long long end, bool row_active,
+                                              VecT (&value)[ZC_STEPS_IN_FLIGHT],
+                                              unsigned long long (&addr)[ZC_STEPS_IN_FLIGHT],
+                                              bool (&active)[ZC_STEPS_IN_FLIGHT]) {
+  ZC_UNROLL
+  for (int u = 0; u < ZC_STEPS_IN_FLIGHT; ++u) {
+    addr[u] = start + (unsigned long long)((s0 + u) * window);
+    active[u] = row_active && (s0 + u) < steps_per_row && addr[u] >= src && addr[u] < end;
+    value[u] = zc_load_if(reinterpret_cast<const VecT*>(addr[u]), active[u]);
+  }
+}
+
 // Aligned, vectorised gather: a group of threads_per_row lanes (a power of two dividing 32, so a
 // group never straddles a warp) copies one row with loads of sizeof(VecT) bytes.
 //
@@ -75,13 +93,7 @@ __global__ void gather_aligned(const char* __restrict__ table, long long row_str
       VecT value[ZC_STEPS_IN_FLIGHT];
       unsigned long long addr[ZC_STEPS_IN_FLIGHT];
       bool active[ZC_STEPS_IN_FLIGHT];
-      // All loads first, then all stores: up to ZC_STEPS_IN_FLIGHT PCIe reads per lane in flight.
-      ZC_UNROLL
-      for (int u = 0; u < ZC_STEPS_IN_FLIGHT; ++u) {
-        addr[u] = start + (unsigned long long)((s0 + u) * window);
-        active[u] = row_active && (s0 + u) < steps_per_row && addr[u] >= src && addr[u] < end;
-        value[u] = zc_load_if(reinterpret_cast<const VecT*>(addr[u]), active[u]);
-      }
+      zc_load_steps(start, s0, window, steps_per_row, src, end, row_active, value, addr, active);
       ZC_UNROLL
       for (int u = 0; u < ZC_STEPS_IN_FLIGHT; ++u) {
         // Same byte offset in the output row as in the source row.
@@ -192,13 +204,7 @@ __global__ void gather_decode(const char* __restrict__ table, long long row_stri
       VecT value[ZC_STEPS_IN_FLIGHT];
       unsigned long long addr[ZC_STEPS_IN_FLIGHT];
       bool active[ZC_STEPS_IN_FLIGHT];
-      // All loads first, as in gather_aligned: several PCIe reads per lane in flight.
-      ZC_UNROLL
-      for (int u = 0; u < ZC_STEPS_IN_FLIGHT; ++u) {
-        addr[u] = start + (unsigned long long)((s0 + u) * window);
-        active[u] = row_active && (s0 + u) < steps_per_row && addr[u] >= src && addr[u] < end;
-        value[u] = zc_load_if(reinterpret_cast<const VecT*>(addr[u]), active[u]);
-      }
+      zc_load_steps(start, s0, window, steps_per_row, src, end, row_active, value, addr, active);
       ZC_UNROLL
       for (int u = 0; u < ZC_STEPS_IN_FLIGHT; ++u) {
         if (!active[u]) {

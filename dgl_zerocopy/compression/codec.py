@@ -12,10 +12,8 @@ gathered codes; that function is the reference the tests compare with.
 """
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass
 
-import numpy as np
 import torch
 
 #: The codec names accepted by ``FeatureStore(compression=...)`` (``None`` for an uncompressed table).
@@ -74,11 +72,3 @@ class Codec:
                 x = x * self.scale[rows, None] + self.offset[rows, None]
         return x.to(out_dtype)
 
-
-def tensor_view(array: np.ndarray) -> torch.Tensor:
-    """``torch.from_numpy(array)`` without torch's warning for read-only arrays (codes and scales
-    are often read-only memory maps, which nothing here writes). This package imports nothing of
-    dgl_zerocopy, so that the data loaders can use it too."""
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(array)

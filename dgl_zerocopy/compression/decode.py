@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import torch
 
+from ..transfer import to_device
 from .codec import Codec
 
 
@@ -28,6 +29,8 @@ class Decoder:
         self.scale = codec.scale.to(device) if codec.scale is not None else None
         self.offset = codec.offset.to(device) if codec.offset is not None else None
         self._work = torch.empty(0, dtype=torch.float32, device=device)
+        if device.type == "cuda":  # filled on the current stream; decodes run on others: wait once, here
+            torch.cuda.current_stream(device).synchronize()
 
     @property
     def passthrough(self) -> bool:
@@ -48,7 +51,7 @@ class Decoder:
             target.add_(self.offset)
         else:
             if row_params is None:
-                rows = ids.to(device=self.scale.device, dtype=torch.int64)
+                rows = to_device(ids, self.scale.device).to(torch.int64)  # host ids: pinned, no host wait
                 row_params = (self.scale.index_select(0, rows), self.offset.index_select(0, rows))
             target.mul_(row_params[0].unsqueeze(1))
             target.add_(row_params[1].unsqueeze(1))

@@ -26,7 +26,8 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .codec import AXES, Codec, tensor_view
+from ..host_files import tensor_view
+from .codec import AXES, Codec
 
 #: The int8 ranges: see the module docstring.
 INT8_METHODS = ("minmax", "absmax")

@@ -25,7 +25,8 @@ from typing import Union
 import numpy as np
 import torch
 
-from .codec import Codec, check_codec_name, tensor_view
+from ..host_files import replace_dir, tensor_view
+from .codec import Codec, check_codec_name
 from .encode import CHUNK_BYTES, CODE_NUMPY_DTYPES, check_int8_form, encode_into
 
 log = logging.getLogger(__name__)
@@ -248,26 +249,11 @@ def _write(table, name: str, out: Path, axis, method, chunk_bytes: int, source: 
         del codec
         meta = {"format": FORMAT, "codec": name, "axis": axis, "method": method, "shape": list(table.shape), "source": source}
         (tmp / META).write_text(json.dumps(meta, indent=1) + "\n")  # written last: marks a whole table
-        _replace_dir(tmp, out)
+        replace_dir(tmp, out, marker=META)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return load(out)
-
-
-def _replace_dir(tmp: Path, out: Path) -> None:
-    """Rename ``tmp`` to ``out``, moving an older ``out`` aside first (a reader that mapped the old
-    files keeps them: removing a mapped file leaves its pages to whoever maps it)."""
-    if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
-        os.replace(out, old / "table")
-        shutil.rmtree(old, ignore_errors=True)
-    try:
-        os.replace(tmp, out)
-    except OSError:
-        if not is_compressed_dir(out):
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)  # another process wrote the same table meanwhile
 
 
 def _matches(folder: Path, npy_path: Path) -> bool:

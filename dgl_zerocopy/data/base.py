@@ -1,20 +1,11 @@
 """The in-memory form every dataset loads into: a CSC graph, a host feature table, labels, splits."""
 from __future__ import annotations
 
-import warnings
 from dataclasses import dataclass, replace
 
 import numpy as np
 
-
-def tensor_view(array: np.ndarray):
-    """``torch.from_numpy(array)`` (shares memory) without torch's warning for read-only arrays:
-    datasets may be read-only memory maps, and nothing in this package writes to them."""
-    import torch
-
-    with warnings.catch_warnings():
-        warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
-        return torch.from_numpy(array)
+from ..host_files import tensor_view  # noqa: F401 - imported from here by much of the package
 
 
 def csc_from_sorted_keys(key: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

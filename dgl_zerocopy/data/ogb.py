@@ -23,7 +23,6 @@ import importlib.util
 import io
 import json
 import logging
-import os
 import shutil
 import tempfile
 from pathlib import Path
@@ -32,6 +31,7 @@ from typing import Iterator
 import numpy as np
 
 from ..compression import compressed_beside
+from ..host_files import replace_dir
 from .base import DatasetError, GraphDataset, csc_from_sorted_keys
 
 __all__ = ["load_ogb", "compressed_features", "OGB_DATASETS", "SYMMETRISED", "CACHE_DIR", "dataset_folder", "bidirected_csc", "directed_csc"]
@@ -157,7 +157,7 @@ def _build_cache(name: str, folder: Path, meta: dict, local: bool, cache: Path) 
     tmp = Path(tempfile.mkdtemp(prefix=f".{CACHE_DIR}.", dir=folder))
     try:
         _write_arrays(name, folder, meta, local, tmp)
-        _replace_dir(tmp, cache)
+        replace_dir(tmp, cache, marker="meta.json")
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
@@ -228,21 +228,6 @@ def _save_float32(path: Path, features: np.ndarray) -> None:
         out[start:start + step] = features[start:start + step]
     out.flush()
     del out
-
-
-def _replace_dir(tmp: Path, cache: Path) -> None:
-    """Rename ``tmp`` to ``cache``; an outdated ``cache`` is swapped out first. If another process
-    finished the same cache meanwhile, keep theirs."""
-    if cache.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{CACHE_DIR}.old.", dir=cache.parent))
-        os.replace(cache, old / "cache")
-        shutil.rmtree(old, ignore_errors=True)
-    try:
-        os.replace(tmp, cache)
-    except OSError:
-        if not (cache / "meta.json").exists():
-            raise
-        shutil.rmtree(tmp, ignore_errors=True)  # a concurrent loader won the race: same data
 
 
 # --- ogb, without network or prompts ---------------------------------------------------------
