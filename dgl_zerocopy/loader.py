@@ -29,6 +29,7 @@ from typing import Iterator, Mapping
 import numpy as np
 import torch
 
+from .cache import budget_for_rows
 from .data.base import tensor_view
 from .prefetch import Prefetcher
 from .store import FeatureStore, resolve_device
@@ -58,8 +59,10 @@ class DataLoader:
     id dtype on output), ``graph_sampler`` (any DGL block sampler; its ``prefetch_node_feats`` and
     ``prefetch_labels`` are honoured), ``device`` (default: the graph's), ``use_ddp``/``ddp_seed``
     (split the seeds across the ``torch.distributed`` ranks every epoch), ``batch_size``,
-    ``drop_last``, ``shuffle``, and DGL's options of its prefetcher, UVA and GPU cache, each mapped to
-    its nearest equivalent here (a one-time warning says so where one cannot apply). torch
+    ``drop_last``, ``shuffle``, and DGL's options of its prefetcher and UVA, each mapped to
+    its nearest equivalent here (a one-time warning says so where one cannot apply). ``gpu_cache``
+    (``{"node": {name: rows}}``) gives the store the loader makes for that feature a hot-row cache
+    of that many rows, chosen by in-degree (``FeatureStore(cache_bytes=...)``). torch
     DataLoader keywords: ``num_workers > 0`` samples in worker processes that feed the gather
     thread (with ``persistent_workers``, ``worker_init_fn``, ``prefetch_factor``, ``timeout``,
     ``multiprocessing_context``).
@@ -118,9 +121,14 @@ class DataLoader:
         self.indices = _node_ids(indices, self.num_nodes, graph.idtype)
         self.graph_sampler, prefetched = _without_prefetch_lists(graph_sampler)
         self._store_options = dict(store_options or {})
+        self._cached_rows = _gpu_cache_rows(gpu_cache, self.num_nodes)
         self.features = {k: self._store(k, v) for k, v in (features or {}).items()}
         self.labels = {k: self._labels(k, v) for k, v in (labels or {}).items()}
         self._add_prefetched(*prefetched)
+        for name in self._cached_rows:
+            if name not in self.features:
+                raise ValueError(f"gpu_cache names node feature {name!r}, but the loader gathers {sorted(self.features)}: "
+                                 "name a feature of features= or of the sampler's prefetch_node_feats")
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.use_ddp, self.ddp_seed = bool(use_ddp), ddp_seed
         self.seed, self.blocks = seed, blocks
@@ -149,8 +157,19 @@ class DataLoader:
 
     # -- validation ------------------------------------------------------------------------
     def _store(self, name: str, store) -> FeatureStore:
+        cached = self._cached_rows.get(name, 0)
         if isinstance(store, (torch.Tensor, np.ndarray)):
-            store = shared_store(store, self.device, **self._store_options)
+            options = dict(self._store_options)
+            if cached and store.ndim == 2:  # DGL's gpu_cache counts rows: the budget that holds that many
+                options.update(cache_bytes=budget_for_rows(cached, store.shape[1] * store.dtype.itemsize, store.shape[0]),
+                               cache_policy="in_degree", graph=self.graph)
+            store = shared_store(store, self.device, **options)
+            if cached and store.cache is None and store.backend != "gpu":
+                _warn_once("gpu_cache_shared", f"gpu_cache for {name!r}: the store over this tensor was made before without a "
+                                               "cache and is shared, so no rows are cached")
+        elif cached and isinstance(store, FeatureStore) and store.cache_policy is None:
+            _warn_once("gpu_cache_store", f"gpu_cache for {name!r} does not apply to a FeatureStore you pass: give it "
+                                          "cache_bytes= (and graph=) when you make it")
         if not isinstance(store, FeatureStore):
             raise TypeError(f"features[{name!r}] must be a FeatureStore or a tensor, but got {type(store).__name__}")
         if len(store) != self.num_nodes:
@@ -482,9 +501,27 @@ def _apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread,
     if use_uva:
         _warn_once("uva", "use_uva=True: sampling runs on the CPU here (as with use_uva=False in DGL); the features are read "
                           "by the GPU straight from pinned host memory, which is what UVA does for them")
-    if gpu_cache:
-        _warn_once("gpu_cache", f"gpu_cache={dict(gpu_cache)} is not supported yet: every row is read from host memory")
     return prefetch
+
+
+def _gpu_cache_rows(gpu_cache: Mapping | None, num_nodes: int) -> dict[str, int]:
+    """DGL's ``gpu_cache`` (``{"node": {name: rows}, "edge": {...}}``) as rows to cache per node
+    feature, checked. DGL caches rows as they are fetched (a HugeCTR cache); here the same number
+    of rows is chosen once, by in-degree (:mod:`dgl_zerocopy.cache`), which needs no second copy."""
+    if not gpu_cache:
+        return {}
+    if not isinstance(gpu_cache, Mapping) or set(gpu_cache) - {"node", "edge"}:
+        raise ValueError(f"gpu_cache must be a dict like {{'node': {{'feat': 100000}}}}, but got {gpu_cache!r}")
+    if any(rows for rows in (gpu_cache.get("edge") or {}).values()):
+        raise ValueError(f"gpu_cache={dict(gpu_cache)}: edge features are not cached (the loader gathers node features "
+                         "only); leave out the 'edge' entry")
+    rows = {}
+    for name, count in (gpu_cache.get("node") or {}).items():
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count <= num_nodes:
+            raise ValueError(f"gpu_cache['node'][{name!r}] must be a number of rows in [0, {num_nodes}], but got {count!r}")
+        if count:
+            rows[name] = int(count)
+    return rows
 
 
 def _warn_once(key: str, message: str) -> None:

@@ -10,6 +10,11 @@ Device contract:
 
 Ids may be int32 or int64, on the CPU or on the store's device, as a torch tensor or NumPy array.
 
+A hot-row cache (``cache_bytes > 0``, :mod:`dgl_zerocopy.cache`) keeps the rows a static policy
+ranks highest in device memory: ``zerocopy`` reads hits from there and misses over PCIe in one
+fused kernel; ``cpu`` on a CUDA device gathers and copies only the misses; on device ``cpu`` the
+hits come from a separate CPU copy (no speed, the same logic). ``gpu`` already holds every row.
+
 Streams (CUDA devices; the protocol is in docs/architecture.md): ``gather(ids, stream=s)`` runs on
 ``s``. Device-resident ids are read only after the caller's current stream has produced them
 (``s`` waits for it), and the id check runs on ``s``. A result allocated by the store (``out=None``)
@@ -31,6 +36,7 @@ import numpy as np
 import torch
 
 from .backends import Backend, GatherOptions, make_backend
+from .cache import HotRowCache, check_cache_args, choose_rows, slot_map_nbytes
 from .compression import CODECS, Codec, CompressedTable, check_codec_name, compress, load_compressed
 from .compression.table import params_nbytes
 from .data.base import tensor_view
@@ -71,6 +77,16 @@ class FeatureStore:
     ``sort_ids`` (gather in sorted id order, written back in place), ``max_blocks`` (a cap on the
     grid, leaving SMs to a training step that runs at the same time; ``None``: no cap).
 
+    Hot-row cache: ``cache_bytes`` of device memory (rows and slot map together; never exceeded)
+    hold the rows ``cache_policy`` ranks first: ``"in_degree"`` (the highest in-degree nodes of
+    ``graph``) or ``"presample"`` (the rows ``sampler`` gathered most often over about one epoch of
+    batches of ``seeds``, GNNLab's policy; ``presample_options`` may set its ``batch_size``,
+    ``epochs`` and ``seed``). The rows are ranked once, here; each process that binds the store
+    copies them to its own device. A compressed table caches its codes, so a budget holds 2-4x
+    more rows. ``cache_stats()`` counts hits and misses since ``reset_cache_stats()``;
+    ``cache_nbytes`` is the device memory the cache takes. ``backend="gpu"`` holds the whole table
+    on the device already: it ignores the cache with a warning.
+
     A read-only table (``np.load(path, mmap_mode="r")``) is pinned read-only where the GPU supports
     it; elsewhere a whole memory-mapped file is re-mapped copy-on-write (with a warning: pinning
     then keeps a private copy of its pages in RAM; the file is never written).
@@ -97,10 +113,15 @@ class FeatureStore:
 
     def __init__(self, data: ArrayLike, backend: str = "auto", device: str | torch.device | None = None, *,
                  compression: str | None = None, out_dtype: torch.dtype | None = None,
-                 variant: str = "aligned", sort_ids: bool = False, max_blocks: int | None = None) -> None:
+                 variant: str = "aligned", sort_ids: bool = False, max_blocks: int | None = None,
+                 cache_bytes: int = 0, cache_policy: str = "in_degree", graph=None, sampler=None, seeds=None,
+                 presample_options: dict | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
         options = GatherOptions(variant, sort_ids, max_blocks)  # checked before anything is pinned
+        rows = _num_rows(data)
+        if rows is not None:  # checked before the table is compressed, pinned or ranked
+            check_cache_args(cache_bytes, cache_policy, rows, graph, sampler, seeds)
         compressed = _compressed(data, check_codec_name(compression))
         if compressed is not None:
             out_dtype = _check_out_dtype(out_dtype, compressed.codec.name)
@@ -112,16 +133,22 @@ class FeatureStore:
             table = _codes_view(table, compressed.codec)
         backend = _resolve_backend(backend, device)
         device = _resolve_device(device, backend)
+        cache_rows = _rank_cache_rows(table, backend, cache_bytes, cache_policy, graph, sampler, seeds, presample_options)
         file = _file_ref(read_only_array if read_only_array is not None else data, table)
         self._init_unbound(table, read_only_array, file, backend, device.type, options,
                            compressed.codec if compressed is not None else None, out_dtype,
-                           compressed.method if compressed is not None else None, compressed.path if compressed is not None else None)
+                           compressed.method if compressed is not None else None, compressed.path if compressed is not None else None,
+                           cache_rows, cache_policy if cache_rows is not None else None)
         self.bind(device)
 
     def _init_unbound(self, table: torch.Tensor, read_only_array: np.ndarray | None, file: tuple | None,
                       backend: str, device_type: str, options: GatherOptions, codec: Codec | None = None,
-                      out_dtype: torch.dtype | None = None, method: str | None = None, path: Path | None = None) -> None:
+                      out_dtype: torch.dtype | None = None, method: str | None = None, path: Path | None = None,
+                      cache_rows: torch.Tensor | None = None, cache_policy: str | None = None) -> None:
         """The state of a store whose backend is not made yet (:meth:`bind` makes it)."""
+        self._cache_rows = cache_rows  # the rows to cache, ranked (int64 CPU), or None: no cache
+        self._cache_policy = cache_policy
+        self._cache: HotRowCache | None = None  # made by bind() on the bound device
         self._table = table  # the codes of a compressed table
         self._codec = codec  # None: uncompressed
         self._out_dtype = out_dtype if out_dtype is not None else table.dtype
@@ -162,10 +189,14 @@ class FeatureStore:
                 table, read_only = _pinnable(table, self._read_only_array, read_only_register_supported(device.index))
                 if self._codec is not None:
                     table = _codes_view(table, self._codec)  # a re-mapped file holds bf16 codes as int16
+            cache = None
+            if self._cache_rows is not None:
+                cache = HotRowCache(table, self._cache_rows, device, policy=self._cache_policy)
             backend = make_backend(self.backend, table, device, read_only=read_only, options=self.options,
-                                   codec=self._codec, out_dtype=self._out_dtype)
+                                   codec=self._codec, out_dtype=self._out_dtype, cache=cache)
             self._made.append(backend)
             self._table, self._backend, self._device, self._read_only_array = table, backend, device, None
+            self._cache = cache
         return self
 
     def __reduce__(self):
@@ -190,7 +221,8 @@ class FeatureStore:
                 (_param_ref(self._codec.scale), _param_ref(self._codec.offset))
             compressed = {"name": self._codec.name, "axis": self._codec.axis, "method": self._method, "path": self._path,
                           "scale": params[0], "offset": params[1], "out_dtype": self._out_dtype}
-        return _rebuild_store, (type(self), table, self.backend, device_type, options, compressed)
+        cache = (self._cache_rows, self._cache_policy) if self._cache_rows is not None else None
+        return _rebuild_store, (type(self), table, self.backend, device_type, options, compressed, cache)
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -233,13 +265,49 @@ class FeatureStore:
     def closed(self) -> bool:
         return not self._finalizer.alive
 
+    # -- cache -----------------------------------------------------------------------------
+    @property
+    def cache_nbytes(self) -> int:
+        """Device memory the hot-row cache takes (rows and slot map; 0 without a cache). An
+        unbound store reports what binding will take."""
+        if self._cache is not None:
+            return self._cache.nbytes
+        if self._cache_rows is None:
+            return 0
+        row_bytes = self._table.shape[1] * self._table.element_size()
+        return self._cache_rows.numel() * row_bytes + slot_map_nbytes(self._table.shape[0], self._cache_rows.numel())
+
+    @property
+    def cache(self) -> HotRowCache | None:
+        """The bound store's :class:`~dgl_zerocopy.cache.HotRowCache` (None: no cache, or unbound)."""
+        return self._cache
+
+    @property
+    def cache_policy(self) -> str | None:
+        """The policy that chose the cached rows, or None without a cache."""
+        return self._cache_policy
+
+    def cache_stats(self) -> dict[str, float | int]:
+        """``{"hits", "misses", "hit_rate"}``: rows served from the device cache and from host
+        memory since the last :meth:`reset_cache_stats` (all zero without a cache). On CUDA this
+        waits for the gathers already enqueued, whose hits are counted on the device."""
+        if self._cache is None:
+            return {"hits": 0, "misses": 0, "hit_rate": 0.0}
+        return self._cache.stats_dict()
+
+    def reset_cache_stats(self) -> None:
+        """Count hits and misses from zero again (e.g. at the start of an epoch)."""
+        if self._cache is not None:
+            self._cache.reset_stats()
+
     def __len__(self) -> int:
         return self._table.shape[0]
 
     def __repr__(self) -> str:
         device = str(self._device) if self._device is not None else f"{self._device_type} (unbound)"
         codes = f", compression={self.compression!r} (stored {self.stored_dtype})" if self._codec is not None else ""
-        return f"FeatureStore(shape={self.shape}, dtype={self.dtype}{codes}, backend={self.backend!r}, device={device!r})"
+        cache = f", cache={self._cache_rows.numel()} rows ({self._cache_policy})" if self._cache_rows is not None else ""
+        return f"FeatureStore(shape={self.shape}, dtype={self.dtype}{codes}{cache}, backend={self.backend!r}, device={device!r})"
 
     # -- gather ----------------------------------------------------------------------------
     def gather(self, ids, out: torch.Tensor | None = None, stream=None, unchecked: bool = False) -> torch.Tensor:
@@ -386,6 +454,36 @@ def _pinnable(table: torch.Tensor, array: np.ndarray, read_only_supported: bool)
     return table, False
 
 
+def _num_rows(data) -> int | None:
+    """The row count of ``data`` when it is known without reading it (a tensor, array, .npy file or
+    compressed table), so that the cache arguments are checked before anything else is done."""
+    if isinstance(data, CompressedTable):
+        return int(data.shape[0])
+    if isinstance(data, (torch.Tensor, np.ndarray)) and data.ndim == 2:
+        return int(data.shape[0])
+    return None
+
+
+def _rank_cache_rows(table: torch.Tensor, backend: str, cache_bytes: int, cache_policy: str, graph, sampler, seeds,
+                     presample_options: dict | None) -> torch.Tensor | None:
+    """The rows the cache holds, best first (int64 CPU), or None for no cache. ``table`` holds what
+    the cache copies (a compressed table's codes), so its row width decides how many rows fit."""
+    options = dict(presample_options or {})
+    unknown = sorted(set(options) - {"batch_size", "epochs", "seed"})
+    if unknown:
+        raise TypeError(f"presample_options takes batch_size, epochs and seed, but got {unknown}")
+    if check_cache_args(cache_bytes, cache_policy, table.shape[0], graph, sampler, seeds) and backend == "gpu":
+        warnings.warn(f"cache_bytes={cache_bytes} is ignored with backend='gpu': that backend holds every row in device "
+                      "memory already", stacklevel=3)
+        return None
+    rows = choose_rows(table.shape[0], table.shape[1] * table.element_size(), cache_bytes, cache_policy, graph=graph,
+                       sampler=sampler, seeds=seeds, stacklevel=4, **options)
+    if rows is not None:
+        log.info("cache: %d of %d rows (%s), %s of device memory", rows.numel(), table.shape[0], cache_policy,
+                 _size(rows.numel() * table.shape[1] * table.element_size()))
+    return rows
+
+
 def _file_ref(data, table: torch.Tensor) -> tuple[str, int, str, tuple[int, ...], str] | None:
     """``(filename, offset, dtype, shape, mode)`` of the file bytes that ``table`` views, when ``data``
     is a NumPy memory map (or a view of one) under ``table``; None otherwise."""
@@ -401,7 +499,8 @@ def _file_ref(data, table: torch.Tensor) -> tuple[str, int, str, tuple[int, ...]
     return str(root.filename), int(root.offset) + start, data.dtype.str, tuple(table.shape), mode
 
 
-def _rebuild_store(cls: type, table, backend: str, device_type: str, options: tuple, compressed: dict | None = None) -> FeatureStore:
+def _rebuild_store(cls: type, table, backend: str, device_type: str, options: tuple, compressed: dict | None = None,
+                   cache: tuple | None = None) -> FeatureStore:
     """A pickled store in the receiving process: unbound, over the same shared memory or file."""
     file = table if isinstance(table, tuple) else None
     if file is not None:
@@ -419,7 +518,9 @@ def _rebuild_store(cls: type, table, backend: str, device_type: str, options: tu
             codec = Codec(compressed["name"])
         table = _codes_view(table, codec)
     store = cls.__new__(cls)
-    store._init_unbound(table, read_only_array, file, backend, device_type, GatherOptions(*options), codec, out_dtype, method, path)
+    cache_rows, cache_policy = cache if cache is not None else (None, None)
+    store._init_unbound(table, read_only_array, file, backend, device_type, GatherOptions(*options), codec, out_dtype, method, path,
+                        cache_rows, cache_policy)
     return store
 
 

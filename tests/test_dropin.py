@@ -53,7 +53,7 @@ def test_signature_is_dgls_up_to_its_last_argument():
 def test_dgls_call_with_every_keyword_runs_and_matches_the_graph(graph, train_idx):
     """The call of DGL's examples, verbatim, plus the torch keywords DGL forwards."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # use_uva and gpu_cache warn; tested below
+        warnings.simplefilter("ignore")  # use_uva warns; tested below
         loader = DataLoader(graph, train_idx, _prefetching_sampler(), device="cpu", use_ddp=False, ddp_seed=0,
                             batch_size=256, drop_last=False, shuffle=True, use_prefetch_thread=None,
                             use_alternate_streams=None, pin_prefetcher=None, use_uva=False, gpu_cache=None,
@@ -84,7 +84,6 @@ def test_unknown_keywords_fail_like_a_python_call(graph, train_idx):
 
 @pytest.mark.parametrize("kw,phrase", [
     (dict(use_uva=True), "sampling runs on the CPU"),
-    (dict(gpu_cache={"node": {"feat": 1000}}), "not supported yet"),
     (dict(pin_prefetcher=True), "has no effect"),
 ])
 def test_options_that_cannot_apply_warn_once(graph, train_idx, kw, phrase):

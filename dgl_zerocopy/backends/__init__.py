@@ -7,6 +7,7 @@ from typing import Protocol
 
 import torch
 
+from ..cache import HotRowCache
 from ..compression.codec import Codec
 from ..launch import name_expression
 
@@ -43,15 +44,18 @@ class Backend(Protocol):
 
 def make_backend(name: str, table: torch.Tensor, device: torch.device, read_only: bool = False,
                  options: GatherOptions = GatherOptions(), codec: Codec | None = None,
-                 out_dtype: torch.dtype | None = None) -> Backend:
+                 out_dtype: torch.dtype | None = None, cache: "HotRowCache | None" = None) -> Backend:
     """The backend ``name`` over ``table``; ``read_only`` pins it with the read-only flag (a file
     map); ``options`` configure the zero-copy kernel. A compressed table: ``table`` holds the codes,
     ``codec`` decodes them (:mod:`dgl_zerocopy.compression`) and ``out_dtype`` is the dtype of the
-    gathered rows (default: the table's)."""
+    gathered rows (default: the table's). ``cache``: hot rows of ``table`` (codes, for a compressed
+    one) on ``device``, read instead of the host table (``cpu`` and ``zerocopy``; ``gpu`` takes none)."""
     if name == "cpu":
         from .cpu import CpuBackend
 
-        return CpuBackend(table, device, codec=codec, out_dtype=out_dtype)
+        return CpuBackend(table, device, codec=codec, out_dtype=out_dtype, cache=cache)
+    if cache is not None and name != "zerocopy":
+        raise ValueError(f"backend {name!r} takes no cache")
     if name == "gpu":
         from .gpu import GpuBackend
 
@@ -59,8 +63,10 @@ def make_backend(name: str, table: torch.Tensor, device: torch.device, read_only
     if name == "zerocopy":
         from .zerocopy import ZeroCopyBackend
 
-        compressed = {"codec": codec, "out_dtype": out_dtype} if codec is not None else {}
-        return ZeroCopyBackend(table, device, read_only=read_only, options=options, **compressed)
+        extra = {"codec": codec, "out_dtype": out_dtype} if codec is not None else {}
+        if cache is not None:
+            extra["cache"] = cache
+        return ZeroCopyBackend(table, device, read_only=read_only, options=options, **extra)
     raise ValueError(f"unknown backend {name!r}")
 
 

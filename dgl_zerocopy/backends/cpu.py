@@ -11,13 +11,21 @@ the faster of two ways as measured (``bench/cpu_gather.py``, docs/benchmarks.md)
   :data:`TILE_BYTES` of codes per torch thread (each thread's share stays in its own cache).
 - fp16/bf16, the whole batch's codes first, then one conversion pass: 1.05x the tiled rate.
 CUDA device: the codes are copied to the device and decoded there, so the link carries codes.
+
+With a hot-row cache (:class:`~dgl_zerocopy.cache.HotRowCache`, rows or codes of the table):
+- CUDA device: the ids are split on the CPU (a host copy of the slot map); only the misses are
+  gathered into the pinned staging buffer and copied, and the device assembles the batch from
+  them and the cached rows: the hits leave the host-to-device copy;
+- CPU device: the same split, the hits read from the cache's separate CPU copy (the logic, no speed).
 """
 from __future__ import annotations
 
 import torch
 
+from ..cache import HotRowCache, split_hits
 from ..compression.codec import Codec
 from ..compression.decode import Decoder
+from ..transfer import to_device
 
 #: Codes per tile and torch thread, for the CPU decode.
 TILE_BYTES = 256 << 10
@@ -25,9 +33,12 @@ TILE_BYTES = 256 << 10
 
 class CpuBackend:
     def __init__(self, table: torch.Tensor, device: torch.device, codec: Codec | None = None,
-                 out_dtype: torch.dtype | None = None) -> None:
+                 out_dtype: torch.dtype | None = None, cache: HotRowCache | None = None) -> None:
         self.table = table
         self.device = device
+        self.cache = cache
+        # The split runs where the ids are (the CPU): a host copy of a device cache's slot map.
+        self._host_slots = cache.slot_map.cpu() if cache is not None and device.type == "cuda" else None
         self.out_dtype = out_dtype if out_dtype is not None else table.dtype
         self._decoder = Decoder(codec, self.out_dtype, device) if codec is not None else None
         self._staging = torch.empty((0, table.shape[1]), dtype=table.dtype)  # gathered rows or codes; grown on demand
@@ -47,6 +58,8 @@ class CpuBackend:
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor:
         ids = ids.cpu()
+        if self.cache is not None:
+            return self._gather_cached(ids, out, stream)
         decoder = self._decoder
         if self.device.type == "cpu":
             if decoder is None:
@@ -84,6 +97,36 @@ class CpuBackend:
                 decoder(codes, ids, out)
         self._device_out = (out, done)
         return out
+
+    def _gather_cached(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor:
+        cache, decoder, n = self.cache, self._decoder, ids.shape[0]
+        decode = decoder is not None and not decoder.passthrough
+        if self.device.type == "cpu":
+            if not decode:
+                target = out if out is not None else (self._host_buffer(n) if decoder is None else self._decoded_buffer(n))
+                return cache.gather(ids, self.table, target, unchecked=True)
+            codes = cache.gather(ids, self.table, self._host_buffer(n), unchecked=True)
+            return decoder(codes, ids, out if out is not None else self._decoded_buffer(n))
+        split = split_hits(ids, self._host_slots, unchecked=True)
+        cache.stats.record(split.hit_positions.numel(), split.miss_positions.numel())
+        if self._device_out is not None:  # the staging buffer is reused: the previous copy out of it must be done
+            self._device_out[1].synchronize()
+        staged = torch.index_select(self.table, 0, split.miss_ids, out=self._host_buffer(split.miss_ids.shape[0]))
+        with torch.cuda.stream(stream):
+            rows = torch.empty((n, self.table.shape[1]), dtype=self.table.dtype, device=self.device) if decode or out is None else out
+            if staged.shape[0]:
+                rows.index_copy_(0, to_device(split.miss_positions, self.device), staged.to(self.device, non_blocking=True))
+            done = torch.cuda.Event()
+            done.record(stream)  # after the copy out of the staging buffer
+            if split.hit_positions.numel():
+                hit_slots = to_device(split.hit_slots, self.device)
+                rows.index_copy_(0, to_device(split.hit_positions, self.device), cache.rows.index_select(0, hit_slots))
+            if decode:
+                if out is None:
+                    out = torch.empty(rows.shape, dtype=self.out_dtype, device=self.device)
+                rows = decoder(rows, ids, out)
+        self._device_out = (rows, done)
+        return rows
 
     def close(self) -> None:
         if self._device_out is not None:  # the last copy may still read the pinned staging buffer

@@ -31,7 +31,7 @@ negative budget, missing graph/sampler/seeds, node count != table rows: clear er
 For a compressed table the store passes its host codes as ``table``: the cache then holds codes,
 and ``row_bytes`` (so the rows a budget holds) is the code width.
 """
-from .hot_rows import HotRowCache, build_cache, check_cache_args
+from .hot_rows import HotRowCache, build_cache, check_cache_args, choose_rows
 from .policy import (
     CACHE_POLICIES,
     CachePolicy,
@@ -41,6 +41,7 @@ from .policy import (
     cache_capacity,
     make_policy,
     presample_counts,
+    slot_map_nbytes,
 )
 from .slots import SplitHits, build_slot_map, cached_gather, split_hits
 from .stats import CacheStats
@@ -59,7 +60,9 @@ __all__ = [
     "cache_capacity",
     "cached_gather",
     "check_cache_args",
+    "choose_rows",
     "make_policy",
     "presample_counts",
+    "slot_map_nbytes",
     "split_hits",
 ]

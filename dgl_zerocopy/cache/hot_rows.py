@@ -1,7 +1,8 @@
 """HotRowCache: the chosen rows copied to a device, the slot map that finds them, and counters;
-:func:`build_cache`, the factory a FeatureStore calls with its ``cache_*`` arguments."""
+:func:`choose_rows` (which rows a budget holds; a FeatureStore calls it once) and :func:`build_cache`."""
 from __future__ import annotations
 
+import threading
 import warnings
 
 import torch
@@ -10,15 +11,18 @@ from .policy import cache_capacity, check_budget, check_policy_name, graph_num_n
 from .slots import SplitHits, build_slot_map, gather_split, split_hits
 from .stats import CacheStats
 
-__all__ = ["HotRowCache", "build_cache", "check_cache_args"]
+__all__ = ["HotRowCache", "build_cache", "check_cache_args", "choose_rows"]
 
 
 class HotRowCache:
     """Rows ``row_ids`` of ``table`` held on ``device`` (slot ``i`` holds row ``row_ids[i]``).
 
     ``rows`` is always a copy, also on the CPU (a separate tensor, so the hit/miss logic runs there
-    as it will on a GPU); ``slot_map`` is on ``device``; ``nbytes`` counts both. ``stats`` counts the
-    ids :meth:`split` (and so :meth:`gather`) has seen.
+    as it will on a GPU); ``slot_map`` is on ``device``; ``nbytes`` counts both.
+
+    Counting: :meth:`split` (and so :meth:`gather`) counts on the host at once; :meth:`count` counts
+    a batch of device ids on the current CUDA stream without waiting for it (a fused kernel's
+    batch). :meth:`stats_dict` and :meth:`reset_stats` fold both (they wait for the device).
     """
 
     def __init__(self, table: torch.Tensor, row_ids: torch.Tensor, device: str | torch.device = "cpu", policy: str = "") -> None:
@@ -28,7 +32,13 @@ class HotRowCache:
         self.row_ids = torch.as_tensor(row_ids).to("cpu", torch.int64)
         self.slot_map = build_slot_map(self.row_ids, table.shape[0], device)  # checks the ids first
         self.rows = table.index_select(0, self.row_ids.to(table.device)).to(device)
+        if self.rows.device.type == "cuda":  # filled on the current stream; gathers run on others: wait once, here
+            torch.cuda.current_stream(self.rows.device).synchronize()
         self.stats = CacheStats()
+        self._counters: dict[int, torch.Tensor] = {}  # CUDA stream handle -> hits counted on it (int64, on device)
+        self._counter_lock = threading.Lock()
+        self._lookups = 0  # ids passed to count() (host side, at enqueue)
+        self._base = (0, 0)  # (device hits, lookups) at the last reset_stats()
 
     @property
     def device(self) -> torch.device:
@@ -48,6 +58,46 @@ class HotRowCache:
         split = split_hits(ids, self.slot_map, unchecked=unchecked)
         self.stats.record(split.hit_positions.numel(), split.miss_positions.numel())
         return split
+
+    def count(self, ids: torch.Tensor) -> None:
+        """Count the hits among ``ids`` (on :attr:`device`, in range) without synchronising.
+
+        On CUDA the count is added, on the current stream, to a counter of that stream (only that
+        stream writes it, so gathers on several streams never race); on the CPU it is recorded at once."""
+        if ids.device.type != "cuda":
+            hits = int((self.slot_map.index_select(0, ids) >= 0).sum())
+            self.stats.record(hits, ids.numel() - hits)
+            return
+        stream = torch.cuda.current_stream(ids.device)
+        with self._counter_lock:
+            counter = self._counters.get(stream.cuda_stream)
+            if counter is None:  # allocated on `stream`: its first use is there
+                counter = self._counters[stream.cuda_stream] = torch.zeros((), dtype=torch.int64, device=ids.device)
+            self._lookups += ids.numel()
+        counter.add_((self.slot_map.index_select(0, ids) >= 0).sum())
+
+    def _device_counts(self) -> tuple[int, int]:
+        """(hits, lookups) counted by :meth:`count` since the cache was made, once the device has run them."""
+        with self._counter_lock:
+            counters, lookups = list(self._counters.values()), self._lookups
+        if counters:
+            torch.cuda.synchronize(self.slot_map.device)
+        return sum(int(c) for c in counters), lookups
+
+    def stats_dict(self) -> dict[str, float | int]:
+        """``{"hits", "misses", "hit_rate"}`` since the last :meth:`reset_stats`: what
+        ``FeatureStore.cache_stats()`` returns. Waits for the device's counts (exact once the
+        gathers enqueued before the call have run)."""
+        device_hits, lookups = self._device_counts()
+        device_hits, lookups = device_hits - self._base[0], lookups - self._base[1]
+        host_hits, host_misses = self.stats.snapshot()
+        hits, misses = host_hits + device_hits, host_misses + lookups - device_hits
+        return {"hits": hits, "misses": misses, "hit_rate": hits / (hits + misses) if hits + misses else 0.0}
+
+    def reset_stats(self) -> None:
+        """Start counting again from zero (device counters are never written here: their streams own them)."""
+        self._base = self._device_counts()
+        self.stats.reset()
 
     def gather(self, ids: torch.Tensor, table: torch.Tensor, out: torch.Tensor | None = None, *, unchecked: bool = False) -> torch.Tensor:
         """``table[ids]`` with hits read from :attr:`rows`: the reference path (``table``, ``ids`` and
@@ -87,21 +137,30 @@ def check_cache_args(cache_bytes, cache_policy: str, num_rows: int, graph=None, 
     return cache_bytes
 
 
-def build_cache(table: torch.Tensor, cache_bytes: int, cache_policy: str = "in_degree", *, graph=None, sampler=None, seeds=None,
-                device: str | torch.device = "cpu", batch_size: int = 1024, epochs: float = 1.0, seed: int = 0) -> HotRowCache | None:
-    """The cache a store with these arguments holds, or None for ``cache_bytes=0`` (or a budget
-    that holds no row, with a warning). Its ``nbytes`` never exceeds ``cache_bytes``.
+def choose_rows(num_rows: int, row_bytes: int, cache_bytes, cache_policy: str = "in_degree", *, graph=None, sampler=None,
+                seeds=None, batch_size: int = 1024, epochs: float = 1.0, seed: int = 0, stacklevel: int = 2) -> torch.Tensor | None:
+    """The rows a cache of ``cache_bytes`` holds for a ``num_rows``-row table of ``row_bytes``-byte
+    rows, best first (int64 CPU; slot ``i`` holds row ``result[i]``), or None for ``cache_bytes=0``
+    (or a budget that holds no row, with a warning). Rows and slot map never exceed the budget.
 
     ``batch_size``, ``epochs`` and ``seed`` shape the presampling pass (see
-    :func:`dgl_zerocopy.cache.policy.presample_counts`); ``"in_degree"`` ignores them and ``sampler``/``seeds``."""
-    cache_bytes = check_cache_args(cache_bytes, cache_policy, table.shape[0], graph, sampler, seeds)
+    :func:`dgl_zerocopy.cache.policy.presample_counts`); ``"in_degree"`` ignores them and ``sampler``/``seeds``.
+    ``stacklevel`` places the warning as ``warnings.warn`` does, counted from the caller."""
+    cache_bytes = check_cache_args(cache_bytes, cache_policy, num_rows, graph, sampler, seeds)
     if cache_bytes == 0:
         return None
-    row_bytes = table.shape[1] * table.element_size()
-    if row_bytes == 0 or cache_capacity(cache_bytes, row_bytes, table.shape[0]) == 0:
-        warnings.warn(f"cache_bytes={cache_bytes} holds no row: the slot map takes {4 * table.shape[0]} bytes and a row "
-                      f"{row_bytes}; no cache is made", stacklevel=2)
+    if row_bytes == 0 or cache_capacity(cache_bytes, row_bytes, num_rows) == 0:
+        warnings.warn(f"cache_bytes={cache_bytes} holds no row: the slot map takes {4 * num_rows} bytes and a row "
+                      f"{row_bytes}; no cache is made (give at least {4 * num_rows + row_bytes})", stacklevel=stacklevel + 1)
         return None
     policy = make_policy(cache_policy, graph, sampler=sampler, seeds=seeds, batch_size=batch_size, epochs=epochs, seed=seed)
-    return HotRowCache(table, policy.rows_for_budget(cache_bytes, row_bytes), device, policy=cache_policy)
+    return policy.rows_for_budget(cache_bytes, row_bytes).clone()  # not a view of the whole ranking
 
+
+def build_cache(table: torch.Tensor, cache_bytes: int, cache_policy: str = "in_degree", *, graph=None, sampler=None, seeds=None,
+                device: str | torch.device = "cpu", **presample) -> HotRowCache | None:
+    """The cache a store with these arguments holds on ``device`` (rows from :func:`choose_rows`),
+    or None. Its ``nbytes`` never exceeds ``cache_bytes``."""
+    rows = choose_rows(table.shape[0], table.shape[1] * table.element_size(), cache_bytes, cache_policy, graph=graph,
+                       sampler=sampler, seeds=seeds, stacklevel=3, **presample)
+    return HotRowCache(table, rows, device, policy=cache_policy) if rows is not None else None

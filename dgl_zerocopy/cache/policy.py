@@ -38,6 +38,7 @@ __all__ = [
     "in_degrees",
     "make_policy",
     "presample_counts",
+    "slot_map_nbytes",
 ]
 
 CACHE_POLICIES = ("in_degree", "presample")
@@ -65,7 +66,7 @@ def _check_row_bytes(row_bytes: Any) -> int:
     return int(row_bytes)
 
 
-def _map_nbytes(num_rows: int, num_cached: int) -> int:
+def slot_map_nbytes(num_rows: int, num_cached: int) -> int:
     """Bytes of the slot map of a ``num_rows``-row table with ``num_cached`` rows cached (none without a cache)."""
     return num_rows * torch.empty((), dtype=slot_dtype(num_cached)).element_size() if num_cached else 0
 
@@ -78,8 +79,8 @@ def cache_capacity(cache_bytes: int, row_bytes: int, num_rows: int) -> int:
         raise ValueError(f"num_rows must be >= 0, but got {num_rows}")
     best = 0
     for bound in (SLOTS_INT32, num_rows):  # an int32 map up to SLOTS_INT32 cached rows, an int64 map beyond
-        k = min(num_rows, bound, max(0, (cache_bytes - _map_nbytes(num_rows, bound)) // row_bytes))
-        if k and k * row_bytes + _map_nbytes(num_rows, k) <= cache_bytes:
+        k = min(num_rows, bound, max(0, (cache_bytes - slot_map_nbytes(num_rows, bound)) // row_bytes))
+        if k and k * row_bytes + slot_map_nbytes(num_rows, k) <= cache_bytes:
             best = max(best, k)
     return int(best)
 
@@ -90,7 +91,7 @@ def budget_for_rows(num_cached: int, row_bytes: int, num_rows: int) -> int:
     row_bytes = _check_row_bytes(row_bytes)
     if not 0 <= num_cached <= num_rows:
         raise ValueError(f"num_cached must be in [0, num_rows={num_rows}], but got {num_cached}")
-    return num_cached * row_bytes + _map_nbytes(num_rows, num_cached)
+    return num_cached * row_bytes + slot_map_nbytes(num_rows, num_cached)
 
 
 def graph_num_nodes(graph) -> int:
