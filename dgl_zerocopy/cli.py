@@ -61,6 +61,9 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--prefetch", type=int, help="batches prepared ahead on a background thread (0: serial; default 2)")
     t.add_argument("--feature-compression", help="host features stored as none, fp16, bf16 or int8 (per-column min/max), "
                    "decoded to float32 in the gather (default none)")
+    t.add_argument("--feature-cache", help="hot rows kept in device memory: a share of the rows (10%%) or a size "
+                                           "(512MiB, 2GB, bytes); 0: none (default)")
+    t.add_argument("--cache-policy", help="which rows the cache holds: in_degree (default) or presample")
     t.add_argument("--nproc", type=int, help="data-parallel processes (DDP): one per GPU on CUDA, gloo ranks on the CPU; "
                    "--batch-size stays the global batch (default 1)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -119,7 +122,8 @@ def _train(args: argparse.Namespace) -> int:
         dataset = dataset.with_self_loops()
     print(dataset.summary())
     compressed = f", features stored as {cfg.feature_compression}" if cfg.feature_compression != "none" else ""
-    print(f"model {cfg.model}, fanouts {cfg.fanouts}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}")
+    cached = f", cache {cfg.feature_cache} ({cfg.cache_policy})" if cfg.feature_cache != "0" else ""
+    print(f"model {cfg.model}, fanouts {cfg.fanouts}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{cached}")
     if cfg.nproc > 1:
         from .ddp import share_dataset
 

@@ -42,6 +42,8 @@ class TrainConfig(BaseModel):
     prefetch: int = 2
     nproc: PositiveInt = 1  # data-parallel processes (DDP): one per GPU on CUDA, gloo ranks on the CPU
     feature_compression: Optional[str] = "none"  # host features stored as none, fp16, bf16 or int8, decoded to float32 in the gather
+    feature_cache: str = "0"  # hot rows kept in device memory: a share of the rows ("10%") or a size ("512MiB", bytes); 0: none
+    cache_policy: Literal["in_degree", "presample"] = "in_degree"  # which rows: highest in-degree, or most gathered in a presampled epoch
 
     @field_validator("dataset")
     @classmethod
@@ -55,11 +57,21 @@ class TrainConfig(BaseModel):
     def _known_compression(cls, v: str | None) -> str:
         return check_codec_name(v) or "none"  # "unknown compression ...; use one of: ..." otherwise
 
+    @field_validator("feature_cache", mode="before")
+    @classmethod
+    def _valid_cache_size(cls, v) -> str:
+        parse_cache_size(v)  # "feature_cache ..." errors name the value and the forms
+        return str(v).strip()
+
     @model_validator(mode="after")
     def _compression_needs_a_store(self) -> "TrainConfig":
-        if self.feature_compression != "none" and self.feature_source == "dgl":
-            raise ValueError(f"feature_compression {self.feature_compression!r} needs a FeatureStore feature source (dgl-storage, cpu, "
-                             f"zerocopy or gpu), but got 'dgl', which slices DGL's own g.ndata table")
+        if self.feature_source != "dgl":
+            return self
+        for key, value, used in (("feature_compression", self.feature_compression, self.feature_compression != "none"),
+                                 ("feature_cache", self.feature_cache, parse_cache_size(self.feature_cache)[1] != 0)):
+            if used:
+                raise ValueError(f"{key} {value!r} needs a FeatureStore feature source (dgl-storage, cpu, "
+                                 f"zerocopy or gpu), but got 'dgl', which slices DGL's own g.ndata table")
         return self
 
     @field_validator("fanouts", mode="before")
@@ -106,6 +118,32 @@ def parse_fanouts(text: str) -> list[int]:
         raise ConfigError(f"fanouts {text!r}: {bad!r} is not an integer; write them comma-separated, e.g. 15,10,5") from None
 
 
+_SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
+
+
+def parse_cache_size(text) -> tuple[str, float | int]:
+    """A ``feature_cache`` value as ``("rows", fraction)`` for ``"10%"`` (a share of the rows) or
+    ``("bytes", n)`` for ``"512MiB"``, ``"2GB"``, ``"1000000"`` or an int; ConfigError otherwise."""
+    value = str(text).strip().lower().replace(" ", "")
+    try:
+        if value.endswith("%"):
+            share = float(value[:-1]) / 100
+            if not 0 <= share <= 1:
+                raise ValueError
+            return "rows", share
+        number = value.rstrip("kmgib")
+        unit = value[len(number):]
+        if unit not in _SIZE_UNITS:
+            raise ValueError
+        size = float(number) * _SIZE_UNITS[unit]
+        if size < 0 or size != size:
+            raise ValueError
+        return "bytes", int(size)
+    except (ValueError, OverflowError):
+        raise ConfigError(f"feature_cache {text!r} is not a cache size: give a share of the rows (10%), a size "
+                          f"(512MiB, 2GB) or a byte count; 0 means no cache") from None
+
+
 def read_yaml(path: str | Path) -> dict:
     """Read a config file into a dict; a missing or malformed file raises ConfigError."""
     path = Path(path)
@@ -140,6 +178,6 @@ def _one_line(error: ValidationError) -> str:
         allowed = ", ".join(TrainConfig.model_fields)
         return f"unknown config key {key!r}; allowed keys: {allowed}"
     msg = first["msg"].removeprefix("Value error, ")
-    if msg.startswith(("unknown", "fanouts", "dropout", "prefetch", "weight_decay", "feature_compression")):
+    if msg.startswith(("unknown", "fanouts", "dropout", "prefetch", "weight_decay", "feature_compression", "feature_cache")):
         return msg
     return f"{key}: {msg}, but got {first['input']!r}"

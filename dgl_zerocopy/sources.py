@@ -12,6 +12,11 @@ config): the FeatureStore sources hold the codes and gather decoded float32 rows
 ``.npy`` table (the OGB loaders' cache) is compressed once into a folder beside it and reused by
 later runs; any other table is compressed in memory when the source is made.
 
+A hot-row cache (``cache``, a :class:`CacheRequest`: the ``feature_cache`` and ``cache_policy`` of a
+config) gives the FeatureStore sources' store ``cache_bytes``: a share of the rows is turned into
+the bytes that hold that many stored rows (codes, when compressed). ``cache_stats()`` and
+``reset_cache_stats()`` pass the store's counters on (zeros for ``dgl``).
+
 A source yields ``(blocks, x, y)`` with ``x`` the features of ``blocks[0]``'s source nodes and ``y``
 the labels of ``blocks[-1]``'s destinations, all on the training device.
 
@@ -25,13 +30,16 @@ from __future__ import annotations
 
 import logging
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
 import numpy as np
 import torch
 
-from .compression import check_codec_name, compressed_beside
+from .cache import budget_for_rows
+from .compression import CODECS, check_codec_name, compressed_beside
+from .config import parse_cache_size
 from .data import GraphDataset
 from .data.base import tensor_view
 from .loader import DataLoader, dgl_has_cuda
@@ -44,6 +52,55 @@ log = logging.getLogger(__name__)
 
 # DGL's loader nags about CPU affinity on every epoch; it is advice, not a fault of this run.
 warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")
+
+
+NO_CACHE_STATS = {"hits": 0, "misses": 0, "hit_rate": 0.0}
+
+
+@dataclass(frozen=True)
+class CacheRequest:
+    """A training run's hot-row cache: ``size`` as ``feature_cache`` writes it (``"10%"`` of the
+    rows, ``"512MiB"``, bytes), ``policy``, and for ``"presample"`` the training ``seeds`` and
+    ``batch_size`` the sampler runs over."""
+
+    size: str = "0"
+    policy: str = "in_degree"
+    seeds: torch.Tensor | None = None
+    batch_size: int = 1024
+
+    def store_options(self, graph, fanouts: list[int], rows: int, row_bytes: int) -> dict:
+        """``FeatureStore`` keyword arguments for a table of ``rows`` stored rows of ``row_bytes``."""
+        kind, amount = parse_cache_size(self.size)
+        cache_bytes = budget_for_rows(round(amount * rows), row_bytes, rows) if kind == "rows" else amount
+        if cache_bytes == 0:
+            return {}
+        options = {"cache_bytes": cache_bytes, "cache_policy": self.policy, "graph": graph}
+        if self.policy == "presample":
+            import dgl
+
+            options.update(sampler=dgl.dataloading.NeighborSampler(fanouts), seeds=self.seeds,
+                           presample_options={"batch_size": self.batch_size})
+        return options
+
+
+def _stored_row_bytes(dataset: GraphDataset, compression: str | None) -> int:
+    """Bytes of one stored row: the table's, or its codes' (fp16/bf16: 2 per column, int8: 1)."""
+    itemsize = {"fp16": 2, "bf16": 2, "int8": 1}[compression] if compression in CODECS else dataset.features.dtype.itemsize
+    return dataset.features.shape[1] * itemsize
+
+
+class _StoreStats:
+    """The cache counters of a source's ``features`` store."""
+
+    @property
+    def has_cache(self) -> bool:
+        return self.features.cache_policy is not None
+
+    def cache_stats(self) -> dict:
+        return self.features.cache_stats()
+
+    def reset_cache_stats(self) -> None:
+        self.features.reset_cache_stats()
 
 
 class DglSource:
@@ -64,21 +121,31 @@ class DglSource:
         for _, _, blocks in timer.timed(loader, "sample"):  # includes DGL's gather
             yield blocks, blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
 
+    has_cache = False
+
+    def cache_stats(self) -> dict:
+        return dict(NO_CACHE_STATS)
+
+    def reset_cache_stats(self) -> None:
+        pass
+
     def close(self) -> None:
         pass
 
 
-class DglStorageSource:
+class DglStorageSource(_StoreStats):
     """DGL's own DataLoader with our FeatureStore attached: DGL samples and prefetches, the store
     gathers the input rows (backend ``auto``: zero-copy on a GPU, else cpu); labels from ``g.ndata``."""
 
-    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device, compression: str | None = None) -> None:
+    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device, compression: str | None = None,
+                 cache: CacheRequest = CacheRequest()) -> None:
         self.graph = dataset.to_dgl(with_data=False)
         self.graph.ndata["label"] = tensor_view(dataset.labels)
         self.fanouts = fanouts
         self.device = device
         table, codec = feature_table(dataset, compression)
-        self.features = FeatureStore(table, backend="auto" if device.type == "cuda" else "cpu", device=device, compression=codec)
+        self.features = FeatureStore(table, backend="auto" if device.type == "cuda" else "cpu", device=device, compression=codec,
+                                     **cache.store_options(self.graph, fanouts, dataset.num_nodes, _stored_row_bytes(dataset, compression)))
 
     def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer, ddp: bool = False) -> Iterator:
         import dgl
@@ -96,16 +163,17 @@ class DglStorageSource:
         self.features.close()
 
 
-class StoreSource:
+class StoreSource(_StoreStats):
     """DGL samples the blocks; our :class:`DataLoader` gathers the input rows with a FeatureStore
     (backend ``cpu``, ``zerocopy`` or ``gpu``), ``prefetch`` batches ahead."""
 
     def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device, backend: str = "cpu", prefetch: int = 0, seed: int = 0,
-                 compression: str | None = None) -> None:
+                 compression: str | None = None, cache: CacheRequest = CacheRequest()) -> None:
         self.graph = dataset.to_dgl(with_data=False)
         self.fanouts, self.device, self.prefetch, self.seed = fanouts, device, prefetch, seed
         table, codec = feature_table(dataset, compression)
-        self.features = FeatureStore(table, backend=backend, device=device, compression=codec)
+        self.features = FeatureStore(table, backend=backend, device=device, compression=codec,
+                                     **cache.store_options(self.graph, fanouts, dataset.num_nodes, _stored_row_bytes(dataset, compression)))
         self.labels = tensor_view(dataset.labels)
         self.blocks = "device" if device.type == "cuda" and not dgl_has_cuda() else "dgl"
         self._loaders: dict = {}
@@ -131,19 +199,20 @@ class StoreSource:
 
 
 def make_source(name: str, dataset: GraphDataset, fanouts: list[int], device: torch.device, prefetch: int = 0, seed: int = 0,
-                compression: str | None = None):
+                compression: str | None = None, cache: CacheRequest = CacheRequest()):
     """The feature source called ``name`` (see :data:`FEATURE_SOURCES`) for ``dataset`` on ``device``;
-    ``compression`` (None/``"none"``, ``"fp16"``, ``"bf16"``, ``"int8"``) for the FeatureStore sources."""
+    ``compression`` (None/``"none"``, ``"fp16"``, ``"bf16"``, ``"int8"``) and ``cache`` for the FeatureStore sources."""
     compression = check_codec_name(compression)
     if name == "dgl":
-        if compression is not None:
-            raise ValueError(f"compression {compression!r} needs a FeatureStore source (dgl-storage, cpu, zerocopy or gpu); "
-                             f"source 'dgl' slices DGL's own table")
+        for what, used in ((f"compression {compression!r}", compression is not None), (f"a cache of {cache.size!r}", parse_cache_size(cache.size)[1] != 0)):
+            if used:
+                raise ValueError(f"{what} needs a FeatureStore source (dgl-storage, cpu, zerocopy or gpu); "
+                                 f"source 'dgl' slices DGL's own table")
         return DglSource(dataset, fanouts, device)
     if name == "dgl-storage":
-        return DglStorageSource(dataset, fanouts, device, compression=compression)
+        return DglStorageSource(dataset, fanouts, device, compression=compression, cache=cache)
     if name in ("cpu", "zerocopy", "gpu"):
-        return StoreSource(dataset, fanouts, device, backend=name, prefetch=prefetch, seed=seed, compression=compression)
+        return StoreSource(dataset, fanouts, device, backend=name, prefetch=prefetch, seed=seed, compression=compression, cache=cache)
     raise ValueError(f"unknown feature source {name!r}; choose from: {', '.join(FEATURE_SOURCES)}")
 
 

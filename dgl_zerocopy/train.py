@@ -29,7 +29,7 @@ from .data import GraphDataset
 from .data.base import tensor_view
 from .loader import dgl_has_cuda
 from .models import build_model
-from .sources import make_source
+from .sources import CacheRequest, make_source
 from .timing import STAGES, StageTimer
 
 log = logging.getLogger(__name__)
@@ -45,12 +45,14 @@ class EpochStats:
     epoch_time: float  # training only; evaluation is timed apart in eval_time
     eval_time: float
     stages: dict[str, float] = field(default_factory=dict)
+    cache_hit_rate: float | None = None  # share of the training batches' rows read from the hot-row cache (None: no cache)
 
     def line(self) -> str:
         parts = " ".join(f"{s} {self.stages.get(s, 0.0):.2f}s" for s in STAGES)
+        cache = f" | cache hits {self.cache_hit_rate:.1%}" if self.cache_hit_rate is not None else ""
         return (
             f"epoch {self.epoch:>3} | loss {self.loss:.4f} | acc train {self.train_acc:.4f} val {self.val_acc:.4f} "
-            f"test {self.test_acc:.4f} | time {self.epoch_time:.2f}s ({parts}) | eval {self.eval_time:.2f}s"
+            f"test {self.test_acc:.4f} | time {self.epoch_time:.2f}s ({parts}) | eval {self.eval_time:.2f}s{cache}"
         )
 
 
@@ -126,9 +128,10 @@ def _fit(cfg: TrainConfig, dataset: GraphDataset, device: torch.device, on_epoch
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
         seed_everything(cfg.seed + rank)  # neighbour draws and dropout differ per rank; the seed split uses ddp_seed=cfg.seed
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
-    source = make_source(cfg.feature_source, dataset, cfg.fanouts, device, prefetch=cfg.prefetch, seed=cfg.seed,
-                         compression=cfg.feature_compression)
     train_idx = tensor_view(dataset.train_idx)
+    cache = CacheRequest(cfg.feature_cache, cfg.cache_policy, seeds=train_idx, batch_size=cfg.batch_size)
+    source = make_source(cfg.feature_source, dataset, cfg.fanouts, device, prefetch=cfg.prefetch, seed=cfg.seed,
+                         compression=cfg.feature_compression, cache=cache)
     batch_size = -(-cfg.batch_size // world_size)  # per rank; the global batch stays cfg.batch_size
     per_rank = -(-len(train_idx) // world_size)  # seeds per rank, padded as DGL's use_ddp does
     # This rank's slice of each evaluation set (disjoint, unpadded; made once, so the source keeps its loaders).
@@ -139,6 +142,7 @@ def _fit(cfg: TrainConfig, dataset: GraphDataset, device: torch.device, on_epoch
         for epoch in range(cfg.epochs):
             model.train()
             timer.reset()
+            source.reset_cache_stats()
             loss_sum, correct, seen = 0.0, 0, 0
             start = time.perf_counter()
             batches = source.batches(train_idx, batch_size, shuffle=True, timer=timer, ddp=parallel)
@@ -160,6 +164,7 @@ def _fit(cfg: TrainConfig, dataset: GraphDataset, device: torch.device, on_epoch
                 loss_sum, correct, seen = _sum_over_ranks([loss_sum, correct, seen], device)
             epoch_time = time.perf_counter() - start
             stages = timer.reset()
+            hit_rate = source.cache_stats()["hit_rate"] if source.has_cache else None  # this rank's training batches
             t0 = time.perf_counter()
             if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
                 if parallel:  # DDP's forward may talk to the other ranks; the plain module does not
@@ -171,7 +176,7 @@ def _fit(cfg: TrainConfig, dataset: GraphDataset, device: torch.device, on_epoch
             else:  # skipped (eval_every): on large test sets evaluation costs more than the epoch
                 val_acc = test_acc = float("nan")
             stats = EpochStats(epoch, loss_sum / max(seen, 1), correct / max(seen, 1), val_acc, test_acc,
-                               epoch_time, time.perf_counter() - t0, stages)
+                               epoch_time, time.perf_counter() - t0, stages, hit_rate)
             history.append(stats)
             log.debug(stats.line())
             if on_epoch is not None and rank == 0:

@@ -284,3 +284,75 @@ def test_the_cpu_backend_on_cuda_copies_only_the_misses(graph):
     torch.cuda.current_stream().wait_stream(side)
     assert torch.equal(out.cpu(), table[ids])
 
+
+
+# -- training: config, sources, CLI ----------------------------------------------------------
+
+@pytest.mark.parametrize("text, parsed", [("10%", ("rows", 0.1)), ("0", ("bytes", 0)), (0, ("bytes", 0)), ("512MiB", ("bytes", 2**29)),
+                                          ("2GB", ("bytes", 2 * 10**9)), ("1.5 KiB", ("bytes", 1536)), ("1000", ("bytes", 1000))])
+def test_feature_cache_sizes_parse(text, parsed):
+    from dgl_zerocopy.config import build_config, parse_cache_size
+
+    assert parse_cache_size(text) == parsed
+    assert build_config({}, {"feature_cache": text}).feature_cache == str(text).strip()
+
+
+@pytest.mark.parametrize("text", ["x", "150%", "-1", "5TB", "inf", "nan", "-2%"])
+def test_bad_feature_cache_sizes_are_one_line_errors(text):
+    from dgl_zerocopy.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match=r"^feature_cache .* is not a cache size: give a share of the rows \(10%\)"):
+        build_config({}, {"feature_cache": text})
+
+
+def test_a_cache_needs_a_featurestore_source_and_a_known_policy():
+    from dgl_zerocopy.config import ConfigError, build_config
+
+    with pytest.raises(ConfigError, match="feature_cache '5%' needs a FeatureStore feature source"):
+        build_config({}, {"feature_cache": "5%", "feature_source": "dgl"})
+    assert build_config({}, {"feature_cache": "0", "feature_source": "dgl"}).feature_cache == "0"
+    with pytest.raises(ConfigError, match="cache_policy"):
+        build_config({}, {"cache_policy": "lru"})
+
+
+@pytest.mark.parametrize("source_name", ["cpu", "dgl-storage"])
+@pytest.mark.parametrize("policy, compression", [("in_degree", None), ("presample", None), ("in_degree", "int8")])
+def test_sources_with_a_cache_yield_features_ids_and_count_every_row(small_dataset, source_name, policy, compression):
+    from dgl_zerocopy.sources import CacheRequest, make_source
+    from dgl_zerocopy.timing import StageTimer
+
+    nodes = torch.from_numpy(small_dataset.train_idx)
+    features = torch.from_numpy(small_dataset.features)
+    request = CacheRequest("20%", policy, seeds=nodes, batch_size=100)
+    source = make_source(source_name, small_dataset, [5, 3], torch.device("cpu"), compression=compression, cache=request)
+    store = source.features
+    assert source.has_cache and store.cache.num_cached == round(0.2 * small_dataset.num_nodes)
+    reference = make_source(source_name, small_dataset, [5, 3], torch.device("cpu"), compression=compression).features
+    cached = torch.zeros(small_dataset.num_nodes, dtype=torch.bool)
+    cached[store.cache.row_ids] = True
+    source.reset_cache_stats()
+    hits = rows = 0
+    for blocks, x, _ in source.batches(nodes, 100, True, StageTimer()):
+        input_ids = blocks[0].srcdata["_ID"]
+        assert torch.equal(x, reference.gather(input_ids).clone() if compression else features[input_ids])
+        hits, rows = hits + int(cached[input_ids].sum()), rows + input_ids.numel()
+    assert source.cache_stats() == {"hits": hits, "misses": rows - hits, "hit_rate": hits / rows}
+    source.close()
+    reference.close()
+
+
+def test_training_reports_the_cache_hit_rate_per_epoch(small_dataset, capsys):
+    from dgl_zerocopy.cli import main
+    from dgl_zerocopy.config import TrainConfig
+    from dgl_zerocopy.train import train
+
+    cfg = TrainConfig(fanouts=[5, 5], batch_size=64, hidden=32, epochs=2, lr=0.01, device="cpu", dropout=0.2, feature_cache="30%")
+    history = train(cfg, small_dataset, progress=False)
+    assert all(0.3 < h.cache_hit_rate < 1 for h in history)  # the hottest 30 % of rows are more than 30 % of the reads
+    assert history[-1].test_acc > 1 / small_dataset.num_classes + 0.4
+    assert "cache hits" in history[-1].line()
+    assert train(cfg.model_copy(update={"feature_cache": "0", "epochs": 1}), small_dataset, progress=False)[0].cache_hit_rate is None
+    assert main(["train", "--num-nodes", "3000", "--epochs", "1", "--fanouts", "5,5", "--batch-size", "256", "--hidden", "16",
+                 "--device", "cpu", "--no-progress", "--feature-cache", "10%", "--cache-policy", "presample"]) == 0
+    out = capsys.readouterr().out
+    assert "cache 10% (presample)" in out and "| cache hits " in out and "final test accuracy" in out
