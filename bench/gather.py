@@ -20,6 +20,11 @@ scale per row) and gathered by the decoding kernel into rows of the table's dtyp
 the reference decode (``Codec.decode``), and counted in bytes of the uncompressed rows: the
 fp32-equivalent bandwidth, which can pass the h2d ceiling.
 
+``--cache-fracs 0.1,0.25,0.5`` (GPU) adds, at ``--tune-cols``, ``zerocopy+cache=F`` and
+``cpu+cache=F``: stores with a hot-row cache holding the share F of the rows (a random choice of
+rows: with uniform ids the hit rate is about F, and the ``hit_rate`` column gives the measured
+one). Their GB/s counts every row of the batch, hits and misses: what training receives.
+
     python bench/gather.py [--rows 1000000] [--cols 100,128,256,602] [--batches 1024,16384,262144]
     dgl-zerocopy bench gather  (the same)
 """
@@ -77,7 +82,8 @@ def parse_max_blocks(text: str, sms: int) -> list[int]:
 
 def store_options(method: str) -> dict:
     """FeatureStore keyword arguments for a store method: a name of ``STORE_METHODS``, optionally
-    followed by ``+sort_ids`` or ``+max_blocks=N``."""
+    followed by ``+sort_ids``, ``+max_blocks=N`` or ``+cache=F`` (``cache_fraction``: the share of
+    the rows to cache, which :func:`open_method` turns into a budget)."""
     base, _, option = method.partition("+")
     if base not in STORE_METHODS:
         raise ValueError(f"unknown gather method {method!r}; store methods are {', '.join(STORE_METHODS)}")
@@ -86,17 +92,22 @@ def store_options(method: str) -> dict:
         kwargs["sort_ids"] = True
     elif option.startswith("max_blocks="):
         kwargs["max_blocks"] = int(option.removeprefix("max_blocks="))
+    elif option.startswith("cache=") and base in ("zerocopy", "cpu"):
+        kwargs["cache_fraction"] = float(option.removeprefix("cache="))
     elif option:
-        raise ValueError(f"unknown option {option!r} in gather method {method!r}; use +sort_ids or +max_blocks=N")
+        raise ValueError(f"unknown option {option!r} in gather method {method!r}; use +sort_ids, +max_blocks=N "
+                         "or (zerocopy, cpu) +cache=F")
     return kwargs
 
 
-def methods_for(cuda: bool, tune: bool, max_blocks: list[int], codecs: tuple[str, ...] = ()) -> list[str]:
-    """The methods timed at one width, the ceiling first; ``tune`` adds the zero-copy options,
-    ``codecs`` (GPU) the compressed zero-copy methods."""
+def methods_for(cuda: bool, tune: bool, max_blocks: list[int], codecs: tuple[str, ...] = (),
+                cache_fracs: tuple[float, ...] = ()) -> list[str]:
+    """The methods timed at one width, the ceiling first; ``tune`` adds the zero-copy options and
+    the cached stores of ``cache_fracs``, ``codecs`` (GPU) the compressed zero-copy methods."""
     if not cuda:
         return list(CPU_METHODS)
-    tuning = ["zerocopy+sort_ids", *(f"zerocopy+max_blocks={b}" for b in max_blocks)] if tune else []
+    tuning = ["zerocopy+sort_ids", *(f"zerocopy+max_blocks={b}" for b in max_blocks),
+              *(f"{base}+cache={f:g}" for f in cache_fracs for base in ("zerocopy", "cpu"))] if tune else []
     return [*GPU_METHODS, *(f"zerocopy-{c}" for c in codecs), *tuning]
 
 
@@ -130,9 +141,10 @@ def make_table(rng: np.random.Generator, rows: int, dim: int, dtype: torch.dtype
     return torch.from_numpy(rng.standard_normal((rows, dim), dtype=np.float32)).to(dtype)
 
 
-def open_method(name: str, table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
+def open_method(name: str, table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, stores: list | None = None) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
     """(one gather of ``ids`` as a zero-argument callable, a function that releases it). Store
-    methods write into ``out``; the ids stay on the CPU, as they come from the sampler."""
+    methods write into ``out``; the ids stay on the CPU, as they come from the sampler. A store
+    made here is appended to ``stores`` (for its cache counters)."""
     if name == "h2d":
         src = torch.empty(out.shape, dtype=out.dtype, pin_memory=True)
         return (lambda: out.copy_(src, non_blocking=True)), (lambda: None)
@@ -145,7 +157,17 @@ def open_method(name: str, table: torch.Tensor, ids: torch.Tensor, out: torch.Te
         return (lambda: table[ids]), (lambda: None)
     from dgl_zerocopy import FeatureStore
 
-    store = FeatureStore(table, device=out.device, **store_options(name))
+    options = store_options(name)
+    if "cache_fraction" in options:
+        from dgl_zerocopy.cache import CachePolicy, budget_for_rows
+
+        rows = round(options.pop("cache_fraction") * table.shape[0])
+        order = torch.randperm(table.shape[0], generator=torch.Generator().manual_seed(rows))
+        options.update(cache_bytes=budget_for_rows(rows, table.shape[1] * table.element_size(), table.shape[0]),
+                       cache_policy=CachePolicy(order))
+    store = FeatureStore(table, device=out.device, **options)
+    if stores is not None:
+        stores.append(store)
     return (lambda: store.gather(ids, out=out)), store.close
 
 
@@ -159,18 +181,26 @@ def check_equal(got: torch.Tensor, want: torch.Tensor) -> None:
 
 
 def time_method(name: str, table: torch.Tensor, ids: torch.Tensor, reference: torch.Tensor, out: torch.Tensor,
-                timer: Callable[[Callable[[], object], int], list[float]], repeats: int, compressed_tables: dict | None = None) -> list[float]:
+                timer: Callable[[Callable[[], object], int], list[float]], repeats: int, compressed_tables: dict | None = None,
+                extra: dict | None = None) -> list[float]:
     """Check ``name`` against ``reference`` (unless it is a ceiling; a compressed method against
-    the reference decode), then time it."""
+    the reference decode), then time it. A cached store's hit rate over the timed gathers goes
+    into ``extra["hit_rate"]``."""
+    stores: list = []
     if name.removeprefix("zerocopy-") in CODECS:
         fn, close, reference = open_compressed(name, table, ids, out, compressed_tables)
     else:
-        fn, close = open_method(name, table, ids, out)
+        fn, close = open_method(name, table, ids, out, stores)
     try:
         if name not in CEILINGS:
             out.fill_(float("nan"))  # a gather that writes nothing must not pass on the last method's rows
             check_equal(fn(), reference)
-        return timer(fn, repeats)
+        if stores and stores[0].cache is not None:
+            stores[0].reset_cache_stats()
+        times = timer(fn, repeats)
+        if stores and stores[0].cache is not None and extra is not None:
+            extra["hit_rate"] = stores[0].cache_stats()["hit_rate"]
+        return times
     finally:
         close()
 
@@ -194,6 +224,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--tune-cols", type=int, default=128, help="GPU: the width at which the zero-copy options are timed too (0: none)")
     parser.add_argument("--max-blocks", default="0.5sm,1sm,2sm,4sm", help="GPU: grid caps timed at --tune-cols: integers or Nsm (N times the SM count)")
+    parser.add_argument("--cache-fracs", default="", help="GPU: shares of the rows cached by zerocopy+cache=F and cpu+cache=F at --tune-cols, e.g. 0.1,0.25,0.5")
     parser.add_argument("--raw", choices=("files", "json", "none"), default="files",
                         help="per-repeat rows: STEM_raw.csv/.json (files), inside STEM.json (json), or not kept (none)")
     parser.add_argument("--time-limit", type=float, default=0, help="seconds: after this, widths not started yet become skipped rows (0: no limit)")
@@ -203,6 +234,12 @@ def main(argv: list[str] | None = None) -> int:
     if unknown := [d for d in args.dtypes.split(",") if d not in DTYPES]:
         parser.error(f"unknown dtype {unknown[0]!r}; choose from {', '.join(DTYPES)}")
     codecs = tuple(c.strip() for c in args.codecs.split(",") if c.strip())
+    try:
+        cache_fracs = tuple(float(f) for f in args.cache_fracs.split(",") if f.strip())
+    except ValueError:
+        parser.error(f"--cache-fracs must be numbers in (0, 1], but got {args.cache_fracs!r}")
+    if any(not 0 < f <= 1 for f in cache_fracs):
+        parser.error(f"--cache-fracs must be numbers in (0, 1], but got {args.cache_fracs!r}")
     if unknown := [c for c in codecs if c not in CODECS]:
         parser.error(f"unknown codec {unknown[0]!r}; choose from {', '.join(CODECS)}")
 
@@ -224,7 +261,7 @@ def main(argv: list[str] | None = None) -> int:
         for dim in dims:
             row_bytes = dim * torch.empty((), dtype=dtype).element_size()
             n_rows = table_rows(args.rows, row_bytes, args.table_gb)
-            methods = methods_for(cuda, dim == args.tune_cols, max_blocks, codecs if dim in codec_dims else ())
+            methods = methods_for(cuda, dim == args.tune_cols, max_blocks, codecs if dim in codec_dims else (), cache_fracs)
             compressed_tables: dict = {}
             key = {"dtype": dtype_name, "dim": dim, "row_bytes": row_bytes, "table_rows": n_rows}
             if args.time_limit and time.perf_counter() - started > args.time_limit:
@@ -244,13 +281,14 @@ def main(argv: list[str] | None = None) -> int:
                     failures += [{**key, "batch": batch, "method": m, "status": failure_text(e)} for m in methods]
                     continue
                 for name in methods:
+                    extra: dict = {}
                     try:
-                        times = time_method(name, table, ids, reference, out, timer, args.repeats, compressed_tables)
+                        times = time_method(name, table, ids, reference, out, timer, args.repeats, compressed_tables, extra)
                     except Exception as e:  # noqa: BLE001 - recorded as a failure row; the other methods still run
                         failures.append({**key, "batch": batch, "method": name, "status": failure_text(e)})
                         print(f"{dtype_name} {dim} cols, batch {batch}: {name} {failures[-1]['status']}", file=sys.stderr, flush=True)
                         continue
-                    raw += [{**key, "batch": batch, "method": name, "seconds": t, "gbps": batch * row_bytes / t / 1e9} for t in times]
+                    raw += [{**key, "batch": batch, "method": name, "seconds": t, "gbps": batch * row_bytes / t / 1e9, **extra} for t in times]
                 del reference, out
             del table, compressed_tables
 
@@ -266,10 +304,11 @@ def main(argv: list[str] | None = None) -> int:
     if any(s["gbps_median"] == s["gbps_median"] for s in summary):  # at least one number to draw (NaN != NaN)
         _plot(summary, meta, csv_path.with_suffix(".png"))
     print(f"# {meta['command']}\n# {meta['device']}; {meta['machine']}; table {args.rows:,} rows (cap {meta['table_gb']} GB)")
-    print("| dtype | dim | batch | method | GB/s median | q1–q3 | ratio to ceiling | status |\n|---|---|---|---|---|---|---|---|")
+    print("| dtype | dim | batch | method | GB/s median | q1–q3 | ratio to ceiling | cache hit rate | status |\n|---|---|---|---|---|---|---|---|---|")
     for s in summary:
+        hit_rate = f"{s['hit_rate']:.3f}" if s["hit_rate"] == s["hit_rate"] else "–"
         print(f"| {s['dtype']} | {s['dim']} | {s['batch']} | {s['method']} | {s['gbps_median']:.2f} | {s['gbps_q1']:.2f}–{s['gbps_q3']:.2f} | "
-              f"{s['ratio_to_ceiling']:.2f} | {s['status']} |")
+              f"{s['ratio_to_ceiling']:.2f} | {hit_rate} | {s['status']} |")
     return 1 if failures else 0
 
 
@@ -290,7 +329,8 @@ def summarize_rows(raw: list[dict], failures: list[dict], ceiling: str) -> list[
             stats = summarize(values) if values else dict.fromkeys(("median", "q1", "q3", "min", "max"), nan)
             summary.append({"dtype": dtype, "dim": dim, "row_bytes": first["row_bytes"], "table_rows": first["table_rows"], "batch": batch,
                             "method": method, **{f"gbps_{k}": v for k, v in stats.items()},
-                            "ratio_to_ceiling": stats["median"] / top_median, "status": "ok" if values else first["status"]})
+                            "ratio_to_ceiling": stats["median"] / top_median, "status": "ok" if values else first["status"],
+                            "hit_rate": first.get("hit_rate", nan)})
     return summary
 
 

@@ -14,7 +14,9 @@ only; the parts' limits add up to under 10 minutes) and its output echoed as it 
    of 64 B to 4 KB, 262,144 random ids, CUDA-event timing; at 512 B also ``sort_ids`` and
    ``max_blocks`` caps of 0.5 to 4 times the SM count; at 100 and 128 columns also the
    compressed tables (``zerocopy-fp16``, ``-bf16``, ``-int8``, ``-int8-row``) through the decoding
-   kernel, checked against the reference decode and counted in fp32-equivalent GB/s;
+   kernel, checked against the reference decode and counted in fp32-equivalent GB/s; at 512 B
+   also ``zerocopy`` and ``cpu`` with a hot-row cache of 10, 25 and 50 % of the rows (hit rate
+   and GB/s, against the same backend without a cache);
 3. ``bench/epoch.py``: GraphSAGE on the synthetic graph, sources cpu, zerocopy and gpu, prefetch
    0 and 2; skipped, with the reason, when ``import dgl`` fails (after ``import dgl_zerocopy``);
 4. ``dgl-zerocopy train --nproc N``: data-parallel GraphSAGE on all N GPUs (NCCL, one rank per
@@ -69,10 +71,10 @@ SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 GATHER_ARGS = {
     "full": ["--cols", "16,32,64,100,128,256,512,1024", "--dtypes", "fp32", "--batches", "262144", "--rows", "4000000",
              "--table-gb", "2", "--repeats", "15", "--tune-cols", "128", "--max-blocks", "0.5sm,1sm,2sm,4sm",
-             "--codecs", "fp16,bf16,int8,int8-row", "--codec-cols", "100,128"],
+             "--codecs", "fp16,bf16,int8,int8-row", "--codec-cols", "100,128", "--cache-fracs", "0.1,0.25,0.5"],
     "quick": ["--cols", "16,100,128,1024", "--dtypes", "fp32", "--batches", "65536", "--rows", "500000",
               "--table-gb", "0.25", "--repeats", "5", "--tune-cols", "128", "--max-blocks", "1sm,2sm",
-              "--codecs", "fp16,bf16,int8,int8-row", "--codec-cols", "128"],
+              "--codecs", "fp16,bf16,int8,int8-row", "--codec-cols", "128", "--cache-fracs", "0.25"],
 }
 EPOCH_ARGS = {"full": ["--prefetch", "2", "--epochs", "4"], "quick": ["--prefetch", "2", "--epochs", "3", "--num-nodes", "50000"]}
 # The epoch part's graph (cached by then), 3 epochs evaluated once after the last.
@@ -401,7 +403,7 @@ def gather_figures(rows: list[dict]) -> list[dict]:
     if not rows:
         return []
     batch = max(r["batch"] for r in rows)
-    keys = ("dtype", "dim", "row_bytes", "batch", "method", "gbps_median", "gbps_q1", "gbps_q3", "ratio_to_ceiling", "status")
+    keys = ("dtype", "dim", "row_bytes", "batch", "method", "gbps_median", "gbps_q1", "gbps_q3", "ratio_to_ceiling", "status", "hit_rate")
     return [{k: r.get(k) for k in keys} for r in rows if r["batch"] == batch]
 
 
@@ -470,7 +472,20 @@ def render_markdown(summary: dict) -> str:
             lines.append(f"| {first['row_bytes']} | {dim} | " + " | ".join(cells) + " |")
     if bad := [g for g in gather if g["status"] != "ok"]:
         lines += ["", "Not measured: " + _cell(failure_digest(bad, "method", limit=10))]
-    options = [g for g in gather if g["method"].split("+")[0] == "zerocopy" and any("+" in h["method"] and h["dim"] == g["dim"] for h in gather)]
+    cached = [g for g in gather if "+cache=" in g["method"]]
+    if cached:
+        plain_at = {g["method"]: g for g in gather if g["dim"] == cached[0]["dim"] and "+" not in g["method"]}
+        lines += ["", f"## Hot-row cache at {cached[0]['row_bytes']} B rows ({cached[0]['dim']} cols; uniform ids, random cached rows)", "",
+                  "| method | cached share | hit rate | GB/s median (q1–q3) | ratio to the same backend without cache | status |",
+                  "|---|---|---|---|---|---|"]
+        for g in cached:
+            base, share = g["method"].split("+cache=")
+            ref = plain_at.get(base)
+            rel = g["gbps_median"] / ref["gbps_median"] if ref and _finite(g["gbps_median"]) and _finite(ref["gbps_median"]) else None
+            lines.append(f"| {base} | {share} | {_num(g.get('hit_rate'), '.3f')} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | "
+                         f"{_num(rel)} | {_cell(g['status'])} |")
+    options = [g for g in gather if g["method"].split("+")[0] == "zerocopy" and "+cache=" not in g["method"]
+               and any("+" in h["method"] and "+cache=" not in h["method"] and h["dim"] == g["dim"] for h in gather)]
     if options:
         default = next((g for g in options if g["method"] == "zerocopy"), None)
         lines += ["", f"## Zero-copy options at {options[0]['row_bytes']} B rows ({options[0]['dim']} cols, SMs: {env.get('sm_count', '?')})", "",

@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .backends import Backend, GatherOptions, make_backend
-from .cache import HotRowCache, check_cache_args, choose_rows, slot_map_nbytes
+from .cache import CachePolicy, HotRowCache, check_cache_args, choose_rows, policy_name, slot_map_nbytes
 from .compression import CODECS, Codec, CompressedTable, check_codec_name, compress, load_compressed
 from .compression.table import params_nbytes
 from .data.base import tensor_view
@@ -81,7 +81,8 @@ class FeatureStore:
     hold the rows ``cache_policy`` ranks first: ``"in_degree"`` (the highest in-degree nodes of
     ``graph``) or ``"presample"`` (the rows ``sampler`` gathered most often over about one epoch of
     batches of ``seeds``, GNNLab's policy; ``presample_options`` may set its ``batch_size``,
-    ``epochs`` and ``seed``). The rows are ranked once, here; each process that binds the store
+    ``epochs`` and ``seed``), or a :class:`~dgl_zerocopy.cache.CachePolicy` of your own (a ranking
+    of all rows, best first; no graph needed). The rows are ranked once, here; each process that binds the store
     copies them to its own device. A compressed table caches its codes, so a budget holds 2-4x
     more rows. ``cache_stats()`` counts hits and misses since ``reset_cache_stats()``;
     ``cache_nbytes`` is the device memory the cache takes. ``backend="gpu"`` holds the whole table
@@ -114,7 +115,7 @@ class FeatureStore:
     def __init__(self, data: ArrayLike, backend: str = "auto", device: str | torch.device | None = None, *,
                  compression: str | None = None, out_dtype: torch.dtype | None = None,
                  variant: str = "aligned", sort_ids: bool = False, max_blocks: int | None = None,
-                 cache_bytes: int = 0, cache_policy: str = "in_degree", graph=None, sampler=None, seeds=None,
+                 cache_bytes: int = 0, cache_policy: str | CachePolicy = "in_degree", graph=None, sampler=None, seeds=None,
                  presample_options: dict | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
@@ -138,7 +139,7 @@ class FeatureStore:
         self._init_unbound(table, read_only_array, file, backend, device.type, options,
                            compressed.codec if compressed is not None else None, out_dtype,
                            compressed.method if compressed is not None else None, compressed.path if compressed is not None else None,
-                           cache_rows, cache_policy if cache_rows is not None else None)
+                           cache_rows, policy_name(cache_policy) if cache_rows is not None else None)
         self.bind(device)
 
     def _init_unbound(self, table: torch.Tensor, read_only_array: np.ndarray | None, file: tuple | None,
@@ -464,7 +465,7 @@ def _num_rows(data) -> int | None:
     return None
 
 
-def _rank_cache_rows(table: torch.Tensor, backend: str, cache_bytes: int, cache_policy: str, graph, sampler, seeds,
+def _rank_cache_rows(table: torch.Tensor, backend: str, cache_bytes: int, cache_policy: str | CachePolicy, graph, sampler, seeds,
                      presample_options: dict | None) -> torch.Tensor | None:
     """The rows the cache holds, best first (int64 CPU), or None for no cache. ``table`` holds what
     the cache copies (a compressed table's codes), so its row width decides how many rows fit."""
@@ -479,7 +480,7 @@ def _rank_cache_rows(table: torch.Tensor, backend: str, cache_bytes: int, cache_
     rows = choose_rows(table.shape[0], table.shape[1] * table.element_size(), cache_bytes, cache_policy, graph=graph,
                        sampler=sampler, seeds=seeds, stacklevel=4, **options)
     if rows is not None:
-        log.info("cache: %d of %d rows (%s), %s of device memory", rows.numel(), table.shape[0], cache_policy,
+        log.info("cache: %d of %d rows (%s), %s of device memory", rows.numel(), table.shape[0], policy_name(cache_policy),
                  _size(rows.numel() * table.shape[1] * table.element_size()))
     return rows
 

@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from conftest import REPO
 
@@ -57,6 +58,29 @@ def test_store_methods_map_to_feature_store_arguments():
     assert gather.methods_for(False, tune=True, max_blocks=[66]) == list(gather.CPU_METHODS)
     assert gather.table_rows(4_000_000, 4096, 2.0) == 488_281 and gather.table_rows(4_000_000, 64, 2.0) == 4_000_000
     assert gather.table_rows(1000, 4096, None) == 1000
+    assert gather.store_options("zerocopy+cache=0.25") == {"backend": "zerocopy", "cache_fraction": 0.25}
+    assert gather.store_options("cpu+cache=1") == {"backend": "cpu", "cache_fraction": 1.0}
+    with pytest.raises(ValueError, match=r"\+cache=F"):
+        gather.store_options("gpu+cache=0.5")
+    assert gather.methods_for(True, tune=True, max_blocks=[], cache_fracs=(0.1, 0.5))[-4:] == \
+        ["zerocopy+cache=0.1", "cpu+cache=0.1", "zerocopy+cache=0.5", "cpu+cache=0.5"]
+    assert gather.methods_for(True, tune=False, max_blocks=[], cache_fracs=(0.1,))[-1] == "gpu"
+
+
+@pytest.mark.parametrize("fraction", [0.1, 0.5, 1.0])
+def test_a_cached_method_is_checked_timed_and_reports_its_hit_rate(fraction):
+    table = torch.randn(2000, 24)
+    ids = torch.randint(0, 2000, (4000,), generator=torch.Generator().manual_seed(0))
+    reference = table[ids]
+    out = torch.empty_like(reference)
+    extra = {}
+    times = gather.time_method(f"cpu+cache={fraction:g}", table, ids, reference, out,
+                               lambda fn, n: [fn() is not None and 1.0 for _ in range(n)], 3, extra=extra)
+    assert times == [1.0, 1.0, 1.0] and torch.equal(out, reference)
+    assert abs(extra["hit_rate"] - fraction) < 0.04  # uniform ids over a random choice of cached rows
+    extra = {}
+    gather.time_method("cpu", table, ids, reference, out, lambda fn, n: [1.0] * n, 2, extra=extra)
+    assert extra == {}  # no cache, no hit rate
 
 
 def _raw(method, gbps, dim=128, batch=1024):

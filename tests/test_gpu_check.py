@@ -182,3 +182,20 @@ def test_the_ddp_part_needs_two_gpus_and_reads_the_train_output():
     assert gpu_check.parse_train_output(text) == {"epoch_times": [2.5, 1.25], "test_acc": 0.9712}
     assert gpu_check.parse_train_output("Traceback ...\nRuntimeError: NCCL error") == {"epoch_times": [], "test_acc": None}
     assert "ddp" in gpu_check.PARTS and gpu_check.BUDGETS["ddp"] >= 45
+
+
+def test_cached_methods_get_their_own_table_with_hit_rates(tmp_path):
+    summary = _made_up_summary(tmp_path)
+    rows = summary["figures"]["gather"]
+    at = next(g for g in rows if g["method"] == "zerocopy" and g["dim"] == 128)
+    cpu = next(g for g in rows if g["method"] == "cpu" and g["dim"] == 128)
+    rows += [{**at, "method": "zerocopy+cache=0.25", "gbps_median": 2 * at["gbps_median"], "hit_rate": 0.2501},
+             {**cpu, "method": "cpu+cache=0.25", "gbps_median": float("nan"), "status": "failed: RuntimeError: x", "hit_rate": None}]
+    md = gpu_check.render_markdown(summary)
+    assert "## Hot-row cache at 512 B rows (128 cols; uniform ids, random cached rows)" in md
+    assert f"| zerocopy | 0.25 | 0.250 | {2 * at['gbps_median']:.2f} (" in md and "| 2.00 | ok |" in md
+    assert "| cpu | 0.25 | – | – | – | failed: RuntimeError: x |" in md
+    options = md.split("Zero-copy options")[1]
+    assert "cache" not in options.split("##")[0]  # the options table stays the kernel's options
+    for mode, args in gpu_check.GATHER_ARGS.items():
+        assert "--cache-fracs" in args, mode

@@ -356,3 +356,21 @@ def test_training_reports_the_cache_hit_rate_per_epoch(small_dataset, capsys):
                  "--device", "cpu", "--no-progress", "--feature-cache", "10%", "--cache-policy", "presample"]) == 0
     out = capsys.readouterr().out
     assert "cache 10% (presample)" in out and "| cache hits " in out and "final test accuracy" in out
+
+
+def test_a_ranking_of_your_own_needs_no_graph():
+    from dgl_zerocopy.cache import CachePolicy
+
+    table = _table()
+    order = torch.randperm(ROWS, generator=torch.Generator().manual_seed(4))
+    store = FeatureStore(table, backend="cpu", device="cpu", cache_bytes=_budget(table, 33), cache_policy=CachePolicy(order))
+    assert store.cache_policy == "custom" and torch.equal(store.cache.row_ids, order[:33])
+    ids = torch.randint(0, ROWS, (300,))
+    assert torch.equal(store.gather(ids), table[ids])
+    in_cache = torch.zeros(ROWS, dtype=torch.bool)
+    in_cache[order[:33]] = True
+    assert store.cache_stats()["hits"] == int(in_cache[ids].sum())
+    with pytest.raises(ValueError, match="cache_policy ranks 10 rows but the feature table has 400"):
+        FeatureStore(table, backend="cpu", device="cpu", cache_bytes=10**5, cache_policy=CachePolicy(torch.arange(10)))
+    with pytest.raises(TypeError, match="order must be a 1-D int32/int64 tensor"):
+        CachePolicy(torch.rand(5))

@@ -31,7 +31,7 @@ negative budget, missing graph/sampler/seeds, node count != table rows: clear er
 For a compressed table the store passes its host codes as ``table``: the cache then holds codes,
 and ``row_bytes`` (so the rows a budget holds) is the code width.
 """
-from .hot_rows import HotRowCache, build_cache, check_cache_args, choose_rows
+from .hot_rows import HotRowCache, build_cache, check_cache_args, choose_rows, policy_name
 from .policy import (
     CACHE_POLICIES,
     CachePolicy,
@@ -62,6 +62,7 @@ __all__ = [
     "check_cache_args",
     "choose_rows",
     "make_policy",
+    "policy_name",
     "presample_counts",
     "slot_map_nbytes",
     "split_hits",

@@ -7,11 +7,11 @@ import warnings
 
 import torch
 
-from .policy import cache_capacity, check_budget, check_policy_name, graph_num_nodes, make_policy
+from .policy import CachePolicy, cache_capacity, check_budget, check_policy_name, graph_num_nodes, make_policy
 from .slots import SplitHits, build_slot_map, gather_split, split_hits
 from .stats import CacheStats
 
-__all__ = ["HotRowCache", "build_cache", "check_cache_args", "choose_rows"]
+__all__ = ["HotRowCache", "build_cache", "check_cache_args", "choose_rows", "policy_name"]
 
 
 class HotRowCache:
@@ -115,11 +115,16 @@ class HotRowCache:
                 f"nbytes={self.nbytes}, device={str(self.device)!r})")
 
 
-def check_cache_args(cache_bytes, cache_policy: str, num_rows: int, graph=None, sampler=None, seeds=None) -> int:
+def check_cache_args(cache_bytes, cache_policy: str | CachePolicy, num_rows: int, graph=None, sampler=None, seeds=None) -> int:
     """Check a store's cache arguments before anything is built (or pinned); returns the budget.
 
-    Always checked: the policy name and the budget. With a budget > 0 also: ``graph`` given, with
-    one node per table row, and for ``"presample"`` a ``sampler`` and ``seeds``."""
+    Always checked: the policy (a name, or a :class:`CachePolicy` ranking ``num_rows`` rows) and the
+    budget. With a named policy and a budget > 0 also: ``graph`` given, with one node per table
+    row, and for ``"presample"`` a ``sampler`` and ``seeds``."""
+    if isinstance(cache_policy, CachePolicy):
+        if cache_policy.num_rows != num_rows:
+            raise ValueError(f"cache_policy ranks {cache_policy.num_rows} rows but the feature table has {num_rows}")
+        return check_budget(cache_bytes)
     check_policy_name(cache_policy)
     cache_bytes = check_budget(cache_bytes)
     if cache_bytes == 0:
@@ -137,7 +142,7 @@ def check_cache_args(cache_bytes, cache_policy: str, num_rows: int, graph=None, 
     return cache_bytes
 
 
-def choose_rows(num_rows: int, row_bytes: int, cache_bytes, cache_policy: str = "in_degree", *, graph=None, sampler=None,
+def choose_rows(num_rows: int, row_bytes: int, cache_bytes, cache_policy: str | CachePolicy = "in_degree", *, graph=None, sampler=None,
                 seeds=None, batch_size: int = 1024, epochs: float = 1.0, seed: int = 0, stacklevel: int = 2) -> torch.Tensor | None:
     """The rows a cache of ``cache_bytes`` holds for a ``num_rows``-row table of ``row_bytes``-byte
     rows, best first (int64 CPU; slot ``i`` holds row ``result[i]``), or None for ``cache_bytes=0``
@@ -153,7 +158,8 @@ def choose_rows(num_rows: int, row_bytes: int, cache_bytes, cache_policy: str = 
         warnings.warn(f"cache_bytes={cache_bytes} holds no row: the slot map takes {4 * num_rows} bytes and a row "
                       f"{row_bytes}; no cache is made (give at least {4 * num_rows + row_bytes})", stacklevel=stacklevel + 1)
         return None
-    policy = make_policy(cache_policy, graph, sampler=sampler, seeds=seeds, batch_size=batch_size, epochs=epochs, seed=seed)
+    policy = cache_policy if isinstance(cache_policy, CachePolicy) else \
+        make_policy(cache_policy, graph, sampler=sampler, seeds=seeds, batch_size=batch_size, epochs=epochs, seed=seed)
     return policy.rows_for_budget(cache_bytes, row_bytes).clone()  # not a view of the whole ranking
 
 
@@ -163,4 +169,9 @@ def build_cache(table: torch.Tensor, cache_bytes: int, cache_policy: str = "in_d
     or None. Its ``nbytes`` never exceeds ``cache_bytes``."""
     rows = choose_rows(table.shape[0], table.shape[1] * table.element_size(), cache_bytes, cache_policy, graph=graph,
                        sampler=sampler, seeds=seeds, stacklevel=3, **presample)
-    return HotRowCache(table, rows, device, policy=cache_policy) if rows is not None else None
+    return HotRowCache(table, rows, device, policy=policy_name(cache_policy)) if rows is not None else None
+
+
+def policy_name(cache_policy: str | CachePolicy) -> str:
+    """The name a policy is reported by: its own, or its class's ``name`` for a ranking."""
+    return cache_policy if isinstance(cache_policy, str) else cache_policy.name

@@ -112,12 +112,16 @@ def in_degrees(graph) -> np.ndarray:
 
 
 class CachePolicy:
-    """A ranking of all ``num_rows`` rows, most valuable first (``order``, int64 CPU tensor)."""
+    """A ranking of all ``num_rows`` rows, most valuable first (``order``, int64 CPU tensor). Made
+    directly, it is a ranking of the caller's own (e.g. from access counts of a previous run)."""
 
-    name = ""
+    name = "custom"
 
     def __init__(self, order: torch.Tensor) -> None:
-        self.order = order
+        order = torch.as_tensor(order)
+        if order.dim() != 1 or order.dtype not in (torch.int32, torch.int64):
+            raise TypeError(f"order must be a 1-D int32/int64 tensor of row ids, but got {order.dtype} of shape {tuple(order.shape)}")
+        self.order = order.to(torch.int64)
 
     @property
     def num_rows(self) -> int:
