@@ -1,7 +1,9 @@
 """GPU launcher of the gather kernels (``kernels/gather.cu``) and their NVRTC compile check.
 
 :func:`launch_gather` copies raw rows; :func:`launch_decode` reads compressed rows (fp16, bf16,
-int8 codes) and decodes them in the kernel.
+int8 codes) and decodes them in the kernel. Both take an optional :class:`DeviceCache` (hot rows in
+device memory, found through a slot map): the fused gather then reads hits from the cache and
+misses from the host table, into the same output.
 
 CuPy is imported lazily, inside the functions that launch kernels, so this module imports on
 machines without CUDA. :func:`compile_check` needs no GPU and no CuPy: it drives NVRTC through
@@ -31,6 +33,7 @@ from dgl_zerocopy import launch
 from dgl_zerocopy.kernel_source import kernel_dir, kernel_sources_digest, read_kernel
 
 __all__ = [
+    "DeviceCache",
     "KernelCompileError",
     "NvrtcLibrary",
     "choose_nvrtc",
@@ -520,6 +523,29 @@ def _device_buffer(cupy: Any, array: Any) -> tuple[int, int]:
     return int(array.data.ptr), int(array.nbytes)
 
 
+@dataclass(frozen=True)
+class DeviceCache:
+    """A hot-row cache in device memory, as the fused gather reads it (``zc_row_source`` in
+    ``kernels/gather.cu``). The caller keeps all of it alive until the stream has run the gather.
+
+    Attributes:
+        rows_ptr: address of the cached rows' first row (device memory); each row laid out like a
+            table row (for a compressed table: the same codes).
+        row_stride_bytes: bytes between cached rows (``>=`` the row's bytes).
+        slot_map: 1-D C-contiguous int32 or int64 device array (CuPy, or anything with
+            ``__cuda_array_interface__``), one entry per table row: its slot (row of the cache) or
+            -1. Every slot must be -1 or a valid cache row: the kernel does not check.
+        row_pairs_ptr: int8 codes with per-row (scale, offset) only: the cached rows' float32
+            pairs, one per slot, in device memory (0: hits read their pair from host memory, one
+            PCIe request each).
+    """
+
+    rows_ptr: int
+    row_stride_bytes: int
+    slot_map: Any
+    row_pairs_ptr: int = 0
+
+
 def launch_gather(
     table_ptr: int,
     table_shape: Sequence[int],
@@ -533,6 +559,7 @@ def launch_gather(
     sort: bool = False,
     max_blocks: int | None = None,
     out_stride_bytes: int | None = None,
+    cache: DeviceCache | None = None,
 ) -> launch.GatherPlan:
     """Enqueue ``out[j] = table[ids[j]]`` on ``stream`` (asynchronous; no synchronisation).
 
@@ -557,25 +584,29 @@ def launch_gather(
             back to its original position through the inverse permutation.
         max_blocks: cap on the grid, to leave SMs to concurrent training.
         out_stride_bytes: bytes between output rows (default: the row bytes).
+        cache: hot rows in device memory (aligned variant only): ``out[j]`` is then read from
+            ``cache`` row ``slot_map[ids[j]]`` when that is >= 0, else from the table; the
+            vector width also suits the cache rows' address and stride.
 
     Returns:
         The launch plan used (``grid == 0``: nothing was launched).
 
     Raises:
-        TypeError: ids of a wrong type. ValueError: inconsistent sizes or a bad argument.
-        RuntimeError: CuPy or CUDA unavailable.
+        TypeError: ids or slot map of a wrong type. ValueError: inconsistent sizes or a bad
+            argument. RuntimeError: CuPy or CUDA unavailable.
     """
     if len(table_shape) < 1:
         raise ValueError(f"table_shape must have a row axis, but got {tuple(table_shape)}")
     row_bytes = int(itemsize) * math.prod(int(s) for s in table_shape[1:])
 
-    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int) -> launch.GatherPlan:
+    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int, **cached) -> launch.GatherPlan:
         return launch.plan_gather(row_bytes, int(table_ptr), num_ids, variant=variant, elem_size=int(itemsize),
                                   max_blocks=max_blocks, num_sms=num_sms, id_bytes=id_bytes,
-                                  row_stride=int(row_stride_bytes), out_address=out_address, out_stride=out_stride)
+                                  row_stride=int(row_stride_bytes), out_address=out_address, out_stride=out_stride,
+                                  **cached)
 
     return _enqueue(plan, int(table_ptr), int(row_stride_bytes), row_bytes, ids, out, stream=stream, sort=sort,
-                    out_stride_bytes=out_stride_bytes)
+                    out_stride_bytes=out_stride_bytes, cache=cache, table_rows=int(table_shape[0]))
 
 
 def launch_decode(
@@ -593,6 +624,7 @@ def launch_decode(
     sort: bool = False,
     max_blocks: int | None = None,
     out_stride_bytes: int | None = None,
+    cache: DeviceCache | None = None,
 ) -> launch.GatherPlan:
     """Enqueue ``out[j] = decode(table[ids[j]])`` on ``stream``: the compressed rows are read
     over PCIe with the aligned scheme and decoded in registers (``gather_decode``,
@@ -610,6 +642,10 @@ def launch_decode(
     float32, rounded to nearest-even into ``out_format``: equal to
     ``dgl_zerocopy.compression.Codec.decode``.
 
+    ``cache``: as for :func:`launch_gather`, its rows holding the table's *codes*; a hit is
+    decoded exactly as a miss (with its row's (scale, offset) from ``cache.row_pairs_ptr`` when
+    given, else from ``affine_ptr``).
+
     Returns:
         The launch plan used (``grid == 0``: nothing was launched).
 
@@ -625,20 +661,35 @@ def launch_decode(
         raise ValueError(f"out_format must be one of {tuple(launch.OUT_FORMATS)}, but got {out_format!r}")
     columns = int(table_shape[1])
 
-    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int) -> launch.GatherPlan:
+    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int, **cached) -> launch.GatherPlan:
         return launch.plan_decode(columns, int(table_ptr), num_ids, code=code, out_format=out_format, affine=affine,
                                   max_blocks=max_blocks, num_sms=num_sms, id_bytes=id_bytes,
-                                  row_stride=int(row_stride_bytes), out_address=out_address, out_stride=out_stride)
+                                  row_stride=int(row_stride_bytes), out_address=out_address, out_stride=out_stride,
+                                  **cached)
 
     out_row_bytes = columns * launch.OUT_FORMATS[out_format][1]
     return _enqueue(plan, int(table_ptr), int(row_stride_bytes), out_row_bytes, ids, out, stream=stream, sort=sort,
-                    out_stride_bytes=out_stride_bytes, affine_ptr=int(affine_ptr))
+                    out_stride_bytes=out_stride_bytes, affine_ptr=int(affine_ptr), cache=cache,
+                    table_rows=int(table_shape[0]))
+
+
+def _slot_map_array(cupy: Any, cache: DeviceCache, table_rows: int) -> Any:
+    """The cache's slot map as a CuPy array, checked (without touching its values)."""
+    slot_map = cupy.asarray(cache.slot_map)
+    if slot_map.ndim != 1 or slot_map.dtype not in (cupy.dtype("int32"), cupy.dtype("int64")):
+        raise TypeError(f"the cache's slot_map must be a 1-D int32 or int64 device array, but got dtype {slot_map.dtype} "
+                        f"and shape {slot_map.shape}")
+    if slot_map.size != table_rows or not slot_map.flags.c_contiguous:
+        raise ValueError(f"the cache's slot_map must be contiguous with one entry per table row ({table_rows}), but has "
+                         f"{slot_map.size} entries{'' if slot_map.flags.c_contiguous else ' and is strided'}")
+    return slot_map
 
 
 def _enqueue(plan_for, table_ptr: int, row_stride: int, out_row_bytes: int, ids: Any, out: Any, *, stream: Any,
-             sort: bool, out_stride_bytes: int | None, affine_ptr: int = 0) -> launch.GatherPlan:
-    """Validate ids and out, plan (``plan_for(num_ids, id_bytes, out_address, out_stride,
-    num_sms)``), sort if asked, and launch; everything on ``stream``."""
+             sort: bool, out_stride_bytes: int | None, affine_ptr: int = 0, cache: DeviceCache | None = None,
+             table_rows: int = 0) -> launch.GatherPlan:
+    """Validate ids, out and the cache, plan (``plan_for(num_ids, id_bytes, out_address, out_stride,
+    num_sms, **cache_layout)``), sort if asked, and launch; everything on ``stream``."""
     cupy = _cupy()
     if stream is not None:
         stream = cupy_stream(cupy, stream, int(cupy.cuda.runtime.getDevice()))
@@ -665,8 +716,16 @@ def _enqueue(plan_for, table_ptr: int, row_stride: int, out_row_bytes: int, ids:
                     f"out must hold {needed} bytes for {num_ids} rows of {out_row_bytes} bytes, but "
                     f"has {out_nbytes}"
                 )
+        cache_plan: dict[str, int] = {}
+        cache_args: dict[str, int] = {}
+        if cache is not None:
+            slot_map = _slot_map_array(cupy, cache, table_rows)
+            cache_plan = dict(cache_address=int(cache.rows_ptr), cache_stride=int(cache.row_stride_bytes),
+                              slot_bytes=slot_map.dtype.itemsize)
+            cache_args = dict(slot_map_address=int(slot_map.data.ptr), cache_address=int(cache.rows_ptr),
+                              cache_stride=int(cache.row_stride_bytes), cache_affine_address=int(cache.row_pairs_ptr))
         device_id = int(cupy.cuda.runtime.getDevice())
-        plan = plan_for(num_ids, ids.dtype.itemsize, out_ptr, out_stride, _num_sms(device_id))
+        plan = plan_for(num_ids, ids.dtype.itemsize, out_ptr, out_stride, _num_sms(device_id), **cache_plan)
         if plan.grid == 0:
             return plan
         kernel = _kernel(device_id, plan.kernel)
@@ -684,6 +743,7 @@ def _enqueue(plan_for, table_ptr: int, row_stride: int, out_row_bytes: int, ids:
             out_address=out_ptr,
             out_stride=out_stride,
             affine_address=affine_ptr,
+            **cache_args,
         )
         logger.debug("launch %s grid=%d block=%d", plan.kernel, plan.grid, plan.block)
         kernel((plan.grid,), (plan.block,), tuple(_argument(kind, value) for kind, value in args))

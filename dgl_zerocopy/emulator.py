@@ -7,7 +7,9 @@ in a file named by a hash of the sources, the entry points, the flags and the co
 with ctypes. The launch configuration comes from :func:`dgl_zerocopy.launch.plan_gather`, exactly
 as on the GPU. With ``trace=True`` every table load is recorded (address, bytes, warp, load site)
 for :mod:`dgl_zerocopy.pcie_model`. :func:`emulate_gather` runs the raw-copy kernels,
-:func:`emulate_decode` the decoding gather of compressed rows (fp16, bf16, int8 codes).
+:func:`emulate_decode` the decoding gather of compressed rows (fp16, bf16, int8 codes). Both take an
+optional hot-row cache (``cache_rows`` and ``slot_map``): the fused hit/miss gather, hits read from
+a separate buffer that stands for device memory (the trace marks which loads were host reads).
 
 The emulation is faithful for kernels whose threads do not communicate (no ``__syncthreads``, no
 shuffles): threads run one after another, so it checks results and addresses, not timing or races.
@@ -16,6 +18,7 @@ shuffles): threads run one after another, so it checks results and addresses, no
 from __future__ import annotations
 
 import ctypes
+import dataclasses
 import functools
 import hashlib
 import logging
@@ -65,7 +68,11 @@ class Trace:
         table_address: address of the table's first row.
         num_ids: rows gathered.
         table_bytes: bytes of the table (loads outside ``[table_address, table_address +
-            table_bytes)`` read something else: per-row (scale, offset) pairs).
+            table_bytes)`` read something else: per-row (scale, offset) pairs, cache rows).
+        host_ranges: ``(start, end)`` address ranges of host memory (the table, per-row pairs in
+            host memory): the loads the PCIe model counts. Loads outside them read device memory
+            (a hot-row cache and its pairs) and cross no link. None: every load is a host read.
+        hits: rows read from a hot-row cache (0 without one).
     """
 
     address: np.ndarray
@@ -76,11 +83,28 @@ class Trace:
     table_address: int
     num_ids: int
     table_bytes: int = 0
+    host_ranges: tuple[tuple[int, int], ...] | None = None
+    hits: int = 0
 
     @property
     def useful_bytes(self) -> int:
-        """Bytes the gather had to deliver (``num_ids * row_bytes``)."""
-        return self.num_ids * self.plan.row_bytes
+        """Bytes the gather had to deliver over the link: ``(num_ids - hits) * row_bytes`` (the
+        missed rows; all rows without a cache)."""
+        return (self.num_ids - self.hits) * self.plan.row_bytes
+
+    def host_mask(self) -> np.ndarray:
+        """Which loads read host memory (inside :attr:`host_ranges`; all when it is None)."""
+        if self.host_ranges is None:
+            return np.ones(self.address.shape, dtype=bool)
+        inside = np.zeros(self.address.shape, dtype=bool)
+        for start, end in self.host_ranges:
+            inside |= (self.address >= start) & (self.address < end)
+        return inside
+
+    def subset(self, mask: np.ndarray) -> Trace:
+        """The trace of the loads selected by ``mask`` (same plan and ranges)."""
+        return dataclasses.replace(self, address=self.address[mask], nbytes=self.nbytes[mask], warp=self.warp[mask],
+                                   slot=self.slot[mask])
 
 
 def emulator_cache_dir() -> Path:
@@ -226,6 +250,67 @@ def _check_perm(perm: np.ndarray | None, num_ids: int) -> np.ndarray | None:
     return perm
 
 
+@dataclass(frozen=True)
+class _Cache:
+    """A hot-row cache placed for an emulated kernel; its arrays stay referenced while it runs.
+
+    ``rows`` holds the cached rows' bytes, ``stride`` apart, in their own buffer: it stands for
+    device memory, so its loads fall outside the trace's host ranges. ``pairs``: an int8 per-row
+    table's (scale, offset) pairs of the cached rows, one per slot (device memory too)."""
+
+    rows: np.ndarray | None = None
+    slot_map: np.ndarray | None = None
+    stride: int = 0
+    hits: int = 0
+    pairs: np.ndarray | None = None
+
+    def plan_arguments(self) -> dict[str, int]:
+        if self.slot_map is None:
+            return {}
+        return dict(cache_address=int(self.rows.ctypes.data), cache_stride=self.stride, slot_bytes=self.slot_map.dtype.itemsize)
+
+    def kernel_arguments(self) -> dict[str, int]:
+        if self.slot_map is None:
+            return {}
+        return dict(slot_map_address=int(self.slot_map.ctypes.data), cache_address=int(self.rows.ctypes.data),
+                    cache_stride=self.stride, cache_affine_address=0 if self.pairs is None else int(self.pairs.ctypes.data))
+
+
+def _place_cache(table: np.ndarray, cache_rows: np.ndarray | None, slot_map: np.ndarray | None, cache_offset: int,
+                 cache_stride: int | None, ids: np.ndarray) -> _Cache:
+    """Check a hot-row cache against ``table`` and lay its rows out as the kernel reads them."""
+    if cache_rows is None and slot_map is None:
+        if cache_offset != 0 or cache_stride is not None:
+            raise ValueError("cache_offset and cache_stride place a cache: pass cache_rows and slot_map too")
+        return _Cache()
+    if cache_rows is None or slot_map is None:
+        raise ValueError("cache_rows and slot_map go together: pass both for a cached gather, or neither")
+    if not isinstance(cache_rows, np.ndarray) or cache_rows.dtype != table.dtype or cache_rows.shape[1:] != table.shape[1:]:
+        raise TypeError(f"cache_rows must be a NumPy array of rows of the table ({table.dtype}, shape (k,) + "
+                        f"{table.shape[1:]}), but got {getattr(cache_rows, 'dtype', type(cache_rows).__name__)} "
+                        f"{getattr(cache_rows, 'shape', '')}")
+    slot_map = np.asarray(slot_map)
+    if slot_map.dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or slot_map.shape != (table.shape[0],):
+        raise TypeError(f"slot_map must be a 1-D int32 or int64 array of {table.shape[0]} entries (one per table row), "
+                        f"but got dtype {slot_map.dtype} and shape {slot_map.shape}")
+    num_cached = cache_rows.shape[0]
+    bad = np.flatnonzero((slot_map < -1) | (slot_map >= num_cached))
+    if bad.size:
+        raise ValueError(f"slot_map[{bad[0]}] = {slot_map[bad[0]]} is not a slot of a {num_cached}-row cache "
+                         f"(valid: -1 for not cached, 0 to {num_cached - 1})")
+    if isinstance(cache_offset, bool) or not isinstance(cache_offset, int) or not 0 <= cache_offset < _BUFFER_ALIGN:
+        raise ValueError(f"cache_offset must be an int in [0, 127], but got {cache_offset!r}")
+    row_bytes = cache_rows.dtype.itemsize * int(np.prod(cache_rows.shape[1:], dtype=np.int64))
+    stride = row_bytes if cache_stride is None else cache_stride
+    if isinstance(stride, bool) or not isinstance(stride, int) or stride < row_bytes:
+        raise ValueError(f"cache_stride must be an int >= the row's {row_bytes} bytes, but got {cache_stride!r}")
+    rows = _aligned_bytes(num_cached * stride, cache_offset, fill=0)
+    if num_cached and row_bytes:
+        rows.reshape(num_cached, stride)[:, :row_bytes] = np.ascontiguousarray(cache_rows).reshape(num_cached, -1).view(np.uint8)
+    slot_map = np.ascontiguousarray(slot_map)
+    return _Cache(rows=rows, slot_map=slot_map, stride=stride, hits=int(np.count_nonzero(slot_map[ids] >= 0)))
+
+
 def emulate_gather(
     table: np.ndarray,
     ids: np.ndarray,
@@ -235,8 +320,17 @@ def emulate_gather(
     perm: np.ndarray | None = None,
     trace: bool = False,
     max_blocks: int | None = None,
+    cache_rows: np.ndarray | None = None,
+    slot_map: np.ndarray | None = None,
+    cache_offset: int = 0,
+    cache_stride: int | None = None,
 ) -> np.ndarray | tuple[np.ndarray, Trace]:
     """Gather ``table[ids]`` by running the CUDA kernel on the CPU.
+
+    With ``cache_rows`` and ``slot_map``, the fused cached gather: row ``ids[j]`` is read from
+    ``cache_rows[slot_map[ids[j]]]`` when that slot is >= 0, else from the table (so the result
+    is ``table[ids]`` when every cached row equals its table row, as
+    :func:`dgl_zerocopy.cache.cached_gather`).
 
     Args:
         table: the feature table, rows along axis 0 (any plain dtype; copied as bytes).
@@ -248,17 +342,24 @@ def emulate_gather(
             sort ids for locality and pass the sorting permutation).
         trace: also return the :class:`Trace` of table loads.
         max_blocks: grid cap, as on the GPU.
+        cache_rows: the cached rows, ``(k,) + table.shape[1:]`` of ``table.dtype`` (aligned
+            variant only; together with ``slot_map``).
+        slot_map: 1-D int32 or int64, one entry per table row: its slot in ``cache_rows`` or -1.
+        cache_offset: the cache's first row is placed this many bytes (0..127) past a 128-byte
+            boundary.
+        cache_stride: bytes between cache rows (default the row's bytes).
 
     Returns:
         An array of shape ``(len(ids),) + table.shape[1:]`` and ``table.dtype``; with ``trace``,
-        the tuple ``(out, Trace)``.
+        the tuple ``(out, Trace)`` (cache loads are traced, outside ``Trace.host_ranges``).
 
     Raises:
-        TypeError: bad table or ids type. IndexError: an id out of range.
-        ValueError: a bad variant, base offset or perm.
+        TypeError: bad table, ids, cache rows or slot map type. IndexError: an id out of range.
+        ValueError: a bad variant, base offset, perm, slot or cache layout.
     """
     table, ids = _check_inputs(table, ids, variant, base_offset)
     perm = _check_perm(perm, ids.size)
+    cache = _place_cache(table, cache_rows, slot_map, cache_offset, cache_stride, ids)
     num_ids = int(ids.size)
     row_bytes = table.dtype.itemsize * int(np.prod(table.shape[1:], dtype=np.int64))
 
@@ -279,6 +380,7 @@ def emulate_gather(
         max_blocks=max_blocks,
         id_bytes=ids.dtype.itemsize,
         out_address=out_address,
+        **cache.plan_arguments(),
     )
     args = launch.kernel_arguments(
         plan,
@@ -288,12 +390,14 @@ def emulate_gather(
         perm_address=0 if perm is None else int(perm.ctypes.data),
         out_address=out_address,
         out_stride=row_bytes,
+        **cache.kernel_arguments(),
     )
     records = _run(plan, args, trace)
     out = out_bytes.view(table.dtype).reshape((num_ids,) + table.shape[1:])
     if not trace:
         return out
-    return out, _trace(records, plan, table_address, num_ids, table.nbytes)
+    return out, _trace(records, plan, table_address, num_ids, table.nbytes, ((table_address, table_address + table.nbytes),),
+                       cache.hits)
 
 
 def _run(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...], trace: bool) -> np.ndarray:
@@ -322,7 +426,7 @@ def _run(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...], trace: boo
 
 
 def _trace(records: np.ndarray, plan: launch.GatherPlan, table_address: int, num_ids: int,
-           table_bytes: int) -> Trace:
+           table_bytes: int, host_ranges: tuple[tuple[int, int], ...], hits: int) -> Trace:
     return Trace(
         address=records["address"].copy(),
         nbytes=records["bytes"].copy(),
@@ -332,6 +436,8 @@ def _trace(records: np.ndarray, plan: launch.GatherPlan, table_address: int, num
         table_address=table_address,
         num_ids=num_ids,
         table_bytes=table_bytes,
+        host_ranges=host_ranges,
+        hits=hits,
     )
 
 
@@ -384,6 +490,11 @@ def emulate_decode(
     perm: np.ndarray | None = None,
     trace: bool = False,
     max_blocks: int | None = None,
+    cache_rows: np.ndarray | None = None,
+    slot_map: np.ndarray | None = None,
+    cache_offset: int = 0,
+    cache_stride: int | None = None,
+    cache_pairs: bool = True,
 ) -> np.ndarray | tuple[np.ndarray, Trace]:
     """Gather and decode compressed rows ``codes[ids]`` by running ``gather_decode`` on the CPU.
 
@@ -405,6 +516,11 @@ def emulate_decode(
         out_offset: the output starts this many bytes (0..127) past a 128-byte boundary (a
             multiple of the output element size): narrows the output stores.
         perm, trace, max_blocks: as for :func:`emulate_gather`.
+        cache_rows, slot_map, cache_offset, cache_stride: a hot-row cache of *codes* (rows of
+            ``codes``' dtype), as for :func:`emulate_gather`: hits are decoded like misses.
+        cache_pairs: int8 per row with a cache: the cached rows' (scale, offset) pairs are copied
+            to a per-slot buffer (device memory, as the zero-copy backend does) and hits read
+            theirs from it; False: hits read their pair from the host pairs, as misses do.
 
     Returns:
         ``(len(ids), columns)`` of float32, float16, or uint16 holding bfloat16 bits; with
@@ -430,6 +546,7 @@ def emulate_decode(
     pairs = _affine_pairs(code, affine, scale, offset, num_rows, columns)
     perm = _check_perm(perm, ids.size)
     num_ids = int(ids.size)
+    cache = _place_cache(codes, cache_rows, slot_map, cache_offset, cache_stride, ids)
 
     table_bytes = _aligned_bytes(codes.nbytes, base_offset, fill=0)
     if codes.nbytes:
@@ -442,6 +559,15 @@ def emulate_decode(
     if pairs is not None:
         pair_bytes = _aligned_bytes(pairs.nbytes, 0, fill=0)
         pair_bytes[:] = pairs.reshape(-1).view(np.uint8)
+    host_ranges = [(table_address, table_address + codes.nbytes)]
+    if affine == "row":
+        host_ranges.append((int(pair_bytes.ctypes.data), int(pair_bytes.ctypes.data) + pairs.nbytes))
+        if cache.slot_map is not None and cache_pairs:
+            cached = np.zeros((cache_rows.shape[0], 2), dtype=np.float32)
+            rows = np.flatnonzero(cache.slot_map >= 0)
+            cached[cache.slot_map[rows]] = pairs[rows]
+            cache = dataclasses.replace(cache, pairs=_aligned_bytes(cached.nbytes, 0, fill=0))
+            cache.pairs[:] = cached.reshape(-1).view(np.uint8)
 
     plan = launch.plan_decode(
         columns,
@@ -453,6 +579,7 @@ def emulate_decode(
         max_blocks=max_blocks,
         id_bytes=ids.dtype.itemsize,
         out_address=out_address,
+        **cache.plan_arguments(),
     )
     args = launch.kernel_arguments(
         plan,
@@ -463,12 +590,13 @@ def emulate_decode(
         out_address=out_address,
         out_stride=out_row_bytes,
         affine_address=0 if pair_bytes is None else int(pair_bytes.ctypes.data),
+        **cache.kernel_arguments(),
     )
     records = _run(plan, args, trace)
     out = out_bytes.view(out_dtype).reshape(num_ids, columns)
     if not trace:
         return out
-    return out, _trace(records, plan, table_address, num_ids, codes.nbytes)
+    return out, _trace(records, plan, table_address, num_ids, codes.nbytes, tuple(host_ranges), cache.hits)
 
 
 def _affine_pairs(code: str, affine: str | None, scale, offset, num_rows: int, columns: int) -> np.ndarray | None:

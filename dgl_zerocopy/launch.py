@@ -4,7 +4,9 @@ The one place that picks the vector width, threads per row, window alignment, bl
 The GPU launcher (:mod:`dgl_zerocopy.cuda_gather`) and the CPU emulator
 (:mod:`dgl_zerocopy.emulator`) both call :func:`plan_gather` (raw rows) or :func:`plan_decode`
 (compressed rows decoded in the kernel) and :func:`kernel_arguments`, so the emulator runs exactly
-the configuration the GPU would. Pure Python: no CUDA needed.
+the configuration the GPU would. Both plans optionally include a hot-row cache in device memory
+(``cache_address``: the fused hit/miss gather; the kernels' ``zc_row_source``). Pure Python: no
+CUDA needed.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ __all__ = [
     "AFFINE_AXES",
     "CODE_FORMATS",
     "OUT_FORMATS",
+    "SLOT_BYTES",
     "all_name_expressions",
     "decode_name_expression",
     "kernel_arguments",
@@ -40,6 +43,8 @@ MAX_THREADS_PER_SM = 2048
 LOAD_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short", 1: "unsigned char"}
 #: CUDA type of each id width (int32 and int64 ids).
 ID_TYPES = {4: "int", 8: "long long"}
+#: Widths of a cache's slot map entries (int32, int64): a kernel argument, not a template one.
+SLOT_BYTES = (4, 8)
 
 #: Compressed code formats (the codec names of ``dgl_zerocopy.compression``): their tag type in
 #: ``kernels/codecs.cuh`` and bytes per code.
@@ -84,6 +89,9 @@ class GatherPlan:
         store_bytes: decoding plans: width of the output stores (the widest dividing the output
             base, the output stride and the bytes one load decodes into; at most 16).
         id_bytes: 4 (int32 ids) or 8 (int64).
+        slot_bytes: 0 for no cache; 4 or 8: the plan reads hits from a hot-row cache whose slot map
+            has entries of that width (int32, int64), and its vector also divides the cache's base
+            address and row stride.
     """
 
     variant: str
@@ -103,12 +111,18 @@ class GatherPlan:
     out_row_bytes: int | None = None
     store_bytes: int = 0
     id_bytes: int = 8
+    slot_bytes: int = 0
 
     @property
     def decodes(self) -> bool:
         """Whether the plan runs the decoding kernel (``gather_decode``), whose arguments add
         the affine pairs and the store width."""
         return self.kernel.startswith("gather_decode<")
+
+    @property
+    def cached(self) -> bool:
+        """Whether the plan reads hits from a hot-row cache (its kernel takes the slot map)."""
+        return self.slot_bytes != 0
 
     @property
     def threads(self) -> int:
@@ -212,6 +226,23 @@ def _check_launch(num_sms: int, threads_per_block: int, id_bytes: int, max_block
         raise ValueError(f"id_bytes must be 4 (int32) or 8 (int64), but got {id_bytes!r}")
 
 
+def _check_cache(cache_address: int | None, cache_stride: int | None, slot_bytes: int, row_bytes: int,
+                 variant: str = "aligned") -> tuple[int, ...]:
+    """The cache's (address, stride) to add to the values the vector must divide; () for no cache."""
+    if cache_address is None:
+        if cache_stride is not None:
+            raise ValueError(f"cache_stride={cache_stride} was given without cache_address")
+        return ()
+    if variant != "aligned":
+        raise ValueError(f"a cached gather runs the aligned kernel; variant={variant!r} has no cache: use 'aligned'")
+    _check_int("cache_address", cache_address, 0)
+    if slot_bytes not in SLOT_BYTES:
+        raise ValueError(f"slot_bytes must be 4 (int32 slot map) or 8 (int64), but got {slot_bytes!r}")
+    cache_stride = row_bytes if cache_stride is None else cache_stride
+    _check_int("cache_stride", cache_stride, row_bytes)
+    return (cache_address, cache_stride)
+
+
 def _check_int(name: str, value: int, minimum: int) -> None:
     if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, but got {value!r}")
@@ -231,6 +262,9 @@ def plan_gather(
     row_stride: int | None = None,
     out_address: int = 0,
     out_stride: int | None = None,
+    cache_address: int | None = None,
+    cache_stride: int | None = None,
+    slot_bytes: int = 4,
 ) -> GatherPlan:
     """Choose the launch configuration for gathering ``num_ids`` rows of ``row_bytes`` bytes.
 
@@ -248,6 +282,12 @@ def plan_gather(
         row_stride: bytes between table rows (default ``row_bytes``).
         out_address: address of the output's first row (its alignment limits the vector width).
         out_stride: bytes between output rows (default ``row_bytes``).
+        cache_address: address of a hot-row cache's first row in device memory (None: no cache).
+            With it, the plan reads each row whose slot map entry is >= 0 from the cache and the
+            others from the table, with the same vector, which then also divides this address and
+            ``cache_stride``. Aligned variant only.
+        cache_stride: bytes between cache rows (default ``row_bytes``).
+        slot_bytes: width of the slot map's entries with a cache: 4 (int32) or 8 (int64).
 
     Returns:
         The plan; ``grid == 0`` means there is nothing to launch.
@@ -271,8 +311,9 @@ def plan_gather(
     out_stride = row_bytes if out_stride is None else out_stride
     _check_int("row_stride", row_stride, row_bytes)
     _check_int("out_stride", out_stride, row_bytes)
+    cache_layout = _check_cache(cache_address, cache_stride, slot_bytes, row_bytes, variant)
 
-    layout = (table_address, row_stride, row_bytes, out_address, out_stride)
+    layout = (table_address, row_stride, row_bytes, out_address, out_stride, *cache_layout)
     if variant == "aligned":
         # Widest vector that keeps every load naturally aligned and entirely inside or outside
         # a row: it must divide both base addresses, both strides and the row size.
@@ -304,6 +345,7 @@ def plan_gather(
         num_ids=num_ids,
         out_row_bytes=row_bytes,
         id_bytes=id_bytes,
+        slot_bytes=slot_bytes if cache_layout else 0,
     )
 
 
@@ -322,6 +364,9 @@ def plan_decode(
     row_stride: int | None = None,
     out_address: int = 0,
     out_stride: int | None = None,
+    cache_address: int | None = None,
+    cache_stride: int | None = None,
+    slot_bytes: int = 4,
 ) -> GatherPlan:
     """Choose the launch of the decoding gather (``gather_decode`` in ``kernels/gather.cu``).
 
@@ -346,6 +391,8 @@ def plan_decode(
         row_stride: bytes between code rows (default the code row's bytes).
         out_address: address of the output's first row.
         out_stride: bytes between output rows (default the output row's bytes).
+        cache_address, cache_stride, slot_bytes: a hot-row cache of *code* rows in device memory,
+            as for :func:`plan_gather` (``cache_stride`` counts code bytes; default the code row).
 
     Returns:
         The plan (``plan.code`` set; ``grid == 0``: nothing to launch).
@@ -373,18 +420,23 @@ def plan_decode(
     out_stride = out_row_bytes if out_stride is None else out_stride
     _check_int("row_stride", row_stride, row_bytes)
     _check_int("out_stride", out_stride, out_row_bytes)
+    cache_layout = _check_cache(cache_address, cache_stride, slot_bytes, row_bytes)
+    cache_checks = (("cache_address", cache_layout[0], code_bytes, code), ("cache_stride", cache_layout[1], code_bytes, code)) if cache_layout else ()
     for name, value, size, fmt in (("table_address", table_address, code_bytes, code), ("row_stride", row_stride, code_bytes, code),
-                                   ("out_address", out_address, out_bytes, out_format), ("out_stride", out_stride, out_bytes, out_format)):
+                                   ("out_address", out_address, out_bytes, out_format), ("out_stride", out_stride, out_bytes, out_format),
+                                   *cache_checks):
         if value % size:
             raise ValueError(f"{name} must be a multiple of {size} (the size of one {fmt} element), but got {value}")
 
     if (code, out_format) in IDENTITY:
         plan = plan_gather(row_bytes, table_address, num_ids, elem_size=code_bytes, max_blocks=max_blocks, num_sms=num_sms,
                            threads_per_block=threads_per_block, id_bytes=id_bytes, row_stride=row_stride,
-                           out_address=out_address, out_stride=out_stride)
+                           out_address=out_address, out_stride=out_stride, cache_address=cache_address,
+                           cache_stride=cache_stride, slot_bytes=slot_bytes)
         return dataclasses.replace(plan, code=code, out_format=out_format)
 
-    vector = _widest_load(16, table_address, row_stride, row_bytes)
+    # The loads are what crosses PCIe: only the code rows (table's and cache's) limit their width.
+    vector = _widest_load(16, table_address, row_stride, row_bytes, *cache_layout)
     chunk = vector // code_bytes * out_bytes
     store = _widest_load(min(16, chunk), out_address, out_stride, chunk)
     threads_per_row, window, align, steps = _aligned_geometry(row_bytes, vector)
@@ -407,6 +459,7 @@ def plan_decode(
         out_row_bytes=out_row_bytes,
         store_bytes=store,
         id_bytes=id_bytes,
+        slot_bytes=slot_bytes if cache_layout else 0,
     )
 
 
@@ -420,6 +473,10 @@ def kernel_arguments(
     out_address: int,
     out_stride: int,
     affine_address: int = 0,
+    slot_map_address: int = 0,
+    cache_address: int = 0,
+    cache_stride: int = 0,
+    cache_affine_address: int = 0,
 ) -> tuple[KernelArg, ...]:
     """The kernel's arguments in the order of its C++ signature (``kernels/gather.cu``).
 
@@ -428,11 +485,22 @@ def kernel_arguments(
     (decoding plans with an affine map only) points at the float32 (scale, offset) pairs: one per
     column or one per table row, as ``plan.affine`` says.
 
+    Cached plans (``plan.cached``) take the slot map (one entry of ``plan.slot_bytes`` per table
+    row: a cache slot or -1), the cache rows' address and stride (those the plan was made for),
+    and, for per-row affine pairs, optionally ``cache_affine_address``: the pairs of the cached
+    rows, one per slot, in device memory (0: hits read their pair from ``affine_address``).
+
     Raises:
-        ValueError: a decoding plan with an affine map and no ``affine_address``.
+        ValueError: a decoding plan with an affine map and no ``affine_address``; a cached plan
+            without a slot map or cache address, or cache arguments for a plan without a cache.
     """
     if plan.decodes and plan.affine is not None and not affine_address:
         raise ValueError(f"a plan with affine={plan.affine!r} needs the address of its (scale, offset) pairs")
+    if plan.cached and not (slot_map_address and cache_address):
+        raise ValueError("a cached plan needs slot_map_address and cache_address (the slot map and the cache rows)")
+    if not plan.cached and (slot_map_address or cache_address or cache_affine_address):
+        raise ValueError("cache arguments were given for a plan made without a cache: pass cache_address to "
+                         "plan_gather/plan_decode, so that the vector width suits the cache rows too")
     args: list[KernelArg] = [
         ("ptr", table_address),
         ("i64", row_stride),
@@ -443,10 +511,18 @@ def kernel_arguments(
         ("ptr", out_address),
         ("i64", out_stride),
     ]
+    if plan.variant == "aligned":  # both aligned kernels take the optional cache (null: none)
+        args += [
+            ("ptr", slot_map_address),
+            ("i32", plan.slot_bytes),
+            ("ptr", cache_address),
+            ("i64", cache_stride if plan.cached else 0),
+        ]
     if plan.decodes:
         args += [
             ("ptr", affine_address if plan.affine is not None else 0),
             ("i32", int(plan.affine == "row")),
+            ("ptr", cache_affine_address if plan.affine == "row" else 0),
             ("i32", plan.store_bytes),
             ("i32", plan.id_bytes),
         ]

@@ -29,11 +29,18 @@ Model (each assumption is a simplification of the real GPU and link):
    ``LINK_GBPS * 4 * columns / link bytes per row``: the fp32 gather bandwidth that would deliver
    the same rows per second, assuming the link is the bottleneck (the decode costs a few
    instructions per element; the GPU has them to spare at PCIe rates).
+6. **Hot-row cache** (:func:`compare_cached`). Only loads inside host memory count
+   (:attr:`Trace.host_ranges`: the table and per-row pairs in pinned host memory); the fused
+   kernel's reads of cached rows (and of the cached rows' pairs) are device memory and cost the
+   link nothing; nor does the slot map lookup (device memory, not traced). A warp instruction that
+   mixes hit and miss rows is charged only the lines its host loads touch. ``useful_bytes`` is
+   then the missed rows' bytes: what still had to cross the link.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 
 import numpy as np
@@ -43,6 +50,7 @@ from dgl_zerocopy.emulator import Trace, emulate_decode, emulate_gather
 
 __all__ = [
     "CODEC_VARIANTS",
+    "CacheMetrics",
     "LINE_BYTES",
     "LINK_GBPS",
     "SECTOR_BYTES",
@@ -51,6 +59,7 @@ __all__ = [
     "PcieMetrics",
     "analyze",
     "compare",
+    "compare_cached",
     "compare_codecs",
 ]
 
@@ -115,7 +124,9 @@ def _count_distinct(*columns: np.ndarray) -> int:
 
 
 def analyze(trace: Trace) -> PcieMetrics:
-    """Apply the request model to the loads of one emulated gather."""
+    """Apply the request model to the host loads of one emulated gather (those inside
+    ``trace.host_ranges``; a hot-row cache's device reads are left out)."""
+    trace = trace.subset(trace.host_mask())
     first = trace.address
     last = trace.address + trace.nbytes.astype(np.int64) - 1
     # A load crossing a line (or sector) boundary counts in both; aligned loads never cross.
@@ -239,15 +250,51 @@ class CodecMetrics:
         return asdict(self)
 
 
-def _subset(trace: Trace, mask: np.ndarray) -> Trace:
-    return replace(trace, address=trace.address[mask], nbytes=trace.nbytes[mask], warp=trace.warp[mask],
-                   slot=trace.slot[mask])
+#: Decodes gathered stored rows (and their ids) to float32, as the kernels do.
+_Decode = Callable[[np.ndarray, np.ndarray], np.ndarray]
+
+
+def _stored_form(codec: str, values: np.ndarray, rng: np.random.Generator) -> tuple[np.ndarray, dict, _Decode]:
+    """``values`` stored as ``codec`` (a name of :data:`CODEC_VARIANTS`): the stored table, the
+    emulator's keyword arguments for it, and the decode of gathered rows to float32."""
+    code, _, axis = codec.partition("/")
+    if code == "fp32":
+        return values, {}, lambda rows, ids: rows
+    if code == "fp16":
+        return values.astype(np.float16), {"code": "fp16"}, lambda rows, ids: rows.astype(np.float32)
+    if code == "bf16":
+        codes = (values.view(np.uint32) >> 16).astype(np.uint16)  # truncated: any bits will do
+        return codes, {"code": "bf16"}, lambda rows, ids: (rows.astype(np.uint32) << 16).view(np.float32)
+    num_rows, columns = values.shape
+    codes = rng.integers(-128, 128, size=(num_rows, columns), dtype=np.int8)
+    length = columns if axis == "column" else num_rows
+    scale = rng.uniform(0.001, 0.1, length).astype(np.float32)
+    offset = rng.standard_normal(length).astype(np.float32)
+
+    def decode(rows: np.ndarray, ids: np.ndarray) -> np.ndarray:
+        k = np.arange(columns)[None, :] if axis == "column" else ids[:, None]
+        return rows.astype(np.float32) * scale[k] + offset[k]
+
+    return codes, dict(code="int8", scale=scale, offset=offset, affine=axis), decode
+
+
+def _emulate_checked(stored: np.ndarray, options: dict, decode: _Decode, ids: np.ndarray, what: str,
+                     **cache) -> tuple[np.ndarray, Trace]:
+    """Run the kernel for a stored table (raw gather for fp32, else the decoding gather) with a
+    trace, and check its rows against the NumPy decode. Raises RuntimeError on wrong rows."""
+    if options:
+        out, trace = emulate_decode(stored, ids, **options, trace=True, **cache)
+    else:
+        out, trace = emulate_gather(stored, ids, trace=True, **cache)
+    if out.tobytes() != np.ascontiguousarray(decode(stored[ids], ids), dtype=np.float32).tobytes():
+        raise RuntimeError(f"emulated {what} returned wrong rows")
+    return out, trace
 
 
 def _codec_metrics(codec: str, columns: int, trace: Trace, link_gbps: float) -> CodecMetrics:
     whole = analyze(trace)
     inside = (trace.address >= trace.table_address) & (trace.address < trace.table_address + trace.table_bytes)
-    pairs = analyze(_subset(trace, ~inside))
+    pairs = analyze(trace.subset(~inside))  # host pairs only: analyze leaves device loads out
     n = max(trace.num_ids, 1)
     link = (whole.fetched_bytes + TLP_OVERHEAD_BYTES * whole.requests) / n
     fp32_bytes = 4 * columns
@@ -302,31 +349,137 @@ def compare_codecs(
     values = rng.standard_normal((num_rows, columns), dtype=np.float32)
     results: dict[str, CodecMetrics] = {}
     for codec in codecs:
-        code, _, axis = codec.partition("/")
-        if code == "fp32":
-            out, trace = emulate_gather(values, ids, base_offset=base_offset, trace=True)
-            expected = values[ids]
-        elif code == "fp16":
-            codes = values.astype(np.float16)
-            out, trace = emulate_decode(codes, ids, code="fp16", base_offset=base_offset, trace=True)
-            expected = codes[ids].astype(np.float32)
-        elif code == "bf16":
-            codes = (values.view(np.uint32) >> 16).astype(np.uint16)  # truncated: any bits will do
-            out, trace = emulate_decode(codes, ids, code="bf16", base_offset=base_offset, trace=True)
-            expected = (codes[ids].astype(np.uint32) << 16).view(np.float32)
-        else:
-            codes = rng.integers(-128, 128, size=(num_rows, columns), dtype=np.int8)
-            length = columns if axis == "column" else num_rows
-            scale = rng.uniform(0.001, 0.1, length).astype(np.float32)
-            offset = rng.standard_normal(length).astype(np.float32)
-            out, trace = emulate_decode(codes, ids, code="int8", scale=scale, offset=offset, affine=axis,
-                                        base_offset=base_offset, trace=True)
-            k = np.arange(columns)[None, :] if axis == "column" else ids[:, None]
-            expected = codes[ids].astype(np.float32) * scale[k] + offset[k]
-        if out.tobytes() != np.ascontiguousarray(expected, dtype=np.float32).tobytes():
-            raise RuntimeError(f"emulated {codec} gather of {columns} columns returned wrong rows")
+        stored, options, decode = _stored_form(codec, values, rng)
+        _, trace = _emulate_checked(stored, options, decode, ids, f"{codec} gather of {columns} columns",
+                                    base_offset=base_offset)
         results[codec] = _codec_metrics(codec, columns, trace, link_gbps)
     if "fp32" in results:
         base = results["fp32"].fp32_equivalent_gbps
         results = {c: replace(m, vs_fp32=m.fp32_equivalent_gbps / base if base else float("nan")) for c, m in results.items()}
+    return results
+
+
+@dataclass(frozen=True)
+class CacheMetrics:
+    """Modelled PCIe cost of one fused cached gather against the same gather without a cache
+    (module docstring, point 6).
+
+    Attributes:
+        codec: how the table is stored (a name of :data:`CODEC_VARIANTS`); the cache holds the
+            same stored rows (codes for a compressed table).
+        columns: elements per row.
+        num_ids: rows gathered.
+        hits: rows read from the cache (device memory).
+        hit_rate: ``hits / num_ids`` (0.0 for no ids).
+        requests: host read requests of the cached gather.
+        fetched_bytes: host bytes it fetched (32-byte sectors).
+        link_bytes: ``fetched_bytes + 24 * requests``.
+        miss_bytes: the missed rows' stored bytes (with a per-row (scale, offset) pair in host
+            memory, the pairs the gather still reads from host are not in it).
+        uncached_requests, uncached_fetched_bytes, uncached_link_bytes: the same ids without a cache.
+        link_bytes_saved: ``1 - link_bytes / uncached_link_bytes`` (0.0 for no ids).
+    """
+
+    codec: str
+    columns: int
+    num_ids: int
+    hits: int
+    hit_rate: float
+    requests: int
+    fetched_bytes: int
+    link_bytes: int
+    miss_bytes: int
+    uncached_requests: int
+    uncached_fetched_bytes: int
+    uncached_link_bytes: int
+    link_bytes_saved: float
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        """The metrics as a plain dict (for CSV/JSON)."""
+        return asdict(self)
+
+
+def _mixed_ids(rng: np.random.Generator, cached: np.ndarray, uncached: np.ndarray, num_ids: int,
+               hit_rate: float) -> np.ndarray:
+    """``num_ids`` ids of which ``round(hit_rate * num_ids)`` are cached rows, the rest not, shuffled;
+    distinct where there are enough rows (a minibatch's input nodes are distinct)."""
+    hits = round(hit_rate * num_ids)
+    for needed, rows, kind in ((hits, cached, "cached"), (num_ids - hits, uncached, "uncached")):
+        if needed and not rows.size:
+            raise ValueError(f"hit_rate={hit_rate} needs {kind} rows, but there are none")
+    ids = np.concatenate([rng.choice(cached, hits, replace=hits > cached.size),
+                          rng.choice(uncached, num_ids - hits, replace=num_ids - hits > uncached.size)]).astype(np.int64)
+    return rng.permutation(ids)
+
+
+def compare_cached(
+    columns: int,
+    hit_rates: Sequence[float] = (0.0, 0.25, 0.5, 0.75, 1.0),
+    *,
+    codec: str = "fp32",
+    num_ids: int = 256,
+    num_rows: int = 1024,
+    cached_rows: int | None = None,
+    base_offset: int = 0,
+    seed: int = 0,
+) -> dict[float, CacheMetrics]:
+    """Model the fused cached gather at each hit rate against the uncached gather of the same ids.
+
+    A ``(num_rows, columns)`` table stored as ``codec`` starts ``base_offset`` bytes past a
+    128-byte boundary; ``cached_rows`` random rows (default a quarter) are copied to the cache, in
+    slot order, with an int32 slot map (for int8 per row, with their (scale, offset) pairs, as the
+    zero-copy backend caches them). For each hit rate ``h``, ``round(h * num_ids)`` ids are drawn
+    from the cached rows and the rest from the others (without repeats where there are enough
+    rows, as a minibatch's input nodes), shuffled; both kernels' rows are checked
+    against a NumPy decode before their traces are analysed.
+
+    Returns:
+        ``{hit_rate: CacheMetrics}`` in the order of ``hit_rates``.
+
+    Raises:
+        ValueError: an unknown codec, a hit rate outside [0, 1], or bad sizes (a hit rate that
+            needs cached or uncached rows where there are none).
+        RuntimeError: an emulated kernel returned wrong rows (a kernel bug).
+    """
+    if codec not in CODEC_VARIANTS:
+        raise ValueError(f"codec must be one of {CODEC_VARIANTS}, but got {codec!r}")
+    if columns < 1 or num_rows < 1 or num_ids < 0:
+        raise ValueError(f"columns and num_rows must be >= 1 and num_ids >= 0, but got {columns}, {num_rows}, {num_ids}")
+    if bad := [h for h in hit_rates if not 0.0 <= h <= 1.0]:
+        raise ValueError(f"hit rates must lie in [0, 1], but got {bad[0]!r}")
+    cached_rows = num_rows // 4 if cached_rows is None else cached_rows
+    if not 0 <= cached_rows <= num_rows:
+        raise ValueError(f"cached_rows must lie in [0, num_rows={num_rows}], but got {cached_rows}")
+    rng = np.random.default_rng(seed)
+    values = rng.standard_normal((num_rows, columns), dtype=np.float32)
+    stored, options, decode = _stored_form(codec, values, rng)
+    order = rng.permutation(num_rows)
+    cached, uncached = np.sort(order[:cached_rows]), np.sort(order[cached_rows:])
+    slot_map = np.full(num_rows, -1, dtype=np.int32)
+    slot_map[cached] = np.arange(cached_rows, dtype=np.int32)
+    cache = dict(cache_rows=np.ascontiguousarray(stored[cached]), slot_map=slot_map)
+    results: dict[float, CacheMetrics] = {}
+    for hit_rate in hit_rates:
+        ids = _mixed_ids(rng, cached, uncached, num_ids, hit_rate)
+        what = f"{codec} gather of {columns} columns at hit rate {hit_rate}"
+        _, with_cache = _emulate_checked(stored, options, decode, ids, f"cached {what}", base_offset=base_offset, **cache)
+        _, without = _emulate_checked(stored, options, decode, ids, what, base_offset=base_offset)
+        host, base = analyze(with_cache), analyze(without)
+        link = host.fetched_bytes + TLP_OVERHEAD_BYTES * host.requests
+        base_link = base.fetched_bytes + TLP_OVERHEAD_BYTES * base.requests
+        results[hit_rate] = CacheMetrics(
+            codec=codec,
+            columns=columns,
+            num_ids=num_ids,
+            hits=with_cache.hits,
+            hit_rate=with_cache.hits / num_ids if num_ids else 0.0,
+            requests=host.requests,
+            fetched_bytes=host.fetched_bytes,
+            link_bytes=link,
+            miss_bytes=with_cache.useful_bytes,
+            uncached_requests=base.requests,
+            uncached_fetched_bytes=base.fetched_bytes,
+            uncached_link_bytes=base_link,
+            link_bytes_saved=1.0 - link / base_link if base_link else 0.0,
+        )
     return results

@@ -2,6 +2,9 @@
 //
 //   out[dst(j)] = table[ids[j]]    for j in [0, num_ids),  dst(j) = perm ? perm[j] : j
 //
+// The aligned kernels optionally read hot rows from a cache in device memory instead
+// (zc_row_source below): same output, fewer PCIe reads.
+//
 // Rows are copied as raw bytes, so one instantiation serves every element type of the same width
 // (fp32 and int32, fp16/bf16 and int16, ...). The launch configuration (vector width, threads per
 // row, window alignment, steps, grid, block) is chosen in one place, dgl_zerocopy/launch.py, and
@@ -42,6 +45,39 @@ __device__ __forceinline__ void zc_load_steps(unsigned long long start, long lon
   }
 }
 
+// Hot-row cache, optional in both aligned kernels (gather_aligned, gather_decode); a null
+// slot_map means no cache, the plain gather:
+//
+//   slot = slot_map[id]                 int32 or int64 (slot_bytes 4 or 8), -1 for "not cached"
+//   src  = slot >= 0 ? cache_rows + slot * cache_stride      device memory (a hit)
+//                    : table + id * row_stride                pinned host memory, over PCIe (a miss)
+//
+// Why optional arguments of the existing kernels rather than new kernels: a hit and a miss differ
+// only in the address the row is read from. The copy after it (windows, alignment, masking, and
+// for codes the decode) is the same code, so a decoded hit equals a decoded miss bit for bit by
+// construction, and the number of instantiations, each compiled for every architecture in CI,
+// does not double. The uncached gather pays one uniform branch per row. The slot width is a
+// runtime argument for the same reason as gather_decode's id_bytes.
+//
+// The launcher (dgl_zerocopy/launch.py) picks a VecT that also divides the cache's base address
+// and row stride, so the windows are aligned and every vector lies inside or outside a row for
+// either source. Hits read through zc_load_if like misses: the emulator's trace sees both, and
+// the PCIe model counts only the loads inside host memory. The slot map is device memory, read
+// with one plain load per row (no PCIe traffic, nothing to trace). The caller guarantees that
+// slots are -1 or in [0, cached rows).
+__device__ __forceinline__ unsigned long long zc_row_source(const char* table, long long row_stride, long long id,
+                                                            const void* slot_map, int slot_bytes,
+                                                            const char* cache_rows, long long cache_stride,
+                                                            long long& slot) {
+  slot = -1;
+  if (slot_map != 0) {
+    slot = slot_bytes == 4 ? (long long)static_cast<const int*>(slot_map)[id]
+                           : static_cast<const long long*>(slot_map)[id];
+  }
+  return slot >= 0 ? (unsigned long long)(cache_rows + slot * cache_stride)
+                   : (unsigned long long)(table + id * row_stride);
+}
+
 // Aligned, vectorised gather: a group of threads_per_row lanes (a power of two dividing 32, so a
 // group never straddles a warp) copies one row with loads of sizeof(VecT) bytes.
 //
@@ -60,14 +96,19 @@ __device__ __forceinline__ void zc_load_steps(unsigned long long start, long lon
 // widest vector dividing the table and output base addresses, both row strides and row_bytes,
 // so every vector lies entirely inside or entirely outside a row.
 //
+// slot_map, slot_bytes, cache_rows, cache_stride: the optional hot-row cache (zc_row_source
+// above); null slot_map: every row comes from the table.
+//
 // Grid-stride over rows: the launcher may cap the grid (to leave SMs to training) and the kernel
 // still covers every row. The loop is per warp so that all its lanes iterate together.
 template <typename VecT, typename IdT>
 __global__ void gather_aligned(const char* __restrict__ table, long long row_stride,
                                long long row_bytes, const IdT* __restrict__ ids,
                                const long long* __restrict__ perm, long long num_ids,
-                               char* __restrict__ out, long long out_stride, int threads_per_row,
-                               long long align_bytes, long long steps_per_row) {
+                               char* __restrict__ out, long long out_stride,
+                               const void* __restrict__ slot_map, int slot_bytes,
+                               const char* __restrict__ cache_rows, long long cache_stride,
+                               int threads_per_row, long long align_bytes, long long steps_per_row) {
   const long long vec = (long long)sizeof(VecT);
   const long long window = (long long)threads_per_row * vec;
   const unsigned lane = threadIdx.x & 31u;
@@ -83,8 +124,9 @@ __global__ void gather_aligned(const char* __restrict__ table, long long row_str
     const bool row_active = j < num_ids;
     // A group past the last row still walks the loop (masked) with a valid row's addresses.
     const long long jj = row_active ? j : first;
+    long long slot;
     const unsigned long long src =
-        (unsigned long long)(table + (long long)ids[jj] * row_stride);
+        zc_row_source(table, row_stride, (long long)ids[jj], slot_map, slot_bytes, cache_rows, cache_stride, slot);
     const unsigned long long end = src + (unsigned long long)row_bytes;
     const unsigned long long start = (src & align_mask) + (unsigned long long)lane_in_row * vec;
     char* dst_row = out + (perm != 0 ? perm[jj] : jj) * out_stride;
@@ -155,12 +197,21 @@ __global__ void gather_naive(const char* __restrict__ table, long long row_strid
 // ids are int32 (id_bytes 4) or int64 (8), read through a branch that is the same for the whole
 // grid rather than a template parameter: every instantiation is compiled for every architecture
 // in CI, and this halves their number at the cost of one uniform branch per row.
+//
+// Hot-row cache (zc_row_source above): cache_rows hold the host's *codes* (not decoded rows), so
+// a hit goes through the same decode as a miss and the two are equal bit for bit. A hit's per-row
+// (scale, offset) comes from cache_affine + 2 * slot (pairs of the cached rows, in device memory)
+// when cache_affine is not null, else from the host pairs (one PCIe request per hit, which the
+// PCIe model then counts).
 template <typename CodeT, typename OutT, typename VecT>
 __global__ void gather_decode(const char* __restrict__ table, long long row_stride,
                               long long row_bytes, const void* __restrict__ ids,
                               const long long* __restrict__ perm, long long num_ids,
                               char* __restrict__ out, long long out_stride,
+                              const void* __restrict__ slot_map, int slot_bytes,
+                              const char* __restrict__ cache_rows, long long cache_stride,
                               const float* __restrict__ affine, int affine_per_row,
+                              const float* __restrict__ cache_affine,
                               int store_bytes, int id_bytes, int threads_per_row,
                               long long align_bytes, long long steps_per_row) {
   typedef typename CodeT::bits CodeBits;
@@ -186,7 +237,9 @@ __global__ void gather_decode(const char* __restrict__ table, long long row_stri
     const long long jj = row_active ? j : first;
     const long long id = id_bytes == 4 ? (long long)static_cast<const int*>(ids)[jj]
                                        : static_cast<const long long*>(ids)[jj];
-    const unsigned long long src = (unsigned long long)(table + id * row_stride);
+    long long slot;
+    const unsigned long long src =
+        zc_row_source(table, row_stride, id, slot_map, slot_bytes, cache_rows, cache_stride, slot);
     const unsigned long long end = src + (unsigned long long)row_bytes;
     const unsigned long long start = (src & align_mask) + (unsigned long long)lane_in_row * vec;
     char* dst_row = out + (perm != 0 ? perm[jj] : jj) * out_stride;
@@ -195,7 +248,8 @@ __global__ void gather_decode(const char* __restrict__ table, long long row_stri
     float row_scale = 1.0f;
     float row_offset = 0.0f;
     if (per_row) {
-      const uint2 pair = zc_load_if(reinterpret_cast<const uint2*>(affine + 2 * id), row_active);
+      const float* row_pair = slot >= 0 && cache_affine != 0 ? cache_affine + 2 * slot : affine + 2 * id;
+      const uint2 pair = zc_load_if(reinterpret_cast<const uint2*>(row_pair), row_active);
       row_scale = __uint_as_float(pair.x);
       row_offset = __uint_as_float(pair.y);
     }

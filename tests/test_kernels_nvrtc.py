@@ -94,6 +94,18 @@ def test_no_cuda_in_python_strings():
         assert f"__global__ void {name}(" in source
 
 
+def test_both_aligned_kernels_take_the_optional_hot_row_cache():
+    """The cached gather is the aligned kernels with a slot map (no extra instantiations): every
+    instantiation that test_all_instantiations_compile_without_warnings compiles carries it."""
+    source = read_kernel("gather.cu")
+    for name in ("gather_aligned", "gather_decode"):
+        start = source.index(f"__global__ void {name}(")
+        signature = source[start: source.index("{", start)]
+        assert "const void* __restrict__ slot_map, int slot_bytes" in signature, name
+        assert "const char* __restrict__ cache_rows, long long cache_stride" in signature, name
+    assert source.count("zc_row_source(") == 3  # defined once, called by both kernels
+
+
 def test_launcher_imports_without_cupy():
     code = (
         "import sys; sys.modules['cupy'] = None\n"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 
 import pytest
@@ -188,6 +189,10 @@ def test_kernel_arguments_follow_the_kernel_signatures():
         "i64",
         "ptr",
         "i64",
+        "ptr",  # slot map (null: no cache)
+        "i32",
+        "ptr",
+        "i64",
         "i32",
         "i64",
         "i64",
@@ -201,6 +206,10 @@ def test_kernel_arguments_follow_the_kernel_signatures():
         5,
         4096,
         400,
+        0,
+        0,
+        0,
+        0,
         plan.threads_per_row,
         plan.align_bytes,
         plan.steps_per_row,
@@ -282,12 +291,78 @@ def test_decode_kernel_arguments():
     common = dict(table_address=1024, row_stride=100, ids_address=2048, perm_address=0, out_address=4096, out_stride=400)
     plan = decode(100, affine="row")
     args = kernel_arguments(plan, **common, affine_address=8192)
-    assert [kind for kind, _ in args] == ["ptr", "i64", "i64", "ptr", "ptr", "i64", "ptr", "i64", "ptr", "i32", "i32", "i32", "i32", "i64", "i64"]
-    assert [value for _, value in args][8:] == [8192, 1, plan.store_bytes, 8, plan.threads_per_row, plan.align_bytes, plan.steps_per_row]
-    assert kernel_arguments(decode(100, id_bytes=4), **common, affine_address=8192)[11] == ("i32", 4)
-    assert [value for _, value in kernel_arguments(decode(100), **common, affine_address=8192)][8:10] == [8192, 0]
-    assert [value for _, value in kernel_arguments(decode(100, code="fp16"), **common)][8:10] == [0, 0]
+    assert [kind for kind, _ in args] == ["ptr", "i64", "i64", "ptr", "ptr", "i64", "ptr", "i64", "ptr", "i32", "ptr", "i64",
+                                          "ptr", "i32", "ptr", "i32", "i32", "i32", "i64", "i64"]
+    assert [value for _, value in args][8:12] == [0, 0, 0, 0]  # no cache
+    assert [value for _, value in args][12:] == [8192, 1, 0, plan.store_bytes, 8, plan.threads_per_row, plan.align_bytes,
+                                                 plan.steps_per_row]
+    assert kernel_arguments(decode(100, id_bytes=4), **common, affine_address=8192)[16] == ("i32", 4)
+    assert [value for _, value in kernel_arguments(decode(100), **common, affine_address=8192)][12:14] == [8192, 0]
+    assert [value for _, value in kernel_arguments(decode(100, code="fp16"), **common)][12:14] == [0, 0]
     with pytest.raises(ValueError, match="scale, offset"):
         kernel_arguments(plan, **common)
     identity = decode(100, code="fp16", out="float16")
-    assert len(kernel_arguments(identity, **common)) == 11
+    assert len(kernel_arguments(identity, **common)) == 15
+
+
+# ------------------------------------------------------------------ the hot-row cache (fused hit/miss gather)
+
+
+def test_cached_plans_pick_a_vector_that_suits_the_cache_rows_too():
+    # 400-byte rows on 16-byte boundaries: 16-byte loads, unless the cache base or stride forbids them
+    assert aligned(400, 1024, elem_size=4, cache_address=2048).vector_bytes == 16
+    assert aligned(400, 1024, elem_size=4, cache_address=2052).vector_bytes == 4
+    assert aligned(400, 1024, elem_size=4, cache_address=2048, cache_stride=408).vector_bytes == 8
+    plan = aligned(400, 1024, elem_size=4, cache_address=2048, slot_bytes=8)
+    assert plan.cached and plan.slot_bytes == 8 and plan.kernel == "gather_aligned<uint4, long long>"
+    assert not aligned(400, 1024, elem_size=4).cached
+    # the geometry is the uncached plan's: same windows and steps for hits and misses
+    assert dataclasses.replace(plan, slot_bytes=0) == aligned(400, 1024, elem_size=4)
+    # decoding: the code rows of table and cache limit the loads; the output only the stores
+    assert decode(128, cache_address=4096).vector_bytes == 16
+    assert decode(128, cache_address=4100).vector_bytes == 4
+    assert decode(128, cache_address=4096, cache_stride=130).vector_bytes == 2
+    assert decode(128, cache_address=4096).cached
+    identity = decode(100, code="fp16", out="float16", cache_address=8, slot_bytes=4)
+    assert identity.kernel.startswith("gather_aligned<") and identity.cached and identity.vector_bytes == 8
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        (dict(cache_address=0, slot_bytes=2), "slot_bytes"),
+        (dict(cache_address=0, cache_stride=100), "cache_stride"),
+        (dict(cache_stride=400), "without cache_address"),
+        (dict(cache_address=-16), "cache_address"),
+        (dict(cache_address=0, variant="naive"), "aligned"),
+    ],
+)
+def test_bad_cache_arguments_raise_value_error(kwargs, match):
+    with pytest.raises(ValueError, match=match):
+        plan_gather(400, 0, 5, elem_size=4, **kwargs)
+
+
+def test_cached_decode_rejects_a_cache_not_aligned_to_its_codes():
+    with pytest.raises(ValueError, match="cache_address must be a multiple of 2"):
+        decode(100, code="fp16", cache_address=3)
+    with pytest.raises(ValueError, match="cache_stride must be a multiple of 2"):
+        decode(100, code="fp16", cache_address=4, cache_stride=201)
+
+
+def test_cached_kernel_arguments():
+    common = dict(table_address=1024, row_stride=400, ids_address=2048, perm_address=0, out_address=4096, out_stride=400)
+    plan = aligned(400, 1024, num_ids=5, elem_size=4, cache_address=8192, cache_stride=416)
+    cache = dict(slot_map_address=12288, cache_address=8192, cache_stride=416)
+    args = kernel_arguments(plan, **common, **cache)
+    assert args[8:12] == (("ptr", 12288), ("i32", 4), ("ptr", 8192), ("i64", 416))
+    with pytest.raises(ValueError, match="slot_map_address"):
+        kernel_arguments(plan, **common)
+    with pytest.raises(ValueError, match="made without a cache"):
+        kernel_arguments(aligned(400, 1024, num_ids=5, elem_size=4), **common, **cache)
+    row = decode(100, affine="row", cache_address=8192, slot_bytes=8)
+    args = kernel_arguments(row, **dict(common, row_stride=100), affine_address=1 << 20, cache_affine_address=1 << 21, **cache)
+    assert args[8:15] == (("ptr", 12288), ("i32", 8), ("ptr", 8192), ("i64", 416), ("ptr", 1 << 20), ("i32", 1), ("ptr", 1 << 21))
+    # per-column pairs are device memory already: no cached copy is passed
+    column = decode(100, cache_address=8192)
+    assert kernel_arguments(column, **dict(common, row_stride=100), affine_address=1 << 20, cache_affine_address=1 << 21,
+                            **cache)[14] == ("ptr", 0)

@@ -7,7 +7,15 @@ import pytest
 
 from dgl_zerocopy import launch
 from dgl_zerocopy.emulator import Trace, emulate_gather
-from dgl_zerocopy.pcie_model import CODEC_VARIANTS, LINK_GBPS, TLP_OVERHEAD_BYTES, analyze, compare, compare_codecs
+from dgl_zerocopy.pcie_model import (
+    CODEC_VARIANTS,
+    LINK_GBPS,
+    TLP_OVERHEAD_BYTES,
+    analyze,
+    compare,
+    compare_cached,
+    compare_codecs,
+)
 
 
 def one_row(row_bytes: int, offset: int, variant: str, dtype: str = "float32"):
@@ -184,3 +192,68 @@ def test_bench_script_writes_its_table_and_plot(tmp_path):
     assert "int8/column: 100 cols" in pcie_codecs.goal_lines(rows)
     pcie_codecs.plot(rows, tmp_path / "p.png", "test")
     assert (tmp_path / "p.png").stat().st_size > 0
+
+
+# ------------------------------------------------------------------ hot-row cache: only host reads count
+
+
+@pytest.mark.parametrize("codec", CODEC_VARIANTS)
+def test_cached_gather_costs_the_link_only_its_misses(codec):
+    result = compare_cached(128, (0.0, 0.1, 0.5, 1.0), codec=codec, num_ids=200, num_rows=2048)
+    assert list(result) == [0.0, 0.1, 0.5, 1.0]
+    none, _, half, every = result.values()
+    # all misses: exactly the uncached kernel; all hits: nothing over the link
+    assert (none.requests, none.fetched_bytes, none.link_bytes) == (none.uncached_requests, none.uncached_fetched_bytes,
+                                                                    none.uncached_link_bytes)
+    assert none.link_bytes_saved == 0.0 and none.hits == 0
+    assert (every.requests, every.fetched_bytes, every.link_bytes, every.miss_bytes) == (0, 0, 0, 0)
+    assert every.link_bytes_saved == 1.0 and every.hits == 200
+    for h, m in result.items():
+        assert m.hits == round(h * 200) and m.hit_rate == m.hits / 200
+        assert m.miss_bytes == (200 - m.hits) * m.columns * {"fp32": 4, "fp16": 2, "bf16": 2}.get(codec, 1)
+        assert m.link_bytes == m.fetched_bytes + TLP_OVERHEAD_BYTES * m.requests
+        assert m.fetched_bytes >= m.miss_bytes and m.requests <= m.uncached_requests
+        assert m.as_dict()["codec"] == codec
+    # 128 columns, distinct ids, table on a line: every missed row costs its whole lines, no more
+    lines = {"fp32": 4, "fp16": 2, "bf16": 2}.get(codec, 1)
+    if codec == "int8/row":  # plus its (scale, offset) pair: one sector, unless two rows' pairs share one
+        assert half.miss_bytes < half.fetched_bytes <= half.miss_bytes + 32 * 100
+        assert lines * 100 < half.requests <= (lines + 1) * 100
+    else:
+        assert (half.requests, half.fetched_bytes) == (lines * 100, half.miss_bytes)
+    assert half.link_bytes_saved == pytest.approx(0.5, abs=0.02)
+
+
+def test_fp32_rows_of_a_line_cost_one_request_per_miss():
+    for h, m in compare_cached(32, (0.0, 0.3, 0.9), num_ids=100, num_rows=512).items():
+        assert m.requests == 100 - m.hits and m.fetched_bytes == 128 * (100 - m.hits), h
+
+
+def test_compare_cached_checks_its_arguments():
+    with pytest.raises(ValueError, match="codec must be one of"):
+        compare_cached(8, codec="int4")
+    with pytest.raises(ValueError, match="hit rates"):
+        compare_cached(8, (0.5, 1.5))
+    with pytest.raises(ValueError, match="cached_rows"):
+        compare_cached(8, num_rows=10, cached_rows=11)
+    with pytest.raises(ValueError, match="needs uncached rows"):
+        compare_cached(8, (0.5,), num_rows=10, cached_rows=10)
+    with pytest.raises(ValueError, match="needs cached rows"):
+        compare_cached(8, (0.5,), num_rows=10, cached_rows=0)
+
+
+def test_cache_bench_script_writes_its_table(tmp_path):
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import pcie_cache
+
+    rows = pcie_cache.run((128,), (0.0, 0.5, 1.0), num_ids=64, num_rows=512, seed=0)
+    assert [(r["codec"], r["target_hit_rate"]) for r in rows] == [(c, h) for c in CODEC_VARIANTS for h in (0.0, 0.5, 1.0)]
+    table = pcie_cache.markdown(rows, (0.0, 0.5, 1.0))
+    assert "| 128 (ogbn-papers100M) | fp32 | 608 (100%) | 304 (50%) | 0 (0%) |" in table
+    assert "| 128 | int8/column | 152 (25%) | 76 (12%) | 0 (0%) |" in table
+    assert pcie_cache.main(["--num-ids", "16", "--num-rows", "128", "--out", str(tmp_path / "c")]) == 0
+    assert (tmp_path / "c.csv").stat().st_size > 0 and (tmp_path / "c.json").stat().st_size > 0

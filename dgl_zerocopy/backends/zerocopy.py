@@ -3,8 +3,14 @@
 A compressed table (``codec``: fp16, bf16 or int8 codes, :mod:`dgl_zerocopy.compression`) is read
 the same way, codes only, and decoded inside the kernel (``gather_decode``, kernels/gather.cu): the
 link carries 2 or 4 times fewer bytes per row and the GPU receives ``out_dtype`` rows.
+
+With a hot-row ``cache`` (:class:`dgl_zerocopy.cache.HotRowCache` on the backend's device), the same
+kernels read each row whose slot map entry is >= 0 from the cache in device memory instead: one
+fused launch for hits and misses, and only the misses cross PCIe.
 """
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
 
 import torch
 
@@ -12,6 +18,9 @@ from ..compression.codec import Codec
 from ..pinning import PinnedRange
 from ..transfer import to_device
 from . import GatherOptions
+
+if TYPE_CHECKING:
+    from ..cache import HotRowCache
 
 #: The dtypes the decoding kernel writes.
 OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -30,16 +39,24 @@ class ZeroCopyBackend:
     they are copied to device memory (a few KB; the constructor waits for that copy), per row into
     pinned host memory (8 bytes per row, read over PCIe once per gathered row: a per-row table
     does not fit the device any better than the codes do).
+
+    With a ``cache`` (rows of ``table``, so codes for a codec, and its slot map, on ``device``),
+    :meth:`gather` runs the fused cached kernel and counts the batch's hits with
+    ``cache.count(ids)`` on the gather's stream. An int8 per-row codec's pairs of the cached rows
+    are copied to the device too (8 bytes per cached row), so a hit reads nothing over PCIe. The
+    backend holds the cache until :meth:`close` has waited for the kernels that read it.
     """
 
     def __init__(self, table: torch.Tensor, device: torch.device, read_only: bool = False,
                  options: GatherOptions = GatherOptions(), codec: Codec | None = None,
-                 out_dtype: torch.dtype | None = torch.float32) -> None:
+                 out_dtype: torch.dtype | None = torch.float32, cache: HotRowCache | None = None) -> None:
         import cupy
 
         if codec is not None:
             out_dtype = torch.float32 if out_dtype is None else out_dtype
             _check_codec(table, codec, out_dtype, options)
+        if cache is not None:
+            _check_cache(table, device, cache, options)
         self.table = table
         self.device = device
         self.options = options
@@ -49,11 +66,16 @@ class ZeroCopyBackend:
         self._launched: dict[int, torch.cuda.Event] = {}  # stream handle -> event after its last launch
         self._pairs: torch.Tensor | None = None  # an int8 codec's (scale, offset) pairs, read by the kernel
         self._pairs_ptr = 0
+        self.cache = cache  # read by the kernels: dropped only in close(), after them
+        self._cache_pairs: torch.Tensor | None = None  # per-row int8: the cached rows' pairs, one per slot
         with cupy.cuda.Device(device.index):
             self._pinned = PinnedRange(table.data_ptr(), table.numel() * table.element_size(), read_only=read_only)
             try:
                 if codec is not None and codec.name == "int8":
                     self._pairs, self._pairs_ptr = self._place_pairs(codec)
+                    if cache is not None and codec.axis == "row":
+                        self._cache_pairs = torch.stack((codec.scale[cache.row_ids], codec.offset[cache.row_ids]), dim=1).to(device)
+                        torch.cuda.current_stream(device).synchronize()  # filled on this stream; gathers use others
             except BaseException:
                 self._pinned.unpin()
                 raise
@@ -72,6 +94,17 @@ class ZeroCopyBackend:
         # The address kernels use, asked of the driver (equal to the host address under UVA).
         return pairs, int(self._cupy.cuda.runtime.pointerGetAttributes(pairs.data_ptr()).devicePointer)
 
+    def _device_cache(self):
+        """The cache as the launcher takes it, or None."""
+        from ..cuda_gather import DeviceCache
+
+        cache = self.cache
+        if cache is None:
+            return None
+        return DeviceCache(rows_ptr=cache.rows.data_ptr(), row_stride_bytes=cache.rows.stride(0) * cache.rows.element_size(),
+                           slot_map=_cupy_view(self._cupy, cache.slot_map),
+                           row_pairs_ptr=0 if self._cache_pairs is None else self._cache_pairs.data_ptr())
+
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor:
         from ..cuda_gather import launch_decode, launch_gather
 
@@ -82,7 +115,8 @@ class ZeroCopyBackend:
             ids = to_device(ids, self.device)
             if out is None:
                 out = torch.empty((ids.shape[0], table.shape[1]), dtype=self.out_dtype, device=self.device)
-            common = dict(stream=stream, sort=self.options.sort_ids, max_blocks=self.options.max_blocks)
+            common = dict(stream=stream, sort=self.options.sort_ids, max_blocks=self.options.max_blocks,
+                          cache=self._device_cache())
             row_stride = table.stride(0) * table.element_size()
             if self.codec is None:
                 launch_gather(self._pinned.device_ptr, tuple(table.shape), table.element_size(), row_stride,
@@ -91,6 +125,8 @@ class ZeroCopyBackend:
                 launch_decode(self._pinned.device_ptr, tuple(table.shape), self.codec.name, row_stride,
                               _cupy_view(cupy, ids), out.data_ptr(), out_format=_format(self.out_dtype),
                               affine=self.codec.axis, affine_ptr=self._pairs_ptr, **common)
+            if self.cache is not None:
+                self.cache.count(ids)  # on `stream` (current here), after the gather: no host sync
             event = self._launched.setdefault(stream.cuda_stream, torch.cuda.Event())
             event.record(stream)
         return out
@@ -103,6 +139,8 @@ class ZeroCopyBackend:
             self._launched.clear()
             self._pinned.unpin()
             self._pairs = None  # after the kernels that read them (the events above)
+            self._cache_pairs = None
+            self.cache = None
 
 
 def _format(dtype: torch.dtype) -> str:
@@ -124,6 +162,21 @@ def _check_codec(table: torch.Tensor, codec: Codec, out_dtype: torch.dtype, opti
         if codec.scale.numel() != length:
             raise ValueError(f"an int8 codec per {codec.axis} needs {length} scales for a table of shape "
                              f"{tuple(table.shape)}, but has {codec.scale.numel()}")
+
+
+def _check_cache(table: torch.Tensor, device: torch.device, cache: HotRowCache, options: GatherOptions) -> None:
+    rows, slot_map = cache.rows, cache.slot_map
+    if rows.device != device or slot_map.device != device:
+        raise ValueError(f"the cache must be on the backend's device {device}, but its rows are on {rows.device} and its "
+                         f"slot map on {slot_map.device}: build it with device={str(device)!r}")
+    if rows.dim() != 2 or rows.dtype != table.dtype or rows.shape[1] != table.shape[1] or slot_map.shape != (table.shape[0],):
+        raise ValueError(f"the cache must hold rows of this table ({table.dtype}, {table.shape[0]} rows of {table.shape[1]}): "
+                         f"got {rows.dtype} rows of shape {tuple(rows.shape)} and a slot map of {slot_map.shape[0]} entries")
+    if rows.shape[0] and rows.stride(1) != 1 or not slot_map.is_contiguous():
+        raise ValueError("the cache's rows must each be contiguous, and its slot map contiguous")
+    if options.variant != "aligned":
+        raise ValueError(f"variant={options.variant!r} is the uncached baseline kernel; a cache is read by the aligned "
+                         "kernel: use variant='aligned'")
 
 
 def _cupy_view(cupy, tensor: torch.Tensor):
