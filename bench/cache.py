@@ -20,9 +20,15 @@ per epoch and the share of the graph one batch reaches, on which the hit rate de
 graphs of --data-root with their shipped configs (fanouts, batch size, training split; with
 --real-seeds all, every node is a seed, for many batches an epoch).
 
+Compressed host features (``--feature-compression fp16,int8``): the cache can hold the host's
+codes or decoded rows. For each codec and size, the same byte budget as the fp32 cache of that
+size (``cache_mib``) is filled with code rows (``stored`` = ``int8 codes``: 4x the rows for int8)
+or with decoded float32 rows (``int8 decoded``: as many rows as fp32); misses cost the link bytes
+of a code row either way (the decoding kernel reads codes). Presample policy.
+
     python bench/cache.py [--graphs products,papers100m,cora,...] [--products-nodes 200000]
         [--papers-nodes 1000000] [--sizes 1,5,10,20,50] [--data-root ../shared/data] [--real-seeds train|all]
-        [--presample-seed 1] [--eval-seed 2] [--out cache]
+        [--presample-seed 1] [--eval-seed 2] [--feature-compression fp16,int8] [--out cache]
     dgl-zerocopy bench cache  (the same)
 """
 from __future__ import annotations
@@ -52,6 +58,8 @@ SYNTHETIC = {  # full-size node count, fanouts and batch of the graph each prese
 REAL = REAL_GRAPH_CONFIGS  # dataset -> its shipped config (as bench/accuracy.py trains it)
 GRAPHS = tuple(SYNTHETIC) + tuple(REAL)
 POLICIES = ("in_degree", "presample")
+CODE_BYTES = {"fp16": 2, "bf16": 2, "int8": 1}  # bytes per column of a code row
+CODE_DTYPES = {"fp16": np.float16, "bf16": np.int16, "int8": np.int8}
 
 
 def link_bytes_per_row(row_bytes: int, dtype: np.dtype) -> float:
@@ -103,7 +111,7 @@ def epoch_batches(graph, sampler, seeds: torch.Tensor, batch: int, seed: int):
 def run_graph(name: str, args, sizes: list[float]) -> tuple[list[dict], dict]:
     import dgl
 
-    from dgl_zerocopy.cache import HotRowCache, budget_for_rows, build_slot_map, make_policy, split_hits
+    from dgl_zerocopy.cache import HotRowCache, budget_for_rows, build_slot_map, cache_capacity, make_policy, split_hits
     from dgl_zerocopy.data.base import tensor_view
 
     w = workload(name, args)
@@ -127,7 +135,11 @@ def run_graph(name: str, args, sizes: list[float]) -> tuple[list[dict], dict]:
     policies["presample"] = make_policy("presample", graph, sampler=sampler, seeds=seeds, batch_size=w["batch"], seed=args.presample_seed)
     presample_s = time.perf_counter() - start
     cached = [min(n, round(f * n)) for f in sizes]
+    # Compressed: the fp32 budget of each size holds this many code rows (or as many decoded rows as fp32).
+    codes = {c: [cache_capacity(budget_for_rows(k, row_bytes, n), table.shape[1] * CODE_BYTES[c], n) if k else 0 for k in cached]
+             for c in args.codecs}
     slot_maps = {(p, k): build_slot_map(policies[p].order[:k], n) for p in POLICIES for k in cached}
+    slot_maps.update({("presample", k): build_slot_map(policies["presample"].order[:k], n) for ks in codes.values() for k in ks})
 
     start = time.perf_counter()
     hits = dict.fromkeys(slot_maps, 0)
@@ -152,10 +164,22 @@ def run_graph(name: str, args, sizes: list[float]) -> tuple[list[dict], dict]:
             rows.append({
                 "graph": name, "nodes": n, "row_bytes": row_bytes, "batch": w["batch"], "batches": batches, "policy": policy,
                 "cache_pct": 100 * f, "cache_rows": k, "cache_mib": budget_for_rows(k, row_bytes, n) / 2**20,
-                "rows_per_epoch": gathered, "hit_rate": h / gathered if gathered else 0.0, "misses_per_epoch": misses,
+                "stored": "fp32", "rows_per_epoch": gathered, "hit_rate": h / gathered if gathered else 0.0, "misses_per_epoch": misses,
                 "link_bytes_per_row": per_row, "pcie_gb_no_cache": gathered * per_row / 1e9, "pcie_gb_cached": misses * per_row / 1e9,
                 "pcie_saved": h / gathered if gathered else 0.0,
             })
+    for codec, ks in codes.items():
+        code_link = link_bytes_per_row(table.shape[1] * CODE_BYTES[codec], CODE_DTYPES[codec])
+        for f, k_fp32, k in zip(sizes, cached, ks):
+            for stored, rows_cached in ((f"{codec} codes", k), (f"{codec} decoded", k_fp32)):
+                h = hits[("presample", rows_cached)]
+                rows.append({
+                    "graph": name, "nodes": n, "row_bytes": row_bytes, "batch": w["batch"], "batches": batches, "policy": "presample",
+                    "stored": stored, "cache_pct": 100 * f, "cache_rows": rows_cached, "cache_mib": budget_for_rows(k_fp32, row_bytes, n) / 2**20,
+                    "rows_per_epoch": gathered, "hit_rate": h / gathered if gathered else 0.0, "misses_per_epoch": gathered - h,
+                    "link_bytes_per_row": code_link, "pcie_gb_no_cache": gathered * per_row / 1e9,
+                    "pcie_gb_cached": (gathered - h) * code_link / 1e9, "pcie_saved": 1 - (gathered - h) * code_link / (gathered * per_row),
+                })
     info = {"graph": name, "how": w["how"], "fanouts": w["fanouts"], "rows_per_batch": gathered / max(batches, 1),
             "share_of_nodes_per_batch": gathered / max(batches, 1) / n, "presample_s": presample_s, "eval_s": eval_s}
     print(f"{name}: {w['how']}; {batches} batches of {info['rows_per_batch']:,.0f} input rows "
@@ -164,7 +188,10 @@ def run_graph(name: str, args, sizes: list[float]) -> tuple[list[dict], dict]:
 
 
 def markdown(rows: list[dict], sizes: list[float]) -> str:
-    """Hit rates per graph, policy and size; then the modelled PCIe GB per epoch of the presample cache."""
+    """Hit rates per graph, policy and size; then the modelled PCIe GB per epoch of the presample cache
+    (and with compressed features, of the codes and decoded caches)."""
+    compressed = [r for r in rows if r.get("stored", "fp32") != "fp32"]
+    rows = [r for r in rows if r.get("stored", "fp32") == "fp32"]
     head = "| graph | policy | " + " | ".join(f"{100 * f:g} %" for f in sizes) + " |"
     lines = ["hit rate (= share of PCIe bytes saved) by cache size (% of rows)", "", head, "|---|---|" + "---:|" * len(sizes)]
     graphs = list(dict.fromkeys(r["graph"] for r in rows))
@@ -179,6 +206,14 @@ def markdown(rows: list[dict], sizes: list[float]) -> str:
         rs = [r for r in rows if r["graph"] == graph and r["policy"] == "presample"]
         lines.append(f"| {graph} | {rs[0]['row_bytes']} | {rs[0]['link_bytes_per_row']:.0f} | {rs[0]['rows_per_epoch']:,} | "
                      f"{rs[0]['pcie_gb_no_cache']:.3g} | " + " | ".join(f"{r['pcie_gb_cached']:.3g}" for r in rs) + " |")
+    if compressed:
+        lines += ["", "compressed features, presample: the fp32 cache's byte budget holding code rows or decoded rows; "
+                  "hit rate / share of the uncompressed, uncached PCIe bytes saved", "",
+                  "| graph | stored in the cache | " + " | ".join(f"{100 * f:g} %" for f in sizes) + " |", "|---|---|" + "---:|" * len(sizes)]
+        for graph in graphs:
+            for stored in dict.fromkeys(r["stored"] for r in compressed if r["graph"] == graph):
+                rs = [r for r in compressed if r["graph"] == graph and r["stored"] == stored]
+                lines.append(f"| {graph} | {stored} | " + " | ".join(f"{r['hit_rate']:.1%} / {r['pcie_saved']:.1%}" for r in rs) + " |")
     return "\n".join(lines)
 
 
@@ -188,6 +223,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
+    rows = [r for r in rows if r.get("stored", "fp32") == "fp32"]
     graphs = list(dict.fromkeys(r["graph"] for r in rows))
     cols = min(4, len(graphs))
     fig, axes = plt.subplots((len(graphs) + cols - 1) // cols, cols, figsize=(3.2 * cols, 2.9 * ((len(graphs) + cols - 1) // cols)),
@@ -226,6 +262,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="seeds of the real graphs: their training split (default; one or two batches an epoch) or every node")
     parser.add_argument("--presample-seed", type=int, default=1, help="batch order and neighbour draws of the presampling pass")
     parser.add_argument("--eval-seed", type=int, default=2, help="... of the evaluated epoch (must differ: no leakage)")
+    parser.add_argument("--feature-compression", dest="compression", default="",
+                        help="codecs (fp16,bf16,int8): also the cache of codes against the cache of decoded rows, at the same bytes")
     parser.add_argument("--out", default="cache", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
     names = [g.strip() for g in args.graphs.split(",") if g.strip()]
@@ -237,6 +275,9 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sizes must be comma-separated percentages, but got {args.sizes!r}")
     if not sizes or not all(0 < f <= 1 for f in sizes):
         parser.error(f"--sizes must be percentages in (0, 100], but got {args.sizes!r}")
+    args.codecs = [c.strip() for c in args.compression.split(",") if c.strip() and c.strip() != "none"]
+    if any(c not in CODE_BYTES for c in args.codecs):
+        parser.error(f"--feature-compression must name some of {', '.join(CODE_BYTES)}, but got {args.compression!r}")
     if args.presample_seed == args.eval_seed:
         parser.error("--presample-seed and --eval-seed must differ: the evaluated epoch must not be the presampled one")
     if any(g in REAL for g in names) and not Path(args.data_root).is_dir():

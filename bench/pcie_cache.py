@@ -9,7 +9,7 @@ The hit rate is set here by construction; bench/cache.py measures the hit rates 
 
     python bench/pcie_cache.py [--num-ids 512] [--num-rows 4096] [--seed 0]
 
-Writes bench/results/pcie_cache.{csv,json}; prints a markdown table.
+Writes bench/results/pcie_cache.{csv,json,png}; prints a markdown table.
 """
 
 from __future__ import annotations
@@ -61,6 +61,30 @@ def markdown(rows: list[dict], hit_rates: tuple[float, ...] = HIT_RATES) -> str:
     return "\n".join(lines)
 
 
+def plot(rows: list[dict], path: Path, hit_rates: tuple[float, ...] = HIT_RATES) -> None:
+    """Link bytes per row against hit rate, one line per stored form, one panel per width."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    widths = list(dict.fromkeys(r["columns"] for r in rows))
+    fig, axes = plt.subplots(1, len(widths), figsize=(4.5 * len(widths), 3.4), squeeze=False, sharey=True)
+    for ax, cols in zip(axes[0], widths):
+        for codec in CODEC_VARIANTS:
+            sel = {r["target_hit_rate"]: r for r in rows if r["columns"] == cols and r["codec"] == codec}
+            if sel:
+                ax.plot(list(hit_rates), [sel[h]["link_bytes_per_row"] for h in hit_rates], "o-", markersize=3, label=codec)
+        ax.set_title(f"{cols} columns {COLUMNS.get(cols, '')} (model)", fontsize=9)
+        ax.set_xlabel("cache hit rate")
+        ax.grid(True, alpha=0.3)
+    axes[0][0].set_ylabel("PCIe link bytes per gathered row")
+    axes[0][0].legend(fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-ids", type=int, default=512, help="ids per gather (distinct; the hit rate sets how many are cached rows)")
@@ -80,7 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         "ids": f"{args.num_ids} distinct per gather (seed {args.seed}), round(h * num_ids) of them cached rows",
     }
     stem = Path(args.out)
-    paths = write_results(stem.name, rows, meta, stem.parent)
+    paths = [*write_results(stem.name, rows, meta, stem.parent), stem.with_suffix(".png")]
+    plot(rows, paths[-1])
     print(f"command: {command}\n")
     print("link bytes per gathered row (share of the uncached fp32 gather's)\n")
     print(markdown(rows))

@@ -393,10 +393,23 @@ def test_presample_cache_end_to_end(dgl, small):
 def test_cache_bench_on_a_tiny_graph(dgl, tmp_path):
     stem = tmp_path / "cache_tiny"
     r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "cache", "--graphs", "products",
-                        "--products-nodes", str(SMALL.num_nodes), "--sizes", "5,50", "--out", str(stem)],
+                        "--products-nodes", str(SMALL.num_nodes), "--sizes", "5,50", "--feature-compression", "int8", "--out", str(stem)],
                        capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=300)
     assert r.returncode == 0, r.stderr
     rows = json.loads(stem.with_suffix(".json").read_text())["rows"]
+    compressed = {(row["stored"], row["cache_pct"]): row for row in rows if row["stored"] != "fp32"}
+    rows = [row for row in rows if row["stored"] == "fp32"]
+    assert set(compressed) == {(s, p) for s in ("int8 codes", "int8 decoded") for p in (5, 50)}
+    for pct in (5, 50):
+        codes, decoded, fp32 = compressed[("int8 codes", pct)], compressed[("int8 decoded", pct)], \
+            next(row for row in rows if row["policy"] == "presample" and row["cache_pct"] == pct)
+        assert codes["cache_mib"] == decoded["cache_mib"] == fp32["cache_mib"]  # one byte budget
+        assert decoded["cache_rows"] == fp32["cache_rows"] and decoded["hit_rate"] == fp32["hit_rate"]
+        assert codes["cache_rows"] > 3.5 * fp32["cache_rows"] or codes["cache_rows"] == SMALL.num_nodes  # 16 cols: 64 B against 16 B
+        assert codes["hit_rate"] >= decoded["hit_rate"] and codes["pcie_gb_cached"] <= decoded["pcie_gb_cached"]
+        assert decoded["pcie_gb_cached"] < fp32["pcie_gb_cached"]  # misses move codes
+        assert codes["pcie_saved"] == pytest.approx(1 - codes["pcie_gb_cached"] / codes["pcie_gb_no_cache"])
+    assert "| products | int8 codes |" in r.stdout
     assert {(row["policy"], row["cache_pct"]) for row in rows} == {(p, s) for p in ("in_degree", "presample", "oracle") for s in (5, 50)}
     by = {(row["policy"], row["cache_pct"]): row for row in rows}
     for row in rows:
