@@ -1,4 +1,4 @@
-"""The ``dgl-zerocopy`` command: ``train`` and ``info``.
+"""The ``dgl-zerocopy`` command: ``train``, ``info``, ``bench`` and the distributed ``partition`` and ``launch-local``.
 
 User mistakes (unknown names, malformed values, bad config files) print one line saying what is
 wrong and what is allowed, and exit with code 2, without a traceback.
@@ -18,7 +18,7 @@ from .models import MODELS
 log = logging.getLogger("dgl_zerocopy")
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
-BENCHMARKS = ("gather", "epoch", "cpu_gather", "pcie_model", "scaling", "accuracy", "ddp", "compression", "cache")
+BENCHMARKS = ("gather", "epoch", "cpu_gather", "pcie_model", "scaling", "accuracy", "ddp", "compression", "cache", "dist")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -67,8 +67,28 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--nproc", type=int, help="data-parallel processes (DDP): one per GPU on CUDA, gloo ranks on the CPU; "
                    "--batch-size stays the global batch (default 1)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
+    t.add_argument("--dist", metavar="OUT", help="train on DistDGL partitions written by `partition` (standalone for one "
+                   "partition; under DGL's launch tool or `launch-local` for more)")
+    t.add_argument("--ip-config", help="DGL's file of server addresses for --dist (default $DGL_IP_CONFIG, set by the launchers)")
 
     sub.add_parser("info", help="versions, CUDA/NVRTC availability, pinned-memory limit")
+
+    p = sub.add_parser("partition", help="partition a dataset for DistDGL (DGL's partition_graph) into a folder")
+    p.add_argument("--dataset", required=True, help=f"one of: {', '.join(DATASETS)}")
+    p.add_argument("--data-root", help="folder holding the real datasets (all but synthetic)")
+    p.add_argument("--num-nodes", type=int, help="node count of the generated dataset (synthetic only)")
+    p.add_argument("--self-loop", action="store_true", help="add a self-loop to every node first (GCN's A + I)")
+    p.add_argument("--seed", type=int, default=0, help="split seed of the GraphData graphs (default 0)")
+    p.add_argument("--parts", type=int, required=True, help="number of partitions (machines)")
+    p.add_argument("--out", required=True, help="empty or new folder for the partitions")
+    p.add_argument("--method", choices=("metis", "random"), default="metis", help="node assignment (default metis)")
+    p.add_argument("--overwrite", action="store_true", help="replace partitions written there before")
+
+    ll = sub.add_parser("launch-local", help="run `train ... --dist OUT` as DistDGL servers and trainers on 127.0.0.1")
+    ll.add_argument("--parts", type=int, required=True, help="partitions in the --dist folder: one server and one trainer each")
+    ll.add_argument("--timeout", type=float, help="seconds for the whole job (default: no limit)")
+    ll.add_argument("--log-dir", help="keep the servers' and other trainers' logs here (default: a temporary folder)")
+    ll.add_argument("argv", nargs=argparse.REMAINDER, help="-- train ... --dist OUT")
 
     b = sub.add_parser("bench", help="run a benchmark from the checkout's bench/ folder")
     b.add_argument("name", choices=BENCHMARKS, help="which benchmark")
@@ -84,6 +104,14 @@ def main(argv: list[str] | None = None) -> int:
             return _train(args)
         if args.command == "bench":
             return _bench(args.name, args.args)
+        if args.command == "partition":
+            from .dist.commands import partition
+
+            return partition(args)
+        if args.command == "launch-local":
+            from .dist.commands import launch_local
+
+            return launch_local(args)
         if args.command == "info":
             from .info import environment_report
 
@@ -113,8 +141,10 @@ def _train(args: argparse.Namespace) -> int:
     from .data import SyntheticSpec, load_dataset
     from .train import best_epoch, resolve_device, timing_table, train
 
-    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "no_progress")}
+    flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "no_progress", "dist", "ip_config")}
     cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
+    if args.dist is not None:
+        return _train_dist(cfg, args)
     device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc)  # fail before the dataset loads
     spec = SyntheticSpec(num_nodes=cfg.num_nodes) if cfg.num_nodes else SyntheticSpec()
     dataset = load_dataset(cfg.dataset, synthetic=spec, root=cfg.data_root, split_seed=cfg.seed)
@@ -132,6 +162,19 @@ def _train(args: argparse.Namespace) -> int:
               f"the lines below are rank 0's, loss and accuracy over all ranks")
         dataset = share_dataset(dataset)  # the arrays move to shared memory once; the private copies are freed here
     history = train(cfg, dataset, on_epoch=_print_epoch, progress=not args.no_progress)
+    best = best_epoch(history)
+    print("\nstage times per epoch (s); wait = time the training step waited for its batch")
+    print(timing_table(history))
+    print(f"\nfinal test accuracy {history[-1].test_acc:.4f} (best val {best.val_acc:.4f} at epoch {best.epoch}, test {best.test_acc:.4f})")
+    return 0
+
+
+def _train_dist(cfg, args: argparse.Namespace) -> int:
+    """``train --dist OUT``: one process of a DistDGL job (server, trainer, or standalone)."""
+    from .dist.commands import train as train_dist
+    from .train import best_epoch, timing_table
+
+    history = train_dist(cfg, args.dist, args.ip_config, on_epoch=_print_epoch, progress=not args.no_progress)
     best = best_epoch(history)
     print("\nstage times per epoch (s); wait = time the training step waited for its batch")
     print(timing_table(history))

@@ -43,9 +43,17 @@ class Prefetcher(Generic[R]):
         return self
 
     def __next__(self) -> R:
+        return self.next()
+
+    def next(self, timeout: float | None = None) -> R:
+        """The next item, as ``next(prefetcher)``; with ``timeout`` (seconds), ``TimeoutError`` when
+        none is ready by then (the worker keeps running: call again to go on waiting)."""
         if not self._finalizer.alive:
             raise StopIteration
-        item = self._queue.get()
+        try:
+            item = self._queue.get(timeout=timeout)
+        except queue.Empty:
+            raise TimeoutError(f"no item from the prefetch worker within {timeout} s") from None
         if item is _DONE:
             self.close()
             raise StopIteration

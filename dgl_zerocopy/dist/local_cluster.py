@@ -1,0 +1,272 @@
+"""``launch-local``: a DistDGL job on one host, servers and trainers as processes on 127.0.0.1.
+
+What DGL's launch tool does on a cluster (one server and one trainer per machine here, each
+machine a partition), done with local processes: an ``ip_config`` of ``127.0.0.1 PORT`` lines
+(free ports of the loopback interface; nothing is probed beyond it), each server started with
+DGL's ``DGL_ROLE=server`` environment, then the trainers with the client environment and
+``torch.distributed``'s (gloo over 127.0.0.1) and the servers' pids for their watchdog
+(:mod:`dgl_zerocopy.dist.watchdog`). Every process also gets its machine id and a
+per-machine shared-memory prefix (:mod:`dgl_zerocopy.dist.single_host`), the two fixes DGL 2.1
+needs to run several machines on one host.
+
+The launcher supervises: a trainer that fails, or a server that exits while trainers run, stops
+the whole job within about a second with :class:`ClusterError` naming the process, its exit code
+and the end of its log. At the end (success, failure, timeout or Ctrl-C) every process is
+stopped (SIGTERM, then SIGKILL) and every shared-memory segment under the job's prefix unlinked.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Sequence
+
+from .single_host import MACHINE_ID_ENV, SHM_PREFIX_ENV, remove_segments
+from .watchdog import SERVER_PIDS_ENV
+
+log = logging.getLogger(__name__)
+
+HOST = "127.0.0.1"
+
+
+class ClusterError(RuntimeError):
+    """A local DistDGL job that failed: which process, how, and the end of its log."""
+
+
+@dataclass
+class _Proc:
+    role: str  # "server" or "trainer"
+    index: int
+    popen: subprocess.Popen
+    log: Path | None  # None: inherits the launcher's stdout/stderr
+
+    @property
+    def name(self) -> str:
+        return f"{self.role} {self.index} (pid {self.popen.pid})"
+
+
+@dataclass
+class LocalJob:
+    """What :func:`launch_local` ran: the job's shared-memory prefix, ip_config and the exit codes."""
+
+    shm_prefix: str
+    ip_config: Path
+    ports: list[int]
+    server_codes: list[int | None] = field(default_factory=list)
+    trainer_codes: list[int | None] = field(default_factory=list)
+    segments_removed: int = 0
+    seconds: float = 0.0
+
+
+def free_ports(count: int) -> list[int]:
+    """``count`` distinct TCP ports free on 127.0.0.1 now (bound and released; a race is possible, as with any such probe)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            s.bind((HOST, 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def write_ip_config(path: str | Path, ports: Sequence[int]) -> Path:
+    """DGL's ip_config: one ``127.0.0.1 PORT`` line per machine (machine ``i`` is line ``i``)."""
+    path = Path(path)
+    path.write_text("".join(f"{HOST} {p}\n" for p in ports))
+    return path
+
+
+def launch_local(command: Sequence[str], part_config: str | Path, num_parts: int, *, timeout: float | None = None,
+                 env: dict[str, str] | None = None, log_dir: str | Path | None = None, start_timeout: float = 120.0,
+                 grace: float = 10.0, poll: float = 0.1) -> LocalJob:
+    """Run ``command`` as ``num_parts`` DistDGL servers and ``num_parts`` trainers on 127.0.0.1; return when all trainers succeed.
+
+    ``command``: the argv each process runs (DGL's convention: the training script also serves,
+    ``dgl.distributed.initialize`` never returns in a server). ``part_config``: DGL's partition
+    config (``<graph_name>.json``) of ``num_parts`` partitions. Trainer 0 writes to this process's
+    stdout and stderr; the others, and the servers, to ``log_dir`` (default: a temporary folder,
+    removed at the end). ``timeout``: seconds for the whole job (None: no limit);
+    ``start_timeout``: for the servers to listen. Raises :class:`ClusterError` on any failure,
+    after stopping every process and removing the job's shared memory."""
+    command = [str(c) for c in command]
+    if not command:
+        raise ValueError("command is empty: pass the argv of the training process, e.g. [sys.executable, 'train.py']")
+    if not isinstance(num_parts, int) or num_parts < 1:
+        raise ValueError(f"num_parts must be a positive integer, but got {num_parts!r}")
+    part_config = Path(part_config).resolve()
+    if not part_config.is_file():
+        raise FileNotFoundError(f"partition config {str(part_config)!r} does not exist; make it with `dgl-zerocopy partition`")
+    start = time.monotonic()
+    work = Path(tempfile.mkdtemp(prefix="dgl-zerocopy-cluster-"))
+    logs = Path(log_dir) if log_dir is not None else work
+    logs.mkdir(parents=True, exist_ok=True)
+    prefix = f"dglzc{os.getpid()}{secrets.token_hex(3)}"  # unique per job: names of concurrent jobs never meet
+    ports = free_ports(num_parts + 1)
+    job = LocalJob(prefix, write_ip_config(work / "ip_config.txt", ports[:num_parts]), ports[:num_parts])
+    base = {**os.environ, **(env or {}), "DGL_IP_CONFIG": str(job.ip_config), "DGL_NUM_SERVER": "1",
+            "DGL_NUM_CLIENT": str(num_parts), "DGL_CONF_PATH": str(part_config), "DGL_GRAPH_FORMAT": "csc",
+            "DGL_NUM_SAMPLER": "0", "DGL_DIST_MAX_TRY_TIMES": os.environ.get("DGL_DIST_MAX_TRY_TIMES", "10")}
+    servers: list[_Proc] = []
+    trainers: list[_Proc] = []
+    try:
+        for i in range(num_parts):
+            servers.append(_start("server", i, command, {**base, "DGL_ROLE": "server", "DGL_SERVER_ID": str(i), "OMP_NUM_THREADS": "1",
+                                                          MACHINE_ID_ENV: str(i), SHM_PREFIX_ENV: f"{prefix}m{i}_"}, logs))
+        _wait_listening(servers, ports[:num_parts], start_timeout, poll)
+        for i in range(num_parts):
+            trainers.append(_start("trainer", i, command, {
+                **base, "DGL_ROLE": "client", "DGL_DIST_MODE": "distributed", "DGL_GROUP_ID": "0",
+                "RANK": str(i), "LOCAL_RANK": "0", "WORLD_SIZE": str(num_parts), "MASTER_ADDR": HOST, "MASTER_PORT": str(ports[-1]),
+                MACHINE_ID_ENV: str(i), SHM_PREFIX_ENV: f"{prefix}m{i}_",
+                SERVER_PIDS_ENV: ",".join(str(p.popen.pid) for p in servers)}, None if i == 0 else logs))
+        _supervise(servers, trainers, None if timeout is None else start + timeout, poll, grace)
+        _wait_servers(servers, grace)
+    finally:
+        _stop(trainers + servers, grace)
+        job.server_codes = [p.popen.returncode for p in servers]
+        job.trainer_codes = [p.popen.returncode for p in trainers]
+        job.segments_removed = remove_segments(prefix)
+        if job.segments_removed:
+            log.debug("removed %d shared-memory segments left under %s", job.segments_removed, prefix)
+        shutil.rmtree(work, ignore_errors=True)
+        job.seconds = time.monotonic() - start
+    return job
+
+
+def _start(role: str, index: int, command: list[str], env: dict[str, str], logs: Path | None) -> _Proc:
+    path = None if logs is None else logs / f"{role}{index}.log"
+    out = None if path is None else path.open("wb")
+    try:
+        # A session of its own: stopping the process group stops what it started (DGL's sampler pool).
+        popen = subprocess.Popen(command, env=env, stdout=out, stderr=subprocess.STDOUT if out else None, start_new_session=True)
+    finally:
+        if out is not None:
+            out.close()
+    log.debug("started %s %d: pid %d", role, index, popen.pid)
+    return _Proc(role, index, popen, path)
+
+
+def _wait_listening(servers: list[_Proc], ports: list[int], timeout: float, poll: float) -> None:
+    """Wait until every server listens on its port (read from /proc/net/tcp: nothing is sent to it)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        for p in servers:
+            if p.popen.poll() is not None:
+                raise ClusterError(_failure(p, "exited while starting"))
+        listening = _listening_ports()
+        if listening is None:  # no /proc (not Linux): DGL's clients retry their connection every 3 s
+            return
+        if all(port in listening for port in ports):
+            return
+        if time.monotonic() > deadline:
+            waiting = [p.name for p, port in zip(servers, ports) if port not in listening]
+            raise ClusterError(f"{', '.join(waiting)} did not listen within {timeout:.0f} s; raise start_timeout for a large partition")
+        time.sleep(poll)
+
+
+def _listening_ports() -> set[int] | None:
+    try:
+        lines = Path("/proc/net/tcp").read_text().splitlines()[1:]
+    except OSError:
+        return None
+    ports = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) > 3 and fields[3] == "0A":  # TCP_LISTEN
+            ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
+
+
+def _supervise(servers: list[_Proc], trainers: list[_Proc], deadline: float | None, poll: float, grace: float) -> None:
+    """Return when every trainer exited with 0; raise at the first failure.
+
+    A server that exits with code 0 was shut down by the trainers (DGL's ``exit_client``: after a
+    barrier of all trainers, rank 0 tells the servers to stop), so the trainers get ``grace``
+    seconds to finish their exit; a server that exits with another code (killed, crashed) stops
+    the job at once."""
+    shutdown_seen: float | None = None
+    while True:
+        running = ", ".join(t.name for t in trainers if t.popen.poll() is None)
+        for p in servers:  # first: a lost server is the cause of whatever its trainers do next
+            code = p.popen.poll()
+            if code is not None and code != 0:
+                _wait_exit(trainers, min(grace, 5.0))  # their watchdogs see it too: let them say so before they are stopped
+                codes = ", ".join(f"trainer {t.index} " + ("still blocked, stopped" if t.popen.returncode is None else
+                                                           f"exit code {t.popen.returncode}") for t in trainers)
+                raise ClusterError(_failure(p, f"exited with code {code}{_signal_name(code)} while {running or 'the trainers'} "
+                                               f"still ran; their requests to it cannot be served, so the job was stopped ({codes})"))
+            if code == 0 and shutdown_seen is None:
+                shutdown_seen = time.monotonic()
+        for p in trainers:
+            code = p.popen.returncode
+            if code is not None and code != 0:
+                raise ClusterError(_failure(p, f"failed with exit code {code}{_signal_name(code)}"))
+        if all(p.popen.returncode == 0 for p in trainers):
+            return
+        if shutdown_seen is not None and time.monotonic() - shutdown_seen > grace:
+            raise ClusterError(f"the servers shut down but {running} did not exit within {grace:.0f} s; stopped the job")
+        if deadline is not None and time.monotonic() > deadline:
+            raise ClusterError(f"the job did not finish within its timeout; stopped {len(servers) + len(trainers)} processes")
+        time.sleep(poll)
+
+
+def _wait_exit(procs: list[_Proc], seconds: float) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline and any(p.popen.poll() is None for p in procs):
+        time.sleep(0.05)
+
+
+def _signal_name(code: int) -> str:
+    if code < 0:
+        try:
+            return f" ({signal.Signals(-code).name})"
+        except ValueError:
+            pass
+    return ""
+
+
+def _wait_servers(servers: list[_Proc], grace: float) -> None:
+    """The trainers' exit tells the servers to shut down; give them ``grace`` seconds."""
+    deadline = time.monotonic() + grace
+    for p in servers:
+        try:
+            p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning("%s did not shut down within %.0f s after the trainers finished; stopping it", p.name, grace)
+
+
+def _stop(procs: list[_Proc], grace: float) -> None:
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [p for p in procs if p.popen.poll() is None]
+        if not alive:
+            return
+        for p in alive:
+            try:
+                os.killpg(p.popen.pid, sig)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + grace
+        for p in alive:
+            try:
+                p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                pass
+
+
+def _failure(p: _Proc, what: str, lines: int = 20) -> str:
+    tail = ""
+    if p.log is not None and p.log.is_file():
+        text = p.log.read_text(errors="replace").splitlines()[-lines:]
+        tail = f"\n--- last lines of {p.role} {p.index}'s log ---\n" + "\n".join(text)
+    return f"{p.name} {what}{tail}"
