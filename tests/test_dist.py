@@ -163,6 +163,18 @@ def test_standalone_training_learns(one_part, standalone_graph):
     assert history[-1].test_acc > 2.0 / SMALL.num_classes  # well above chance (1/5)
 
 
+
+@pytest.mark.parametrize("update, flag", [({"feature_compression": "int8"}, "--feature-compression int8"),
+                                          ({"feature_cache": "10%"}, "--feature-cache 10%"), ({"nproc": 2}, "--nproc 2")])
+def test_options_that_do_not_apply_with_dist_are_refused(one_part, update, flag):
+    from dgl_zerocopy.config import ConfigError, TrainConfig
+    from dgl_zerocopy.dist import train_dist
+
+    cfg = TrainConfig(device="cpu").model_copy(update=update)
+    with pytest.raises(ConfigError, match=f"^{flag} does not apply with --dist"):
+        train_dist(cfg, one_part.folder)
+
+
 # -- the watchdog ------------------------------------------------------------------------------------
 
 def test_watchdog_fails_within_its_poll_when_a_server_is_gone():

@@ -23,7 +23,7 @@ from typing import Callable
 import torch
 from torch.nn import functional as F
 
-from ..config import ConfigError, TrainConfig
+from ..config import ConfigError, TrainConfig, parse_cache_size
 from ..models import build_model
 from ..timing import StageTimer
 from ..train import EpochStats, resolve_device, seed_everything
@@ -81,6 +81,12 @@ def train_dist(cfg: TrainConfig, part_dir: str | Path, ip_config: str | None = N
     if cfg.feature_source not in BACKENDS:
         raise ConfigError(f"--dist fetches rows through a FeatureStore over the local partition: feature source must be one of "
                           f"{', '.join(BACKENDS)}, but got {cfg.feature_source!r}")
+    for flag, value, unused in (("--feature-compression", cfg.feature_compression, cfg.feature_compression != "none"),
+                                ("--feature-cache", cfg.feature_cache, parse_cache_size(cfg.feature_cache)[1] != 0),
+                                ("--nproc", cfg.nproc, cfg.nproc != 1)):
+        if unused:  # refused rather than ignored: the run would not be the one asked for
+            raise ConfigError(f"{flag} {value} does not apply with --dist (the partitions' servers hold the features as "
+                              f"partitioned; DGL's launch tool starts the trainers): leave {flag} out")
     device = resolve_device(cfg.device, cfg.feature_source)
     graph, info = connect(part_dir, ip_config)
     world = int(os.environ.get("WORLD_SIZE", "1"))
