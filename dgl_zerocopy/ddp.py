@@ -122,9 +122,12 @@ def _run_rank(rank: int, parent: int, fn: Callable, world_size: int, backend: st
     except KeyboardInterrupt:  # Ctrl-C reaches every rank too: the parent reports it, once
         code = 130
     finally:
-        if dist.is_initialized():
-            dist.destroy_process_group()
-    sys.exit(code)
+        # No destroy_process_group() and no interpreter teardown: with torch 2.2.1's gloo a rank could
+        # block there for good once its peer had exited (a rank of bench/ddp.py stuck in it for minutes,
+        # its result already written). The outcome is on disk; flush and leave without destructors.
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
 
 
 def _die_with(parent: int) -> None:
