@@ -58,8 +58,8 @@ SYNTHETIC = {  # full-size node count, fanouts and batch of the graph each prese
 REAL = REAL_GRAPH_CONFIGS  # dataset -> its shipped config (as bench/accuracy.py trains it)
 GRAPHS = tuple(SYNTHETIC) + tuple(REAL)
 POLICIES = ("in_degree", "presample")
-CODE_BYTES = {"fp16": 2, "bf16": 2, "int8": 1}  # bytes per column of a code row
-CODE_DTYPES = {"fp16": np.float16, "bf16": np.int16, "int8": np.int8}
+CODE_DTYPES = {"fp16": np.float16, "bf16": np.int16, "int8": np.int8}  # the codes as NumPy holds them (bf16: its bits)
+CODE_BYTES = {codec: np.dtype(dtype).itemsize for codec, dtype in CODE_DTYPES.items()}  # bytes per column of a code row
 
 
 def link_bytes_per_row(row_bytes: int, dtype: np.dtype) -> float:

@@ -39,6 +39,7 @@ import torch
 
 from .cache import budget_for_rows
 from .compression import CODECS, check_codec_name, compressed_beside
+from .compression.codec import STORED_DTYPES
 from .config import parse_cache_size
 from .data import GraphDataset
 from .data.base import tensor_view
@@ -85,7 +86,7 @@ class CacheRequest:
 
 def _stored_row_bytes(dataset: GraphDataset, compression: str | None) -> int:
     """Bytes of one stored row: the table's, or its codes' (fp16/bf16: 2 per column, int8: 1)."""
-    itemsize = {"fp16": 2, "bf16": 2, "int8": 1}[compression] if compression in CODECS else dataset.features.dtype.itemsize
+    itemsize = STORED_DTYPES[compression].itemsize if compression in CODECS else dataset.features.dtype.itemsize
     return dataset.features.shape[1] * itemsize
 
 

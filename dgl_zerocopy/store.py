@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from .backends import Backend, GatherOptions, make_backend
-from .cache import CachePolicy, HotRowCache, check_cache_args, choose_rows, policy_name, slot_map_nbytes
+from .cache import CachePolicy, HotRowCache, budget_for_rows, check_cache_args, choose_rows, policy_name
 from .compression import CODECS, Codec, CompressedTable, check_codec_name, compress, load_compressed
 from .compression.table import params_nbytes
 from .data.base import tensor_view
@@ -275,8 +275,7 @@ class FeatureStore:
             return self._cache.nbytes
         if self._cache_rows is None:
             return 0
-        row_bytes = self._table.shape[1] * self._table.element_size()
-        return self._cache_rows.numel() * row_bytes + slot_map_nbytes(self._table.shape[0], self._cache_rows.numel())
+        return budget_for_rows(self._cache_rows.numel(), self._table.shape[1] * self._table.element_size(), self._table.shape[0])
 
     @property
     def cache(self) -> HotRowCache | None:

@@ -76,6 +76,7 @@ class ZeroCopyBackend:
                     if cache is not None and codec.axis == "row":
                         self._cache_pairs = torch.stack((codec.scale[cache.row_ids], codec.offset[cache.row_ids]), dim=1).to(device)
                         torch.cuda.current_stream(device).synchronize()  # filled on this stream; gathers use others
+                self._launch_cache = self._device_cache()
             except BaseException:
                 self._pinned.unpin()
                 raise
@@ -95,7 +96,7 @@ class ZeroCopyBackend:
         return pairs, int(self._cupy.cuda.runtime.pointerGetAttributes(pairs.data_ptr()).devicePointer)
 
     def _device_cache(self):
-        """The cache as the launcher takes it, or None."""
+        """The cache as the launcher takes it (made once: its tensors never move), or None."""
         from ..cuda_gather import DeviceCache
 
         cache = self.cache
@@ -116,7 +117,7 @@ class ZeroCopyBackend:
             if out is None:
                 out = torch.empty((ids.shape[0], table.shape[1]), dtype=self.out_dtype, device=self.device)
             common = dict(stream=stream, sort=self.options.sort_ids, max_blocks=self.options.max_blocks,
-                          cache=self._device_cache())
+                          cache=self._launch_cache)
             row_stride = table.stride(0) * table.element_size()
             if self.codec is None:
                 launch_gather(self._pinned.device_ptr, tuple(table.shape), table.element_size(), row_stride,
@@ -140,6 +141,7 @@ class ZeroCopyBackend:
             self._pinned.unpin()
             self._pairs = None  # after the kernels that read them (the events above)
             self._cache_pairs = None
+            self._launch_cache = None
             self.cache = None
 
 
