@@ -15,7 +15,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 # PIP_CONSTRAINT rather than -c: it replaces a `constraint` set in a machine's pip configuration
 # (which may cap torch below the newest stack's), so the stack's file alone decides every version.
-PIP_INSTALL := PIP_CONSTRAINT=$(CURDIR)/$(CONSTRAINTS) $(PY) -m pip install --quiet --disable-pip-version-check
+# PIP_NO_CACHE_DIR: a stack is about 3 GB of wheels (torch's CUDA libraries); a cached copy of them would
+# double what an install leaves on disk.
+PIP_INSTALL := PIP_NO_CACHE_DIR=1 PIP_CONSTRAINT=$(CURDIR)/$(CONSTRAINTS) $(PY) -m pip install --quiet --disable-pip-version-check
 
 .PHONY: install run test test-gpu bench clean gpu-check gpu-wheels
 

@@ -2,13 +2,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
 import pytest
 
 # Generated datasets go to a private cache, for subprocesses too; set before the package is imported.
-os.environ.setdefault("DGL_ZEROCOPY_CACHE", tempfile.mkdtemp(prefix="dgl-zerocopy-test-cache-"))
+# A cache made here is removed when the session ends (pytest_unconfigure); one given by the caller is kept.
+_OWN_CACHE = None if "DGL_ZEROCOPY_CACHE" in os.environ else tempfile.mkdtemp(prefix="dgl-zerocopy-test-cache-")
+if _OWN_CACHE is not None:
+    os.environ["DGL_ZEROCOPY_CACHE"] = _OWN_CACHE
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
 import torch  # noqa: E402
@@ -22,6 +26,11 @@ SMALL = SyntheticSpec(num_nodes=3000, avg_degree=10, feat_dim=16, num_classes=5,
 
 CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
+
+
+def pytest_unconfigure(config) -> None:
+    if _OWN_CACHE is not None:
+        shutil.rmtree(_OWN_CACHE, ignore_errors=True)
 
 
 def devices() -> list:
