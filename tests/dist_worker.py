@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import sys
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -55,7 +56,50 @@ def main(mode: str, parts: str, originals: str, results: str) -> None:
         result["loader_remote"] += len(input_nodes) - local
     result["stats_local"] = sum(s.local_rows for s in loader.stats)
     result["stats_remote"] = sum(s.remote_rows for s in loader.stats)
+    result.update(mixes(feat, label, graph, features[orig], labels[orig]))
+    result["omp_threads"] = torch.get_num_threads()
     (Path(results) / f"trainer{machine}.json").write_text(json.dumps(result))
+
+
+def mixes(feat: DistFeatureSource, label: DistFeatureSource, graph, features: torch.Tensor, labels: torch.Tensor) -> dict:
+    """Fetches of every local/remote mix, into ``out=`` too, a failed local gather, and close()
+    (``features``/``labels``: the originals in DGL's id order). Returns name -> bool."""
+    own = dgl_nodes_of(graph, feat.part_id)
+    other = dgl_nodes_of(graph, 1 - feat.part_id)
+    g = torch.Generator().manual_seed(feat.part_id)
+    cases = {"all_remote": other[torch.randperm(len(other), generator=g)[:300]],
+             "one_local": torch.cat([other[:50], own[7:8], other[50:90]]),
+             "one_remote": torch.cat([own[:50], other[3:4], own[50:90]]),
+             "duplicates": torch.cat([own[:5], other[:5], own[:5], other[:5]]).int(),
+             "empty": torch.empty(0, dtype=torch.int64)}
+    out = {}
+    for name, ids in cases.items():
+        rows, labs = feat.fetch(ids), label.fetch(ids)
+        into = torch.full((len(ids), features.shape[1]), float("nan"))
+        same = feat.fetch(ids, out=into) is into
+        out[f"{name}_equal"] = bool(torch.equal(rows, features[ids.long()]) and torch.equal(labs, labels[ids.long()])
+                                    and same and torch.equal(into, rows))
+    # A local gather that fails raises, after the remote pull has come back: the next fetch's
+    # reply is its own (a pull left in flight would hand it the previous reply, or hang).
+    mixed = torch.cat([own[:100], other[:100]])
+    store_gather = feat.store.gather
+
+    def failing_gather(*args, **kwargs):
+        raise RuntimeError("injected local gather failure")
+
+    feat.store.gather = failing_gather
+    try:
+        feat.fetch(mixed)
+        out["failure_raised"] = False
+    except RuntimeError as error:
+        out["failure_raised"] = "injected" in str(error)
+    finally:
+        feat.store.gather = store_gather
+    out["after_failure_equal"] = bool(torch.equal(feat.fetch(mixed.flip(0)), features[mixed.flip(0)]))
+    feat.close()
+    label.close()
+    out["pull_threads_after_close"] = sum(t.name.startswith("dgl-zerocopy-dist-pull") for t in threading.enumerate())
+    return out
 
 
 def dgl_nodes_of(graph, part_id: int) -> torch.Tensor:

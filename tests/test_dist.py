@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import threading
 
 import numpy as np
@@ -13,8 +14,8 @@ import torch
 
 from conftest import SMALL, devices
 from dgl_zerocopy.data import load_dataset
-from dgl_zerocopy.dist import (DistFeatureSource, DistLoader, ServerLostError, Watchdog, load_partition_info, partition_dataset,
-                               remove_segments)
+from dgl_zerocopy.dist import (DistFeatureSource, DistLoader, ServerLostError, Watchdog, launch_local, load_partition_info,
+                               partition_dataset, remove_segments, trainer_threads)
 from dgl_zerocopy.dist import single_host
 from dgl_zerocopy.prefetch import Prefetcher
 
@@ -242,3 +243,16 @@ def test_install_refuses_bad_values(monkeypatch):
     with pytest.raises(RuntimeError, match="set both"):
         single_host.install_from_env()
     assert single_host.installed() == {}
+
+
+def test_trainer_threads_follow_dgl_launch_rule():
+    # half the cores, split among the trainers of this host, at least one
+    assert [trainer_threads(parts, cpus) for parts, cpus in ((1, 16), (2, 16), (3, 16), (2, 2), (4, 4), (1, 1))] == [8, 4, 2, 1, 1, 1]
+
+
+@pytest.mark.parametrize("value", ["0", "two", "4,2"])
+def test_launch_local_refuses_a_bad_thread_count_before_starting_anything(one_part, tmp_path, value, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where a work folder would be made
+    with pytest.raises(ValueError, match=f"OMP_NUM_THREADS must be a positive integer.*{value!r}"):
+        launch_local(["true"], one_part.part_config, 1, env={"OMP_NUM_THREADS": value})
+    assert list(tmp_path.iterdir()) == []

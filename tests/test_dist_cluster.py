@@ -23,7 +23,7 @@ import pytest
 
 from conftest import REPO, SHARED_DATA, SMALL
 from dgl_zerocopy.data import load_dataset
-from dgl_zerocopy.dist import ClusterError, launch_local, partition_dataset
+from dgl_zerocopy.dist import ClusterError, launch_local, partition_dataset, trainer_threads
 
 pytestmark = pytest.mark.slow
 
@@ -90,6 +90,11 @@ def test_two_partitions_rows_equal_the_originals_and_the_split_is_counted(two_pa
         assert (r["stats_local"], r["stats_remote"]) == (r["loader_local"], r["loader_remote"])
         assert r["loader_local"] > 0 and r["loader_remote"] > 0  # a halo reaches into the other partition
         assert r["loader_local"] + r["loader_remote"] == r["counted"]
+        for mix in ("all_remote", "one_local", "one_remote", "duplicates", "empty", "after_failure"):
+            assert r[f"{mix}_equal"], (machine, mix)
+        assert r["failure_raised"]
+        assert r["pull_threads_after_close"] == 0  # close() stopped the helper that pulls remote rows
+        assert r["omp_threads"] == job.trainer_threads == int(os.environ.get("OMP_NUM_THREADS") or trainer_threads(2))
 
 
 def test_a_server_that_dies_fails_the_trainers_within_seconds(two_parts, tmp_path, clean):

@@ -13,7 +13,7 @@ Importing this package does not import DGL's distributed module's state: nothing
 :func:`connect` (or ``dgl.distributed.initialize``) is called.
 """
 from .loader import BatchStats, DistLoader
-from .local_cluster import ClusterError, LocalJob, launch_local
+from .local_cluster import ClusterError, LocalJob, launch_local, trainer_threads
 from .partition import PartitionInfo, load_partition_info, partition_dataset
 from .single_host import install, install_from_env, installed, remove_segments
 from .source import DistFeatureSource, RowCounts
@@ -22,4 +22,4 @@ from .watchdog import ServerLostError, Watchdog, exit_now
 
 __all__ = ["BatchStats", "ClusterError", "DistFeatureSource", "DistLoader", "LocalJob", "PartitionInfo", "RowCounts",
            "ServerLostError", "Watchdog", "connect", "exit_now", "install", "install_from_env", "installed", "launch_local",
-           "load_partition_info", "partition_dataset", "remove_segments", "train_dist"]
+           "load_partition_info", "partition_dataset", "remove_segments", "train_dist", "trainer_threads"]

@@ -64,6 +64,16 @@ class LocalJob:
     trainer_codes: list[int | None] = field(default_factory=list)
     segments_removed: int = 0
     seconds: float = 0.0
+    trainer_threads: int = 0
+
+
+def trainer_threads(num_parts: int, cpus: int | None = None) -> int:
+    """OpenMP threads per trainer when ``num_parts`` trainers share this host's ``cpus`` (default:
+    ``os.cpu_count()``): DGL's launch tool's rule, half the cores split among the trainers, at
+    least 1. The other half is the servers' and the samplers'. Without it every trainer's torch
+    takes every core, and on a small host a gather waits for a descheduled thread."""
+    cpus = cpus if cpus is not None else (os.cpu_count() or 1)
+    return max(cpus // 2 // num_parts, 1)
 
 
 def free_ports(count: int) -> list[int]:
@@ -97,8 +107,10 @@ def launch_local(command: Sequence[str], part_config: str | Path, num_parts: int
     config (``<graph_name>.json``) of ``num_parts`` partitions. Trainer 0 writes to this process's
     stdout and stderr; the others, and the servers, to ``log_dir`` (default: a temporary folder,
     removed at the end). ``timeout``: seconds for the whole job (None: no limit);
-    ``start_timeout``: for the servers to listen. Raises :class:`ClusterError` on any failure,
-    after stopping every process and removing the job's shared memory."""
+    ``start_timeout``: for the servers to listen. Servers run one OpenMP thread, trainers
+    :func:`trainer_threads` unless ``OMP_NUM_THREADS`` is set (in ``env`` or here). Raises
+    :class:`ClusterError` on any failure, after stopping every process and removing the job's
+    shared memory."""
     command = [str(c) for c in command]
     if not command:
         raise ValueError("command is empty: pass the argv of the training process, e.g. [sys.executable, 'train.py']")
@@ -107,6 +119,9 @@ def launch_local(command: Sequence[str], part_config: str | Path, num_parts: int
     part_config = Path(part_config).resolve()
     if not part_config.is_file():
         raise FileNotFoundError(f"partition config {str(part_config)!r} does not exist; make it with `dgl-zerocopy partition`")
+    omp = (env or {}).get("OMP_NUM_THREADS") or os.environ.get("OMP_NUM_THREADS") or str(trainer_threads(num_parts))
+    if not omp.isdigit() or int(omp) < 1:
+        raise ValueError(f"OMP_NUM_THREADS must be a positive integer (threads per trainer), but got {omp!r}")
     start = time.monotonic()
     work = Path(tempfile.mkdtemp(prefix="dgl-zerocopy-cluster-"))
     logs = Path(log_dir) if log_dir is not None else work
@@ -114,6 +129,7 @@ def launch_local(command: Sequence[str], part_config: str | Path, num_parts: int
     prefix = f"dglzc{os.getpid()}{secrets.token_hex(3)}"  # unique per job: names of concurrent jobs never meet
     ports = free_ports(num_parts + 1)
     job = LocalJob(prefix, write_ip_config(work / "ip_config.txt", ports[:num_parts]), ports[:num_parts])
+    job.trainer_threads = int(omp)
     base = {**os.environ, **(env or {}), "DGL_IP_CONFIG": str(job.ip_config), "DGL_NUM_SERVER": "1",
             "DGL_NUM_CLIENT": str(num_parts), "DGL_CONF_PATH": str(part_config), "DGL_GRAPH_FORMAT": "csc",
             "DGL_NUM_SAMPLER": "0", "DGL_DIST_MAX_TRY_TIMES": os.environ.get("DGL_DIST_MAX_TRY_TIMES", "10")}
@@ -127,7 +143,7 @@ def launch_local(command: Sequence[str], part_config: str | Path, num_parts: int
         for i in range(num_parts):
             trainers.append(_start("trainer", i, command, {
                 **base, "DGL_ROLE": "client", "DGL_DIST_MODE": "distributed", "DGL_GROUP_ID": "0",
-                "RANK": str(i), "LOCAL_RANK": "0", "WORLD_SIZE": str(num_parts), "MASTER_ADDR": HOST, "MASTER_PORT": str(ports[-1]),
+                "OMP_NUM_THREADS": omp, "RANK": str(i), "LOCAL_RANK": "0", "WORLD_SIZE": str(num_parts), "MASTER_ADDR": HOST, "MASTER_PORT": str(ports[-1]),
                 MACHINE_ID_ENV: str(i), SHM_PREFIX_ENV: f"{prefix}m{i}_",
                 SERVER_PIDS_ENV: ",".join(str(p.popen.pid) for p in servers)}, None if i == 0 else logs))
         _supervise(servers, trainers, None if timeout is None else start + timeout, poll, grace)

@@ -7,13 +7,15 @@ every trainer of that machine (``DistTensor.local_partition``, a writable ``MAP_
 requests the others from their servers. :class:`DistFeatureSource` splits the ids itself with the
 tensor's partition policy (``to_partid``, ``to_local``): local ids are gathered by a FeatureStore
 over the local partition (on a GPU: pinned in place and read zero-copy by the GPU; on the CPU: the
-fast CPU gather), and only the remote ids go to ``DistTensor.__getitem__``, whose rows are
-scattered into the same output. Counters say how many rows came from where.
+fast CPU gather), and only the remote ids go to ``DistTensor.__getitem__``, on a helper thread
+while the local rows are gathered, and their rows are scattered into the same output. Counters
+say how many rows came from where.
 """
 from __future__ import annotations
 
 import logging
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -47,6 +49,8 @@ class DistFeatureSource:
 
     Contract: :meth:`fetch` returns ``tensor[ids]`` exactly, on ``device``. DGL's RPC client is not
     thread-safe: fetch and sample from one thread at a time (the loader's worker, or the caller).
+    A fetch with remote ids pulls them on the source's own helper thread and waits for it before
+    it returns, so no RPC of the source is in flight between calls; :meth:`close` stops the thread.
     """
 
     def __init__(self, tensor, backend: str = "auto", device: str | torch.device | None = None) -> None:
@@ -68,6 +72,7 @@ class DistFeatureSource:
         self.store = FeatureStore(local.view(-1, 1) if self._vector else local, backend=backend, device=self.device)
         self.counts = RowCounts()
         self._lock = threading.Lock()
+        self._executor: ThreadPoolExecutor | None = None  # pulls remote rows during fetch; started on first need
         log.debug("%s: local partition %d, %d of %d rows, backend %s on %s", tensor.name, self.part_id, local.shape[0],
                   tensor.shape[0], backend, self.device)
 
@@ -101,23 +106,48 @@ class DistFeatureSource:
         if n == 0:
             return out
         local = self.policy.to_partid(ids) == self.part_id
-        local_pos = local.nonzero().squeeze(1)
         remote_pos = (~local).nonzero().squeeze(1)
+        n_remote = int(remote_pos.numel())
         rows = out.view(n, -1)
-        if remote_pos.numel() == 0:  # all local (always with one partition): gathered straight into the output
+        if n_remote == 0:  # all local (always with one partition): gathered straight into the output
             self.store.gather(self.policy.to_local(ids), out=rows)
-        elif local_pos.numel():
-            local_ids = self.policy.to_local(ids[local_pos])
-            gathered = self.store.gather(local_ids)
-            rows.index_copy_(0, local_pos.to(self.device), gathered)
-        if remote_pos.numel():
-            pulled = self.tensor[ids[remote_pos]]  # KVClient.pull of the remote ids only: DGL's RPC
-            rows.index_copy_(0, remote_pos.to(self.device), pulled.view(remote_pos.numel(), -1).to(self.device, non_blocking=True))
+        else:
+            # The remote rows are pulled on the helper thread (DGL's RPC releases the GIL while it
+            # waits) while this thread gathers the local ones: the fetch then takes about as long as
+            # the pull alone, as DGL's own pull, which copies its local rows while the request is out.
+            pending = self._pull_thread().submit(self.tensor.__getitem__, ids[remote_pos])
+            try:
+                if n_remote < n:
+                    self._gather_local(ids, local, rows)
+            finally:
+                pulled = pending.result()  # also when the local gather failed: no RPC is left in flight
+            rows.index_copy_(0, remote_pos.to(self.device), pulled.view(n_remote, -1).to(self.device, non_blocking=True))
         with self._lock:
-            self.counts.local += int(local_pos.numel())
-            self.counts.remote += int(remote_pos.numel())
+            self.counts.local += n - n_remote
+            self.counts.remote += n_remote
             self.counts.fetches += 1
         return out
+
+    def _gather_local(self, ids: torch.Tensor, local: torch.Tensor, rows: torch.Tensor) -> None:
+        """Write the local partition's rows at the positions where ``local`` is true (on the caller's stream)."""
+        if self.device.type == "cpu":
+            # Every position is gathered, the remote ones from the batch's first local row (the pull
+            # overwrites them): one index_select into the output costs a quarter of an index_copy_
+            # of the local rows.
+            placeholder = ids[int(local.to(torch.uint8).argmax())]
+            local_ids = self.policy.to_local(torch.where(local, ids, placeholder))
+            self.store.gather(local_ids, out=rows)
+        else:
+            # On a GPU a placeholder row would cost a PCIe read per remote position: gather the local
+            # rows alone and scatter them on the device.
+            local_pos = local.nonzero().squeeze(1)
+            gathered = self.store.gather(self.policy.to_local(ids[local_pos]))
+            rows.index_copy_(0, local_pos.to(self.device), gathered)
+
+    def _pull_thread(self) -> ThreadPoolExecutor:
+        if self._executor is None:
+            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dgl-zerocopy-dist-pull")
+        return self._executor
 
     def reset_counts(self) -> RowCounts:
         """The counts so far, and zero them."""
@@ -126,7 +156,10 @@ class DistFeatureSource:
         return counts
 
     def close(self) -> None:
-        """Release the store (unpins the local partition on a GPU). Idempotent."""
+        """Stop the pull thread and release the store (unpins the local partition on a GPU). Idempotent."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=True)
+            self._executor = None
         self.store.close()
 
     def __enter__(self) -> "DistFeatureSource":
