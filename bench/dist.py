@@ -6,15 +6,18 @@ single-host fixes on). Each trainer takes its share of the training nodes (``nod
 training does) and runs ``--epochs`` epochs of :class:`dgl_zerocopy.dist.DistLoader` batches with
 ``prefetch=0`` (so sampling and fetching are timed apart, on the caller's thread); per batch it
 records the input rows served by its local partition and over RPC, the seconds to sample, to fetch
-with :class:`DistFeatureSource` (local rows through the FeatureStore, remote ones pulled), and,
-as the baseline, to pull the same ids with DGL's own ``g.ndata['feat'][input_nodes]``. Every batch
-is checked first: both fetches must return the same rows. Epoch 0 warms up and is not reported.
+with :class:`DistFeatureSource` (local rows through the FeatureStore while the remote ones are
+pulled), and, as the baseline, to pull the same ids with DGL's own ``g.ndata['feat'][input_nodes]``:
+the two fetches side by side, in alternating order. Every batch is checked: both fetches and the
+loader's rows must be equal. Epoch 0 warms up and is not reported. Trainers run launch-local's
+OpenMP thread count (DGL's launch-tool rule; ``threads`` in the results).
 
 Reported per (parts, trainer): batches, median rows per batch (local, remote, remote fraction),
-median seconds per batch (sample, our fetch, DGL's pull), with quartiles in the JSON. Writes
+median seconds per batch (sample, our fetch, DGL's pull) and the median per-batch ratio of our fetch
+to DGL's pull, with quartiles. Writes
 ``dist.csv``/``dist.json`` (per-batch rows in the JSON as ``raw``) and ``dist.png``.
 
-    python bench/dist.py [--num-nodes 50000] [--epochs 3] [--batch-size 1024] [--fanouts 10,5] [--out STEM or /path/STEM]
+    python bench/dist.py [--num-nodes 50000] [--epochs 11] [--batch-size 1024] [--fanouts 10,5] [--out STEM or /path/STEM]
     dgl-zerocopy bench dist  (the same)
 """
 from __future__ import annotations
@@ -37,7 +40,7 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-nodes", type=int, default=50_000, help="synthetic graph size (default 50,000)")
-    parser.add_argument("--epochs", type=int, default=3, help="epochs per trainer; epoch 0 warms up (at least 2)")
+    parser.add_argument("--epochs", type=int, default=11, help="epochs per trainer; epoch 0 warms up (at least 2)")
     parser.add_argument("--batch-size", type=int, default=1024, help="seeds per batch per trainer")
     parser.add_argument("--fanouts", default="10,5")
     parser.add_argument("--parts", default="1,2", help="partition counts to compare (default 1,2)")
@@ -64,17 +67,20 @@ def main(argv: list[str] | None = None) -> int:
             results = Path(tmp) / f"r{parts}"
             results.mkdir()
             start = time.perf_counter()
-            launch_local([sys.executable, __file__, "--worker", str(info.folder), str(results), "--epochs", str(args.epochs),
-                          "--batch-size", str(args.batch_size), "--fanouts", args.fanouts],
-                         info.part_config, parts, timeout=args.timeout)
-            print(f"{parts} partition(s): job took {time.perf_counter() - start:.1f} s", flush=True)
+            job = launch_local([sys.executable, __file__, "--worker", str(info.folder), str(results), "--epochs", str(args.epochs),
+                                "--batch-size", str(args.batch_size), "--fanouts", args.fanouts],
+                               info.part_config, parts, timeout=args.timeout)
+            print(f"{parts} partition(s): job took {time.perf_counter() - start:.1f} s, {job.trainer_threads} thread(s) per trainer",
+                  flush=True)
             for trainer in range(parts):
                 for row in json.loads((results / f"trainer{trainer}.json").read_text()):
                     raw.append({"parts": parts, "trainer": trainer, **row})
     rows = _summarize(raw)
     meta = {"command": command_line(), "machine": machine(), "dataset": dataset.summary(), "fanouts": args.fanouts,
             "batch_size": args.batch_size, "epochs_reported": args.epochs - 1,
-            "note": "prefetch=0: sample and fetch timed apart; DGL pull = g.ndata['feat'][input_nodes] of the same batch"}
+            "note": "prefetch=0: sample and fetch timed apart; fetch = DistFeatureSource.fetch and DGL pull = "
+                    "g.ndata['feat'][input_nodes] of the same batch, side by side in alternating order; "
+                    "trainers run launch-local's OpenMP thread count (threads column)"}
     out = Path(args.out)
     folder, stem = (out.parent, out.name) if out.parent != Path(".") else (Path(__file__).resolve().parent / "results", args.out)
     csv_path, json_path = write_results(stem, rows, meta, folder=folder, extra={"raw": raw})
@@ -83,7 +89,8 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         print(f"{r['parts']} part(s), trainer {r['trainer']}: {r['batches']} batches, rows/batch local {r['local_rows']:.0f} "
               f"remote {r['remote_rows']:.0f} ({r['remote_fraction']:.1%}), s/batch sample {r['sample_s']:.4f} "
-              f"fetch {r['fetch_s']:.4f} (DGL pull {r['dgl_pull_s']:.4f})")
+              f"fetch {r['fetch_s']:.4f} (DGL pull {r['dgl_pull_s']:.4f}; ours/DGL per batch {r['fetch_over_pull']:.2f}, "
+              f"quartiles {r['fetch_over_pull_q1']:.2f}-{r['fetch_over_pull_q3']:.2f})")
     print(f"wrote {csv_path}, {json_path}, {png}")
     return 0
 
@@ -102,18 +109,23 @@ def _worker(parts: Path, results: Path, epochs: int, batch_size: int, fanouts: l
     feat = DistFeatureSource(graph.ndata["feat"], device="cpu")
     loader = DistLoader(graph, seeds, fanouts, features={"feat": feat}, batch_size=batch_size, shuffle=True, prefetch=0)
     rows = []
+    fetches = {"fetch_s": feat.fetch, "dgl_pull_s": graph.ndata["feat"].__getitem__}  # DGL's own path: KVClient.pull of every id
     for epoch in range(epochs):
         for batch, (input_nodes, _, blocks) in enumerate(loader):
-            start = time.perf_counter()
-            pulled = graph.ndata["feat"][input_nodes]  # DGL's own path: KVClient.pull of every id
-            pull_s = time.perf_counter() - start
-            if not torch.equal(pulled, blocks[0].srcdata["feat"]):
+            # Both fetches of the batch's ids, side by side, in alternating order (the first after
+            # sampling would otherwise always be the one that meets the servers' state first).
+            seconds, rows_of = {}, {}
+            for name in (list(fetches) if batch % 2 == 0 else list(fetches)[::-1]):
+                start = time.perf_counter()
+                rows_of[name] = fetches[name](input_nodes)
+                seconds[name] = time.perf_counter() - start
+            if not (torch.equal(rows_of["fetch_s"], rows_of["dgl_pull_s"]) and torch.equal(rows_of["fetch_s"], blocks[0].srcdata["feat"])):
                 raise AssertionError(f"trainer {machine_id}, epoch {epoch}, batch {batch}: DistFeatureSource rows differ from DGL's pull")
             if epoch == 0:
                 continue
             s = loader.stats[batch]
             rows.append({"epoch": epoch, "batch": batch, "seeds": s.seeds, "local_rows": s.local_rows, "remote_rows": s.remote_rows,
-                         "sample_s": s.sample_s, "fetch_s": s.fetch_s, "dgl_pull_s": pull_s})
+                         "sample_s": s.sample_s, "loader_fetch_s": s.fetch_s, "threads": torch.get_num_threads(), **seconds})
     (results / f"trainer{machine_id}.json").write_text(json.dumps(rows))
     feat.close()
     return 0
@@ -126,9 +138,11 @@ def _summarize(raw: list[dict]) -> list[dict]:
         local = statistics.median(r["local_rows"] for r in mine)
         remote = statistics.median(r["remote_rows"] for r in mine)
         fraction = statistics.median(r["remote_rows"] / max(r["local_rows"] + r["remote_rows"], 1) for r in mine)
-        row = {"parts": key[0], "trainer": key[1], "batches": len(mine), "local_rows": float(local), "remote_rows": float(remote),
-               "remote_fraction": fraction}
-        for k in ("sample_s", "fetch_s", "dgl_pull_s"):
+        row = {"parts": key[0], "trainer": key[1], "batches": len(mine), "threads": mine[0]["threads"], "local_rows": float(local),
+               "remote_rows": float(remote), "remote_fraction": fraction}
+        for r in mine:
+            r["fetch_over_pull"] = r["fetch_s"] / r["dgl_pull_s"]  # per batch: the two were timed side by side
+        for k in ("sample_s", "fetch_s", "dgl_pull_s", "fetch_over_pull"):
             s = summarize([r[k] for r in mine])
             row[k], row[f"{k}_q1"], row[f"{k}_q3"] = s["median"], s["q1"], s["q3"]
         rows.append(row)
@@ -157,7 +171,7 @@ def _plot(rows: list[dict], path: Path, meta: dict) -> None:
     b.set_xticks(list(x), labels)
     b.set_ylabel("ms per batch (median, quartiles)")
     b.legend(fontsize=8)
-    fig.suptitle(f"DistDGL on 127.0.0.1: {meta['dataset'].split(':')[0]} {meta['dataset'].split(',')[0].split(': ')[1]}, "
+    fig.suptitle(f"DistDGL on 127.0.0.1: {meta['dataset'].split(' nodes')[0]} nodes, "
                  f"fanouts {meta['fanouts']}, batch {meta['batch_size']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
