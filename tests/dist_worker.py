@@ -62,7 +62,7 @@ def main(mode: str, parts: str, originals: str, results: str) -> None:
 
 
 def mixes(feat: DistFeatureSource, label: DistFeatureSource, graph, features: torch.Tensor, labels: torch.Tensor) -> dict:
-    """Fetches of every local/remote mix, into ``out=`` too, a failed local gather, and close()
+    """Fetches of every local/remote mix, into ``out=`` too, a failed local gather, a failed pull
     (``features``/``labels``: the originals in DGL's id order). Returns name -> bool."""
     own = dgl_nodes_of(graph, feat.part_id)
     other = dgl_nodes_of(graph, 1 - feat.part_id)
@@ -79,27 +79,44 @@ def mixes(feat: DistFeatureSource, label: DistFeatureSource, graph, features: to
         same = feat.fetch(ids, out=into) is into
         out[f"{name}_equal"] = bool(torch.equal(rows, features[ids.long()]) and torch.equal(labs, labels[ids.long()])
                                     and same and torch.equal(into, rows))
-    # A local gather that fails raises, after the remote pull has come back: the next fetch's
+    # A local gather or a pull that fails raises, after the pull has come back: the next fetch's
     # reply is its own (a pull left in flight would hand it the previous reply, or hang).
     mixed = torch.cat([own[:100], other[:100]])
-    store_gather = feat.store.gather
 
     def failing_gather(*args, **kwargs):
         raise RuntimeError("injected local gather failure")
 
-    feat.store.gather = failing_gather
-    try:
-        feat.fetch(mixed)
-        out["failure_raised"] = False
-    except RuntimeError as error:
-        out["failure_raised"] = "injected" in str(error)
-    finally:
-        feat.store.gather = store_gather
+    out["failure_raised"] = fetch_raises(feat, feat.store, "gather", failing_gather, RuntimeError, mixed)
     out["after_failure_equal"] = bool(torch.equal(feat.fetch(mixed.flip(0)), features[mixed.flip(0)]))
+    out["pull_failure_raised"] = fetch_raises(feat, feat, "tensor", FailingPull(feat.tensor), ConnectionError, mixed)
+    out["after_pull_failure_equal"] = bool(torch.equal(feat.fetch(mixed), features[mixed]))
+    out["pull_threads_left"] = sum(t.name.startswith("dgl-zerocopy-dist-pull") for t in threading.enumerate())
     feat.close()
     label.close()
-    out["pull_threads_after_close"] = sum(t.name.startswith("dgl-zerocopy-dist-pull") for t in threading.enumerate())
     return out
+
+
+def fetch_raises(feat: DistFeatureSource, owner, attr: str, replacement, error: type, ids: torch.Tensor) -> bool:
+    """Whether ``feat.fetch(ids)`` raises the injected ``error`` while ``owner.attr`` is ``replacement``."""
+    original = getattr(owner, attr)
+    setattr(owner, attr, replacement)
+    try:
+        feat.fetch(ids)
+        return False
+    except error as raised:
+        return "injected" in str(raised)
+    finally:
+        setattr(owner, attr, original)
+
+
+class FailingPull:
+    """A DistTensor whose pulls fail (its shape and name are the real one's)."""
+
+    def __init__(self, tensor) -> None:
+        self.shape, self.name = tensor.shape, tensor.name
+
+    def __getitem__(self, ids):
+        raise ConnectionError("injected pull failure")
 
 
 def dgl_nodes_of(graph, part_id: int) -> torch.Tensor:

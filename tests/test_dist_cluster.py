@@ -90,10 +90,10 @@ def test_two_partitions_rows_equal_the_originals_and_the_split_is_counted(two_pa
         assert (r["stats_local"], r["stats_remote"]) == (r["loader_local"], r["loader_remote"])
         assert r["loader_local"] > 0 and r["loader_remote"] > 0  # a halo reaches into the other partition
         assert r["loader_local"] + r["loader_remote"] == r["counted"]
-        for mix in ("all_remote", "one_local", "one_remote", "duplicates", "empty", "after_failure"):
+        for mix in ("all_remote", "one_local", "one_remote", "duplicates", "empty", "after_failure", "after_pull_failure"):
             assert r[f"{mix}_equal"], (machine, mix)
-        assert r["failure_raised"]
-        assert r["pull_threads_after_close"] == 0  # close() stopped the helper that pulls remote rows
+        assert r["failure_raised"] and r["pull_failure_raised"]
+        assert r["pull_threads_left"] == 0  # each fetch joins its pull thread
         assert r["omp_threads"] == job.trainer_threads == int(os.environ.get("OMP_NUM_THREADS") or trainer_threads(2))
 
 

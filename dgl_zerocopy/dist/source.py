@@ -7,7 +7,7 @@ every trainer of that machine (``DistTensor.local_partition``, a writable ``MAP_
 requests the others from their servers. :class:`DistFeatureSource` splits the ids itself with the
 tensor's partition policy (``to_partid``, ``to_local``): local ids are gathered by a FeatureStore
 over the local partition (on a GPU: pinned in place and read zero-copy by the GPU; on the CPU: the
-fast CPU gather), and only the remote ids go to ``DistTensor.__getitem__``, on a helper thread
+fast CPU gather), and only the remote ids go to ``DistTensor.__getitem__``, on a pull thread
 while the local rows are gathered, and their rows are scattered into the same output. Counters
 say how many rows came from where.
 """
@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import logging
 import threading
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import torch
@@ -49,8 +48,9 @@ class DistFeatureSource:
 
     Contract: :meth:`fetch` returns ``tensor[ids]`` exactly, on ``device``. DGL's RPC client is not
     thread-safe: fetch and sample from one thread at a time (the loader's worker, or the caller).
-    A fetch with remote ids pulls them on the source's own helper thread and waits for it before
-    it returns, so no RPC of the source is in flight between calls; :meth:`close` stops the thread.
+    A fetch with remote ids pulls them on a thread of its own and joins it before it returns, so no
+    RPC of the source is in flight between calls. The thread is a daemon: a pull stuck on a dead
+    server never holds up the interpreter's exit.
     """
 
     def __init__(self, tensor, backend: str = "auto", device: str | torch.device | None = None) -> None:
@@ -72,7 +72,6 @@ class DistFeatureSource:
         self.store = FeatureStore(local.view(-1, 1) if self._vector else local, backend=backend, device=self.device)
         self.counts = RowCounts()
         self._lock = threading.Lock()
-        self._executor: ThreadPoolExecutor | None = None  # pulls remote rows during fetch; started on first need
         log.debug("%s: local partition %d, %d of %d rows, backend %s on %s", tensor.name, self.part_id, local.shape[0],
                   tensor.shape[0], backend, self.device)
 
@@ -112,15 +111,15 @@ class DistFeatureSource:
         if n_remote == 0:  # all local (always with one partition): gathered straight into the output
             self.store.gather(self.policy.to_local(ids), out=rows)
         else:
-            # The remote rows are pulled on the helper thread (DGL's RPC releases the GIL while it
+            # The remote rows are pulled on a thread of its own (DGL's RPC releases the GIL while it
             # waits) while this thread gathers the local ones: the fetch then takes about as long as
             # the pull alone, as DGL's own pull, which copies its local rows while the request is out.
-            pending = self._pull_thread().submit(self.tensor.__getitem__, ids[remote_pos])
+            pull = _Pull(self.tensor, ids[remote_pos])
             try:
                 if n_remote < n:
                     self._gather_local(ids, local, rows)
             finally:
-                pulled = pending.result()  # also when the local gather failed: no RPC is left in flight
+                pulled = pull.result()  # also when the local gather failed: no RPC is left in flight
             rows.index_copy_(0, remote_pos.to(self.device), pulled.view(n_remote, -1).to(self.device, non_blocking=True))
         with self._lock:
             self.counts.local += n - n_remote
@@ -144,11 +143,6 @@ class DistFeatureSource:
             gathered = self.store.gather(self.policy.to_local(ids[local_pos]))
             rows.index_copy_(0, local_pos.to(self.device), gathered)
 
-    def _pull_thread(self) -> ThreadPoolExecutor:
-        if self._executor is None:
-            self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dgl-zerocopy-dist-pull")
-        return self._executor
-
     def reset_counts(self) -> RowCounts:
         """The counts so far, and zero them."""
         with self._lock:
@@ -156,10 +150,7 @@ class DistFeatureSource:
         return counts
 
     def close(self) -> None:
-        """Stop the pull thread and release the store (unpins the local partition on a GPU). Idempotent."""
-        if self._executor is not None:
-            self._executor.shutdown(wait=True)
-            self._executor = None
+        """Release the store (unpins the local partition on a GPU). Idempotent."""
         self.store.close()
 
     def __enter__(self) -> "DistFeatureSource":
@@ -191,3 +182,27 @@ class DistFeatureSource:
                 raise IndexError(f"id {int(ids[bad])} at position {int(bad)} is out of range for {self.tensor.name!r} "
                                  f"of {rows} rows (valid: 0 to {rows - 1})")
         return ids
+
+
+class _Pull:
+    """``tensor[ids]`` (DGL's RPC pull) started on a daemon thread; :meth:`result` joins it and
+    returns the rows or raises the pull's error. One thread per pull: it costs tens of
+    microseconds against milliseconds of RPC, and no thread outlives its fetch."""
+
+    def __init__(self, tensor, ids: torch.Tensor) -> None:
+        self._rows: torch.Tensor | None = None
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, args=(tensor, ids), name="dgl-zerocopy-dist-pull", daemon=True)
+        self._thread.start()
+
+    def _run(self, tensor, ids: torch.Tensor) -> None:
+        try:
+            self._rows = tensor[ids]
+        except BaseException as error:  # handed to the fetching thread by result()
+            self._error = error
+
+    def result(self) -> torch.Tensor:
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        return self._rows
