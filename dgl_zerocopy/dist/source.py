@@ -112,8 +112,8 @@ class DistFeatureSource:
             self.store.gather(self.policy.to_local(ids), out=rows)
         else:
             # The remote rows are pulled on a thread of its own (DGL's RPC releases the GIL while it
-            # waits) while this thread gathers the local ones: the fetch then takes about as long as
-            # the pull alone, as DGL's own pull, which copies its local rows while the request is out.
+            # waits) while this thread gathers the local ones, as DGL's own pull copies its local rows
+            # while the request is out: with a core free, the local gather hides behind the wait.
             pull = _Pull(self.tensor, ids[remote_pos])
             try:
                 if n_remote < n:
