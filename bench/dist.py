@@ -125,7 +125,8 @@ def _worker(parts: Path, results: Path, epochs: int, batch_size: int, fanouts: l
                 continue
             s = loader.stats[batch]
             rows.append({"epoch": epoch, "batch": batch, "seeds": s.seeds, "local_rows": s.local_rows, "remote_rows": s.remote_rows,
-                         "sample_s": s.sample_s, "loader_fetch_s": s.fetch_s, "threads": torch.get_num_threads(), **seconds})
+                         "sample_s": s.sample_s, "loader_fetch_s": s.fetch_s, "threads": torch.get_num_threads(), **seconds,
+                         "fetch_over_pull": seconds["fetch_s"] / seconds["dgl_pull_s"]})
     (results / f"trainer{machine_id}.json").write_text(json.dumps(rows))
     feat.close()
     return 0
@@ -140,8 +141,6 @@ def _summarize(raw: list[dict]) -> list[dict]:
         fraction = statistics.median(r["remote_rows"] / max(r["local_rows"] + r["remote_rows"], 1) for r in mine)
         row = {"parts": key[0], "trainer": key[1], "batches": len(mine), "threads": mine[0]["threads"], "local_rows": float(local),
                "remote_rows": float(remote), "remote_fraction": fraction}
-        for r in mine:
-            r["fetch_over_pull"] = r["fetch_s"] / r["dgl_pull_s"]  # per batch: the two were timed side by side
         for k in ("sample_s", "fetch_s", "dgl_pull_s", "fetch_over_pull"):
             s = summarize([r[k] for r in mine])
             row[k], row[f"{k}_q1"], row[f"{k}_q3"] = s["median"], s["q1"], s["q3"]

@@ -128,8 +128,7 @@ def launch_local(command: Sequence[str], part_config: str | Path, num_parts: int
     logs.mkdir(parents=True, exist_ok=True)
     prefix = f"dglzc{os.getpid()}{secrets.token_hex(3)}"  # unique per job: names of concurrent jobs never meet
     ports = free_ports(num_parts + 1)
-    job = LocalJob(prefix, write_ip_config(work / "ip_config.txt", ports[:num_parts]), ports[:num_parts])
-    job.trainer_threads = int(omp)
+    job = LocalJob(prefix, write_ip_config(work / "ip_config.txt", ports[:num_parts]), ports[:num_parts], trainer_threads=int(omp))
     base = {**os.environ, **(env or {}), "DGL_IP_CONFIG": str(job.ip_config), "DGL_NUM_SERVER": "1",
             "DGL_NUM_CLIENT": str(num_parts), "DGL_CONF_PATH": str(part_config), "DGL_GRAPH_FORMAT": "csc",
             "DGL_NUM_SAMPLER": "0", "DGL_DIST_MAX_TRY_TIMES": os.environ.get("DGL_DIST_MAX_TRY_TIMES", "10")}
