@@ -14,8 +14,14 @@ Streams (CUDA, ``prefetch > 0``; the table is in docs/architecture.md): the work
 copies on a side stream and records the batch's ready event; the consumer's stream waits on it.
 Feature buffers live in ring slots, reused only after the slot's release event, which the consumer
 records when it asks for the next batch, when the epoch ends or is left, and before a new epoch
-starts. Everything else the worker hands over (node ids, labels, block index tensors) is
-``record_stream``-ed on the consumer's stream before the batch is returned.
+starts. Everything else the worker hands over (node ids, labels, 1-D node data, block index
+tensors) is ``record_stream``-ed on the consumer's stream before the batch is returned. The ring,
+its side stream and events are :mod:`dgl_zerocopy.ring`, shared with the DistDGL loader. A new
+epoch starts only after the previous epoch's worker has stopped.
+
+Ids: the feature and label stores are gathered with ``unchecked=True`` when the sampler is one of
+DGL's own classes (its ids are nodes of the graph, and every store has one row per node); a
+sampler of one's own is range-checked by the store.
 """
 from __future__ import annotations
 
@@ -23,8 +29,7 @@ import copy
 import logging
 import warnings
 import weakref
-from contextlib import nullcontext
-from typing import Iterator, Mapping
+from typing import Iterator, Mapping, NamedTuple
 
 import numpy as np
 import torch
@@ -32,6 +37,7 @@ import torch
 from .cache import budget_for_rows
 from .data.base import tensor_view
 from .prefetch import Prefetcher
+from .ring import Fill, Slot, SlotRing
 from .store import FeatureStore, resolve_device
 from .timing import StageTimer
 from .transfer import to_device
@@ -120,6 +126,8 @@ class DataLoader:
         self.num_nodes = int(graph.num_nodes())
         self.indices = _node_ids(indices, self.num_nodes, graph.idtype)
         self.graph_sampler, prefetched = _without_prefetch_lists(graph_sampler)
+        # DGL's own samplers return only node ids of the graph they sample: see _unchecked.
+        self._sampler_is_dgls = _dgl_sampler(self.graph_sampler)
         self._store_options = dict(store_options or {})
         self._cached_rows = _gpu_cache_rows(gpu_cache, self.num_nodes)
         self.features = {k: self._store(k, v) for k, v in (features or {}).items()}
@@ -138,11 +146,8 @@ class DataLoader:
         self._worker_kwargs = {k: kwargs[k] for k in WORKER_KWARGS if k in kwargs}
         self._workers = None  # the torch DataLoader of the sampling processes (num_workers > 0), made lazily
         self._order = None  # its shared-memory seed order, rewritten every epoch
-        # prefetch + 2 slots: `prefetch` queued, one being produced, one held by the training step.
-        self._ring = [_Slot() for _ in range(self.prefetch + 2)]
-        alternate = use_alternate_streams is not False  # False: the worker queues on the default stream, like the step
-        self._side = torch.cuda.Stream(self.device) if self.device.type == "cuda" and self.prefetch > 0 and alternate else None
-        self._kept_warned = False
+        # use_alternate_streams=False: the worker queues on the default stream, like the step.
+        self._ring = SlotRing(self.device, self.prefetch, side_stream=use_alternate_streams is not False)
         # A weak reference: leaving the loop drops the epoch's iterator, whose finalizer stops the worker.
         self._active: weakref.ref | None = None
 
@@ -241,11 +246,10 @@ class DataLoader:
 
     def __iter__(self) -> Iterator:
         self.close()  # a new epoch ends an unfinished one
-        # An epoch left without close() (a `break`, then garbage collection) recorded no release of
-        # its last slot: release every slot after the work the consumer has queued so far.
-        self._release(self._ring)
-        for slot in self._ring:  # the loop variable of the last epoch still holds its last batch: fine
-            slot.handed_out = []
+        # The previous epoch's worker may still be in its last step (close() does not wait for
+        # ever): the new one starts after it has stopped. Then every slot is released after the
+        # work the consumer has queued so far (an epoch left by `break` released nothing).
+        self._ring.begin_epoch()
         order = self.epoch_seeds(self.epoch)
         self.epoch += 1
         if self._worker_kwargs.get("num_workers", 0) > 0:
@@ -270,54 +274,44 @@ class DataLoader:
         return _timed(enumerate(self._workers), self.timer)
 
     def close(self) -> None:
-        """Stop the background worker of the current epoch, if any (idempotent)."""
+        """Stop the background worker of the current epoch, if any (idempotent). A worker inside a
+        step (sampling or gathering a batch) is not interrupted: close() waits for it a few seconds
+        (:data:`dgl_zerocopy.prefetch.JOIN_TIMEOUT`) and goes on; the next epoch waits for it to end."""
         iterator = self._active() if self._active is not None else None
         if iterator is not None:
             iterator.close()
         self._active = None
 
-    def _check_kept(self, slot: _Slot, batch: int) -> None:
-        """Warn (once per loader) when a feature tensor handed out from ``slot`` earlier is still
-        referenced: its buffer now holds batch ``batch``, so whoever kept it reads other rows."""
-        if self._kept_warned or not any(ref() is not None for ref in slot.handed_out):
-            return
-        self._kept_warned = True
-        warnings.warn(
-            f"a feature tensor of batch {batch - len(self._ring)} is still referenced, but its buffer was reused for batch "
-            f"{batch}: it now holds that batch's rows. The loader reuses {len(self._ring)} buffers (prefetch + 2); "
-            f"to keep a batch's features, keep x.clone()", stacklevel=3)
+    def _unchecked(self, store) -> bool:
+        """Whether gathers from ``store`` may skip the range check: its ids come from DGL's own
+        sampler over ``self.graph`` (only node ids of that graph; output nodes are the seeds,
+        checked at construction) and it has one row per node of that graph."""
+        return self._sampler_is_dgls and isinstance(store, FeatureStore) and len(store) == self.num_nodes
 
-    def _release(self, slots) -> None:
-        """Record the release event of ``slots`` on the calling thread's current stream (the
-        consumer's): the worker reuses a slot only after the work queued there so far."""
-        if self._side is None:
-            return
-        stream = torch.cuda.current_stream(self.device)
-        for slot in slots:
-            slot.released.record(stream)
-
-    def _produce(self, task) -> tuple:
+    def _produce(self, task) -> "_Batch":
         """Sample (unless a worker process did) and gather one batch into its ring slot (runs on the
         worker thread when prefetching). ``task``: (index, seeds) or (index, (input_nodes, output_nodes, blocks))."""
         index, work = task
-        timer, slot = self.timer, self._ring[index % len(self._ring)]
+        timer = self.timer
         if isinstance(work, torch.Tensor):
             with timer.stage("sample"):
                 input_nodes, output_nodes, blocks = self.graph_sampler.sample(self.graph, work)
         else:
             input_nodes, output_nodes, blocks = work
-        stream = self._side
-        with torch.cuda.stream(stream) if stream is not None else nullcontext():
-            if stream is not None:  # the training step may still read this slot's previous batch
-                stream.wait_event(slot.released)
+        with self._ring.fill(index) as fill:  # on the side stream, after the slot's release
             # Device stages are timed with events on the stream that runs them (no host sync).
             timed_on = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
             with timer.stage("gather", stream=timed_on):
-                src = {k: store.gather(input_nodes, out=slot.buffer(k, len(input_nodes), store), stream=stream)
-                       if isinstance(store, FeatureStore) else _gather_labels(store, input_nodes, self.device)
-                       for k, store in self.features.items()}
+                src, in_slot = {}, []
+                for k, store in self.features.items():
+                    if isinstance(store, FeatureStore):
+                        out = fill.slot.buffer(k, (len(input_nodes), *store.shape[1:]), store.dtype, store.device)
+                        src[k] = store.gather(input_nodes, out=out, stream=fill.stream, unchecked=self._unchecked(store))
+                        in_slot.append(k)
+                    else:  # 1-D node data: a new tensor, not in the slot (record_stream-ed at hand-over)
+                        src[k] = _gather_labels(store, input_nodes, self.device)
             with timer.stage("transfer", stream=timed_on):
-                dst = {k: _gather_labels(v, output_nodes, self.device) for k, v in self.labels.items()}
+                dst = {k: _gather_labels(v, output_nodes, self.device, self._unchecked(v)) for k, v in self.labels.items()}
                 if self.blocks == "device":
                     from .blocks import DeviceBlock
 
@@ -326,39 +320,31 @@ class DataLoader:
                     blocks = [b.to(self.device) for b in blocks]
                 # DGL hands out the node ids on the output device too.
                 input_nodes, output_nodes = to_device(input_nodes, self.device), to_device(output_nodes, self.device)
-            ready = None
-            if stream is not None:
-                ready = torch.cuda.Event()
-                ready.record(stream)
-        return input_nodes, output_nodes, blocks, src, dst, ready
+        return _Batch(input_nodes, output_nodes, blocks, src, tuple(in_slot), dst, fill)
 
 
-class _Slot:
-    """One ring entry: reusable output buffers per feature name, and the event that frees it."""
+class _Batch(NamedTuple):
+    """What the worker hands over: ``src[name]`` for each name in ``in_slot`` is a view of
+    ``fill.slot``'s buffer; everything else is a tensor (or block) of its own."""
 
-    def __init__(self) -> None:
-        self.buffers: dict[str, torch.Tensor] = {}
-        self.released = torch.cuda.Event() if torch.cuda.is_available() else None
-        self.handed_out: list[weakref.ref] = []  # the tensors of the batch last handed out from here
-
-    def buffer(self, name: str, rows: int, store: FeatureStore) -> torch.Tensor:
-        buf = self.buffers.get(name)
-        if buf is None or buf.shape[0] < rows:  # grow (with headroom) only when a larger batch arrives
-            cap = max(rows, int(1.25 * buf.shape[0])) if buf is not None else rows
-            buf = torch.empty((cap, store.shape[1]), dtype=store.dtype, device=store.device)
-            self.buffers[name] = buf
-        return buf[:rows]
+    input_nodes: torch.Tensor
+    output_nodes: torch.Tensor
+    blocks: list
+    src: dict
+    in_slot: tuple
+    dst: dict
+    fill: Fill
 
 
 class _EpochIterator:
     def __init__(self, loader: DataLoader, tasks: Iterator) -> None:
         self._loader = loader
-        self._held: _Slot | None = None
-        self._index = 0
+        self._held: Slot | None = None
         if loader.prefetch > 0:
             # The worker must not keep the loader alive, or it could never be collected and stopped.
             produce = weakref.WeakMethod(loader._produce)
             self._source = Prefetcher(tasks, lambda task: _call(produce, task), depth=loader.prefetch)
+            loader._ring.set_writer(self._source)  # the next epoch waits for this worker's end
         else:
             self._source = map(loader._produce, tasks)
 
@@ -371,30 +357,23 @@ class _EpochIterator:
         # it as soon as the queue has room (on CUDA, only after the work queued so far finishes).
         self._release_held()
         try:
-            input_nodes, output_nodes, blocks, src, dst, ready = next(self._source)
+            batch = next(self._source)
         except StopIteration:
             self.close()
             raise
-        self._held = loader._ring[self._index % len(loader._ring)]
-        self._index += 1
-        loader._check_kept(self._held, self._index - 1)
-        self._held.handed_out = [weakref.ref(v) for v in src.values()]
-        if ready is not None:
-            consumer = torch.cuda.current_stream(loader.device)
-            with loader.timer.stage("wait", stream=consumer):  # the device-side wait for the gather
-                consumer.wait_event(ready)
-            # Not in a slot: the consumer's stream frees these, so their memory (from the side
-            # stream's pool) must not be reused before this stream is done with them.
-            _record_stream((input_nodes, output_nodes, dst, blocks), consumer)
+        src, blocks = batch.src, batch.blocks
+        # Everything not in the slot is record_stream-ed on the consumer's stream (the protocol).
+        loose = (batch.input_nodes, batch.output_nodes, blocks, batch.dst, {k: v for k, v in src.items() if k not in batch.in_slot})
+        self._held = loader._ring.hand_over(batch.fill, [src[k] for k in batch.in_slot], loose, loader.timer)
         for k, v in src.items():
             blocks[0].srcdata[k] = v
-        for k, v in dst.items():
+        for k, v in batch.dst.items():
             blocks[-1].dstdata[k] = v
-        return input_nodes, output_nodes, blocks
+        return batch.input_nodes, batch.output_nodes, blocks
 
     def _release_held(self) -> None:
         if self._held is not None:
-            self._loader._release([self._held])
+            self._loader._ring.release([self._held])
             self._held = None
 
     def close(self) -> None:
@@ -415,27 +394,19 @@ def _call(method: weakref.WeakMethod, task):
     return fn(task)
 
 
-def _gather_labels(labels, ids: torch.Tensor, device: torch.device) -> torch.Tensor:
+def _gather_labels(labels, ids: torch.Tensor, device: torch.device, unchecked: bool = False) -> torch.Tensor:
+    """``labels[ids]`` on ``device`` as a tensor of its own (a FeatureStore's ``(n, 1)`` rows squeezed)."""
     if isinstance(labels, FeatureStore):
-        out = labels.gather(ids, out=None).clone()
+        out = labels.gather(ids, out=None, unchecked=unchecked).clone()
         return out.squeeze(1) if out.dim() == 2 and out.shape[1] == 1 else out
     return to_device(labels[ids], device)
 
 
-def _record_stream(obj, stream: torch.cuda.Stream) -> None:
-    """``record_stream`` every CUDA tensor in ``obj``: tensors, DGL graphs and DeviceBlocks (their
-    ``record_stream`` method), and dicts, lists and tuples of them."""
-    if isinstance(obj, torch.Tensor):
-        if obj.is_cuda:
-            obj.record_stream(stream)
-    elif isinstance(obj, dict):
-        for value in obj.values():
-            _record_stream(value, stream)
-    elif isinstance(obj, (list, tuple)):
-        for value in obj:
-            _record_stream(value, stream)
-    elif hasattr(obj, "record_stream") and getattr(getattr(obj, "device", None), "type", None) == "cuda":
-        obj.record_stream(stream)
+def _dgl_sampler(sampler) -> bool:
+    """Whether ``sampler`` is an instance of DGL's own classes (every class of its type's MRO but
+    ``object`` defined in DGL): those return only node ids of the graph they sample. A subclass of
+    one's own may override anything, so it does not count."""
+    return all(cls is object or cls.__module__.split(".")[0] == "dgl" for cls in type(sampler).__mro__)
 
 
 def _node_ids(indices, num_nodes: int, idtype: torch.dtype = torch.int64) -> torch.Tensor:

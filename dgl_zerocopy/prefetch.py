@@ -3,17 +3,30 @@
 The worker runs ``produce(task)`` for each task on one daemon thread and hands results over a
 bounded queue. An exception in the worker reaches the consumer as the same exception object,
 with the worker's traceback. :meth:`Prefetcher.close` (also at garbage collection) stops the
-worker within about ``poll`` seconds, even when it is blocked on a full queue.
+worker within about ``poll`` seconds when it is blocked on a full queue; a worker inside a step
+(``produce`` or the next task) is never interrupted: it stops when that step ends. ``close`` waits
+for that up to ``join_timeout`` seconds and goes on; whoever must not run beside the old worker
+(a new epoch that reuses its buffers) waits with :func:`wait_stopped`, which says when it waits long.
 """
 from __future__ import annotations
 
+import logging
 import queue
 import threading
+import time
+import warnings
 import weakref
 from typing import Callable, Generic, Iterable, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
+
+log = logging.getLogger(__name__)
+
+#: Seconds :meth:`Prefetcher.close` waits for the worker to end its step before it goes on.
+JOIN_TIMEOUT = 5.0
+#: Seconds :func:`wait_stopped` waits before it warns (it then goes on waiting).
+STOP_WARN_AFTER = 10.0
 
 _DONE = object()
 
@@ -28,15 +41,17 @@ class Prefetcher(Generic[R]):
 
     ``depth`` >= 1. The worker shares only the queue and the stop flag with this object, so the
     object can be garbage-collected (and its finalizer stop the worker) while the worker runs.
+    ``join_timeout``: seconds :meth:`close` waits for the worker (default :data:`JOIN_TIMEOUT`).
     """
 
-    def __init__(self, tasks: Iterable[T], produce: Callable[[T], R], depth: int, name: str = "dgl-zerocopy-prefetch", poll: float = 0.05) -> None:
+    def __init__(self, tasks: Iterable[T], produce: Callable[[T], R], depth: int, name: str = "dgl-zerocopy-prefetch",
+                 poll: float = 0.05, join_timeout: float | None = None) -> None:
         if depth < 1:
             raise ValueError(f"depth must be at least 1, but got {depth}")
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=_work, args=(iter(tasks), produce, self._queue, self._stop, poll), name=name, daemon=True)
-        self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._queue, self._thread)
+        self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._queue, self._thread, join_timeout)
         self._thread.start()
 
     def __iter__(self) -> "Prefetcher[R]":
@@ -66,8 +81,15 @@ class Prefetcher(Generic[R]):
     def alive(self) -> bool:
         return self._thread.is_alive()
 
+    @property
+    def thread(self) -> threading.Thread:
+        """The worker thread (to wait for its end with :func:`wait_stopped` once this object is gone)."""
+        return self._thread
+
     def close(self) -> None:
-        """Stop the worker and wait for it (idempotent)."""
+        """Stop the worker: it takes no new task, and its results not yet taken are dropped.
+        Waits up to ``join_timeout`` seconds for it to end the step it is in, then goes on (the
+        worker then ends when that step does). Idempotent."""
         self._finalizer()
 
 
@@ -92,12 +114,43 @@ def _work(tasks, produce, out: queue.Queue, stop: threading.Event, poll: float) 
         put(_Failure(error))
 
 
-def _shutdown(stop: threading.Event, out: queue.Queue, thread: threading.Thread) -> None:
+def _shutdown(stop: threading.Event, out: queue.Queue, thread: threading.Thread, join_timeout: float | None) -> None:
     stop.set()
     if thread is not threading.current_thread():
-        thread.join(timeout=5.0)
+        timeout = JOIN_TIMEOUT if join_timeout is None else join_timeout
+        thread.join(timeout=timeout)
+        if thread.is_alive():
+            log.info("%s is still in its current step %.1f s after it was asked to stop; it ends when the step does",
+                     thread.name, timeout)
     while True:  # drop produced items so their buffers are released now
         try:
             out.get_nowait()
         except queue.Empty:
             break
+
+
+def wait_stopped(thread: threading.Thread, what: str, warn_after: float | None = None) -> None:
+    """Block until ``thread`` has ended, however long its current step takes: whatever runs next
+    would race with it. After ``warn_after`` seconds (default :data:`STOP_WARN_AFTER`) a warning
+    says what is waited for and that the wait goes on; then a log line each time the wait doubles.
+    A wait that never ends means the step is stuck (a sampler, a lost server); Ctrl-C interrupts it."""
+    if thread is threading.current_thread():
+        raise RuntimeError(f"{what} cannot wait for its own thread {thread.name!r} to stop")
+    limit = STOP_WARN_AFTER if warn_after is None else warn_after
+    start = time.monotonic()
+    thread.join(limit)
+    if not thread.is_alive():
+        return
+    warnings.warn(f"{what} ({thread.name}) is still in its current step (sampling or gathering a batch) after {limit:g} s; "
+                  "waiting for it to end before going on, since it would write the same buffers. A first batch that "
+                  "compiles kernels or samples a huge graph can take this long; if it never ends, what it waits on is "
+                  "stuck (a sampler, a lost server): Ctrl-C interrupts the wait", RuntimeWarning, stacklevel=4)  # the caller of the loader that waits
+    next_line = 2 * max(limit, 1e-3)  # then a log line each time the wait doubles
+    while True:
+        thread.join(max(next_line - (time.monotonic() - start), 0.0))
+        waited = time.monotonic() - start
+        if not thread.is_alive():
+            log.info("%s ended after %.1f s", what, waited)
+            return
+        log.warning("still waiting for %s (%s) to end its step: %.0f s so far", what, thread.name, waited)
+        next_line *= 2

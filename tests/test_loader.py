@@ -140,9 +140,9 @@ def test_garbage_collected_loader_stops_its_worker(setup):
 def test_ring_buffers_are_reused_not_reallocated(setup):
     loader = _loader(setup, dgl.dataloading.MultiLayerFullNeighborSampler(1), 1, shuffle=False)  # same batches each epoch
     list(loader)
-    first = {id(s): s.buffers["feat"].data_ptr() for s in loader._ring if "feat" in s.buffers}
+    first = {id(s): s.buffers["feat"].data_ptr() for s in loader._ring.slots if "feat" in s.buffers}
     list(loader)
-    second = {id(s): s.buffers["feat"].data_ptr() for s in loader._ring if "feat" in s.buffers}
+    second = {id(s): s.buffers["feat"].data_ptr() for s in loader._ring.slots if "feat" in s.buffers}
     assert first and first == second
 
 

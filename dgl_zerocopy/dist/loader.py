@@ -4,9 +4,16 @@ on a background thread while batch i trains.
 
 Per batch it yields what DGL yields, ``(input_nodes, seeds, blocks)``, with
 ``blocks[0].srcdata[name]`` (each of ``features``) and ``blocks[-1].dstdata[name]`` (each of
-``labels``) filled on ``device``. Each batch owns its tensors (no buffer is reused), so a batch
-may be kept as long as wanted. On a CUDA device with PyPI's CPU-only DGL the blocks are
+``labels``) filled on ``device``. On a CUDA device with PyPI's CPU-only DGL the blocks are
 :class:`~dgl_zerocopy.blocks.DeviceBlock` (as :class:`dgl_zerocopy.DataLoader` does).
+
+Streams and buffers: the slot ring of :class:`dgl_zerocopy.DataLoader` (:mod:`dgl_zerocopy.ring`,
+the same mechanism). The features are fetched into ring slots on a side stream (CUDA,
+``prefetch > 0``), so that the fetches overlap the training step; a batch's feature tensors are
+valid until the loop has asked for ``prefetch + 1`` more batches (keep ``x.clone()`` to keep them
+longer; a warning says when a kept one was overwritten). Labels and device blocks are tensors of
+their own, ``record_stream``-ed on the consumer's stream. A new epoch starts only after the
+previous epoch's worker has stopped (it shares the slots and DGL's RPC client).
 
 Threads: DGL's RPC client is not thread-safe, so everything that talks to the servers for a
 loader (sampling and fetching) runs on its one worker thread; the caller must not use the same
@@ -15,6 +22,7 @@ With ``prefetch=0`` everything runs on the caller's thread, without a watchdog.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import time
 from dataclasses import dataclass
@@ -25,6 +33,7 @@ import torch
 from ..blocks import as_device_block
 from ..loader import dgl_has_cuda
 from ..prefetch import Prefetcher
+from ..ring import Fill, SlotRing
 from ..timing import StageTimer
 from .source import DistFeatureSource
 from .watchdog import Watchdog
@@ -86,6 +95,7 @@ class DistLoader:
         self.device_blocks = self.device.type == "cuda" and not dgl_has_cuda()
         self.stats: list[BatchStats] = []
         self._prefetcher: Prefetcher | None = None
+        self._ring = SlotRing(self.device, prefetch)
 
     def __len__(self) -> int:
         n = len(self.nodes)
@@ -95,33 +105,48 @@ class DistLoader:
         import dgl
 
         self.close()
+        # The previous epoch's worker may still be in its last step (close() does not wait for
+        # ever); it shares the slots and DGL's RPC client, so nothing starts before it has stopped.
+        self._ring.begin_epoch()
         self.stats = []
         dist_loader = dgl.dataloading.DistNodeDataLoader(self.graph, self.nodes, self.sampler, batch_size=self.batch_size,
                                                          shuffle=self.shuffle, drop_last=self.drop_last)
-        tasks = _TimedIter(iter(dist_loader), self.timer)
-        if self.prefetch == 0:
-            for task in tasks:
-                yield self._produce(task)
-            return
-        self._prefetcher = Prefetcher(tasks, self._produce, self.prefetch, name="dgl-zerocopy-dist-prefetch")
-        index = 0
+        tasks = enumerate(_TimedIter(iter(dist_loader), self.timer))
+        if self.prefetch > 0:
+            self._prefetcher = Prefetcher(tasks, self._produce, self.prefetch, name="dgl-zerocopy-dist-prefetch")
+            self._ring.set_writer(self._prefetcher)
+        held = None
         try:
-            while True:
+            for index in itertools.count():
                 try:
-                    batch = self.watchdog.wait(self._prefetcher, f"batch {index} of {len(self)}")
+                    if self._prefetcher is None:  # prefetch=0: on this thread, without a watchdog
+                        batch = self._produce(next(tasks))
+                    else:
+                        batch = self.watchdog.wait(self._prefetcher, f"batch {index} of {len(self)}")
                 except StopIteration:
                     return
-                index += 1
-                yield batch
+                input_nodes, seeds, blocks, x, y, fill = batch
+                # Features are in the slot; labels and blocks are not: record_stream-ed (the protocol).
+                held = self._ring.hand_over(fill, x.values(), (input_nodes, seeds, blocks, y), self.timer)
+                blocks[0].srcdata.update(x)
+                blocks[-1].dstdata.update(y)
+                yield input_nodes, seeds, blocks
+                self._ring.release([held])  # asked for the next batch: done with this one's slot
+                held = None
         finally:
+            if held is not None:  # the epoch was left (break, error) while holding a batch
+                self._ring.release([held])
             self.close()
 
-    def _produce(self, task) -> tuple:
-        (input_nodes, seeds, blocks), sample_s = task
+    def _produce(self, task) -> tuple[torch.Tensor, torch.Tensor, list, dict, dict, Fill]:
+        """Fetch batch ``index``'s rows into its ring slot (the worker thread when prefetching)."""
+        index, ((input_nodes, seeds, blocks), sample_s) = task
         start = time.perf_counter()
         before = [(s.counts.local, s.counts.remote) for s in self.features.values()]
-        with self.timer.stage("gather"):
-            x = {name: source.fetch(input_nodes) for name, source in self.features.items()}
+        with self._ring.fill(index) as fill, self.timer.stage("gather"):  # on the side stream, after the slot's release
+            x = {name: source.fetch(input_nodes, out=fill.slot.buffer(name, (len(input_nodes), *source.shape[1:]),
+                                                                       source.dtype, source.device))
+                 for name, source in self.features.items()}
             y = {name: source.fetch(seeds) for name, source in self.labels.items()}
             if self.device_blocks:
                 blocks = [as_device_block(b, self.device) for b in blocks]
@@ -129,9 +154,7 @@ class DistLoader:
         local = sum(s.counts.local - b[0] for s, b in zip(self.features.values(), before))
         remote = sum(s.counts.remote - b[1] for s, b in zip(self.features.values(), before))
         self.stats.append(BatchStats(len(seeds), local, remote, sample_s, fetch_s))
-        blocks[0].srcdata.update(x)
-        blocks[-1].dstdata.update(y)
-        return input_nodes, seeds, blocks
+        return input_nodes, seeds, blocks, x, y, fill
 
     def close(self) -> None:
         """Stop the worker of an epoch in progress (idempotent)."""
