@@ -117,20 +117,24 @@ def test_source_errors_name_the_value_and_the_fix(standalone_graph, dataset):
             feat.fetch(torch.tensor([0, 1]), out=torch.zeros(3, 16))
 
 
+@pytest.mark.parametrize("device", devices())
 @pytest.mark.parametrize("prefetch", [0, 2])
-def test_standalone_loader_batches_carry_the_original_rows(standalone_graph, one_part, dataset, prefetch):
+def test_standalone_loader_batches_carry_the_original_rows(standalone_graph, one_part, dataset, prefetch, device):
     orig = torch.from_numpy(one_part.orig_nids())
     feats, labels = torch.from_numpy(dataset.features), torch.from_numpy(dataset.labels)
     seeds = torch.arange(0, dataset.num_nodes, 3)
-    with DistFeatureSource(standalone_graph.ndata["feat"], device="cpu") as feat, \
-            DistFeatureSource(standalone_graph.ndata["label"], device="cpu") as label:
+    with DistFeatureSource(standalone_graph.ndata["feat"], device=device) as feat, \
+            DistFeatureSource(standalone_graph.ndata["label"], device=device) as label:
         loader = DistLoader(standalone_graph, seeds, [4, 4], features={"feat": feat}, labels={"label": label},
                             batch_size=256, shuffle=True, prefetch=prefetch)
         seen, rows = [], 0
         for epoch in range(2):
             for input_nodes, output_nodes, blocks in loader:
-                assert torch.equal(blocks[0].srcdata["feat"], feats[orig[input_nodes]])
-                assert torch.equal(blocks[-1].dstdata["label"], labels[orig[output_nodes]])
+                x, y = blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
+                assert x.device.type == y.device.type == device
+                # On a GPU the rows come through the ring on a side stream: compared on the host.
+                assert torch.equal(x.cpu(), feats[orig[input_nodes.cpu()]])
+                assert torch.equal(y.cpu(), labels[orig[output_nodes.cpu()]])
                 assert torch.equal(input_nodes[: len(output_nodes)], output_nodes)  # DGL's block convention
                 seen.append(output_nodes)
                 rows += len(input_nodes)
@@ -139,6 +143,35 @@ def test_standalone_loader_batches_carry_the_original_rows(standalone_graph, one
         assert sum(s.local_rows for s in loader.stats) > 0 and all(s.remote_rows == 0 for s in loader.stats)
         assert feat.counts.local == rows  # only features are counted in stats; the source counts every fetch
         loader.close()
+
+
+def test_loader_hands_batches_over_by_the_ring_protocol(standalone_graph, monkeypatch):
+    """DistLoader uses DataLoader's slot ring (dgl_zerocopy/ring.py), checked against the model of
+    streams and events: features in ring slots filled on the side stream, reused only after their
+    release, labels and blocks record_stream-ed on the consumer's stream, across a break too."""
+    from stream_model import CudaModel, ModelStream
+
+    from dgl_zerocopy.ring import SlotRing
+
+    with DistFeatureSource(standalone_graph.ndata["feat"], device="cpu") as feat, \
+            DistFeatureSource(standalone_graph.ndata["label"], device="cpu") as label:
+        model = CudaModel().install(monkeypatch)
+        loader = DistLoader(standalone_graph, torch.arange(0, standalone_graph.num_nodes(), 3), [4, 4],
+                            features={"feat": feat}, labels={"label": label}, batch_size=100, shuffle=True, prefetch=2)
+        assert type(loader._ring) is SlotRing  # the one mechanism, not a copy
+        loader._ring.side = ModelStream("side", model)  # what a CUDA device gets
+        taken = 0
+        for leave_after in (3, None, None):  # a break, then two whole epochs
+            for i, (input_nodes, seeds, blocks) in enumerate(loader):
+                model.take(loader._ring, [blocks[0].srcdata["feat"]], [input_nodes, seeds, *blocks, blocks[-1].dstdata["label"]])
+                taken += 1
+                if i + 1 == leave_after:
+                    break
+        loader.close()
+    assert taken == 3 + 2 * len(loader) and len(loader) > len(loader._ring)
+    assert model.violations == []
+    slot_waits = [stream for stream, event in model.waits if any(event is slot.released for slot in loader._ring.slots)]
+    assert len(slot_waits) >= taken and set(slot_waits) == {"side"}
 
 
 def test_loader_refuses_bad_arguments(standalone_graph):

@@ -201,3 +201,102 @@ def test_device_blocks_on_the_cpu_carry_the_same_batches_and_train_the_same(setu
             torch.testing.assert_close(model(blocks, blocks[0].srcdata["feat"]), model(blocks_d, blocks_d[0].srcdata["feat"]))
         batches += 1
     assert batches == len(ours) > 1
+
+
+def test_a_new_epoch_starts_only_after_the_last_epochs_worker_has_stopped(setup, monkeypatch):
+    """close() gives up on a worker inside a long step (a first batch that compiles kernels, a
+    huge sample) after JOIN_TIMEOUT; that worker then still gathers its batch into a ring slot.
+    The next epoch must not write the ring (nor sample with the same sampler) before it has
+    stopped: it waits, with a warning. Timeouts injected: 0.05 s to give up, 0.1 s to warn."""
+    from dgl_zerocopy import prefetch
+
+    monkeypatch.setattr(prefetch, "JOIN_TIMEOUT", 0.05)
+    monkeypatch.setattr(prefetch, "STOP_WARN_AFTER", 0.1)
+    graph, features, labels, train_idx = setup
+    gate, calls = threading.Event(), []
+
+    class SlowThirdBatch(dgl.dataloading.NeighborSampler):
+        def sample(self, g, seeds, exclude_eids=None):
+            calls.append(seeds)
+            if len(calls) == 3:  # epoch 0's batch 2: the worker is inside it when the epoch is left
+                gate.wait(10)
+            return super().sample(g, seeds, exclude_eids)
+
+    loader = _loader(setup, SlowThirdBatch([3, 2]), 1, shuffle=False)
+    store = loader.features["feat"]
+    writes = []  # the thread of each gather into the ring, in the order they happen
+    gather = store.gather
+
+    def recording_gather(ids, *args, **kwargs):
+        out = gather(ids, *args, **kwargs)
+        writes.append(threading.current_thread())
+        return out
+
+    monkeypatch.setattr(store, "gather", recording_gather)
+    iterator = iter(loader)
+    next(iterator)
+    old_worker = iterator._source.thread
+    deadline = time.perf_counter() + 5
+    while len(calls) < 3 and time.perf_counter() < deadline:
+        time.sleep(0.01)
+    assert len(calls) == 3, "the worker should be inside batch 2"
+    started = time.perf_counter()
+    loader.close()  # gives up after 0.05 s: the worker is still inside its step
+    assert time.perf_counter() - started < 1.0 and old_worker.is_alive()
+    timer = threading.Timer(0.4, gate.set)  # the long step ends 0.4 s from now
+    timer.start()
+    try:
+        with pytest.warns(RuntimeWarning, match="previous epoch .* still in its current step"):
+            batches = [(input_nodes, blocks[0].srcdata["feat"].clone()) for input_nodes, _, blocks in loader]
+    finally:
+        gate.set()
+        timer.cancel()
+    assert not old_worker.is_alive()
+    old = [i for i, thread in enumerate(writes) if thread is old_worker]
+    new = [i for i, thread in enumerate(writes) if thread is not old_worker]
+    assert len(old) == 3 and len(new) == len(loader), "batches 0-2 by the old worker, a whole epoch by the new one"
+    assert max(old) < min(new), f"the old worker wrote the ring after the new epoch had started: {writes}"
+    assert len(batches) == len(loader)
+    for input_nodes, x in batches:
+        torch.testing.assert_close(x, features[input_nodes], rtol=0, atol=0)
+
+
+class _OwnSampler(dgl.dataloading.NeighborSampler):
+    """A sampler of one's own (it overrides nothing, yet could): its ids are not trusted."""
+
+
+class _BadIdSampler(dgl.dataloading.NeighborSampler):
+    def sample(self, g, seeds, exclude_eids=None):
+        input_nodes, output_nodes, blocks = super().sample(g, seeds, exclude_eids)
+        return torch.cat([input_nodes, torch.tensor([g.num_nodes()], dtype=input_nodes.dtype)]), output_nodes, blocks
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_gathers_skip_the_range_check_only_for_ids_dgls_own_sampler_drew(setup, monkeypatch, prefetch):
+    """The ids of DGL's own samplers are nodes of the graph whose rows the stores hold: the range
+    check (a pass over the ids; on a GPU a device check) is skipped for them, for features and
+    label stores. A sampler of one's own is checked, so a bad id still raises the store's IndexError."""
+    graph, features, labels, train_idx = setup
+    flags = []
+    gather = FeatureStore.gather
+
+    def spy(self, ids, *args, **kwargs):
+        flags.append(kwargs.get("unchecked", False))
+        return gather(self, ids, *args, **kwargs)
+
+    monkeypatch.setattr(FeatureStore, "gather", spy)
+
+    def epoch(sampler):
+        flags.clear()
+        loader = DataLoader(graph, train_idx, sampler, features={"feat": FeatureStore(features, backend="cpu", device="cpu")},
+                            labels={"label": FeatureStore(labels[:, None], backend="cpu", device="cpu")}, batch_size=500, prefetch=prefetch)
+        for _, output_nodes, blocks in loader:
+            assert torch.equal(blocks[-1].dstdata["label"], labels[output_nodes])
+        assert len(flags) == 2 * len(loader)  # one feature and one label gather per batch
+        return set(flags)
+
+    assert epoch(dgl.dataloading.NeighborSampler([3, 2])) == {True}
+    assert epoch(dgl.dataloading.MultiLayerFullNeighborSampler(1)) == {True}
+    assert epoch(_OwnSampler([3, 2])) == {False}
+    with pytest.raises(IndexError, match=f"id {graph.num_nodes()} at position"):
+        epoch(_BadIdSampler([3, 2]))

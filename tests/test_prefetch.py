@@ -1,12 +1,15 @@
-"""Prefetcher lifecycle: order, errors with their traceback, shutdown within a second."""
+"""Prefetcher lifecycle: order, errors with their traceback, shutdown within a second, and the wait
+for a worker that is inside a long step."""
 import gc
+import logging
 import threading
 import time
 import traceback
 
 import pytest
 
-from dgl_zerocopy.prefetch import Prefetcher
+from dgl_zerocopy import prefetch
+from dgl_zerocopy.prefetch import Prefetcher, wait_stopped
 
 
 def _threads():
@@ -76,3 +79,44 @@ def test_break_and_exception_in_the_loop_stop_the_worker():
 def test_depth_must_be_positive():
     with pytest.raises(ValueError, match="at least 1"):
         Prefetcher([], lambda x: x, depth=0)
+
+
+def test_close_gives_up_on_a_long_step_after_join_timeout(monkeypatch):
+    """A worker inside a step is not interrupted: close() waits JOIN_TIMEOUT (injectable, here
+    0.05 s instead of 5 s) and goes on; the worker ends when its step does."""
+    monkeypatch.setattr(prefetch, "JOIN_TIMEOUT", 0.05)
+    release = threading.Event()
+    p = Prefetcher(range(10), lambda x: release.wait(10) and x, depth=1)
+    try:
+        time.sleep(0.05)  # the worker is inside produce(0)
+        start = time.perf_counter()
+        p.close()
+        assert time.perf_counter() - start < 1.0 and p.alive
+    finally:
+        release.set()
+    p.thread.join(2.0)
+    assert not p.alive
+
+
+def test_wait_stopped_warns_after_a_while_then_waits_to_the_end(caplog):
+    release = threading.Event()
+    p = Prefetcher(range(10), lambda x: release.wait(10) and x, depth=1, join_timeout=0.0)
+    time.sleep(0.05)
+    p.close()
+    assert p.alive
+    threading.Timer(0.35, release.set).start()
+    start = time.perf_counter()
+    with caplog.at_level(logging.WARNING, logger="dgl_zerocopy.prefetch"):
+        with pytest.warns(RuntimeWarning, match=r"the test's worker \(dgl-zerocopy-prefetch\) is still in its current step .* after 0.05 s"):
+            wait_stopped(p.thread, "the test's worker", warn_after=0.05)
+    assert not p.alive and time.perf_counter() - start >= 0.3  # it waited for the end, past the warning
+    assert any("still waiting for the test's worker" in r.getMessage() for r in caplog.records)  # at 0.1 s and 0.2 s
+
+
+def test_wait_stopped_is_silent_for_a_worker_that_ends_in_time(recwarn):
+    p = Prefetcher(range(3), lambda x: x, depth=1)
+    assert list(p) == [0, 1, 2]
+    wait_stopped(p.thread, "a finished worker", warn_after=1.0)
+    assert not p.alive and not [w for w in recwarn if issubclass(w.category, RuntimeWarning)]
+    with pytest.raises(RuntimeError, match="cannot wait for its own thread"):
+        wait_stopped(threading.current_thread(), "this thread")
