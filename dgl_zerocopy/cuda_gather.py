@@ -6,9 +6,9 @@ device memory, found through a slot map): the fused gather then reads hits from 
 misses from the host table, into the same output.
 
 CuPy is imported lazily, inside the functions that launch kernels, so this module imports on
-machines without CUDA. :func:`compile_check` needs no GPU and no CuPy: it drives NVRTC through
-ctypes, found by :func:`find_nvrtc` (the CUDA 12 or 13 pip wheels that torch's CUDA builds install,
-a CUDA toolkit, or CuPy's own lookup).
+machines without CUDA. :func:`compile_check` needs no GPU: it drives NVRTC through ctypes, found
+by :func:`find_nvrtc` (the CUDA 12 or 13 pip wheels that torch's CUDA builds install, a CUDA
+toolkit, or CuPy's own lookup), with the options CuPy passes on the GPU (``-ftz=true`` among them).
 
 Also importable as ``dgl_zerocopy.kernels`` (``launch_gather``, ``compile_gather_module``,
 ``compile_check``): that package holds the CUDA sources and re-exports these names.
@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from dgl_zerocopy import launch
-from dgl_zerocopy.kernel_source import kernel_dir, kernel_sources_digest, read_kernel
+from dgl_zerocopy.kernel_source import kernel_options, nvrtc_options, read_kernel
 
 __all__ = [
     "DeviceCache",
@@ -53,7 +53,7 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 _MAIN_SOURCE = "gather.cu"
-_ARCH_PATTERN = re.compile(r"^(?:sm_)?(\d{2,3})$")
+_ARCH_PATTERN = re.compile(r"^(sm_|compute_)?(\d{2,3})$")
 
 
 class KernelCompileError(RuntimeError):
@@ -61,13 +61,8 @@ class KernelCompileError(RuntimeError):
 
 
 def _compile_options() -> tuple[str, ...]:
-    # The digest define makes every compile cache key (CuPy keys on source text and options)
-    # change when an included header changes, not only the main source.
-    return (
-        "--std=c++17",
-        f"--include-path={kernel_dir()}",
-        f"-DZC_KERNEL_DIGEST=0x{kernel_sources_digest()[:15]}",
-    )
+    # Ours only; CuPy adds its own (-ftz=true among them): kernel_source.nvrtc_options.
+    return kernel_options()
 
 
 # --------------------------------------------------------------------------- NVRTC (no GPU)
@@ -265,6 +260,9 @@ def _open_nvrtc(path: str) -> ctypes.CDLL:
     lib.nvrtcGetProgramLog.argtypes = [p, ctypes.c_char_p]
     lib.nvrtcGetLoweredName.argtypes = [p, c, ctypes.POINTER(c)]
     lib.nvrtcGetCUBINSize.argtypes = [p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.nvrtcGetCUBIN.argtypes = [p, ctypes.c_char_p]
+    lib.nvrtcGetPTXSize.argtypes = [p, ctypes.POINTER(ctypes.c_size_t)]
+    lib.nvrtcGetPTX.argtypes = [p, ctypes.c_char_p]
     return lib
 
 
@@ -333,31 +331,41 @@ def _program_log(lib: ctypes.CDLL, program: ctypes.c_void_p) -> str:
     return buffer.value.decode(errors="replace")
 
 
-def compile_check(arch: str, name_expressions: Sequence[str] | None = None) -> None:
-    """Compile every gather instantiation for ``arch`` (e.g. ``"sm_70"``, ``"sm_90"``) with NVRTC.
+def compile_check(arch: str, name_expressions: Sequence[str] | None = None) -> bytes:
+    """Compile every gather instantiation for ``arch`` (e.g. ``"sm_70"``, ``"sm_90"``) with NVRTC,
+    with the options CuPy compiles them with on the GPU (:func:`dgl_zerocopy.kernel_source.nvrtc_options`:
+    ours, CuPy's include paths, ``-ftz=true``, ``--device-as-default-execution-space``).
 
-    Needs no GPU, driver or CuPy. Warnings in the log are logged at WARNING level.
+    Needs no GPU or driver; CuPy only for its include paths, where it is importable. Warnings in
+    the log are logged at WARNING level.
 
     Args:
-        arch: target architecture, ``"sm_XX"`` (``"XX"`` alone is accepted); one of
-            :func:`supported_archs`.
+        arch: ``"sm_XX"`` (``"XX"`` alone is accepted) for a cubin, as CuPy builds; or
+            ``"compute_XX"`` for the PTX of that virtual architecture (to read which instructions
+            the compiler chose). ``XX`` is one of :func:`supported_archs`.
         name_expressions: instantiations to compile (default: all the launcher uses).
 
+    Returns:
+        The cubin (``sm_XX``) or the PTX text (``compute_XX``), as bytes.
+
     Raises:
-        ValueError: ``arch`` is not of the form ``sm_XX``, or the loaded NVRTC does not support it.
+        ValueError: ``arch`` is not of the form ``sm_XX`` or ``compute_XX``, or the loaded NVRTC
+            does not support it.
         FileNotFoundError: NVRTC is not installed.
         KernelCompileError: compilation failed; the message holds the NVRTC log.
     """
     match = _ARCH_PATTERN.match(arch) if isinstance(arch, str) else None
     if match is None:
-        raise ValueError(f"arch must look like 'sm_80', but got {arch!r}")
+        raise ValueError(f"arch must look like 'sm_80' or 'compute_80', but got {arch!r}")
+    number, ptx = match.group(2), match.group(1) == "compute_"
+    target = f"{'compute' if ptx else 'sm'}_{number}"
     names = tuple(launch.all_name_expressions() if name_expressions is None else name_expressions)
     lib = _nvrtc()
     supported = _supported_archs_of(lib)
-    if f"sm_{match.group(1)}" not in supported:
+    if f"sm_{number}" not in supported:
         major, minor = _version_of(lib)
         raise ValueError(
-            f"sm_{match.group(1)} is not supported by NVRTC {major}.{minor} ({find_nvrtc().source}: "
+            f"sm_{number} is not supported by NVRTC {major}.{minor} ({find_nvrtc().source}: "
             f"{find_nvrtc().path}); it compiles for {', '.join(supported)}"
         )
     program = ctypes.c_void_p()
@@ -380,18 +388,15 @@ def compile_check(arch: str, name_expressions: Sequence[str] | None = None) -> N
                 f"nvrtcAddNameExpression({name})",
                 lib.nvrtcAddNameExpression(program, name.encode()),
             )
-        options = [*_compile_options(), f"--gpu-architecture=sm_{match.group(1)}"]
+        options = nvrtc_options(target)
         option_array = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
         status = lib.nvrtcCompileProgram(program, len(options), option_array)
         log = _program_log(lib, program)
         if status != 0:
             message = lib.nvrtcGetErrorString(status).decode()
-            raise KernelCompileError(
-                f"NVRTC could not compile {_MAIN_SOURCE} for sm_{match.group(1)} "
-                f"({message}):\n{log}"
-            )
+            raise KernelCompileError(f"NVRTC could not compile {_MAIN_SOURCE} for {target} ({message}):\n{log}")
         if log.strip():
-            logger.warning("NVRTC log for sm_%s:\n%s", match.group(1), log)
+            logger.warning("NVRTC log for %s:\n%s", target, log)
         for name in names:
             lowered = ctypes.c_char_p()
             _nvrtc_call(
@@ -399,18 +404,15 @@ def compile_check(arch: str, name_expressions: Sequence[str] | None = None) -> N
                 f"nvrtcGetLoweredName({name})",
                 lib.nvrtcGetLoweredName(program, name.encode(), ctypes.byref(lowered)),
             )
-        cubin_size = ctypes.c_size_t()
-        _nvrtc_call(
-            lib, "nvrtcGetCUBINSize", lib.nvrtcGetCUBINSize(program, ctypes.byref(cubin_size))
-        )
-        if cubin_size.value == 0:
-            raise KernelCompileError(f"NVRTC produced an empty cubin for sm_{match.group(1)}")
-        logger.debug(
-            "compiled %d kernels for sm_%s (%d-byte cubin)",
-            len(names),
-            match.group(1),
-            cubin_size.value,
-        )
+        kind = "PTX" if ptx else "CUBIN"
+        size = ctypes.c_size_t()
+        _nvrtc_call(lib, f"nvrtcGet{kind}Size", getattr(lib, f"nvrtcGet{kind}Size")(program, ctypes.byref(size)))
+        if size.value == 0:
+            raise KernelCompileError(f"NVRTC produced an empty {kind.lower()} for {target}")
+        code = ctypes.create_string_buffer(size.value)
+        _nvrtc_call(lib, f"nvrtcGet{kind}", getattr(lib, f"nvrtcGet{kind}")(program, code))
+        logger.debug("compiled %d kernels for %s (%d bytes of %s)", len(names), target, size.value, kind)
+        return code.raw[: size.value - 1] if ptx else code.raw  # the PTX size counts its final NUL
     finally:
         lib.nvrtcDestroyProgram(ctypes.byref(program))
 

@@ -13,6 +13,8 @@ a separate buffer that stands for device memory (the trace marks which loads wer
 
 The emulation is faithful for kernels whose threads do not communicate (no ``__syncthreads``, no
 shuffles): threads run one after another, so it checks results and addresses, not timing or races.
+Float arithmetic follows the GPU's compile options: where they flush subnormals to zero (CuPy's
+``-ftz=true``), the shim's ``__fmul_rn``/``__fadd_rn`` flush too (:func:`float_op`).
 """
 
 from __future__ import annotations
@@ -34,9 +36,10 @@ from pathlib import Path
 import numpy as np
 
 from dgl_zerocopy import launch
-from dgl_zerocopy.kernel_source import kernel_dir, kernel_sources_digest
+from dgl_zerocopy.kernel_source import gpu_flushes_subnormals, kernel_dir, kernel_sources_digest
 
-__all__ = ["CONVERSIONS", "Trace", "build_emulator", "convert", "emulate_decode", "emulate_gather", "emulator_cache_dir"]
+__all__ = ["CONVERSIONS", "FLOAT_OPS", "Trace", "build_emulator", "convert", "emulate_decode", "emulate_gather",
+           "emulator_cache_dir", "emulator_flushes_subnormals", "float_op"]
 
 logger = logging.getLogger(__name__)
 
@@ -140,6 +143,11 @@ def _compiler() -> tuple[str, str]:
     return path, version
 
 
+def _cxx_flags() -> tuple[str, ...]:
+    # ZC_EMU_FTZ: the shim's __fmul_rn/__fadd_rn flush subnormals, as the GPU's do under -ftz=true.
+    return (*_CXX_FLAGS, *(("-DZC_EMU_FTZ=1",) if gpu_flushes_subnormals() else ()))
+
+
 def build_emulator() -> Path:
     """Build (or find in the cache) the emulator library and return its path.
 
@@ -153,7 +161,7 @@ def build_emulator() -> Path:
     source = _translation_unit()
     include = kernel_dir()
     key = hashlib.sha256(
-        "\0".join([kernel_sources_digest(), source, " ".join(_CXX_FLAGS), cxx, version]).encode()
+        "\0".join([kernel_sources_digest(), source, " ".join(_cxx_flags()), cxx, version]).encode()
     ).hexdigest()[:24]
     target = emulator_cache_dir() / f"gather-{key}.so"
     if target.is_file():
@@ -161,7 +169,7 @@ def build_emulator() -> Path:
     target.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".gather-", suffix=".so.tmp")
     os.close(fd)
-    command = [cxx, *_CXX_FLAGS, "-I", str(include), "-x", "c++", "-", "-o", tmp]
+    command = [cxx, *_cxx_flags(), "-I", str(include), "-x", "c++", "-", "-o", tmp]
     logger.info("building the CPU emulator of kernels/gather.cu into %s", target)
     try:
         result = subprocess.run(command, input=source, capture_output=True, text=True)
@@ -189,6 +197,9 @@ def _library() -> ctypes.CDLL:
         )
     lib.zc_emu_convert.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
     lib.zc_emu_convert.restype = None
+    lib.zc_emu_float_op.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
+    lib.zc_emu_float_op.restype = None
+    lib.zc_emu_flushes_subnormals.restype = ctypes.c_int
     for name in launch.all_name_expressions():
         entry = getattr(lib, _entry_symbol(name))
         entry.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
@@ -464,6 +475,29 @@ def convert(name: str, values: np.ndarray) -> np.ndarray:
     out = np.empty(values.shape, dtype=out_dtype)
     _library().zc_emu_convert(kind, values.ctypes.data, out.ctypes.data, values.size)
     return out
+
+
+#: The float32 arithmetic of the shim and kernels/codecs.cuh: name -> kind in zc_emu_float_op.
+#: ``__fmul_rn``/``__fadd_rn`` flush subnormals when :func:`emulator_flushes_subnormals`, as CUDA's
+#: do under CuPy's ``-ftz=true``; ``zc_mul_rn``/``zc_add_rn`` (what the kernels use) never flush.
+FLOAT_OPS = {"__fmul_rn": 0, "__fadd_rn": 1, "zc_mul_rn": 2, "zc_add_rn": 3}
+
+
+def float_op(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    """Apply one of :data:`FLOAT_OPS` elementwise to float32 arrays ``a`` and ``b`` (same shape)."""
+    if name not in FLOAT_OPS:
+        raise ValueError(f"name must be one of {tuple(FLOAT_OPS)}, but got {name!r}")
+    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
+    if a.dtype != np.float32 or b.dtype != np.float32 or a.shape != b.shape:
+        raise TypeError(f"{name} takes two float32 arrays of one shape, but got {a.dtype} {a.shape} and {b.dtype} {b.shape}")
+    out = np.empty(a.shape, dtype=np.float32)
+    _library().zc_emu_float_op(FLOAT_OPS[name], a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size)
+    return out
+
+
+def emulator_flushes_subnormals() -> bool:
+    """Whether the built emulator models flush-to-zero (it does when the GPU's options have it)."""
+    return bool(_library().zc_emu_flushes_subnormals())
 
 
 #: NumPy dtypes accepted for the codes of each format (fp16 and bf16 codes may come as raw bits).

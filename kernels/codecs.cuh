@@ -14,17 +14,29 @@
 // the GPU and in the emulator (the instruction for it needs sm_80, and these cost nothing next to
 // a PCIe read).
 //
-// The affine map is __fmul_rn then __fadd_rn: two roundings, never contracted into an FMA (which
-// the compiler would otherwise do with --fmad=true), so a * s + o equals torch's float32
-// `codes * scale + offset` exactly.
+// The affine map is zc_mul_rn then zc_add_rn: two roundings, never contracted into an FMA (which
+// the compiler would otherwise do with --fmad=true), subnormals kept, so a * s + o equals torch's
+// float32 `codes * scale + offset` exactly, subnormal scales, offsets and results included.
+//
+// Subnormals and -ftz=true: CuPy compiles every kernel with -ftz=true (dgl_zerocopy/kernel_source.py
+// nvrtc_options). Under it, float arithmetic that has a flush-to-zero form gets it: __fmul_rn and
+// __fadd_rn become mul.rn.ftz.f32 and add.rn.ftz.f32, which flush subnormal inputs and results to
+// a zero of the same sign, so a column of values below 2^-126 (or with a scale below it) would
+// decode to its offset or to zero. zc_mul_rn and zc_add_rn are the PTX instructions without .ftz,
+// which keep subnormals whatever the flag says; the explicit .rn keeps them out of any FMA. The
+// conversions are inline PTX without .ftz for the same reason, and bf16 is integer code. So no
+// float arithmetic in these kernels may be written with C operators or CUDA's float intrinsics:
+// tests/test_kernels_nvrtc.py checks that the PTX of every instantiation, compiled with CuPy's
+// options, holds no .ftz instruction, and the CPU emulator flushes in __fmul_rn/__fadd_rn as the
+// GPU would (cpu_shim.h), so a kernel that used them fails the subnormal decode test.
 #pragma once
 
 #include "gather_common.cuh"
 
 #ifndef ZC_CPU_EMULATOR
 // IEEE half <-> float with the conversion instructions (sm_53 and later; no cuda_fp16.h needed).
-// The CPU emulator defines the same two functions in software (kernels/cpu_shim.h), equal to these
-// for every input but NaN payloads; its tests check them against torch exhaustively.
+// The CPU emulator defines the same functions in software (kernels/cpu_shim.h), equal to these
+// for every input but NaN payloads; its tests check the conversions against torch exhaustively.
 __device__ __forceinline__ float zc_half_to_float(unsigned short h) {
   float f;
   asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));  // exact
@@ -35,6 +47,20 @@ __device__ __forceinline__ unsigned short zc_float_to_half(float f) {
   unsigned short h;
   asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f));  // nearest, ties to even; subnormals kept
   return h;
+}
+
+// a * b and a + b in float32, rounded to nearest even, subnormal inputs and results kept under
+// -ftz=true, never fused into an FMA (see the top of this file). The emulator's are plain C++.
+__device__ __forceinline__ float zc_mul_rn(float a, float b) {
+  float r;
+  asm("mul.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
+}
+
+__device__ __forceinline__ float zc_add_rn(float a, float b) {
+  float r;
+  asm("add.rn.f32 %0, %1, %2;" : "=f"(r) : "f"(a), "f"(b));
+  return r;
 }
 #endif
 

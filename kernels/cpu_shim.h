@@ -54,8 +54,27 @@ inline unsigned __float_as_uint(float f) {
   std::memcpy(&u, &f, sizeof u);
   return u;
 }
-inline float __fmul_rn(float a, float b) { return a * b; }
-inline float __fadd_rn(float a, float b) { return a + b; }
+
+// Flush-to-zero, modelled where the GPU has it. CuPy compiles with -ftz=true, under which
+// __fmul_rn/__fadd_rn are mul.rn.ftz.f32/add.rn.ftz.f32: subnormal inputs and results become a
+// zero of the same sign. The emulator defines ZC_EMU_FTZ when the GPU's options flush
+// (dgl_zerocopy/kernel_source.py gpu_flushes_subnormals), so a kernel using these intrinsics
+// decodes tiny values here exactly as wrongly as on the GPU. Model assumption: the result is
+// flushed when it is subnormal after rounding (a product just below 2^-126 that rounds up to it
+// is kept); the kernels avoid the question by not using these (codecs.cuh).
+#ifdef ZC_EMU_FTZ
+inline float zc_emu_flush(float x) {
+  return (__float_as_uint(x) & 0x7f800000u) == 0u ? __uint_as_float(__float_as_uint(x) & 0x80000000u) : x;
+}
+#else
+inline float zc_emu_flush(float x) { return x; }
+#endif
+inline float __fmul_rn(float a, float b) { return zc_emu_flush(zc_emu_flush(a) * zc_emu_flush(b)); }
+inline float __fadd_rn(float a, float b) { return zc_emu_flush(zc_emu_flush(a) + zc_emu_flush(b)); }
+
+// codecs.cuh's multiply and add that keep subnormals under -ftz=true (PTX mul.rn.f32/add.rn.f32).
+inline float zc_mul_rn(float a, float b) { return a * b; }
+inline float zc_add_rn(float a, float b) { return a + b; }
 
 // kernels/codecs.cuh uses the GPU's fp16 conversion instructions; here they are computed in
 // integer arithmetic. tests/test_emulator_decode.py compares both directions with torch for every
@@ -178,6 +197,23 @@ extern "C" void zc_emu_trace_copy(void* dst) {
 extern "C" void zc_emu_trace_end() {
   zc_tracing = false;
   std::vector<zc_load_record>().swap(zc_trace_buffer);
+}
+
+// The float32 arithmetic over arrays, for its tests: kind 0 __fmul_rn, 1 __fadd_rn (flushing when
+// ZC_EMU_FTZ is defined), 2 zc_mul_rn, 3 zc_add_rn.
+extern "C" int zc_emu_flushes_subnormals() {
+#ifdef ZC_EMU_FTZ
+  return 1;
+#else
+  return 0;
+#endif
+}
+
+extern "C" void zc_emu_float_op(int kind, const float* a, const float* b, float* out, long long n) {
+  for (long long i = 0; i < n; ++i) {
+    out[i] = kind == 0 ? __fmul_rn(a[i], b[i]) : kind == 1 ? __fadd_rn(a[i], b[i])
+           : kind == 2 ? zc_mul_rn(a[i], b[i]) : zc_add_rn(a[i], b[i]);
+  }
 }
 
 // The fp16 and bf16 conversions over arrays, for their tests: kind 0 half -> float, 1 float ->

@@ -274,7 +274,7 @@ __global__ void gather_decode(const char* __restrict__ table, long long row_stri
           if (CodeT::kAffine) {
             const float scale = per_row ? row_scale : affine[2 * (column + i)];
             const float offset = per_row ? row_offset : affine[2 * (column + i) + 1];
-            x = __fadd_rn(__fmul_rn(x, scale), offset);
+            x = zc_add_rn(zc_mul_rn(x, scale), offset);  // subnormals kept under -ftz (codecs.cuh)
           }
           decoded[i] = OutT::encode(x);
         }

@@ -11,7 +11,9 @@ import torch
 
 from dgl_zerocopy import launch
 from dgl_zerocopy.compression import Codec
-from dgl_zerocopy.emulator import convert, emulate_decode
+from dgl_zerocopy.compression.encode import encode_into
+from dgl_zerocopy.emulator import convert, emulate_decode, emulator_flushes_subnormals, float_op
+from dgl_zerocopy.kernel_source import gpu_flushes_subnormals
 
 COLUMNS = (1, 2, 3, 31, 32, 100, 128, 602, 4099)
 CODECS = ("fp16", "bf16", "int8/column", "int8/row")
@@ -132,6 +134,67 @@ def test_convert_rejects_bad_input():
         convert("fp8->float32", np.zeros(1, np.uint16))
     with pytest.raises(TypeError, match="float32"):
         convert("float32->fp16", np.zeros(1, np.float64))
+
+
+# ------------------------------------------------------------------ subnormals under CuPy's -ftz=true
+
+SMALLEST_NORMAL = np.float32(2.0**-126)
+
+
+def _flushed(x: np.ndarray) -> np.ndarray:
+    """What the GPU's .ftz instructions make of x: subnormals become a zero of the same sign."""
+    return np.where(np.abs(x) < SMALLEST_NORMAL, np.copysign(np.float32(0), x), x).astype(np.float32)
+
+
+def test_the_emulator_flushes_where_the_gpu_does():
+    """CuPy compiles with -ftz=true, under which CUDA's __fmul_rn/__fadd_rn flush subnormal inputs
+    and results to zero: the emulator's do too; the kernels' zc_mul_rn/zc_add_rn keep them."""
+    assert gpu_flushes_subnormals() and emulator_flushes_subnormals()
+    rng = np.random.default_rng(11)
+    tiny = (rng.uniform(-1, 1, 1000) * 2.0**-126).astype(np.float32)  # subnormal (or zero)
+    normal = (10.0 ** rng.uniform(-20, 20, 1000) * rng.choice([-1, 1], 1000)).astype(np.float32)
+    a = np.concatenate([tiny, normal, normal, np.float32([2.0**-63, 2.0**-100])])
+    b = np.concatenate([normal, tiny, normal[::-1], np.float32([-2.0**-64, 2.0**-30])])
+    with np.errstate(over="ignore", under="ignore"):
+        product, total = a * b, a + b
+    for name, exact in (("zc_mul_rn", product), ("zc_add_rn", total)):
+        assert np.array_equal(float_op(name, a, b).view(np.uint32), exact.view(np.uint32)), name
+    with np.errstate(over="ignore", under="ignore"):
+        flushed_product = _flushed(_flushed(a) * _flushed(b))
+        flushed_total = _flushed(_flushed(a) + _flushed(b))
+    for name, flushed in (("__fmul_rn", flushed_product), ("__fadd_rn", flushed_total)):
+        assert np.array_equal(float_op(name, a, b).view(np.uint32), flushed.view(np.uint32)), name
+    # a product of two normals that is subnormal keeps its sign as a zero: -0.0
+    assert float_op("__fmul_rn", a[-2:-1], b[-2:-1]).view(np.uint32)[0] == 0x80000000
+    assert np.count_nonzero(flushed_product != product) > 1000  # the cases differ where it matters
+
+
+@pytest.mark.parametrize("out_dtype", [torch.float32, torch.bfloat16], ids=out_format)
+@pytest.mark.parametrize("axis", ["column", "row"])
+def test_subnormal_features_decode_exactly(axis, out_dtype):
+    """Columns (rows) of values below 2^-126 encode to a subnormal scale and offset and decode to
+    subnormals; the decode keeps them although the GPU compiles with -ftz=true (with CUDA's
+    __fmul_rn/__fadd_rn every one of them would be 0 here, as on the GPU). bf16 keeps float32's
+    exponent range, so its subnormals must survive too."""
+    rng = np.random.default_rng(4)
+    rows, columns = 40, 70
+    table = rng.standard_normal((rows, columns)).astype(np.float32)
+    tiny = slice(0, columns, 3) if axis == "column" else slice(0, rows, 3)
+    if axis == "column":
+        table[:, tiny] *= np.float32(1e-39)
+    else:
+        table[tiny] *= np.float32(1e-39)
+    codes = np.empty(table.shape, np.int8)
+    codec = encode_into(table.copy(), "int8", codes, axis=axis)
+    assert np.all(np.abs(codec.scale.numpy()[tiny]) < SMALLEST_NORMAL)  # the case under test
+    ids = mixed_ids(rows, 60, np.int64, seed=4)
+    want = reference(codes, codec, ids, out_dtype)
+    decoded = want.float().numpy()
+    subnormal = (decoded != 0) & (np.abs(decoded) < SMALLEST_NORMAL)
+    assert subnormal.sum() > 500, "the reference must hold subnormal values"
+    for offset in (0, 1, 4, 16):
+        assert_same(emulate(codes, codec, ids, out_dtype, base_offset=offset), want,
+                    f"int8/{axis} -> {out_format(out_dtype)} with subnormal values, base +{offset}")
 
 
 # ------------------------------------------------------------------ the kernel against Codec.decode

@@ -96,13 +96,13 @@ def test_launch_decode_decodes_hits_like_misses(codec_name):
                 cached_pairs = torch.stack((codec.scale[CACHED], codec.offset[CACHED]), 1).to(DEVICE)
         for pairs in (None, cached_pairs) if cached_pairs is not None else (None,):
             for name, ids in id_mixes(torch.int64).items():
+                # everything the side stream reads is made on the current stream, before it waits
                 out = torch.zeros((ids.numel(), columns), device=DEVICE)
-                device_ids = ids.to(DEVICE)
+                device_ids, on_device = ids.to(DEVICE), device_cache(cache, pairs=pairs)
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
                 launch_decode(codes.data_ptr(), tuple(codes.shape), codec.name, codes.stride(0) * codes.element_size(),
-                              device_ids, out, affine=codec.axis, affine_ptr=pairs_ptr, stream=side,
-                              cache=device_cache(cache, pairs=pairs))
+                              device_ids, out, affine=codec.axis, affine_ptr=pairs_ptr, stream=side, cache=on_device)
                 side.synchronize()
                 assert_same(out, codec.decode(codes[ids], ids), f"{codec_name} {columns} cols, {name}, pairs cached: {pairs is not None}")
         del keep

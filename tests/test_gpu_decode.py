@@ -18,6 +18,7 @@ if cupy.cuda.runtime.getDeviceCount() == 0:
 from dgl_zerocopy.backends import GatherOptions  # noqa: E402
 from dgl_zerocopy.backends.zerocopy import ZeroCopyBackend  # noqa: E402
 from dgl_zerocopy.compression import Codec  # noqa: E402
+from dgl_zerocopy.compression.encode import encode_into  # noqa: E402
 from dgl_zerocopy.cuda_gather import launch_decode  # noqa: E402
 
 CODECS = ("fp16", "bf16", "int8/column", "int8/row")
@@ -85,6 +86,31 @@ def test_launch_decode_matches_codec_decode(codec_name, out_dtype):
                 assert_same(got, want, f"{codec_name} -> {out_dtype}, {columns} columns, {id_dtype}, sort={sort}")
 
 
+@pytest.mark.parametrize("out_dtype", (torch.float32, torch.bfloat16), ids=str)
+@pytest.mark.parametrize("axis", ("column", "row"))
+def test_subnormal_features_decode_exactly(axis, out_dtype):
+    """Columns (rows) of values below 2^-126 have a subnormal scale and offset and decode to
+    subnormals. CuPy compiles with -ftz=true, under which CUDA's __fmul_rn/__fadd_rn would flush
+    them all to zero; the kernel's affine map keeps them (kernels/codecs.cuh)."""
+    g = torch.Generator().manual_seed(4)
+    table = torch.randn((300, 70), generator=g)
+    tiny = slice(0, 70, 3) if axis == "column" else slice(0, 300, 3)
+    if axis == "column":
+        table[:, tiny] *= 1e-39
+    else:
+        table[tiny] *= 1e-39
+    codes = torch.empty(table.shape, dtype=torch.int8)
+    codec = encode_into(table.numpy().copy(), "int8", codes.numpy(), axis=axis)
+    assert bool((codec.scale[tiny].abs() < 2.0**-126).all())
+    codes = codes.pin_memory()
+    ids = torch.randint(0, 300, (1000,), generator=g)
+    want = codec.decode(codes[ids], ids, out_dtype)
+    decoded = want.float()
+    assert int(((decoded != 0) & (decoded.abs() < 2.0**-126)).sum()) > 5000, "the reference must hold subnormals"
+    got = decode_on_side_stream(codes, codec, ids.cuda(), out_dtype)
+    assert_same(got, want, f"int8/{axis} -> {out_dtype} with subnormal values")
+
+
 @pytest.mark.parametrize("codec_name", CODECS)
 def test_misaligned_bases_and_capped_grid(codec_name):
     code = codec_name.partition("/")[0]
@@ -120,8 +146,9 @@ def test_backend_gathers_on_a_side_stream_into_out_and_allocated(codec_name, out
         got.record_stream(torch.cuda.current_stream())
         assert_same(got, want, f"{codec_name} out=None")
         out = torch.full((4096, 100), float("nan"), device="cuda").to(out_dtype)
+        device_ids = ids.cuda().int()  # on the current stream: before `side` waits for it
         side.wait_stream(torch.cuda.current_stream())
-        backend.gather(ids.cuda().int(), out, side)
+        backend.gather(device_ids, out, side)
         side.synchronize()
         assert_same(out, want, f"{codec_name} into out, int32 ids on the device")
     finally:

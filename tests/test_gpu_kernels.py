@@ -129,3 +129,29 @@ def test_empty_ids_launch_nothing():
         table.data_ptr(), table.shape, 4, 16, torch.empty(0, dtype=torch.int64, device="cuda"), out
     )
     assert plan.grid == 0
+
+
+def test_the_nvrtc_compile_check_uses_the_options_cupy_passes(monkeypatch):
+    """On a real GPU, nothing stood in: the options CuPy hands NVRTC for a RawModule of gather.cu
+    (-ftz=true, its include paths, the architecture it picks for this device) are the options of
+    compile_check (kernel_source.nvrtc_options), so the CPU compile check compiles what runs here."""
+    from cupy.cuda import compiler
+
+    from dgl_zerocopy.kernel_source import kernel_options, nvrtc_options, read_kernel
+
+    seen = []
+    real_compile = compiler._NVRTCProgram.compile
+
+    def recording(self, options=(), log_stream=None):
+        if self.src:  # not CuPy's probe of the compiler version (an empty source)
+            seen.append(tuple(options))
+        return real_compile(self, options, log_stream)
+
+    monkeypatch.setattr(compiler._NVRTCProgram, "compile", recording)
+    monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")  # compile now, never read a disk cache
+    names = ("gather_aligned<uint2, int>", "gather_naive<unsigned char, int>")  # a module no launch builds
+    cupy.RawModule(code=read_kernel("gather.cu"), options=kernel_options(), name_expressions=names).compile()
+    assert len(seen) == 1, seen
+    [arch] = [option.removeprefix("-arch=") for option in seen[0] if option.startswith("-arch=")]  # sm_90 on an H100
+    assert sorted(seen[0]) == sorted(nvrtc_options(arch)), f"CuPy: {seen[0]}\nours: {nvrtc_options(arch)}"
+    assert "-ftz=true" in seen[0]

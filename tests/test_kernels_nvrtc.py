@@ -5,13 +5,15 @@ from __future__ import annotations
 
 import importlib
 import logging
+import re
 import subprocess
 import sys
 
 import pytest
 
-from dgl_zerocopy import cuda_gather
-from dgl_zerocopy.kernel_source import kernel_dir, kernel_sources_digest, read_kernel
+from dgl_zerocopy import cuda_gather, launch
+from dgl_zerocopy.kernel_source import (flush_to_zero, gpu_flushes_subnormals, kernel_dir, kernel_options,
+                                        kernel_sources_digest, nvrtc_options, read_kernel)
 
 
 def _nvrtc_archs() -> tuple[str, ...]:
@@ -34,6 +36,89 @@ def test_all_instantiations_compile_without_warnings(arch, caplog):
     with caplog.at_level(logging.WARNING, logger="dgl_zerocopy.cuda_gather"):
         cuda_gather.compile_check(arch)
     assert not caplog.records, caplog.text
+
+
+@requires_nvrtc
+def test_no_instruction_flushes_subnormals_under_cupys_options():
+    """CuPy compiles with -ftz=true; float arithmetic that has a .ftz form (CUDA's __fmul_rn,
+    __fadd_rn, C operators) would get it and flush subnormal features to zero. The PTX of every
+    instantiation, compiled with CuPy's options, must hold no .ftz instruction."""
+    options = nvrtc_options("compute_90")
+    assert "-ftz=true" in options and flush_to_zero(options)
+    arch = f"compute_{ARCHS[-1].removeprefix('sm_')}"
+    ptx = cuda_gather.compile_check(arch).decode()
+    assert ptx.count(".entry ") == len(launch.all_name_expressions())
+    flushing = sorted(set(re.findall(r"\b[a-z]+(?:\.[a-z0-9]+)*\.ftz(?:\.[a-z0-9]+)*", ptx)))
+    assert not flushing, f"instructions that flush subnormals: {flushing}"
+    assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx  # the int8 affine map, two roundings, no FMA
+
+
+@requires_nvrtc
+def test_compile_check_returns_the_cubin_or_the_ptx():
+    name = ["gather_aligned<uint4, long long>"]
+    cubin = cuda_gather.compile_check(ARCHS[0], name)
+    assert cubin[:4] == b"\x7fELF"
+    ptx = cuda_gather.compile_check(ARCHS[0].replace("sm_", "compute_"), name).decode()
+    assert f".target {ARCHS[0]}" in ptx and ptx.count(".entry ") == 1 and "\0" not in ptx
+
+
+def test_flush_to_zero_reads_the_last_ftz_option():
+    assert not flush_to_zero(())  # NVRTC's default
+    assert flush_to_zero(("-ftz=true",)) and flush_to_zero(("--ftz=true",))
+    assert not flush_to_zero(("-ftz=true", "--std=c++17", "-ftz=false"))
+    assert flush_to_zero(("--ftz=false", "-ftz=true"))
+    assert gpu_flushes_subnormals()  # CuPy passes -ftz=true
+
+
+def _options_cupy_passes(monkeypatch, user_options: tuple[str, ...], arch: str) -> tuple[str, ...]:
+    """The options CuPy's own compile path (``RawModule`` -> ``compile_with_cache`` ->
+    ``_compile_module_with_cache`` -> NVRTC) hands to NVRTC for ``user_options``, without a GPU:
+    the device queries (which architecture) and the NVRTC program are stand-ins; everything
+    between them is CuPy's code as installed."""
+    try:
+        from cupy._core import core
+        from cupy.cuda import compiler
+    except Exception as error:  # noqa: BLE001 - CuPy missing or unusable here
+        pytest.skip(f"CuPy is not importable here ({type(error).__name__}: {error})")
+
+    class Captured(Exception):
+        pass
+
+    seen = []
+
+    class RecordingProgram:
+        def __init__(self, source, *args, **kwargs):
+            self.source = source
+
+        def compile(self, options=(), log_stream=None):
+            if not self.source:  # CuPy's probe of the compiler version (an empty source)
+                return b"", None
+            seen.append(tuple(options))
+            raise Captured
+
+    for name in ("CUPY_NVRTC_USE_PCH", "CUPY_CUDA_COMPILE_WITH_DEBUG"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("CUPY_CACHE_IN_MEMORY", "1")  # compile, never read a disk cache
+    monkeypatch.setattr(compiler, "_NVRTCProgram", RecordingProgram)
+    monkeypatch.setattr(compiler, "_get_arch", lambda: arch)
+    monkeypatch.setattr(compiler, "_get_arch_for_options_for_nvrtc", lambda arch=None: (f"-arch=sm_{arch}", "cubin"))
+    with pytest.raises(Captured):
+        # What cupy.RawModule(code=..., options=..., name_expressions=...) calls (cupy/_core/raw.pyx).
+        core.compile_with_cache(read_kernel("gather.cu"), user_options, prepend_cupy_headers=False,
+                                name_expressions=["gather_aligned<uint4, long long>"])
+    assert len(seen) == 1
+    return seen[0]
+
+
+def test_compile_options_are_the_ones_cupy_passes(monkeypatch):
+    """The NVRTC compile check compiles with exactly the options CuPy gives NVRTC on the GPU (the
+    same set; include paths in the same order): -ftz=true above all, which changes the code."""
+    cupy_options = _options_cupy_passes(monkeypatch, kernel_options(), "90")
+    ours = nvrtc_options("sm_90")
+    assert sorted(ours) == sorted(cupy_options), f"ours: {ours}\nCuPy's: {cupy_options}"
+    includes = [o for o in ours if o.startswith(("-I", "--include-path"))]
+    assert includes == [o for o in cupy_options if o.startswith(("-I", "--include-path"))]
+    assert "-ftz=true" in cupy_options
 
 
 @requires_nvrtc
@@ -73,8 +158,9 @@ def test_an_arch_the_nvrtc_does_not_support_is_a_clear_value_error():
 
 
 def test_bad_arch_is_rejected_before_compiling():
-    with pytest.raises(ValueError, match="sm_80"):
-        cuda_gather.compile_check("ampere")
+    for arch in ("ampere", "sm_8", "compute80", "lto_90"):
+        with pytest.raises(ValueError, match="sm_80"):
+            cuda_gather.compile_check(arch)
 
 
 def test_kernel_sources_are_found_and_read():
