@@ -146,7 +146,11 @@ def test_backend_gathers_on_a_side_stream_into_out_and_allocated(codec_name, out
         got.record_stream(torch.cuda.current_stream())
         assert_same(got, want, f"{codec_name} out=None")
         out = torch.full((4096, 100), float("nan"), device="cuda").to(out_dtype)
-        device_ids = ids.cuda().int()  # on the current stream: before `side` waits for it
+        # The conversion runs late on the current stream (behind the sleep); `side` must wait for it,
+        # so it is enqueued before the wait (enqueued after it, the gather would read unwritten ids).
+        device_ids = ids.cuda()
+        torch.cuda._sleep(50_000_000)
+        device_ids = device_ids.int()
         side.wait_stream(torch.cuda.current_stream())
         backend.gather(device_ids, out, side)
         side.synchronize()
