@@ -340,6 +340,7 @@ class _EpochIterator:
     def __init__(self, loader: DataLoader, tasks: Iterator) -> None:
         self._loader = loader
         self._held: Slot | None = None
+        self._closed = False  # closed: by its end, or by the next epoch (it writes the ring no more)
         if loader.prefetch > 0:
             # The worker must not keep the loader alive, or it could never be collected and stopped.
             produce = weakref.WeakMethod(loader._produce)
@@ -353,6 +354,8 @@ class _EpochIterator:
 
     def __next__(self):
         loader = self._loader
+        if self._closed:
+            raise StopIteration
         # Release the slot of the previous batch before taking the next one: the worker may reuse
         # it as soon as the queue has room (on CUDA, only after the work queued so far finishes).
         self._release_held()
@@ -378,6 +381,7 @@ class _EpochIterator:
 
     def close(self) -> None:
         """Stop the worker and release the slot of the batch last handed out (idempotent)."""
+        self._closed = True
         if isinstance(self._source, Prefetcher):
             self._source.close()
         self._release_held()

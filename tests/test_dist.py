@@ -174,6 +174,31 @@ def test_loader_hands_batches_over_by_the_ring_protocol(standalone_graph, monkey
     assert len(slot_waits) >= taken and set(slot_waits) == {"side"}
 
 
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_an_epoch_replaced_by_a_newer_one_stops_and_leaves_the_newer_alone(standalone_graph, one_part, dataset, prefetch):
+    """Two iterators of one loader: starting the second ends the first (it yields nothing more and
+    writes no slot), and dropping the first neither stops the second's worker nor releases its slot."""
+    import gc
+
+    orig, feats = torch.from_numpy(one_part.orig_nids()), torch.from_numpy(dataset.features)
+    with DistFeatureSource(standalone_graph.ndata["feat"], device="cpu") as feat:
+        loader = DistLoader(standalone_graph, torch.arange(0, dataset.num_nodes, 3), [4], features={"feat": feat},
+                            batch_size=100, prefetch=prefetch)
+        first = iter(loader)
+        next(first)
+        second = iter(loader)
+        batches = [next(second)]
+        with pytest.raises(StopIteration):
+            next(first)
+        del first
+        gc.collect()
+        with pytest.warns(UserWarning, match="batch 0 is still referenced"):  # batches[0]: its slot was reused
+            batches += list(second)
+        assert len(batches) == len(loader)
+        for input_nodes, _, blocks in batches[-len(loader._ring) + 1:]:  # the ones whose slots were not reused since
+            assert torch.equal(blocks[0].srcdata["feat"], feats[orig[input_nodes]])
+
+
 def test_loader_refuses_bad_arguments(standalone_graph):
     with DistFeatureSource(standalone_graph.ndata["feat"], device="cpu") as feat:
         with pytest.raises(TypeError, match=r"features\['feat'\] must be a DistFeatureSource"):

@@ -300,3 +300,20 @@ def test_gathers_skip_the_range_check_only_for_ids_dgls_own_sampler_drew(setup, 
     assert epoch(_OwnSampler([3, 2])) == {False}
     with pytest.raises(IndexError, match=f"id {graph.num_nodes()} at position"):
         epoch(_BadIdSampler([3, 2]))
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_an_epoch_replaced_by_a_newer_one_yields_nothing_more(setup, prefetch):
+    loader = _loader(setup, dgl.dataloading.MultiLayerFullNeighborSampler(1), prefetch, shuffle=False)
+    first = iter(loader)
+    next(first)
+    second = iter(loader)
+    batches = [(input_nodes, blocks[0].srcdata["feat"].clone()) for input_nodes, _, blocks in [next(second)]]
+    with pytest.raises(StopIteration):  # it would write ring slots that the second epoch hands out
+        next(first)
+    del first
+    gc.collect()
+    batches += [(input_nodes, blocks[0].srcdata["feat"].clone()) for input_nodes, _, blocks in second]
+    assert len(batches) == len(loader)
+    for input_nodes, x in batches:
+        torch.testing.assert_close(x, setup[1][input_nodes], rtol=0, atol=0)

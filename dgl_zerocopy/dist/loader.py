@@ -60,7 +60,8 @@ class DistLoader:
     ``dgl.distributed.node_split``); ``sampler``: a DGL block sampler, or fanouts (a list of ints,
     ``-1``: all neighbours) for ``NeighborSampler``; ``features``/``labels``: name -> source;
     ``prefetch``: batches prepared ahead (0: serial); ``watchdog``: bounds each wait for a batch
-    (default :meth:`Watchdog.from_env`); ``timer``: stages ``sample`` and ``gather`` are timed into it.
+    (default :meth:`Watchdog.from_env`); ``timer``: stages ``sample`` and ``gather`` are timed into it
+    (on a GPU with ``prefetch > 0`` also ``wait``, the training stream's wait for a batch's fetch).
     ``stats`` holds one :class:`BatchStats` per batch of the last epoch."""
 
     def __init__(self, graph, nodes, sampler, *, features: Mapping[str, DistFeatureSource], labels: Mapping[str, DistFeatureSource] | None = None,
@@ -96,6 +97,7 @@ class DistLoader:
         self.stats: list[BatchStats] = []
         self._prefetcher: Prefetcher | None = None
         self._ring = SlotRing(self.device, prefetch)
+        self._epoch: object | None = None  # the token of the epoch being iterated
 
     def __len__(self) -> int:
         n = len(self.nodes)
@@ -112,17 +114,21 @@ class DistLoader:
         dist_loader = dgl.dataloading.DistNodeDataLoader(self.graph, self.nodes, self.sampler, batch_size=self.batch_size,
                                                          shuffle=self.shuffle, drop_last=self.drop_last)
         tasks = enumerate(_TimedIter(iter(dist_loader), self.timer))
+        # This epoch's own worker (None: prefetch=0) and token: an epoch's generator that a newer
+        # epoch replaced (two iterators of one loader) stops and touches neither the ring nor the worker.
+        prefetcher = None
         if self.prefetch > 0:
-            self._prefetcher = Prefetcher(tasks, self._produce, self.prefetch, name="dgl-zerocopy-dist-prefetch")
-            self._ring.set_writer(self._prefetcher)
+            prefetcher = self._prefetcher = Prefetcher(tasks, self._produce, self.prefetch, name="dgl-zerocopy-dist-prefetch")
+            self._ring.set_writer(prefetcher)
+        token = self._epoch = object()
         held = None
         try:
             for index in itertools.count():
                 try:
-                    if self._prefetcher is None:  # prefetch=0: on this thread, without a watchdog
+                    if prefetcher is None:  # prefetch=0: on this thread, without a watchdog
                         batch = self._produce(next(tasks))
                     else:
-                        batch = self.watchdog.wait(self._prefetcher, f"batch {index} of {len(self)}")
+                        batch = self.watchdog.wait(prefetcher, f"batch {index} of {len(self)}")
                 except StopIteration:
                     return
                 input_nodes, seeds, blocks, x, y, fill = batch
@@ -131,12 +137,16 @@ class DistLoader:
                 blocks[0].srcdata.update(x)
                 blocks[-1].dstdata.update(y)
                 yield input_nodes, seeds, blocks
+                if self._epoch is not token:  # a newer epoch began: it released every slot
+                    held = None
+                    return
                 self._ring.release([held])  # asked for the next batch: done with this one's slot
                 held = None
         finally:
-            if held is not None:  # the epoch was left (break, error) while holding a batch
-                self._ring.release([held])
-            self.close()
+            if self._epoch is token:
+                if held is not None:  # the epoch was left (break, error) while holding a batch
+                    self._ring.release([held])
+                self.close()
 
     def _produce(self, task) -> tuple[torch.Tensor, torch.Tensor, list, dict, dict, Fill]:
         """Fetch batch ``index``'s rows into its ring slot (the worker thread when prefetching)."""
