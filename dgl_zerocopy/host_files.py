@@ -2,6 +2,7 @@
 compressed tables. Imports nothing of dgl_zerocopy, so every layer may use it."""
 from __future__ import annotations
 
+import mmap
 import os
 import shutil
 import tempfile
@@ -36,3 +37,35 @@ def replace_dir(tmp: Path, out: Path, marker: str) -> None:
         if not (out / marker).is_file():
             raise
         shutil.rmtree(tmp, ignore_errors=True)  # a concurrent writer won the race: same data
+
+
+def mapped_file(array) -> np.memmap | None:
+    """The ``np.memmap`` over the file mapping that ``array`` views (``array`` itself, or the map a
+    slice or view of it was taken from), or None when ``array`` is not file-mapped memory."""
+    root = array
+    while isinstance(root, np.ndarray) and not isinstance(root.base, mmap.mmap):
+        root = root.base  # a slice of a memmap carries its parent's offset: find the array over the mmap itself
+    if not isinstance(root, np.memmap) or not root.filename:
+        return None
+    return root
+
+
+def is_shared_file_map(array) -> bool:
+    """True when ``array`` views a *shared* mapping of a file (``np.load(path, mmap_mode="r")``,
+    ``"r+"`` or ``"w+"``): a page written or marked dirty there is written back to the file.
+    A copy-on-write map (``mmap_mode="c"``) keeps written pages private: False."""
+    root = mapped_file(array)
+    return root is not None and root.mode != "c"
+
+
+def file_ref(data, table) -> tuple[str, int, str, tuple[int, ...], str] | None:
+    """``(filename, offset, dtype, shape, mode)`` of the file bytes that ``table`` views, when ``data``
+    is a NumPy memory map (or a view of one) under ``table``; None otherwise."""
+    root = mapped_file(data)
+    if root is None:
+        return None
+    start = table.data_ptr() - root.ctypes.data
+    if start < 0 or start + table.numel() * table.element_size() > root.nbytes:
+        return None  # the table is a copy (made contiguous), not the mapped bytes
+    mode = "r+" if root.mode == "w+" else root.mode  # "w+" would truncate the file in the receiver
+    return str(root.filename), int(root.offset) + start, data.dtype.str, tuple(table.shape), mode

@@ -24,7 +24,6 @@ stream wait for ``s``. ``close()`` waits for the gathers still in flight before 
 from __future__ import annotations
 
 import logging
-import mmap
 import os
 import threading
 import warnings
@@ -39,7 +38,8 @@ from .backends import Backend, GatherOptions, make_backend
 from .cache import CachePolicy, HotRowCache, budget_for_rows, check_cache_args, choose_rows, policy_name
 from .compression import CODECS, Codec, CompressedTable, check_codec_name, compress, load_compressed
 from .compression.table import params_nbytes
-from .data.base import tensor_view
+from .host_files import file_ref, is_shared_file_map, tensor_view
+from .id_check import DeviceIdCheck, check_host_ids, checked_on_device
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +88,11 @@ class FeatureStore:
     ``cache_nbytes`` is the device memory the cache takes. ``backend="gpu"`` holds the whole table
     on the device already: it ignores the cache with a warning.
 
-    A read-only table (``np.load(path, mmap_mode="r")``) is pinned read-only where the GPU supports
-    it; elsewhere a whole memory-mapped file is re-mapped copy-on-write (with a warning: pinning
-    then keeps a private copy of its pages in RAM; the file is never written).
+    A file is never written: a table that maps one shared (``np.load(path, mmap_mode="r")``,
+    ``"r+"``, a ``.npy`` path, a compressed folder) is pinned read-only where the GPU supports it;
+    elsewhere its bytes are re-mapped copy-on-write (with a warning: pinning then keeps a private
+    copy of its pages in RAM). A table that is page-locked already (``tensor.pin_memory()``) is
+    read as it is: never registered nor unregistered by the store.
 
     Devices and pinning: a store made by the constructor is *bound* at once: its backend is made on
     ``device`` there (the zero-copy backend pins the table in the constructor). A store that arrives
@@ -135,7 +137,7 @@ class FeatureStore:
         backend = _resolve_backend(backend, device)
         device = _resolve_device(device, backend)
         cache_rows = _rank_cache_rows(table, backend, cache_bytes, cache_policy, graph, sampler, seeds, presample_options)
-        file = _file_ref(read_only_array if read_only_array is not None else data, table)
+        file = file_ref(read_only_array if read_only_array is not None else data, table)
         self._init_unbound(table, read_only_array, file, backend, device.type, options,
                            compressed.codec if compressed is not None else None, out_dtype,
                            compressed.method if compressed is not None else None, compressed.path if compressed is not None else None,
@@ -164,6 +166,7 @@ class FeatureStore:
         self._backend: Backend | None = None
         self._lock = threading.Lock()  # one bind, even when a prefetch thread and the main thread race to it
         self._made: list[Backend] = []  # filled by bind(), emptied by the finalizer
+        self._id_check = DeviceIdCheck(table.shape[0])  # device ids' range checks, reported later
         # Unpin even if the user never calls close(): at garbage collection or interpreter exit.
         self._finalizer = weakref.finalize(self, _close_all, self._made)
 
@@ -185,9 +188,9 @@ class FeatureStore:
             device = _resolve_device(device if device is not None else self._device_type, self.backend)
             table, read_only = self._table, False
             if self.backend == "zerocopy" and self._read_only_array is not None:
-                from .pinning import read_only_register_supported
+                from .pinning import pinnable_table, read_only_register_supported
 
-                table, read_only = _pinnable(table, self._read_only_array, read_only_register_supported(device.index))
+                table, read_only = pinnable_table(table, self._read_only_array, read_only_register_supported(device.index))
                 if self._codec is not None:
                     table = _codes_view(table, self._codec)  # a re-mapped file holds bf16 codes as int16
             cache = None
@@ -315,8 +318,13 @@ class FeatureStore:
         (a compressed table's rows decoded: equal to ``store.codec.decode(codes[ids], ids, store.dtype)``).
 
         ``ids``: 1-D int32/int64 (torch or NumPy), on the CPU or on ``self.device``. Ids must lie in
-        ``[0, rows)``: no negative wrap-around; a bad id raises ``IndexError`` unless
-        ``unchecked=True`` (faster; an out-of-range id is then undefined behaviour).
+        ``[0, rows)``: no negative wrap-around. Unless ``unchecked=True`` (an out-of-range id is then
+        undefined behaviour), a bad id raises ``IndexError`` naming it: at once for CPU ids (and for
+        the ``cpu`` backend, which reads the ids on the host anyway); for ids on a CUDA device the
+        check runs on the device, so the host never waits for it, and its ``IndexError`` is raised
+        later: by a gather that finds the check done, by :meth:`raise_deferred_errors` (call it at
+        the end of an epoch) or by :meth:`close`. Meanwhile an out-of-range device id reads the
+        nearest valid row (the batch is wrong, and reported), never memory outside the table.
         ``out``: optional contiguous tensor of shape ``(len(ids), dim)`` on ``self.device``; the
         caller makes sure nothing still reads it when ``stream`` writes it (e.g. an event).
         ``stream``: a ``torch.cuda.Stream`` to run on (CUDA devices); default the current stream.
@@ -326,12 +334,13 @@ class FeatureStore:
             raise RuntimeError(_CLOSED)
         if self._backend is None:
             self.bind()
+        self._id_check.poll()  # an earlier batch's device-side check that has failed, if done; never waits
         ids = self._check_ids(ids)
         if out is not None:
             self._check_out(out, ids.shape[0])
         if self.device.type != "cuda":
             if not unchecked:
-                self._check_range(ids)
+                check_host_ids(ids, self._table.shape[0])
             return self._backend.gather(ids, out, None)
         caller = torch.cuda.current_stream(self.device)
         stream = stream if stream is not None else caller
@@ -344,7 +353,7 @@ class FeatureStore:
                 if out is not None:
                     out.record_stream(stream)
             if not unchecked:
-                self._check_range(ids)  # on `stream`, after the ids exist
+                ids = self._check_range(ids)  # on `stream`, after the ids exist
             result = self._backend.gather(ids, out, stream)
         if out is None and crossing:
             result.record_stream(caller)  # allocated on `stream`, freed by the caller
@@ -363,14 +372,23 @@ class FeatureStore:
             raise ValueError(f"ids are on {ids.device} but this store gathers on {self.device}; move them with ids.to({str(self.device)!r})")
         return ids.contiguous()
 
-    def _check_range(self, ids: torch.Tensor) -> None:
-        if ids.numel() == 0:
-            return
-        rows = self._table.shape[0]
-        lo, hi = torch.aminmax(ids)
-        if int(lo) < 0 or int(hi) >= rows:
-            bad = ((ids < 0) | (ids >= rows)).nonzero()[0, 0]
-            raise IndexError(f"id {int(ids[bad])} at position {int(bad)} is out of range for a table of {rows} rows (valid: 0 to {rows - 1})")
+    def _check_range(self, ids: torch.Tensor) -> torch.Tensor:
+        """The ids to gather (current stream: the gather's). Host ids, and device ids for the ``cpu``
+        backend (which copies them to the host anyway), are checked now; other device ids are
+        clamped on the device and checked there, their error raised later (:mod:`.id_check`)."""
+        if checked_on_device(ids) and self.backend == "cpu":
+            ids = ids.cpu()
+        if not checked_on_device(ids):
+            check_host_ids(ids, self._table.shape[0])
+            return ids
+        return self._id_check.check(ids)
+
+    def raise_deferred_errors(self) -> None:
+        """Wait for the range checks of the device ids gathered so far, and raise ``IndexError``
+        naming the first out-of-range id (of the earliest bad batch) if one had any. Gathers of
+        CPU ids raise at once and leave nothing here. Call it where the host waits anyway (the
+        end of an epoch); :meth:`close` calls it too."""
+        self._id_check.wait()
 
     def _check_out(self, out: torch.Tensor, n: int) -> None:
         want = (n, self._table.shape[1])
@@ -392,20 +410,30 @@ class FeatureStore:
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
         """Wait for the gathers in flight, then release device memory and unpin the host table. Idempotent;
-        an unbound store has nothing to release."""
+        an unbound store has nothing to release. Then raises the ``IndexError`` of an out-of-range
+        device id not reported yet (see :meth:`raise_deferred_errors`)."""
+        self._close(report=True)
+
+    def _close(self, report: bool) -> None:
         with self._lock:  # not while bind() is making a backend the finalizer would miss
             self._finalizer()
+        try:
+            self._id_check.wait()  # the gathers have run: nothing left to wait for
+        except IndexError as error:
+            if report:
+                raise
+            log.warning("closing a FeatureStore while an exception propagates; a bad id found earlier: %s", error)
 
     def __enter__(self) -> "FeatureStore":
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        self._close(report=exc[0] is None)  # an exception already on its way is not replaced
 
 
 def _as_table(data: ArrayLike) -> tuple[torch.Tensor, np.ndarray | None]:
-    """The table as a 2-D contiguous CPU tensor, and the read-only NumPy array it views (a file
-    map), or None when its memory may be written."""
+    """The table as a 2-D contiguous CPU tensor, and the NumPy array it views when that memory must
+    not be written (a read-only array, or a shared file map), else None."""
     read_only = None
     if isinstance(data, (str, os.PathLike)):
         path = Path(data)
@@ -415,7 +443,9 @@ def _as_table(data: ArrayLike) -> tuple[torch.Tensor, np.ndarray | None]:
             raise FileNotFoundError(f"no such feature file: {str(path)!r}")
         data = np.load(path, mmap_mode="r")
     if isinstance(data, np.ndarray):
-        read_only = None if data.flags.writeable else data
+        # Pages the store must never write: a read-only array, or a shared file map of any mode
+        # (pinning it writable would mark its pages dirty and write them back to the file).
+        read_only = data if not data.flags.writeable or is_shared_file_map(data) else None
         data = tensor_view(data)  # a read-only memory map is fine: the store never writes to it
     if not isinstance(data, torch.Tensor):
         raise TypeError(f"data must be a CPU torch.Tensor, a numpy.ndarray or a .npy path, but got {type(data).__name__}")
@@ -430,28 +460,6 @@ def _as_table(data: ArrayLike) -> tuple[torch.Tensor, np.ndarray | None]:
         warnings.warn("data is not contiguous: FeatureStore keeps a contiguous copy (pass a contiguous table to avoid it)", stacklevel=3)
         data, read_only = data.contiguous(), None
     return data, read_only
-
-
-def _pinnable(table: torch.Tensor, array: np.ndarray, read_only_supported: bool) -> tuple[torch.Tensor, bool]:
-    """The table to pin for the read-only ``array`` it views, and whether to pin it read-only.
-
-    Without device support for read-only registration a ``mmap_mode="r"`` mapping cannot be
-    pinned at all (its pages are not writable), so a whole mapped file is mapped again
-    copy-on-write. Any other read-only array is read-only only by NumPy's flag: its pages can be
-    registered as they are (registration never writes)."""
-    if read_only_supported:
-        return table, True
-    if isinstance(array, np.memmap) and isinstance(array.base, mmap.mmap) and array.filename:
-        private = np.memmap(array.filename, dtype=array.dtype, mode="c", offset=array.offset, shape=array.shape)
-        warnings.warn(
-            f"this GPU cannot pin read-only memory (cudaDevAttrHostRegisterReadOnlySupported is 0), so the "
-            f"memory-mapped table {array.filename!r} is mapped copy-on-write instead: pinning keeps a private "
-            f"copy of its {array.nbytes / 2**30:.2f} GiB in RAM (the file is not modified). To avoid the "
-            f"page-cache copy beside it, load the table into RAM (numpy.load without mmap_mode)",
-            stacklevel=4,  # _pinnable <- bind <- __init__/gather/device <- the caller
-        )
-        return tensor_view(private), False
-    return table, False
 
 
 def _num_rows(data) -> int | None:
@@ -482,21 +490,6 @@ def _rank_cache_rows(table: torch.Tensor, backend: str, cache_bytes: int, cache_
         log.info("cache: %d of %d rows (%s), %s of device memory", rows.numel(), table.shape[0], policy_name(cache_policy),
                  _size(rows.numel() * table.shape[1] * table.element_size()))
     return rows
-
-
-def _file_ref(data, table: torch.Tensor) -> tuple[str, int, str, tuple[int, ...], str] | None:
-    """``(filename, offset, dtype, shape, mode)`` of the file bytes that ``table`` views, when ``data``
-    is a NumPy memory map (or a view of one) under ``table``; None otherwise."""
-    root = data
-    while isinstance(root, np.ndarray) and not isinstance(root.base, mmap.mmap):
-        root = root.base  # a slice of a memmap carries its parent's offset: find the array over the mmap itself
-    if not isinstance(root, np.memmap) or not root.filename:
-        return None
-    start = table.data_ptr() - root.ctypes.data
-    if start < 0 or start + table.numel() * table.element_size() > root.nbytes:
-        return None  # the table is a copy (made contiguous), not the mapped bytes
-    mode = "r+" if root.mode == "w+" else root.mode  # "w+" would truncate the file in the receiver
-    return str(root.filename), int(root.offset) + start, data.dtype.str, tuple(table.shape), mode
 
 
 def _rebuild_store(cls: type, table, backend: str, device_type: str, options: tuple, compressed: dict | None = None,

@@ -36,9 +36,9 @@ USED_ON_OBJECTS = {
     "torch.Tensor": ("record_stream", "pin_memory", "is_pinned", "data_ptr", "element_size", "is_cuda"),
     "cupy.cuda.runtime": ("pointerGetAttributes", "PointerAttributes", "hostRegister", "hostUnregister",
                           "deviceGetAttribute", "cudaDevAttrHostRegisterReadOnlySupported", "CUDARuntimeError",
-                          "getDevice", "getDeviceCount"),
+                          "getDevice", "getDeviceCount", "memoryTypeHost"),
     # A property of the class, so the lookup works without an instance (and without a GPU).
-    "cupy.cuda.runtime.PointerAttributes": ("devicePointer",),
+    "cupy.cuda.runtime.PointerAttributes": ("devicePointer", "type"),
     "cupy.cuda": ("UnownedMemory", "MemoryPointer", "Device", "Stream", "ExternalStream"),
     "cupy.cuda.Device": ("attributes",),
     "cupy.cuda.MemoryPointer": ("ptr",),

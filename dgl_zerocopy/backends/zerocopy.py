@@ -29,9 +29,11 @@ OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 class ZeroCopyBackend:
     """Pins ``table`` in place and gathers with the CuPy kernel on a torch stream.
 
-    The table is kept alive by this object for as long as it is pinned. Each launch records an
-    event on its stream; :meth:`close` waits for those events before it unpins, so no kernel
-    reads a range that is no longer registered.
+    The table is kept alive by this object for as long as it is pinned. A table that is
+    page-locked already (``tensor.pin_memory()``, ``cudaHostAlloc``) is read as it is: never
+    registered, never unregistered (:class:`~dgl_zerocopy.pinning.PinnedRange`). Each launch
+    records its stream's event (one per stream, reused); :meth:`close` waits for those events
+    before it unpins, so no kernel reads a range that is no longer registered.
 
     With a ``codec``, ``table`` holds its codes (``codec.stored_dtype``) and gathers return
     ``out_dtype`` rows equal to ``codec.decode(table[ids], ids, out_dtype)``. An int8 codec's
@@ -128,7 +130,9 @@ class ZeroCopyBackend:
                               affine=self.codec.axis, affine_ptr=self._pairs_ptr, **common)
             if self.cache is not None:
                 self.cache.count(ids)  # on `stream` (current here), after the gather: no host sync
-            event = self._launched.setdefault(stream.cuda_stream, torch.cuda.Event())
+            event = self._launched.get(stream.cuda_stream)
+            if event is None:  # one event per stream, made once and recorded again after each launch
+                event = self._launched[stream.cuda_stream] = torch.cuda.Event()
             event.record(stream)
         return out
 
