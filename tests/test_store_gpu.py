@@ -45,10 +45,51 @@ def test_gather_on_a_side_stream(backend):
         torch.testing.assert_close(out.cpu(), table[ids], rtol=0, atol=0)
 
 
-def test_out_of_range_id_on_the_device():
-    with FeatureStore(_table(10, 4, torch.float32), backend="zerocopy", device="cuda") as store:
-        with pytest.raises(IndexError, match="id 10 at position 0"):
-            store.gather(torch.tensor([10], device="cuda"))
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_out_of_range_ids_on_the_device_are_reported_and_never_read_outside_the_table(backend):
+    # The table is the middle of a larger tensor whose rows around it hold a sentinel: a read outside
+    # the table would bring it into the output (or fault).
+    big = torch.full((30, 64), -7.0)
+    big[10:20] = torch.arange(10 * 64, dtype=torch.float32).reshape(10, 64)
+    table = big[10:20]
+    store = FeatureStore(table, backend=backend, device="cuda")
+    ids = torch.tensor([3, 10, -1, 2, 11], device="cuda")
+    if backend == "cpu":  # it reads the ids on the host anyway: it raises at once
+        with pytest.raises(IndexError, match="id 10 at position 1"):
+            store.gather(ids)
+        store.close()
+        return
+    rows = store.gather(ids).cpu()
+    assert (rows != -7.0).all(), "a row outside the table was read"
+    torch.testing.assert_close(rows, table[[3, 9, 0, 2, 9]], rtol=0, atol=0)  # the nearest valid rows
+    with pytest.raises(IndexError, match="id 10 at position 1 is out of range for a table of 10 rows"):
+        store.raise_deferred_errors()
+    store.raise_deferred_errors()  # reported once
+    store.gather(torch.tensor([12], device="cuda"))
+    torch.cuda.synchronize()
+    with pytest.raises(IndexError, match="id 12 at position 0"):  # the next gather finds the check done
+        store.gather(torch.tensor([0], device="cuda"))
+    store.gather(torch.tensor([-4], dtype=torch.int32, device="cuda"))
+    with pytest.raises(IndexError, match="id -4 at position 0"):
+        store.close()
+    assert store.closed
+
+
+@pytest.mark.parametrize("backend", ["zerocopy", "gpu"])
+def test_checking_device_ids_does_not_make_the_host_wait(backend):
+    # The caller's stream is busy; a gather of device ids on a side stream (which waits for it) must
+    # return at once: a check that read the ids back would wait for the whole sleep.
+    table = _table(1000, 16, torch.float32)
+    side = torch.cuda.Stream()
+    with FeatureStore(table, backend=backend, device="cuda") as store:
+        ids = torch.randint(0, 1000, (5000,), device="cuda")
+        store.gather(ids, stream=side)  # first: compiles the kernel, allocates the check's buffers
+        torch.cuda.synchronize()
+        torch.cuda._sleep(1_000_000_000)  # about 0.5-1 s on the caller's stream
+        store.gather(ids, stream=side)
+        returned_early = not torch.cuda.current_stream().query()
+        torch.cuda.synchronize()
+        assert returned_early, "the gather of device ids waited for the caller's stream"
 
 
 def test_close_unregisters_and_is_idempotent():
@@ -154,3 +195,66 @@ def test_a_failed_store_leaves_the_table_registrable(monkeypatch):
     monkeypatch.undo()
     with FeatureStore(table, backend="zerocopy", device="cuda") as store:  # would say "already registered"
         torch.testing.assert_close(store.gather(torch.tensor([3])).cpu(), table[[3]])
+
+
+# -- issue 21: page-locked tables (item 3), files never written (item 12) ------------------------
+
+def test_a_table_pinned_by_torch_is_read_as_it_is():
+    table = _table(1000, 33, torch.float32).pin_memory()
+    ids = torch.randint(0, 1000, (500,))
+    first = FeatureStore(table, backend="zerocopy", device="cuda")
+    second = FeatureStore(table, backend="zerocopy", device="cuda")  # neither registers it: both may read it
+    for store in (first, second):
+        torch.testing.assert_close(store.gather(ids).cpu(), table[ids], rtol=0, atol=0)
+        torch.testing.assert_close(store.gather(ids.cuda()).cpu(), table[ids], rtol=0, atol=0)
+    first.close()  # unregisters nothing: the second store still reads pinned pages
+    torch.testing.assert_close(second.gather(ids).cpu(), table[ids], rtol=0, atol=0)
+    second.close()
+    assert table.is_pinned()
+    torch.testing.assert_close(table.to("cuda", non_blocking=True).cpu(), table, rtol=0, atol=0)
+
+
+def test_a_table_in_cuda_host_alloc_memory_is_read_as_it_is():
+    import cupy
+
+    rows, dim = 1000, 16
+    memory = cupy.cuda.alloc_pinned_memory(rows * dim * 4)  # cudaHostAlloc, through CuPy's pinned pool
+    array = np.frombuffer(memory, dtype=np.float32, count=rows * dim).reshape(rows, dim)
+    array[:] = np.arange(rows * dim, dtype=np.float32).reshape(rows, dim)
+    ids = torch.randint(0, rows, (777,))
+    with FeatureStore(array, backend="zerocopy", device="cuda") as store:
+        np.testing.assert_array_equal(store.gather(ids).cpu().numpy(), array[ids.numpy()])
+    runtime = cupy.cuda.runtime
+    assert runtime.pointerGetAttributes(array.ctypes.data).type == runtime.memoryTypeHost  # still pinned
+
+
+@pytest.mark.parametrize("source", ["path", "r", "r+", "c", "compressed"])
+def test_pin_gather_close_leave_a_mapped_file_as_it_was(tmp_path, source):
+    import gc
+    import os
+    import warnings
+
+    from dgl_zerocopy import compress
+
+    data = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64)  # 1 MiB: 256 pages
+    np.save(tmp_path / "f.npy", data)
+    if source == "compressed":
+        compress(tmp_path / "f.npy", "fp16", out=tmp_path / "f.fp16")
+        path, want = tmp_path / "f.fp16" / "codes.npy", torch.from_numpy(data).half().float()
+    else:
+        path, want = tmp_path / "f.npy", torch.from_numpy(data)
+    before = path.read_bytes()
+    os.utime(path, ns=(10**18, 10**18))  # far from now: any update shows, whatever the clock's resolution
+    arg = {"path": tmp_path / "f.npy", "compressed": tmp_path / "f.fp16"}.get(source)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the copy-on-write warning where the GPU cannot pin read-only memory
+        store = FeatureStore(arg if arg is not None else np.load(path, mmap_mode=source), backend="zerocopy", device="cuda")
+    ids = torch.randint(0, 4096, (2000,))
+    torch.testing.assert_close(store.gather(ids).cpu(), want[ids], rtol=0, atol=0)
+    torch.testing.assert_close(store.gather(ids.cuda()).cpu(), want[ids], rtol=0, atol=0)
+    store.close()
+    del store
+    gc.collect()
+    os.sync()  # dirty pages, if any, reach the file now
+    assert path.read_bytes() == before
+    assert os.stat(path).st_mtime_ns == 10**18, f"{source}: pinning wrote to the file"
