@@ -78,13 +78,12 @@ class DeviceIdCheck:
         # max over bools: the first True, or position 0 when none is (ties go to the lowest index).
         position = bad.max(dim=0).indices.view(1)
         report = torch.cat((position, ids.index_select(0, position).to(torch.int64)))
-        with self._lock:
+        with self._lock:  # numbered and queued in one step, so the queue keeps the gathers' order
             check = self._free.pop() if self._free else _Check(pinned=ids.is_cuda)
             self._count += 1
             check.number = self._count
-        check.result.copy_(report, non_blocking=True)
-        check.event.record()  # on the current stream, after the copy
-        with self._lock:
+            check.result.copy_(report, non_blocking=True)
+            check.event.record()  # on the current stream, after the copy; queued only once recorded
             self._pending.append(check)
         return safe
 

@@ -277,6 +277,30 @@ def test_close_raises_an_unreported_error_but_an_exception_on_its_way_wins(devic
     assert other.closed
 
 
+def test_checks_from_two_threads_are_each_reported_once(device, ids_on_device):
+    store = zerocopy_store(_table())
+
+    def work(bad: bool) -> None:
+        with torch.cuda.stream(StandInStream("worker" if bad else "other")):
+            for i in range(50):
+                store.gather(torch.tensor([i % ROWS, ROWS + i if bad and i % 10 == 0 else 1]))
+
+    threads = [threading.Thread(target=work, args=(bad,)) for bad in (True, False)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    named = []
+    while True:
+        try:
+            store.raise_deferred_errors()
+            break
+        except IndexError as error:
+            named.append(int(str(error).split()[1]))
+    assert named == [ROWS + i for i in range(0, 50, 10)]  # each bad batch once, in its thread's order
+    store.close()
+
+
 def test_cpu_ids_are_still_checked_at_once(device):
     store = zerocopy_store(_table())
     with pytest.raises(IndexError, match=f"id {ROWS} at position 1"):
