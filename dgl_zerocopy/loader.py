@@ -363,6 +363,11 @@ class _EpochIterator:
             batch = next(self._source)
         except StopIteration:
             self.close()
+            # The host waits here anyway: the range checks of device ids (a store's deferred errors)
+            # are read now, so a bad id of this epoch is raised before the next one starts.
+            for store in (*loader.features.values(), *loader.labels.values()):
+                if isinstance(store, FeatureStore):
+                    store.raise_deferred_errors()
             raise
         src, blocks = batch.src, batch.blocks
         # Everything not in the slot is record_stream-ed on the consumer's stream (the protocol).

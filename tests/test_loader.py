@@ -303,6 +303,34 @@ def test_gathers_skip_the_range_check_only_for_ids_dgls_own_sampler_drew(setup, 
 
 
 @pytest.mark.parametrize("prefetch", [0, 2])
+def test_an_epoch_ends_by_reading_the_stores_deferred_id_checks(setup, monkeypatch, prefetch):
+    """Device ids are range-checked on the device and a bad one is raised later (the store's
+    deferred errors): the loader reads them at the end of each epoch, where the host waits anyway,
+    so a bad id of an epoch is raised before the next epoch starts."""
+    graph, features, labels, train_idx = setup
+    stores = {"feat": FeatureStore(features, backend="cpu", device="cpu"), "label": FeatureStore(labels[:, None], backend="cpu", device="cpu")}
+    pending = {"feat": IndexError("ids contain 999 (from a device check)")}
+    calls = []
+
+    def read_checks(self):
+        name = next(k for k, v in stores.items() if v is self)
+        calls.append(name)
+        if name in pending:
+            raise pending.pop(name)
+
+    monkeypatch.setattr(FeatureStore, "raise_deferred_errors", read_checks)
+    loader = DataLoader(graph, train_idx, dgl.dataloading.NeighborSampler([3, 2]), features={"feat": stores["feat"]},
+                        labels={"label": stores["label"]}, batch_size=500, prefetch=prefetch)
+    with pytest.raises(IndexError, match="999"):
+        for _ in loader:
+            assert calls == []  # read once, at the end, not per batch
+    assert calls == ["feat"]
+    calls.clear()
+    assert sum(1 for _ in loader) == len(loader)  # nothing pending: the next epoch runs through
+    assert sorted(calls) == ["feat", "label"]
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
 def test_an_epoch_replaced_by_a_newer_one_yields_nothing_more(setup, prefetch):
     loader = _loader(setup, dgl.dataloading.MultiLayerFullNeighborSampler(1), prefetch, shuffle=False)
     first = iter(loader)
