@@ -14,7 +14,7 @@ host wait for everything queued before it, the caller's stream included):
    ``FeatureStore.raise_deferred_errors()`` (the end of an epoch) and ``close()``.
 
 The check enqueues a handful of small kernels; nothing on its path calls ``.item()``, ``.cpu()``,
-``bool()`` or a synchronize (``tests/test_store_ids.py`` checks this on the CPU).
+``bool()`` or a synchronize (``tests/test_store_zerocopy_cpu.py`` checks this on the CPU).
 """
 from __future__ import annotations
 
@@ -75,8 +75,9 @@ class DeviceIdCheck:
             raise IndexError(f"this table has no rows, so each of the {ids.numel()} ids is out of range")
         safe = ids.clamp(0, min(self.rows - 1, torch.iinfo(ids.dtype).max))
         bad = safe.ne(ids)
-        # max over bools: the first True, or position 0 when none is (ties go to the lowest index).
-        position = bad.max(dim=0).indices.view(1)
+        # max over 0/1: the first 1, or position 0 when none is (torch returns the first maximal
+        # index). uint8 rather than bool: every torch build's CUDA max kernel takes integer types.
+        position = bad.to(torch.uint8).max(dim=0).indices.view(1)
         report = torch.cat((position, ids.index_select(0, position).to(torch.int64)))
         with self._lock:  # numbered and queued in one step, so the queue keeps the gathers' order
             check = self._free.pop() if self._free else _Check(pinned=ids.is_cuda)
