@@ -63,7 +63,8 @@ def _parser() -> argparse.ArgumentParser:
                    "decoded to float32 in the gather (default none)")
     t.add_argument("--feature-cache", help="hot rows kept in device memory: a share of the rows (10%%) or a size "
                                            "(512MiB, 2GB, bytes); 0: none (default)")
-    t.add_argument("--cache-policy", help="which rows the cache holds: in_degree (default) or presample")
+    t.add_argument("--cache-policy", help="which rows the cache holds: degree (default: the degree sampling follows, "
+                   "out-degree for DGL's in-edge sampling), in_degree, out_degree or presample")
     t.add_argument("--nproc", type=int, help="data-parallel processes (DDP): one per GPU on CUDA, gloo ranks on the CPU; "
                    "--batch-size stays the global batch (default 1)")
     t.add_argument("--no-progress", action="store_true", help="no progress bars")

@@ -43,7 +43,9 @@ class TrainConfig(BaseModel):
     nproc: PositiveInt = 1  # data-parallel processes (DDP): one per GPU on CUDA, gloo ranks on the CPU
     feature_compression: Optional[str] = "none"  # host features stored as none, fp16, bf16 or int8, decoded to float32 in the gather
     feature_cache: str = "0"  # hot rows kept in device memory: a share of the rows ("10%") or a size ("512MiB", bytes); 0: none
-    cache_policy: Literal["in_degree", "presample"] = "in_degree"  # which rows: highest in-degree, or most gathered in a presampled epoch
+    # which rows: "degree" (the degree sampling follows: out-degree for DGL's in-edge sampling), "in_degree",
+    # "out_degree", or "presample" (most gathered in a presampled epoch)
+    cache_policy: Literal["degree", "in_degree", "out_degree", "presample"] = "degree"
 
     @field_validator("dataset")
     @classmethod

@@ -68,7 +68,8 @@ class DataLoader:
     ``drop_last``, ``shuffle``, and DGL's options of its prefetcher and UVA, each mapped to
     its nearest equivalent here (a one-time warning says so where one cannot apply). ``gpu_cache``
     (``{"node": {name: rows}}``) gives the store the loader makes for that feature a hot-row cache
-    of that many rows, chosen by in-degree (``FeatureStore(cache_bytes=...)``). torch
+    of that many rows, chosen by the degree the sampler follows (``FeatureStore(cache_bytes=...,
+    cache_policy="degree")``: out-degree for in-edge sampling, in-degree for ``edge_dir="out"``). torch
     DataLoader keywords: ``num_workers > 0`` samples in worker processes that feed the gather
     thread (with ``persistent_workers``, ``worker_init_fn``, ``prefetch_factor``, ``timeout``,
     ``multiprocessing_context``).
@@ -167,7 +168,7 @@ class DataLoader:
             options = dict(self._store_options)
             if cached and store.ndim == 2:  # DGL's gpu_cache counts rows: the budget that holds that many
                 options.update(cache_bytes=budget_for_rows(cached, store.shape[1] * store.dtype.itemsize, store.shape[0]),
-                               cache_policy="in_degree", graph=self.graph)
+                               cache_policy="degree", graph=self.graph, sampler=self.graph_sampler)
             store = shared_store(store, self.device, **options)
             if cached and store.cache is None and store.backend != "gpu":
                 _warn_once("gpu_cache_shared", f"gpu_cache for {name!r}: the store over this tensor was made before without a "
@@ -487,7 +488,8 @@ def _apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread,
 def _gpu_cache_rows(gpu_cache: Mapping | None, num_nodes: int) -> dict[str, int]:
     """DGL's ``gpu_cache`` (``{"node": {name: rows}, "edge": {...}}``) as rows to cache per node
     feature, checked. DGL caches rows as they are fetched (a HugeCTR cache); here the same number
-    of rows is chosen once, by in-degree (:mod:`dgl_zerocopy.cache`), which needs no second copy."""
+    of rows is chosen once, by the degree sampling follows (:mod:`dgl_zerocopy.cache`), which needs no
+    second copy."""
     if not gpu_cache:
         return {}
     if not isinstance(gpu_cache, Mapping) or set(gpu_cache) - {"node", "edge"}:

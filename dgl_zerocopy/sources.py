@@ -37,7 +37,7 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .cache import budget_for_rows
+from .cache import DEFAULT_CACHE_POLICY, budget_for_rows
 from .compression import CODECS, check_codec_name, compressed_beside
 from .compression.codec import STORED_DTYPES
 from .config import parse_cache_size
@@ -61,11 +61,11 @@ NO_CACHE_STATS = {"hits": 0, "misses": 0, "hit_rate": 0.0}
 @dataclass(frozen=True)
 class CacheRequest:
     """A training run's hot-row cache: ``size`` as ``feature_cache`` writes it (``"10%"`` of the
-    rows, ``"512MiB"``, bytes), ``policy``, and for ``"presample"`` the training ``seeds`` and
-    ``batch_size`` the sampler runs over."""
+    rows, ``"512MiB"``, bytes), ``policy`` (default ``"degree"``), and for ``"presample"`` the
+    training ``seeds`` and ``batch_size`` the sampler runs over."""
 
     size: str = "0"
-    policy: str = "in_degree"
+    policy: str = DEFAULT_CACHE_POLICY
     seeds: torch.Tensor | None = None
     batch_size: int = 1024
 
@@ -75,6 +75,7 @@ class CacheRequest:
         cache_bytes = budget_for_rows(round(amount * rows), row_bytes, rows) if kind == "rows" else amount
         if cache_bytes == 0:
             return {}
+        # "degree" needs no sampler: every source samples in-edges (DGL's default), so it ranks by out-degree.
         options = {"cache_bytes": cache_bytes, "cache_policy": self.policy, "graph": graph}
         if self.policy == "presample":
             import dgl

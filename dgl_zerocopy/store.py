@@ -78,10 +78,11 @@ class FeatureStore:
     grid, leaving SMs to a training step that runs at the same time; ``None``: no cap).
 
     Hot-row cache: ``cache_bytes`` of device memory (rows and slot map together; never exceeded)
-    hold the rows ``cache_policy`` ranks first: ``"in_degree"`` (the highest in-degree nodes of
-    ``graph``) or ``"presample"`` (the rows ``sampler`` gathered most often over about one epoch of
-    batches of ``seeds``, GNNLab's policy; ``presample_options`` may set its ``batch_size``,
-    ``epochs`` and ``seed``), or a :class:`~dgl_zerocopy.cache.CachePolicy` of your own (a ranking
+    hold the rows ``cache_policy`` ranks first: ``"degree"`` (the default: the highest degree that
+    sampling follows in ``graph``, out-degree for DGL's in-edge sampling, in-degree when ``sampler``
+    has ``edge_dir="out"``), ``"in_degree"``, ``"out_degree"``, or ``"presample"`` (the rows
+    ``sampler`` gathered most often over about one epoch of batches of ``seeds``, GNNLab's policy;
+    ``presample_options`` may set its ``batch_size``, ``epochs`` and ``seed``), or a :class:`~dgl_zerocopy.cache.CachePolicy` of your own (a ranking
     of all rows, best first; no graph needed). The rows are ranked once, here; each process that binds the store
     copies them to its own device. A compressed table caches its codes, so a budget holds 2-4x
     more rows. ``cache_stats()`` counts hits and misses since ``reset_cache_stats()``;
@@ -117,7 +118,7 @@ class FeatureStore:
     def __init__(self, data: ArrayLike, backend: str = "auto", device: str | torch.device | None = None, *,
                  compression: str | None = None, out_dtype: torch.dtype | None = None,
                  variant: str = "aligned", sort_ids: bool = False, max_blocks: int | None = None,
-                 cache_bytes: int = 0, cache_policy: str | CachePolicy = "in_degree", graph=None, sampler=None, seeds=None,
+                 cache_bytes: int = 0, cache_policy: str | CachePolicy = "degree", graph=None, sampler=None, seeds=None,
                  presample_options: dict | None = None) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")

@@ -18,10 +18,12 @@ import torch
 from conftest import REPO, SMALL, devices
 from dgl_zerocopy.cache import (
     CACHE_POLICIES,
+    DEFAULT_CACHE_POLICY,
     CacheStats,
     HotRowCache,
     InDegreePolicy,
     PresamplePolicy,
+    SamplingDegreePolicy,
     budget_for_rows,
     build_cache,
     build_slot_map,
@@ -30,6 +32,8 @@ from dgl_zerocopy.cache import (
     check_cache_args,
     make_policy,
     presample_counts,
+    sampled_degree,
+    sampling_edge_dir,
     split_hits,
 )
 
@@ -127,6 +131,119 @@ def test_in_degree_on_a_generated_graph_matches_a_sort(small):
     assert deg[order[:k]].min() >= np.sort(deg)[::-1][k - 1]
 
 
+def _dag(dgl):
+    """0 -> 1..4, 1 -> 2..4, 2 -> 3..4, 3 -> 4: out-degrees 4, 3, 2, 1, 0 and in-degrees 0, 1, 2, 3, 4."""
+    src, dst = zip(*[(i, j) for i in range(5) for j in range(i + 1, 5)])
+    return _graph(dgl, list(src), list(dst), 5)
+
+
+class _NoDirection:
+    """A block sampler of one's own without ``edge_dir``: taken to sample in-edges, as DGL's do by default."""
+
+    def sample(self, graph, seeds):
+        raise AssertionError("the degree policies never sample")
+
+
+def test_degree_ranks_by_the_degree_sampling_follows_on_a_directed_graph(dgl):
+    graph = _dag(dgl)
+    assert graph.out_degrees().tolist() == [4, 3, 2, 1, 0] and graph.in_degrees().tolist() == [0, 1, 2, 3, 4]
+    by_out, by_in = [0, 1, 2, 3, 4], [4, 3, 2, 1, 0]
+    # in_degree and out_degree rank what they say, whatever the sampler
+    assert make_policy("in_degree", graph).order.tolist() == by_in
+    assert make_policy("out_degree", graph).order.tolist() == by_out
+    out_sampler = dgl.dataloading.NeighborSampler([2, 2], edge_dir="out")
+    assert make_policy("in_degree", graph, sampler=out_sampler).order.tolist() == by_in
+    assert make_policy("out_degree", graph, sampler=out_sampler).order.tolist() == by_out
+    # degree: out-degree for in-edge sampling (no sampler, DGL's default, a sampler without edge_dir), in-degree for out-edges
+    for sampler in (None, dgl.dataloading.NeighborSampler([2, 2]), dgl.dataloading.LaborSampler([2, 2]), _NoDirection()):
+        policy = make_policy("degree", graph, sampler=sampler)
+        assert isinstance(policy, SamplingDegreePolicy) and policy.order.tolist() == by_out, sampler
+        assert (policy.name, policy.edge_dir, policy.kind, policy.degrees.tolist()) == ("degree", "in", "out_degree", [4, 3, 2, 1, 0])
+    for sampler in (out_sampler, dgl.dataloading.LaborSampler([2, 2], edge_dir="out")):
+        policy = make_policy("degree", graph, sampler=sampler)
+        assert policy.order.tolist() == by_in and (policy.edge_dir, policy.kind) == ("out", "in_degree")
+    # ties by lower node id, as for in_degree
+    ties = _graph(dgl, [3, 3, 1, 1, 0], [0, 1, 2, 3, 4], 5)  # out-degrees 1, 2, 0, 2, 0
+    assert make_policy("degree", ties).order.tolist() == make_policy("out_degree", ties).order.tolist() == [1, 3, 0, 2, 4]
+
+
+def test_degree_is_how_often_dgls_sampler_reaches_a_row(dgl):
+    """One layer of full neighbourhoods, one seed per batch, every node a seed: a row is gathered once as its own
+    seed and once per node it reaches along the sampled edges: out-degree + 1 for in-edge sampling, in-degree + 1
+    for edge_dir="out". The degree policy's degrees are exactly these counts less one."""
+    rng = np.random.default_rng(0)
+    graph = dgl.to_simple(dgl.remove_self_loop(_graph(dgl, rng.integers(0, 200, 1500), rng.integers(0, 200, 1500), 200)))
+    assert not torch.equal(graph.in_degrees(), graph.out_degrees())
+    for edge_dir in ("in", "out"):
+        sampler = dgl.dataloading.NeighborSampler([-1], edge_dir=edge_dir)
+        counts = presample_counts(graph, sampler, torch.arange(200), batch_size=1)
+        assert torch.equal(torch.from_numpy(make_policy("degree", graph, sampler=sampler).degrees) + 1, counts), edge_dir
+        wrong = "in_degree" if edge_dir == "in" else "out_degree"
+        assert not torch.equal(torch.from_numpy(make_policy(wrong, graph).degrees) + 1, counts)
+
+
+def test_a_sampler_with_another_edge_dir_is_refused(dgl, small):
+    graph, table, _ = small
+    odd = dgl.dataloading.NeighborSampler([2])
+    odd.edge_dir = "both"
+    with pytest.raises(ValueError, match="the sampler's edge_dir must be 'in' or 'out', but got 'both'"):
+        make_policy("degree", graph, sampler=odd)
+    with pytest.raises(ValueError, match="edge_dir must be 'in' or 'out'"):
+        check_cache_args(10**6, "degree", table.shape[0], graph, odd)  # before anything is built or pinned
+    assert sampling_edge_dir(odd := _NoDirection()) == "in" and sampled_degree("in") == "out_degree"
+    assert sampled_degree("out") == "in_degree"
+
+
+def test_degree_is_the_default_policy():
+    import inspect
+
+    from dgl_zerocopy import FeatureStore
+    from dgl_zerocopy.cache import choose_rows
+    from dgl_zerocopy.sources import CacheRequest
+
+    assert DEFAULT_CACHE_POLICY == "degree" == CACHE_POLICIES[0]
+    for func in (FeatureStore, build_cache, choose_rows):
+        assert inspect.signature(func).parameters["cache_policy"].default == "degree", func
+    assert CacheRequest().policy == "degree"
+
+
+def _directed_power_law(dgl, n: int = 3000, avg_degree: float = 10.0, seed: int = 0):
+    """A directed graph whose out-degrees and in-degrees follow independent power laws (directed Chung-Lu:
+    sources drawn in proportion to one set of Pareto weights, destinations to another)."""
+    rng = np.random.default_rng(seed)
+    out_w, in_w = rng.pareto(1.5, n) + 1, rng.pareto(1.5, n) + 1
+    m = int(n * avg_degree)
+    src = np.searchsorted(np.cumsum(out_w), rng.random(m) * out_w.sum())
+    dst = np.searchsorted(np.cumsum(in_w), rng.random(m) * in_w.sum())
+    return dgl.to_simple(_graph(dgl, np.minimum(src, n - 1), np.minimum(dst, n - 1), n))
+
+
+def test_the_default_policy_beats_in_degree_on_a_directed_power_law_graph(dgl):
+    """The issue's case, small: fanouts [5, 5], batches of 64, 10 % of the rows cached. Sampling reads rows by
+    out-degree, so the default ("degree") must hit far more often than "in_degree" (the old default) and as often
+    as "out_degree", and no ranking beats the oracle (the rows these batches read most)."""
+    graph = _directed_power_law(dgl)
+    n = graph.num_nodes()
+    table = torch.arange(n, dtype=torch.float32).unsqueeze(1).repeat(1, 8)
+    budget = budget_for_rows(n // 10, table.shape[1] * table.element_size(), n)
+    sampler = dgl.dataloading.NeighborSampler([5, 5])
+    caches = {"default": build_cache(table, budget, graph=graph, sampler=sampler),
+              **{p: build_cache(table, budget, p, graph=graph) for p in ("in_degree", "out_degree")}}
+    assert all(c.num_cached == n // 10 for c in caches.values())
+    seeds = torch.from_numpy(np.random.default_rng(1).permutation(n)[:1280])
+    counts = torch.zeros(n, dtype=torch.int64)
+    for start in range(0, seeds.numel(), 64):
+        input_nodes = sampler.sample(graph, seeds[start : start + 64])[0]
+        counts[input_nodes] += 1
+        for cache in caches.values():
+            assert torch.equal(cache.gather(input_nodes, table), table[input_nodes])
+    rate = {name: cache.stats.hit_rate for name, cache in caches.items()}
+    oracle = float(counts.sort(descending=True).values[: n // 10].sum() / counts.sum())
+    assert caches["default"].policy == "degree" and torch.equal(caches["default"].row_ids, caches["out_degree"].row_ids)
+    assert rate["default"] > 2 * rate["in_degree"], rate  # about 25 % against 9 %
+    assert rate["default"] <= oracle and rate["default"] > 0.8 * oracle, (rate, oracle)
+
+
 def test_presample_counts_the_input_nodes_of_each_batch(dgl):
     # A path 0 -> 1 -> 2 -> 3 -> 4 and 5 -> 4: the 2-hop in-neighbourhood of a seed, full neighbours.
     graph = _graph(dgl, [0, 1, 2, 3, 5], [1, 2, 3, 4, 4], 6)
@@ -139,8 +256,12 @@ def test_presample_counts_the_input_nodes_of_each_batch(dgl):
     assert overlapping.tolist() == [0, 1, 2, 2, 1, 1]  # 4: {4,3,5,2}, 3: {3,2,1}
     assert (presample_counts(graph, sampler, torch.tensor([4, 3]), batch_size=1, epochs=2) == 2 * overlapping).all()
     policy = make_policy("presample", graph, sampler=sampler, seeds=torch.tensor([4, 3]), batch_size=1)
-    # counts 2, 2 (nodes 2, 3; in-degree 1 each: lower id first), then the counts-1 nodes by in-degree (4 has 2), then id
-    assert policy.order.tolist() == [2, 3, 4, 1, 5, 0]
+    # counts 2, 2 (nodes 2, 3; out-degree 1 each: lower id first), then the counts-1 nodes by the degree the sampler
+    # follows, out-degree (1 and 5 have 1, 4 has none; in-degree would put 4 first), then id
+    assert policy.order.tolist() == [2, 3, 1, 5, 4, 0]
+    out = make_policy("presample", graph, sampler=dgl.dataloading.NeighborSampler([-1, -1], edge_dir="out"),
+                      seeds=torch.tensor([0]), batch_size=1)  # 0 -> 1 -> 2 along out-edges: counts [1, 1, 1, 0, 0, 0]
+    assert out.counts.tolist() == [1, 1, 1, 0, 0, 0] and out.order.tolist() == [1, 2, 0, 4, 3, 5]  # ties by in-degree
 
 
 class _RecordingSampler:
@@ -184,10 +305,10 @@ def test_presample_runs_about_the_asked_epochs(dgl, small, epochs, calls):
     assert sampler.calls == calls and counts.max() <= calls
 
 
-def test_presample_ranks_by_counts_then_in_degree(dgl, small):
+def test_presample_ranks_by_counts_then_the_degree_sampling_follows(dgl, small):
     graph, _, seeds = small
     policy = PresamplePolicy(graph, dgl.dataloading.NeighborSampler([3, 3]), seeds, batch_size=64)
-    counts, deg, order = policy.counts.numpy(), graph.in_degrees().numpy(), policy.order.numpy()
+    counts, deg, order = policy.counts.numpy(), graph.out_degrees().numpy(), policy.order.numpy()
     key = list(zip(-counts[order], -deg[order], order))
     assert key == sorted(key)
 
@@ -325,11 +446,12 @@ def test_stats_count_every_batch_from_several_threads():
 def test_unknown_policy_lists_the_valid_ones(small):
     graph, table, _ = small
     for bytes_ in (0, 10**6):  # a typo fails even without a cache
-        with pytest.raises(ValueError, match="cache_policy must be one of 'in_degree', 'presample', but got 'degree'"):
-            build_cache(table, bytes_, "degree", graph=graph)
-    with pytest.raises(ValueError, match="'in_degree', 'presample'"):
+        with pytest.raises(ValueError, match="cache_policy must be one of 'degree', 'in_degree', 'out_degree', 'presample', "
+                                             "but got 'in-degree'"):
+            build_cache(table, bytes_, "in-degree", graph=graph)
+    with pytest.raises(ValueError, match="'degree', 'in_degree', 'out_degree', 'presample'"):
         make_policy("lru", graph)
-    assert CACHE_POLICIES == ("in_degree", "presample")
+    assert CACHE_POLICIES == ("degree", "in_degree", "out_degree", "presample")
 
 
 @pytest.mark.parametrize("budget, error, match", [(-1, ValueError, ">= 0"), (1.5, TypeError, "integer"), (True, TypeError, "integer"),

@@ -118,6 +118,7 @@ BAD = {
     "unknown feature source": (["--feature-source", "magic"], "'dgl', 'dgl-storage', 'cpu', 'zerocopy' or 'gpu'"),
     "negative prefetch": (["--prefetch", "-1"], "prefetch must be >= 0"),
     "zerocopy without a GPU": (["--feature-source", "zerocopy", "--device", "cpu"], "needs a CUDA GPU"),
+    "unknown cache policy": (["--cache-policy", "lru"], "'degree', 'in_degree', 'out_degree' or 'presample'"),
 }
 
 
@@ -139,3 +140,26 @@ def test_bad_config_file_is_one_line_and_exit_2(tmp_path, text, message):
     assert r.returncode == 2
     assert message in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def test_the_feature_cache_ranks_by_the_degree_sampling_follows_unless_told(capsys):
+    """``--feature-cache`` without ``--cache-policy`` chooses ``degree`` (out-degree for DGL's in-edge sampling)."""
+    from dgl_zerocopy.cli import _parser
+    from dgl_zerocopy.config import build_config
+
+    def policy(*flags):
+        args = _parser().parse_args(["train", "--feature-cache", "10%", *flags])
+        return build_config({}, {k: v for k, v in vars(args).items() if k not in ("command", "config", "no_progress", "dist", "ip_config")}).cache_policy
+
+    assert policy() == "degree"
+    assert [policy("--cache-policy", p) for p in ("in_degree", "out_degree", "presample")] == ["in_degree", "out_degree", "presample"]
+    with pytest.raises(SystemExit):
+        _parser().parse_args(["train", "--help"])
+    assert "degree (default" in " ".join(capsys.readouterr().out.split())
+
+
+def test_training_with_a_feature_cache_says_which_policy_it_uses():
+    pytest.importorskip("dgl")  # training samples with DGL
+    r = run_cli("train", *TINY, "--device", "cpu", "--feature-cache", "10%")
+    assert r.returncode == 0, r.stderr
+    assert "cache 10% (degree)" in r.stdout and "| cache hits " in r.stdout

@@ -39,3 +39,21 @@ def test_ogb_configs_leave_the_data_root_to_the_user():
 def test_flags_override_a_shipped_config():
     cfg = build_config(read_yaml(REPO / "configs" / "ogbn-papers100m-sage.yaml"), {"feature_source": "cpu", "data_root": "/data"})
     assert cfg.feature_source == "cpu" and cfg.data_root == "/data" and cfg.fanouts == [10, 10, 10]
+
+
+def test_the_cache_policy_defaults_to_the_degree_sampling_follows():
+    """``cache_policy`` (``--cache-policy``) defaults to ``degree`` and takes exactly the cache's policy names."""
+    import typing
+
+    from dgl_zerocopy.cache import CACHE_POLICIES, DEFAULT_CACHE_POLICY
+    from dgl_zerocopy.config import ConfigError, TrainConfig
+
+    assert TrainConfig().cache_policy == DEFAULT_CACHE_POLICY == "degree"
+    assert build_config({}, {"feature_cache": "10%"}).cache_policy == "degree"
+    assert typing.get_args(TrainConfig.model_fields["cache_policy"].annotation) == CACHE_POLICIES
+    for path in CONFIGS:  # no shipped config chooses another policy for the user
+        assert build_config(read_yaml(path), {}).cache_policy == "degree", path.name
+    for policy in CACHE_POLICIES:
+        assert build_config({"cache_policy": policy}, {}).cache_policy == policy
+    with pytest.raises(ConfigError, match="cache_policy"):
+        build_config({}, {"cache_policy": "in-degree"})

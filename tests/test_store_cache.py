@@ -29,10 +29,11 @@ PATHS = [("cpu", "cpu"),
 
 @pytest.fixture(scope="module")
 def graph():
-    """A graph whose in-degree ranks the rows strictly: node v has ROWS - v in-edges, so
-    ``in_degree`` caches rows 0, 1, 2, ... in that order."""
+    """A graph whose degrees rank the rows strictly: node v has ROWS - v in-edges and as many
+    out-edges, so ``degree`` (the default), ``in_degree`` and ``out_degree`` all cache rows 0, 1, 2,
+    ... in that order."""
     dst = torch.cat([torch.full((ROWS - v,), v) for v in range(ROWS)])
-    src = torch.randint(0, ROWS, (dst.numel(),), generator=torch.Generator().manual_seed(0))
+    src = dst[torch.randperm(dst.numel(), generator=torch.Generator().manual_seed(0))]
     return dgl.graph((src, dst), num_nodes=ROWS)
 
 
@@ -168,7 +169,8 @@ def test_presample_caches_the_rows_the_sampler_gathers_most(graph):
 @pytest.mark.parametrize("kwargs, error, match", [
     ({"cache_bytes": -1}, ValueError, r"cache_bytes must be >= 0"),
     ({"cache_bytes": 1.5}, TypeError, r"cache_bytes must be an integer"),
-    ({"cache_bytes": 10**6, "cache_policy": "lru"}, ValueError, r"cache_policy must be one of 'in_degree', 'presample', but got 'lru'"),
+    ({"cache_bytes": 10**6, "cache_policy": "lru"}, ValueError,
+     r"cache_policy must be one of 'degree', 'in_degree', 'out_degree', 'presample', but got 'lru'"),
     ({"cache_bytes": 10**6}, ValueError, r"needs graph="),
     ({"cache_bytes": 10**6, "graph": "other"}, ValueError, r"graph has 7 nodes but the feature table has 400 rows"),
     ({"cache_bytes": 10**6, "cache_policy": "presample", "graph": "own"}, ValueError, r"needs sampler= and seeds="),
@@ -211,7 +213,7 @@ def test_a_pickled_store_sends_its_chosen_rows_and_builds_the_cache_where_it_bin
     assert clone.cache is not store.cache and torch.equal(clone.cache.row_ids, torch.arange(25))
     assert clone.cache_stats()["hits"] == _expected_hits(ids, 25)
     assert store.cache_stats()["hits"] == 0  # each process counts its own
-    assert "cache=25 rows (in_degree)" in repr(clone)
+    assert "cache=25 rows (degree)" in repr(clone)
 
 
 def test_the_loader_maps_dgls_gpu_cache_rows_to_a_budget(graph, recwarn):
@@ -223,7 +225,8 @@ def test_the_loader_maps_dgls_gpu_cache_rows_to_a_budget(graph, recwarn):
     sampler = dgl.dataloading.NeighborSampler([4], prefetch_node_feats=["feat"])
     loader = DataLoader(graph, torch.arange(ROWS), sampler, batch_size=64, gpu_cache={"node": {"feat": 40}})
     store = loader.features["feat"]
-    assert store.cache.num_cached == 40 and torch.equal(store.cache.row_ids, torch.arange(40))  # in-degree order
+    assert store.cache.num_cached == 40 and torch.equal(store.cache.row_ids, torch.arange(40))  # degree order
+    assert store.cache_policy == "degree"
     seen = 0
     for input_nodes, _, blocks in loader:
         assert torch.equal(blocks[0].srcdata["feat"], table[input_nodes])
@@ -231,6 +234,38 @@ def test_the_loader_maps_dgls_gpu_cache_rows_to_a_budget(graph, recwarn):
     stats = store.cache_stats()
     assert stats["hits"] + stats["misses"] == seen and stats["hits"] > 0
     assert not [w for w in recwarn if "gpu_cache" in str(w.message)]
+
+
+@pytest.mark.parametrize("edge_dir", ["in", "out"])
+def test_the_loader_caches_gpu_cache_rows_by_the_degree_its_sampler_follows(edge_dir):
+    """On a directed graph DGL's gpu_cache rows are the highest out-degrees for in-edge sampling and the highest
+    in-degrees for edge_dir="out"; with the in-degree ranking (the old choice) in-edge sampling would cache the
+    rows it reads least."""
+    from dgl_zerocopy import DataLoader
+
+    src, dst = zip(*[(i, j) for i in range(40) for j in range(i + 1, 40)])  # i -> j for i < j: out-degree 39 - i, in-degree j
+    graph = dgl.graph((torch.tensor(src), torch.tensor(dst)), num_nodes=40)
+    graph.ndata["feat"] = torch.randn(40, 5)
+    sampler = dgl.dataloading.NeighborSampler([3], edge_dir=edge_dir, prefetch_node_feats=["feat"])
+    loader = DataLoader(graph, torch.arange(40), sampler, batch_size=8, gpu_cache={"node": {"feat": 10}})
+    store = loader.features["feat"]
+    expected = torch.arange(10) if edge_dir == "in" else torch.arange(39, 29, -1)
+    assert store.cache_policy == "degree" and torch.equal(store.cache.row_ids, expected)
+    for input_nodes, _, blocks in loader:
+        assert torch.equal(blocks[0].srcdata["feat"], graph.ndata["feat"][input_nodes])
+
+
+def test_the_store_ranks_by_out_degree_by_default_and_by_what_it_is_told(recwarn):
+    src, dst = zip(*[(i, j) for i in range(40) for j in range(i + 1, 40)])
+    graph = dgl.graph((torch.tensor(src), torch.tensor(dst)), num_nodes=40)
+    table = torch.randn(40, 5)
+    budget = budget_for_rows(10, 20, 40)
+    rows = {policy: FeatureStore(table, backend="cpu", device="cpu", cache_bytes=budget, graph=graph, **kw).cache.row_ids.tolist()
+            for policy, kw in [("default", {}), ("in_degree", {"cache_policy": "in_degree"}),
+                               ("out_degree", {"cache_policy": "out_degree"}),
+                               ("degree, out-edges", {"sampler": dgl.dataloading.NeighborSampler([2], edge_dir="out")})]}
+    assert rows == {"default": list(range(10)), "in_degree": list(range(39, 29, -1)), "out_degree": list(range(10)),
+                    "degree, out-edges": list(range(39, 29, -1))}
 
 
 @pytest.mark.parametrize("gpu_cache, match", [

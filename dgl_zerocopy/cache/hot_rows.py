@@ -7,7 +7,8 @@ import warnings
 
 import torch
 
-from .policy import CachePolicy, cache_capacity, check_budget, check_policy_name, graph_num_nodes, make_policy
+from .policy import (DEFAULT_CACHE_POLICY, CachePolicy, cache_capacity, check_budget, check_policy_name, graph_num_nodes, make_policy,
+                     sampling_edge_dir)
 from .slots import SplitHits, build_slot_map, gather_split, split_hits
 from .stats import CacheStats
 
@@ -120,7 +121,8 @@ def check_cache_args(cache_bytes, cache_policy: str | CachePolicy, num_rows: int
 
     Always checked: the policy (a name, or a :class:`CachePolicy` ranking ``num_rows`` rows) and the
     budget. With a named policy and a budget > 0 also: ``graph`` given, with one node per table
-    row, and for ``"presample"`` a ``sampler`` and ``seeds``."""
+    row; for ``"presample"`` a ``sampler`` and ``seeds``; for ``"degree"`` the ``edge_dir`` of a
+    ``sampler`` if one is given."""
     if isinstance(cache_policy, CachePolicy):
         if cache_policy.num_rows != num_rows:
             raise ValueError(f"cache_policy ranks {cache_policy.num_rows} rows but the feature table has {num_rows}")
@@ -139,17 +141,20 @@ def check_cache_args(cache_bytes, cache_policy: str | CachePolicy, num_rows: int
         missing = " and ".join(name for name, v in (("sampler=", sampler), ("seeds=", seeds)) if v is None)
         raise ValueError(f"cache_policy='presample' needs {missing}: the training sampler (e.g. "
                          f"dgl.dataloading.NeighborSampler([15, 10, 5])) and the training node ids it starts from")
+    if cache_policy == "degree":
+        sampling_edge_dir(sampler)
     return cache_bytes
 
 
-def choose_rows(num_rows: int, row_bytes: int, cache_bytes, cache_policy: str | CachePolicy = "in_degree", *, graph=None, sampler=None,
-                seeds=None, batch_size: int = 1024, epochs: float = 1.0, seed: int = 0, stacklevel: int = 2) -> torch.Tensor | None:
+def choose_rows(num_rows: int, row_bytes: int, cache_bytes, cache_policy: str | CachePolicy = DEFAULT_CACHE_POLICY, *, graph=None,
+                sampler=None, seeds=None, batch_size: int = 1024, epochs: float = 1.0, seed: int = 0, stacklevel: int = 2) -> torch.Tensor | None:
     """The rows a cache of ``cache_bytes`` holds for a ``num_rows``-row table of ``row_bytes``-byte
     rows, best first (int64 CPU; slot ``i`` holds row ``result[i]``), or None for ``cache_bytes=0``
     (or a budget that holds no row, with a warning). Rows and slot map never exceed the budget.
 
     ``batch_size``, ``epochs`` and ``seed`` shape the presampling pass (see
-    :func:`dgl_zerocopy.cache.policy.presample_counts`); ``"in_degree"`` ignores them and ``sampler``/``seeds``.
+    :func:`dgl_zerocopy.cache.policy.presample_counts`); the degree policies ignore them and ``seeds``
+    (``"degree"`` reads only ``sampler.edge_dir``).
     ``stacklevel`` places the warning as ``warnings.warn`` does, counted from the caller."""
     cache_bytes = check_cache_args(cache_bytes, cache_policy, num_rows, graph, sampler, seeds)
     if cache_bytes == 0:
@@ -163,7 +168,7 @@ def choose_rows(num_rows: int, row_bytes: int, cache_bytes, cache_policy: str | 
     return policy.rows_for_budget(cache_bytes, row_bytes).clone()  # not a view of the whole ranking
 
 
-def build_cache(table: torch.Tensor, cache_bytes: int, cache_policy: str = "in_degree", *, graph=None, sampler=None, seeds=None,
+def build_cache(table: torch.Tensor, cache_bytes: int, cache_policy: str | CachePolicy = DEFAULT_CACHE_POLICY, *, graph=None, sampler=None, seeds=None,
                 device: str | torch.device = "cpu", **presample) -> HotRowCache | None:
     """The cache a store with these arguments holds on ``device`` (rows from :func:`choose_rows`),
     or None. Its ``nbytes`` never exceeds ``cache_bytes``."""

@@ -4,12 +4,26 @@ A policy ranks every row of the table once (:attr:`CachePolicy.order`, a permuta
 ids, most valuable first); a byte budget then keeps a prefix of that ranking
 (:meth:`CachePolicy.rows_for_budget`), so one ranking serves every cache size.
 
-- ``"in_degree"``: rows of the nodes with the most in-edges first (a node with many in-edges is
-  the neighbour of many nodes, so neighbour sampling reaches it often). Ties: lower node id first.
+Which rows does sampling read? DGL's neighbour samplers (``edge_dir="in"``, their default) take
+the *in*-edges of each frontier node, so a row is gathered when its node is the *source* of a
+sampled edge: nodes are reached in proportion to their *out*-degree. A sampler with
+``edge_dir="out"`` takes out-edges and reaches nodes by their in-degree. On a bidirected graph
+(every edge stored both ways) the two degrees are equal; on a directed one (ogbn-arxiv,
+ogbn-papers100M as shipped) they are not, and ranking by the wrong one caches rows that are rarely
+read.
+
+- ``"degree"`` (the default wherever a policy is chosen for the user): the degree that sampling
+  follows: out-degree for in-edge sampling, in-degree for ``edge_dir="out"``. The direction is the
+  ``edge_dir`` of the ``sampler`` given (``"in"`` when none is given, or when it has no
+  ``edge_dir``). Ties: lower node id first.
+- ``"in_degree"``: rows of the nodes with the most in-edges first (exactly that, whatever the
+  sampler). Ties: lower node id first.
+- ``"out_degree"``: rows of the nodes with the most out-edges first. Ties: lower node id first.
 - ``"presample"`` (GNNLab, Yang et al., EuroSys 2022): run the training sampler over batches of the
   training seeds for about one epoch and count how often each row is gathered, i.e. how many
   batches have it among their input nodes (``blocks[0].srcdata[dgl.NID]``); most often first.
-  Ties (rows seen equally often, including never): higher in-degree first, then lower node id.
+  Ties (rows seen equally often, including never): the higher degree that the sampler follows
+  first (as ``"degree"``), then lower node id.
 
 The budget covers all the device memory a cache takes: the cached rows and the slot map (one
 int32 per node of the table, see :mod:`.slots`), so ``cache_nbytes <= cache_bytes`` always. A
@@ -17,6 +31,7 @@ budget too small for the map plus one row caches nothing (and needs no map).
 """
 from __future__ import annotations
 
+import logging
 import math
 from typing import Any
 
@@ -27,9 +42,13 @@ from .slots import SLOTS_INT32, slot_dtype
 
 __all__ = [
     "CACHE_POLICIES",
+    "DEFAULT_CACHE_POLICY",
     "CachePolicy",
+    "DegreePolicy",
     "InDegreePolicy",
+    "OutDegreePolicy",
     "PresamplePolicy",
+    "SamplingDegreePolicy",
     "budget_for_rows",
     "cache_capacity",
     "check_budget",
@@ -37,11 +56,19 @@ __all__ = [
     "graph_num_nodes",
     "in_degrees",
     "make_policy",
+    "node_degrees",
+    "out_degrees",
     "presample_counts",
+    "sampled_degree",
+    "sampling_edge_dir",
     "slot_map_nbytes",
 ]
 
-CACHE_POLICIES = ("in_degree", "presample")
+log = logging.getLogger(__name__)
+
+CACHE_POLICIES = ("degree", "in_degree", "out_degree", "presample")
+DEFAULT_CACHE_POLICY = "degree"  # the degree sampling follows: right on directed and bidirected graphs alike
+EDGE_DIRS = ("in", "out")
 
 
 def check_policy_name(policy: str) -> str:
@@ -98,7 +125,7 @@ def graph_num_nodes(graph) -> int:
     """Node count of a homogeneous DGL graph, with clear errors for anything else."""
     if graph is None:
         raise ValueError("a cache policy needs graph=: the DGL graph whose node ids are the table's rows")
-    if not hasattr(graph, "num_nodes") or not hasattr(graph, "in_degrees"):
+    if not all(hasattr(graph, name) for name in ("num_nodes", "in_degrees", "out_degrees")):
         raise TypeError(f"graph must be a DGL graph, but got {type(graph).__name__}")
     if len(getattr(graph, "ntypes", ("_N",))) != 1:
         raise ValueError(f"graph must have one node type (one feature table), but it has {list(graph.ntypes)}")
@@ -109,6 +136,41 @@ def in_degrees(graph) -> np.ndarray:
     """In-degree of every node of ``graph`` as int64 NumPy."""
     graph_num_nodes(graph)
     return graph.in_degrees().numpy().astype(np.int64, copy=False)
+
+
+def out_degrees(graph) -> np.ndarray:
+    """Out-degree of every node of ``graph`` as int64 NumPy."""
+    graph_num_nodes(graph)
+    return graph.out_degrees().numpy().astype(np.int64, copy=False)
+
+
+def node_degrees(graph, kind: str) -> np.ndarray:
+    """``kind`` (``"in_degree"`` or ``"out_degree"``) of every node of ``graph``, int64 NumPy."""
+    if kind == "in_degree":
+        return in_degrees(graph)
+    if kind == "out_degree":
+        return out_degrees(graph)
+    raise ValueError(f"kind must be 'in_degree' or 'out_degree', but got {kind!r}")
+
+
+def sampling_edge_dir(sampler=None) -> str:
+    """The edges ``sampler`` takes from a frontier node: its ``edge_dir`` (``"in"`` or ``"out"``, as
+    DGL's ``NeighborSampler`` and ``LaborSampler`` hold it); ``"in"`` for no sampler or one without
+    ``edge_dir`` (DGL's default, and what ``ShaDowKHopSampler`` always does)."""
+    edge_dir = getattr(sampler, "edge_dir", None) if sampler is not None else None
+    if edge_dir is None:
+        return "in"
+    if edge_dir not in EDGE_DIRS:
+        raise ValueError(f"the sampler's edge_dir must be 'in' or 'out', but got {edge_dir!r}")
+    return edge_dir
+
+
+def sampled_degree(edge_dir: str = "in") -> str:
+    """The degree by which sampling with ``edge_dir`` reaches a node: ``"out_degree"`` for ``"in"``
+    (a frontier's in-edges start at the nodes it reads), ``"in_degree"`` for ``"out"``."""
+    if edge_dir not in EDGE_DIRS:
+        raise ValueError(f"edge_dir must be 'in' or 'out', but got {edge_dir!r}")
+    return "out_degree" if edge_dir == "in" else "in_degree"
 
 
 class CachePolicy:
@@ -136,27 +198,59 @@ class CachePolicy:
         return f"{type(self).__name__}(num_rows={self.num_rows})"
 
 
-class InDegreePolicy(CachePolicy):
+class DegreePolicy(CachePolicy):
+    """Rows by ``kind`` (``"in_degree"`` or ``"out_degree"``) in ``graph``, highest first; ties by
+    lower node id. ``degrees`` holds the degree of every node (int64 NumPy)."""
+
+    def __init__(self, graph, kind: str) -> None:
+        self.kind = kind
+        self.degrees = node_degrees(graph, kind)
+        super().__init__(torch.from_numpy(np.argsort(-self.degrees, kind="stable")))
+
+
+class InDegreePolicy(DegreePolicy):
     """Rows by in-degree in ``graph``, highest first; ties by lower node id."""
 
     name = "in_degree"
 
     def __init__(self, graph) -> None:
-        self.in_degrees = in_degrees(graph)
-        super().__init__(torch.from_numpy(np.argsort(-self.in_degrees, kind="stable")))
+        super().__init__(graph, "in_degree")
+
+
+class OutDegreePolicy(DegreePolicy):
+    """Rows by out-degree in ``graph``, highest first; ties by lower node id."""
+
+    name = "out_degree"
+
+    def __init__(self, graph) -> None:
+        super().__init__(graph, "out_degree")
+
+
+class SamplingDegreePolicy(DegreePolicy):
+    """Rows by the degree that ``sampler`` reaches nodes by (:func:`sampled_degree` of its
+    :func:`sampling_edge_dir`): out-degree for in-edge sampling (DGL's default, and with no
+    sampler), in-degree for ``edge_dir="out"``. ``kind`` says which one it used."""
+
+    name = "degree"
+
+    def __init__(self, graph, sampler=None) -> None:
+        self.edge_dir = sampling_edge_dir(sampler)
+        super().__init__(graph, sampled_degree(self.edge_dir))
+        log.debug("cache_policy='degree': rows by %s (the sampler takes %s-edges)", self.kind, self.edge_dir)
 
 
 class PresamplePolicy(CachePolicy):
     """Rows by how often ``sampler`` gathered them over about ``epochs`` epochs of ``seeds``
-    (``counts``, int64 per node), most often first; ties by in-degree, then lower node id.
-    See :func:`presample_counts` for the arguments."""
+    (``counts``, int64 per node), most often first; ties by the degree ``sampler`` follows
+    (``degrees``, as :class:`SamplingDegreePolicy`), then lower node id. See
+    :func:`presample_counts` for the arguments."""
 
     name = "presample"
 
     def __init__(self, graph, sampler, seeds, *, batch_size: int = 1024, epochs: float = 1.0, seed: int = 0) -> None:
         self.counts = presample_counts(graph, sampler, seeds, batch_size=batch_size, epochs=epochs, seed=seed)
-        self.in_degrees = in_degrees(graph)
-        super().__init__(torch.from_numpy(np.lexsort((-self.in_degrees, -self.counts.numpy()))))
+        self.degrees = node_degrees(graph, sampled_degree(sampling_edge_dir(sampler)))
+        super().__init__(torch.from_numpy(np.lexsort((-self.degrees, -self.counts.numpy()))))
 
 
 def presample_counts(graph, sampler, seeds, *, batch_size: int = 1024, epochs: float = 1.0, seed: int = 0) -> torch.Tensor:
@@ -203,8 +297,14 @@ def presample_counts(graph, sampler, seeds, *, batch_size: int = 1024, epochs: f
 
 
 def make_policy(policy: str, graph, *, sampler=None, seeds=None, batch_size: int = 1024, epochs: float = 1.0, seed: int = 0) -> CachePolicy:
-    """The policy named ``policy`` over ``graph``; ``"presample"`` also runs ``sampler`` over ``seeds``."""
+    """The policy named ``policy`` over ``graph``. ``"degree"`` reads the ``edge_dir`` of ``sampler``
+    (if given); ``"presample"`` runs ``sampler`` over ``seeds``; ``"in_degree"`` and
+    ``"out_degree"`` ignore them."""
     check_policy_name(policy)
+    if policy == "degree":
+        return SamplingDegreePolicy(graph, sampler)
     if policy == "in_degree":
         return InDegreePolicy(graph)
+    if policy == "out_degree":
+        return OutDegreePolicy(graph)
     return PresamplePolicy(graph, sampler, seeds, batch_size=batch_size, epochs=epochs, seed=seed)
