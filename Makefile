@@ -39,13 +39,17 @@ test-gpu: $(STAMP)
 	$(PY) -m pytest -m gpu
 
 # `make gpu-check` on a lent GPU machine checks the whole GPU path in under 10 minutes (docs/gpu.md).
-# It uses that machine's own python3, torch and CuPy, never the venv above (which pins torch 2.2.1):
-# bench/gpu_check.py installs the wheels of .whl/, offline, into GPU_SITE and puts it on PYTHONPATH.
-GPU_SITE       ?= /tmp/dgl-zerocopy-site
-GPU_CHECK_ARGS ?=
+# It is `python3 bench/gpu_check.py` with the image's own python3, torch and CuPy, never the venv
+# above (its torch would replace the image's); the script installs the wheels of .whl/ offline
+# into /tmp/dgl-zerocopy-site and finds the checkout itself. Without CUDA, make stops with the
+# script's one line (its --probe) as its only output, and exits 2.
+GPU_CHECK_ARGS  ?=
+GPU_CHECK_PROBE ?= { $(PYTHON) bench/gpu_check.py --probe || echo "gpu-check: $(PYTHON) could not run (exit $$?)"; } 2>&1
 
 gpu-check:
-	PYTHONPATH="$(CURDIR)$${PYTHONPATH:+:$$PYTHONPATH}" $(PYTHON) bench/gpu_check.py --wheels $(CURDIR)/.whl --site $(GPU_SITE) $(GPU_CHECK_ARGS)
+	$(eval GPU_CHECK_NO_CUDA := $(shell $(GPU_CHECK_PROBE)))
+	$(if $(GPU_CHECK_NO_CUDA),$(error $(GPU_CHECK_NO_CUDA)))
+	@$(PYTHON) bench/gpu_check.py $(GPU_CHECK_ARGS)
 
 # Run here (it needs PyPI): the wheels the GPU image lacks (Python 3.12, manylinux x86_64) into .whl/,
 # at the versions of constraints/newest.txt, replacing older ones of the same names (two versions stop the install).

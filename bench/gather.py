@@ -25,12 +25,20 @@ fp32-equivalent bandwidth, which can pass the h2d ceiling.
 rows: with uniform ids the hit rate is about F, and the ``hit_rate`` column gives the measured
 one). Their GB/s counts every row of the batch, hits and misses: what training receives.
 
+Results survive a stop: the CSV (``STEM.csv``) gets each configuration's summary row (one width,
+batch and method; ``wall_s`` its seconds, set-up included) as soon as it is measured, and is
+rewritten in order with the JSON and PNG at the end. ``--time-limit S``: no width and no
+configuration starts after S seconds; each one left becomes a row with status
+``skipped: time limit``, which is not a failure (the exit code stays 0 when every other row is ok).
+A line per configuration on stdout says how far the sweep got.
+
     python bench/gather.py [--rows 1000000] [--cols 100,128,256,602] [--batches 1024,16384,262144]
     dgl-zerocopy bench gather  (the same)
 """
 from __future__ import annotations
 
 import argparse
+import csv
 import sys
 import time
 from pathlib import Path
@@ -46,6 +54,11 @@ DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 GPU_METHODS = ("h2d", "zerocopy", "zerocopy-naive", "cpu", "gpu")
 CPU_METHODS = ("copy", "cpu", "index_select", "fancy")
 CEILINGS = ("h2d", "copy")
+#: The status of a configuration that ``--time-limit`` left out (not a failure of the code).
+TIME_LIMIT_STATUS = "skipped: time limit"
+#: The columns of the summary rows, in the CSV's order.
+SUMMARY_FIELDS = ("dtype", "dim", "row_bytes", "table_rows", "batch", "method", "gbps_median", "gbps_q1", "gbps_q3", "gbps_min",
+                  "gbps_max", "ratio_to_ceiling", "status", "hit_rate", "wall_s")
 #: ``--codecs`` names -> (codec, int8 axis) of the compressed zero-copy methods ``zerocopy-<name>``.
 CODECS = {"fp16": ("fp16", None), "bf16": ("bf16", None), "int8": ("int8", "column"), "int8-row": ("int8", "row")}
 STORE_METHODS = {  # method -> FeatureStore keyword arguments
@@ -205,6 +218,21 @@ def time_method(name: str, table: torch.Tensor, ids: torch.Tensor, reference: to
         close()
 
 
+def begin_csv(path: Path, meta: dict) -> None:
+    """Start ``path`` as :func:`common.write_results` writes it (``# key: value`` lines, then the
+    header of :data:`SUMMARY_FIELDS`), for :func:`append_csv_row` to fill as results come."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        f.writelines(f"# {k}: {v}\n" for k, v in meta.items())
+        csv.writer(f, lineterminator="\n").writerow(SUMMARY_FIELDS)
+
+
+def append_csv_row(path: Path, row: dict) -> None:
+    """Append one summary row to ``path`` and close it, so that a killed run keeps it."""
+    with path.open("a", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerow([f"{row[k]:.6g}" if isinstance(row[k], float) else str(row[k]) for k in SUMMARY_FIELDS])
+
+
 def failure_text(error: BaseException) -> str:
     """``failed: Type: first line of the message`` (short enough for a table cell)."""
     lines = str(error).strip().splitlines()
@@ -253,9 +281,31 @@ def main(argv: list[str] | None = None) -> int:
         timer = lambda fn, n: time_cuda_events(fn, n, warmup=3)  # noqa: E731
     else:
         timer = lambda fn, n: time_repeated(fn, n, warmup=3)  # noqa: E731
+    ceiling = "h2d" if cuda else "copy"
+    meta = {"command": command_line(), "machine": machine(), "device": torch.cuda.get_device_name(device) if cuda else "cpu (no GPU)",
+            "table_rows": args.rows, "table_gb": args.table_gb or "no cap", "repeats": args.repeats, "ceiling": ceiling,
+            "timer": "CUDA events, device synchronized before each call" if cuda else "perf_counter", "sm_count": sms}
+    stem = Path(args.out) if Path(args.out).is_absolute() else RESULTS / args.out
+    csv_path = stem.parent / f"{stem.name}.csv"
+    begin_csv(csv_path, meta)
     rng = np.random.default_rng(0)
-    raw, failures = [], []
+    raw, failures, walls = [], [], {}
     started = time.perf_counter()
+    out_of_time = lambda: args.time_limit and time.perf_counter() - started > args.time_limit  # noqa: E731
+
+    def record(key: dict, batch: int, name: str, status: str | None, seconds: float) -> None:
+        """Note one configuration's outcome (``status`` None: its timed rows are in ``raw``),
+        append its summary row to the CSV and say so on stdout."""
+        if status is not None:
+            failures.append({**key, "batch": batch, "method": name, "status": status})
+        walls[(key["dtype"], key["dim"], batch, name)] = seconds
+        point = (key["dtype"], key["dim"], batch)
+        rows = summarize_rows([r for r in raw if (r["dtype"], r["dim"], r["batch"]) == point],
+                              [f for f in failures if (f["dtype"], f["dim"], f["batch"]) == point], ceiling, walls)
+        row = next(r for r in rows if r["method"] == name)
+        append_csv_row(csv_path, row)
+        done = f"{row['gbps_median']:.2f} GB/s" if row["status"] == "ok" else row["status"]
+        print(f"gather: {key['dtype']} {key['dim']} cols, batch {batch}, {name}: {done} ({seconds:.1f} s)", flush=True)
     for dtype_name in args.dtypes.split(","):
         dtype = DTYPES[dtype_name]
         for dim in dims:
@@ -264,13 +314,17 @@ def main(argv: list[str] | None = None) -> int:
             methods = methods_for(cuda, dim == args.tune_cols, max_blocks, codecs if dim in codec_dims else (), cache_fracs)
             compressed_tables: dict = {}
             key = {"dtype": dtype_name, "dim": dim, "row_bytes": row_bytes, "table_rows": n_rows}
-            if args.time_limit and time.perf_counter() - started > args.time_limit:
-                failures += [{**key, "batch": b, "method": m, "status": f"skipped: --time-limit {args.time_limit:g} s reached"} for b in batches for m in methods]
+            if out_of_time():
+                for b in batches:
+                    for m in methods:
+                        record(key, b, m, TIME_LIMIT_STATUS, 0.0)
                 continue
             try:
                 table = make_table(rng, n_rows, dim, dtype, cuda)
             except Exception as e:  # noqa: BLE001 - e.g. out of memory, or a device left broken by an earlier failure
-                failures += [{**key, "batch": b, "method": m, "status": failure_text(e)} for b in batches for m in methods]
+                for b in batches:
+                    for m in methods:
+                        record(key, b, m, failure_text(e), 0.0)
                 continue
             for batch in batches:
                 ids = torch.from_numpy(rng.integers(0, n_rows, batch))
@@ -278,26 +332,26 @@ def main(argv: list[str] | None = None) -> int:
                     reference = table[ids].to(device)
                     out = torch.empty_like(reference)
                 except Exception as e:  # noqa: BLE001 - as above
-                    failures += [{**key, "batch": batch, "method": m, "status": failure_text(e)} for m in methods]
+                    for m in methods:
+                        record(key, batch, m, failure_text(e), 0.0)
                     continue
                 for name in methods:
+                    if out_of_time():
+                        record(key, batch, name, TIME_LIMIT_STATUS, 0.0)
+                        continue
                     extra: dict = {}
+                    begun = time.perf_counter()
                     try:
                         times = time_method(name, table, ids, reference, out, timer, args.repeats, compressed_tables, extra)
                     except Exception as e:  # noqa: BLE001 - recorded as a failure row; the other methods still run
-                        failures.append({**key, "batch": batch, "method": name, "status": failure_text(e)})
-                        print(f"{dtype_name} {dim} cols, batch {batch}: {name} {failures[-1]['status']}", file=sys.stderr, flush=True)
+                        record(key, batch, name, failure_text(e), time.perf_counter() - begun)
                         continue
                     raw += [{**key, "batch": batch, "method": name, "seconds": t, "gbps": batch * row_bytes / t / 1e9, **extra} for t in times]
+                    record(key, batch, name, None, time.perf_counter() - begun)
                 del reference, out
             del table, compressed_tables
 
-    ceiling = "h2d" if cuda else "copy"
-    summary = summarize_rows(raw, failures, ceiling)
-    meta = {"command": command_line(), "machine": machine(), "device": torch.cuda.get_device_name(device) if cuda else "cpu (no GPU)",
-            "table_rows": args.rows, "table_gb": args.table_gb or "no cap", "repeats": args.repeats, "ceiling": ceiling,
-            "timer": "CUDA events, device synchronized before each call" if cuda else "perf_counter", "sm_count": sms}
-    stem = Path(args.out) if Path(args.out).is_absolute() else RESULTS / args.out
+    summary = summarize_rows(raw, failures, ceiling, walls)
     if args.raw == "files":
         write_results(f"{stem.name}_raw", raw, meta, stem.parent)
     csv_path, _ = write_results(stem.name, summary, meta, stem.parent, extra={"raw": raw} if args.raw == "json" else None)
@@ -309,12 +363,16 @@ def main(argv: list[str] | None = None) -> int:
         hit_rate = f"{s['hit_rate']:.3f}" if s["hit_rate"] == s["hit_rate"] else "–"
         print(f"| {s['dtype']} | {s['dim']} | {s['batch']} | {s['method']} | {s['gbps_median']:.2f} | {s['gbps_q1']:.2f}–{s['gbps_q3']:.2f} | "
               f"{s['ratio_to_ceiling']:.2f} | {hit_rate} | {s['status']} |")
-    return 1 if failures else 0
+    if skipped := sum(f["status"] == TIME_LIMIT_STATUS for f in failures):
+        print(f"gather: {skipped} configurations {TIME_LIMIT_STATUS} (--time-limit {args.time_limit:g} s)", flush=True)
+    return 1 if any(f["status"] != TIME_LIMIT_STATUS for f in failures) else 0
 
 
-def summarize_rows(raw: list[dict], failures: list[dict], ceiling: str) -> list[dict]:
-    """One row per (dtype, dim, batch, method): GB/s median and spread, the ratio to ``ceiling``
-    at the same point, and ``status`` (``ok`` or the failure); a failed method's numbers are NaN."""
+def summarize_rows(raw: list[dict], failures: list[dict], ceiling: str, walls: dict | None = None) -> list[dict]:
+    """One row per (dtype, dim, batch, method), with the keys of :data:`SUMMARY_FIELDS`: GB/s
+    median and spread, the ratio to ``ceiling`` at the same point, ``status`` (``ok``, the failure,
+    or :data:`TIME_LIMIT_STATUS`; a method without timed rows has NaN numbers) and ``wall_s``, the
+    configuration's seconds from ``walls`` (keyed by (dtype, dim, batch, method); NaN if absent)."""
     nan = float("nan")
     order = {}
     for r in raw + failures:
@@ -330,7 +388,7 @@ def summarize_rows(raw: list[dict], failures: list[dict], ceiling: str) -> list[
             summary.append({"dtype": dtype, "dim": dim, "row_bytes": first["row_bytes"], "table_rows": first["table_rows"], "batch": batch,
                             "method": method, **{f"gbps_{k}": v for k, v in stats.items()},
                             "ratio_to_ceiling": stats["median"] / top_median, "status": "ok" if values else first["status"],
-                            "hit_rate": first.get("hit_rate", nan)})
+                            "hit_rate": first.get("hit_rate", nan), "wall_s": (walls or {}).get((dtype, dim, batch, method), nan)})
     return summary
 
 

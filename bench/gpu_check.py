@@ -1,36 +1,39 @@
 """One command that checks the whole GPU path: the GPU tests, the gather and epoch benchmarks, multi-GPU DDP.
 
-    make gpu-check                                   (on a machine with a CUDA GPU; docs/gpu.md)
-    python3 bench/gpu_check.py [--out DIR] [--wheels .whl] [--parts pytest,gather,epoch,ddp] [--quick]
+    make gpu-check [GPU_CHECK_ARGS="--out DIR ..."]        (docs/gpu.md)
+    python3 bench/gpu_check.py [--out DIR] [--wheels DIR] [--site DIR] [--parts pytest,gather,epoch,ddp] [--quick] [--time-limit S]
 
-Without CUDA (``torch.cuda.is_available()`` False) it prints one line and exits 2, before anything
-else. With CUDA it runs, each part in a subprocess with its own time limit (a hang costs that part
-only; the parts' limits add up to under 10 minutes) and its output echoed as it comes:
+The two are the same run (``make`` only adds its check for CUDA, below); the second needs no
+``make`` and no PYTHONPATH: the checkout is found from this file.
 
-0. setup: the wheels in ``--wheels`` (default ``.whl/``, when it holds any) installed offline
-   (``pip --no-index``) into ``--site``, which the parts get on PYTHONPATH after the checkout;
-1. ``pytest -m gpu``: counts, skip reasons and failures;
-2. ``bench/gather.py``: zerocopy (aligned and naive kernels), cpu and gpu against h2d, fp32 rows
-   of 64 B to 4 KB, 262,144 random ids, CUDA-event timing; at 512 B also ``sort_ids`` and
-   ``max_blocks`` caps of 0.5 to 4 times the SM count; at 100 and 128 columns also the
-   compressed tables (``zerocopy-fp16``, ``-bf16``, ``-int8``, ``-int8-row``) through the decoding
-   kernel, checked against the reference decode and counted in fp32-equivalent GB/s; at 512 B
-   also ``zerocopy`` and ``cpu`` with a hot-row cache of 10, 25 and 50 % of the rows (hit rate
-   and GB/s, against the same backend without a cache);
+Without CUDA (``torch.cuda.is_available()`` False, or no torch) it prints one line and exits 2,
+before anything else (``--probe`` prints that line, or nothing where CUDA works, and exits 0:
+``make gpu-check`` asks it first and stops with the line as its only output). With CUDA it
+first installs the wheels of ``--wheels`` that the image lacks, offline, into ``--site``, then
+prints a header before anything else: the wheels installed, the GPU, driver, CUDA, NVRTC and
+CuPy versions, the kernel cache and the time limits. Then the steps, each in a subprocess with
+its own time limit (docs/gpu.md sizes them), output echoed as it comes:
+
+1. ``pytest -m gpu``, with a plugin (bench/gpu_check_pytest.py) that records each test's outcome
+   as it happens; at the time limit pytest is interrupted (SIGINT, then killed after a grace):
+   the tests that finished keep their outcomes, the others are reported as not run for time;
+2. ``bench/gather.py``: zerocopy (aligned and naive), cpu, gpu against h2d, fp32 rows of
+   64 B to 4 KB (512 B and 1 KB first), the zero-copy options, compressed tables and hot-row
+   caches (docs/gpu.md); it appends each configuration's row to gather.csv as it is measured and
+   starts none after its own limit (those rows read ``skipped: time limit``);
 3. ``bench/epoch.py``: GraphSAGE on the synthetic graph, sources cpu, zerocopy and gpu, prefetch
-   0 and 2; skipped, with the reason, when ``import dgl`` fails (after ``import dgl_zerocopy``);
-4. ``dgl-zerocopy train --nproc N``: data-parallel GraphSAGE on all N GPUs (NCCL, one rank per
-   GPU, feature source zerocopy over one shared host table), only where
-   ``torch.cuda.device_count() > 1``; elsewhere recorded as not run, with the GPU count as reason.
+   0 and 2; skipped, with the reason, when ``import dgl`` fails;
+4. ``dgl-zerocopy train --nproc N`` on all N GPUs where ``torch.cuda.device_count() > 1``.
+
+Statuses: ok; partial (the time limit left something out, and everything that ran passed);
+failed; skipped (could not run, e.g. no DGL); not run (not asked for, or one GPU for DDP).
+Exit code: 0 when every step is ok, partial or not run; 1 otherwise; 2 no CUDA.
 
 It writes into ``--out`` (default bench/results/gpu/) at most 8 files, the most a lent machine
-sends back: gather.{csv,json,png}, epoch.{csv,json,png}, summary.json and summary.md (device,
-versions, the command, each part's status, reason and seconds (the DDP run's figures in its
-reason), the key figures, the tails of
-failed parts' output and the whole pytest output). summary.md is also printed at the end.
-Exit code: 0 every part ran and passed, 1 a part failed or was skipped, 2 no CUDA.
+sends back: gather.{csv,json,png}, epoch.{csv,json,png}, summary.json and summary.md (rewritten
+after every step, so a run stopped from outside still leaves what it had).
 
-Testing aid: DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1 runs the parts on a machine without CUDA (the
+Testing aid: DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1 runs the steps on a machine without CUDA (the
 orchestration only: GPU tests skip, the benchmarks take their CPU paths, the figures mean nothing).
 """
 from __future__ import annotations
@@ -38,41 +41,48 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib.util
-import json
-import math
 import os
-import platform
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
-import threading
+import tempfile
 import time
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+BENCH = Path(__file__).resolve().parent
+REPO = BENCH.parent
+sys.path.insert(0, str(BENCH))
 from common import command_line  # noqa: E402
+from gpu_check_pytest import LOG_VARIABLE, Progress, read_progress  # noqa: E402
+from gpu_check_report import (SAFE_NAME, TIME_LIMIT_STATUS, TRANSFER, epoch_figures, failure_digest, gather_figures,  # noqa: E402,F401
+                              render_markdown, result_rows, tail, transfer_problems, write_summary)
+from gpu_check_setup import (Part, Run, child_env, cuda_version_text, environment, header_lines, install_wheels,  # noqa: E402,F401
+                             last_line, pip_install_command, run_bounded)
 
-REPO = Path(__file__).resolve().parents[1]
 DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
 DEFAULT_SITE = Path("/tmp/dgl-zerocopy-site")
 PARTS = ("pytest", "gather", "epoch", "ddp")
-# Seconds per step. With start-up they stay under the 10 minutes a lent machine gives one command.
-BUDGETS = {"wheels": 45, "pytest": 140, "gather": 180, "epoch": 115, "ddp": 60}
-GATHER_RESERVE = 60  # gather.py starts no new width this close to its limit, so it can write what it has
+PASSING = ("ok", "partial", "not run")
+#: The whole check's seconds: a lent machine gives one command 600 s; the rest is for the
+#: interpreter, make's CUDA probe and the summary. docs/gpu.md sizes every figure below.
+TOTAL_LIMIT = 540
+#: Each step's time limit (seconds), from the measured and counted figures of docs/gpu.md.
+LIMITS = {"wheels": 30, "pytest": 230, "gather": 160, "epoch": 100, "ddp": 60}
+MIN_STEP = 15  # a step with fewer seconds left than this is not started (partial: time limit)
+PYTEST_GRACE = 20  # pytest is interrupted this long before its limit, to end its session cleanly
+PYTEST_TEST_TIMEOUT = 120  # a test still running after this long at the limit is reported as hung
+GATHER_RESERVE = 45  # gather.py starts no configuration this close to its limit (its longest: docs/gpu.md)
 RESULT_FILES = ("gather.csv", "gather.json", "gather.png", "epoch.csv", "epoch.json", "epoch.png", "summary.json", "summary.md")
-# What a lent machine sends back from its output folder (see docs/gpu.md).
-TRANSFER = {"files": 8, "file_bytes": 16 * 2**20, "total_bytes": 64 * 2**20, "depth": 2}
-SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
+# 512 B (128 columns: the zero-copy options, codecs and caches) and 1 KB rows first, so that a
+# time limit leaves out the least telling widths; the summary orders rows by width again.
 GATHER_ARGS = {
-    "full": ["--cols", "16,32,64,100,128,256,512,1024", "--dtypes", "fp32", "--batches", "262144", "--rows", "4000000",
+    "full": ["--cols", "128,256,100,64,32,16,512,1024", "--dtypes", "fp32", "--batches", "262144", "--rows", "4000000",
              "--table-gb", "2", "--repeats", "15", "--tune-cols", "128", "--max-blocks", "0.5sm,1sm,2sm,4sm",
              "--codecs", "fp16,bf16,int8,int8-row", "--codec-cols", "100,128", "--cache-fracs", "0.1,0.25,0.5"],
-    "quick": ["--cols", "16,100,128,1024", "--dtypes", "fp32", "--batches", "65536", "--rows", "500000",
+    "quick": ["--cols", "128,256,100,16", "--dtypes", "fp32", "--batches", "65536", "--rows", "500000",
               "--table-gb", "0.25", "--repeats", "5", "--tune-cols", "128", "--max-blocks", "1sm,2sm",
               "--codecs", "fp16,bf16,int8,int8-row", "--codec-cols", "128", "--cache-fracs", "0.25"],
 }
@@ -80,128 +90,23 @@ EPOCH_ARGS = {"full": ["--prefetch", "2", "--epochs", "4"], "quick": ["--prefetc
 # The epoch part's graph (cached by then), 3 epochs evaluated once after the last.
 DDP_ARGS = {"full": ["--num-nodes", "200000", "--epochs", "3", "--eval-every", "3"],
             "quick": ["--num-nodes", "50000", "--epochs", "2", "--eval-every", "2"]}
-PYTEST_TEST_TIMEOUT = 120  # per test, where pytest-timeout is installed: one hung test fails alone
 
 
-@dataclass
-class Part:
-    """The outcome of one step: ``status`` is ok, failed, skipped, pending or not run."""
-
-    name: str
-    status: str = "pending"
-    reason: str = ""
-    seconds: float = 0.0
-    details: dict = field(default_factory=dict)
+def step_limit(cap: float, left: float, later: float) -> float:
+    """A step's seconds: its own ``cap``, cut so that the steps after it keep theirs (``later``,
+    their sum) within the ``left`` seconds of the check. Below :data:`MIN_STEP` it is not started."""
+    return max(0.0, min(cap, left - later))
 
 
-@dataclass
-class Run:
-    """A finished subprocess: ``returncode`` None means it was killed at its time limit."""
-
-    returncode: int | None
-    output: str
-    seconds: float
-
-
-# -- running things --------------------------------------------------------------------------
-
-def run_bounded(cmd: list[str], timeout: float, env: dict | None = None, cwd: Path = REPO, echo: bool = True) -> Run:
-    """Run ``cmd`` with stdout and stderr merged, echoing its lines as they come; after
-    ``timeout`` seconds kill its whole process group (it runs in a session of its own)."""
-    start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, encoding="utf-8", errors="replace", start_new_session=True)
-    lines: list[str] = []
-
-    def pump() -> None:
-        for line in proc.stdout:
-            lines.append(line)
-            if echo:
-                print("  | " + line, end="" if line.endswith("\n") else "\n", flush=True)
-
-    reader = threading.Thread(target=pump, daemon=True)
-    reader.start()
-    returncode = None
+def cache_entries(folder: Path | None) -> int:
+    """Files in CuPy's kernel cache ``folder``: one per compiled kernel module."""
     try:
-        returncode = proc.wait(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        pass
-    finally:
-        if proc.poll() is None:  # timed out, or we were interrupted: take its children down too
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        reader.join(timeout=10)
-    return Run(returncode, "".join(lines), time.monotonic() - start)
+        return sum(1 for p in folder.iterdir() if p.is_file()) if folder else 0
+    except OSError:
+        return 0
 
 
-def child_env(site: Path | None) -> dict:
-    """The parts' environment: the checkout (the package runs from it) and ``site`` on PYTHONPATH."""
-    env = dict(os.environ)
-    paths = [str(REPO), *([str(site)] if site else []), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
-    env.update(PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8", DGLBACKEND="pytorch", MPLBACKEND="Agg",
-               OUTDATED_IGNORE="1")  # ogb's PyPI check would only warn: the lent machine has no network
-    return env
-
-
-def last_line(text: str, returncode: int | None = None) -> str:
-    """The last non-empty line of ``text`` (a traceback's error), else the exit code."""
-    lines = [ln.strip() for ln in text.splitlines() if ln.strip()]
-    return lines[-1][:300] if lines else f"exit code {returncode}"
-
-
-def tail(text: str, n: int = 40) -> str:
-    return "\n".join(text.rstrip().splitlines()[-n:])
-
-
-def pip_install_command(python: str, wheels: list[Path], site: Path) -> list[str]:
-    """Offline install of ``wheels`` into ``site``: no index, no dependencies, no network."""
-    return [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
-            "--disable-pip-version-check", "--target", str(site), *map(str, wheels)]
-
-
-def wheel_needed(wheel: Path) -> bool:
-    """Whether ``wheel`` brings something this interpreter lacks: its distribution missing, or
-    older than the wheel (a wheel carried for a version floor, e.g. typing_extensions, is then
-    left out rather than replacing a newer one)."""
-    import importlib.metadata
-
-    name, version = wheel.name.split("-")[:2]
-    try:
-        have = importlib.metadata.version(name)
-    except importlib.metadata.PackageNotFoundError:
-        return True
-    try:
-        from packaging.version import Version
-
-        return Version(have) < Version(version)
-    except Exception:  # noqa: BLE001 - no packaging, or a version it cannot read: install to be safe
-        return have != version
-
-
-def install_wheels(wheels_dir: Path, site: Path, timeout: float) -> Part:
-    """Install the wheels of ``wheels_dir`` that :func:`wheel_needed` into ``site``, offline."""
-    part = Part("wheels")
-    found = sorted(wheels_dir.glob("*.whl")) if wheels_dir.is_dir() else []
-    wheels = [w for w in found if wheel_needed(w)]
-    part.details["present"] = [w.name for w in found if w not in wheels]
-    if not wheels:
-        part.status = "ok"
-        part.reason = f"no wheels in {wheels_dir}: the installed packages are used" if not found else "every wheel's package is installed already"
-        return part
-    print(f"gpu-check: installing {len(wheels)} wheels from {wheels_dir} into {site} (offline)", flush=True)
-    run = run_bounded(pip_install_command(sys.executable, wheels, site), timeout)
-    part.seconds = run.seconds
-    part.details["wheels"] = [w.name for w in wheels]
-    if run.returncode == 0:
-        part.status, part.reason = "ok", f"{len(wheels)} wheels into {site}: {', '.join(w.name.split('-')[0] for w in wheels)}"
-    else:
-        part.status = "failed"
-        part.reason = f"timed out after {timeout:.0f} s" if run.returncode is None else f"pip: {last_line(run.output, run.returncode)}"
-        part.details["output_tail"] = tail(run.output)
-    return part
-
-
-# -- the parts -------------------------------------------------------------------------------
+# -- the steps -------------------------------------------------------------------------------
 
 def parse_pytest_counts(text: str) -> dict[str, int]:
     """Counts from pytest's closing line (``3 failed, 41 passed, 2 skipped in 30.1s``)."""
@@ -219,49 +124,124 @@ def pytest_short_summary(text: str, limit: int = 60) -> list[str]:
 
 
 def pytest_command(python: str) -> list[str]:
-    cmd = [python, "-m", "pytest", "-m", "gpu", "-q", "-rfEs", "--tb=short", "-p", "no:cacheprovider", "--continue-on-collection-errors"]
+    """``pytest -m gpu`` with the progress plugin and the 15 slowest tests listed at the end."""
+    cmd = [python, "-m", "pytest", "-m", "gpu", "-q", "-rfEs", "--tb=short", "-p", "no:cacheprovider", "--continue-on-collection-errors",
+           "--durations=15", "-p", "gpu_check_pytest"]
     if importlib.util.find_spec("pytest_timeout") is not None:
         cmd.append(f"--timeout={PYTEST_TEST_TIMEOUT}")
     return cmd
 
 
-def pytest_part(env: dict, timeout: float) -> tuple[Part, str]:
-    part = Part("pytest")
-    run = run_bounded(pytest_command(sys.executable), timeout, env)
+def pytest_part(env: dict, limit: float, workdir: Path, cwd: Path = REPO) -> tuple[Part, str]:
+    """``pytest -m gpu`` in ``cwd`` within ``limit`` seconds, interrupted :data:`PYTEST_GRACE` s
+    before it; the plugin's record goes to ``workdir``."""
+    log = workdir / "pytest-progress.jsonl"
+    log.unlink(missing_ok=True)
+    # bench/ last on the path: it holds the plugin, and must shadow nothing the tests import
+    env = {**env, LOG_VARIABLE: str(log), "PYTHONPATH": os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(BENCH)) if p)}
+    run = run_bounded(pytest_command(sys.executable), limit, env, cwd=cwd, interrupt_at=limit - PYTEST_GRACE)
+    return judge_pytest(run, read_progress(log), limit), run.output
+
+
+def judge_pytest(run: Run, progress: Progress | None, limit: float) -> Part:
+    """The pytest step's outcome from its run and the plugin's record. A test that finished and
+    failed fails the step; a test the time limit left out (or cut off, unless it had run longer
+    than :data:`PYTEST_TEST_TIMEOUT`: hung) is reported as not run, and the step is partial."""
+    part = Part("pytest", seconds=run.seconds, limit=limit)
     counts = parse_pytest_counts(run.output)
-    part.seconds, part.details = run.seconds, {"counts": counts, "summary": pytest_short_summary(run.output)}
-    shown = ", ".join(f"{n} {k}" for k, n in counts.items())
-    if run.returncode is None:
-        part.status, part.reason = "failed", f"timed out after {timeout:.0f} s"
-    elif run.returncode == 0 and counts.get("passed", 0) > 0:
-        part.status, part.reason = "ok", shown
-    elif run.returncode == 0:
-        part.status, part.reason = "failed", f"no GPU test passed ({shown or 'nothing counted'})"
-    elif run.returncode == 5:
+    part.details = {"counts": counts, "summary": pytest_short_summary(run.output)}
+    if progress is None:  # the plugin wrote nothing: pytest did not start, or could not load it
+        part.status = "failed"
+        part.reason = (f"stopped at its time limit ({limit:.0f} s) with no per-test record" if run.stopped
+                       else f"no per-test record ({LOG_VARIABLE}): {last_line(run.output, run.returncode)}")
+        return part
+    bad = {t: o for t, o in progress.outcomes.items() if o in ("failed", "error")}
+    cut = progress.in_flight if run.stopped else None
+    ran_for = run.ended - progress.in_flight_since if cut and progress.in_flight_since else 0.0
+    not_run = progress.not_run if run.stopped else []
+    part.details.update(counts={"passed": progress.count("passed"), "failed": progress.count("failed"), "errors": progress.count("error"),
+                                "skipped": progress.count("skipped"), "not run (time limit)": len(not_run) + bool(cut),
+                                "selected": len(progress.selected)},
+                        failures=[f"{t}: {o}: {progress.messages.get(t, '')}" for t, o in bad.items()],
+                        collect_errors=progress.collect_errors, not_run=not_run, in_flight=cut,
+                        slowest=[f"{t}: {s:.1f} s" for t, s in progress.slowest(10)])
+    shown = ", ".join(f"{n} {k}" for k, n in part.details["counts"].items() if n and k != "selected")
+    if bad or progress.collect_errors or ran_for > PYTEST_TEST_TIMEOUT:
+        part.status = "failed"
+        first = [*(f"{t} ({o})" for t, o in bad.items()), *progress.collect_errors][:3]
+        hung = [f"{cut} still running after {ran_for:.0f} s (hung?)"] if ran_for > PYTEST_TEST_TIMEOUT else []
+        part.reason = f"{shown}: " + "; ".join(first + hung)
+    elif not_run or cut:
+        part.status = "partial"
+        part.reason = (f"time limit ({limit:.0f} s): {shown}" + (f"; {cut} cut off after {ran_for:.0f} s" if cut else "")
+                       + "; every test that finished passed or skipped")
+    elif not progress.finished and run.returncode:
+        part.status, part.reason = "failed", f"pytest ended before its session did (exit {run.returncode}): {last_line(run.output)}"
+    elif run.returncode == 5 or not progress.selected:
         part.status, part.reason = "failed", "pytest -m gpu selected no test"
+    elif progress.count("passed") == 0:
+        part.status, part.reason = "failed", f"no GPU test passed ({shown or 'nothing counted'})"
+    elif run.returncode != 0:
+        part.status, part.reason = "failed", f"exit {run.returncode}: {last_line(run.output, run.returncode)}"
     else:
-        part.status, part.reason = "failed", shown or last_line(run.output, run.returncode)
-    return part, run.output
+        part.status, part.reason = "ok", shown
+    return part
 
 
-def gather_part(env: dict, timeout: float, out: Path, mode: str) -> tuple[Part, str]:
-    part = Part("gather")
-    soft = max(timeout - GATHER_RESERVE, 1)
-    cmd = [sys.executable, str(REPO / "bench" / "gather.py"), *GATHER_ARGS[mode], "--raw", "json", "--time-limit", f"{soft:g}", "--out", str(out / "gather")]
-    run = run_bounded(cmd, timeout, env)
-    part.seconds = run.seconds
-    rows = _rows(out / "gather.json")
-    bad = [r for r in rows if r.get("status") != "ok"]
-    if run.returncode is None:
-        part.status, part.reason = "failed", f"timed out after {timeout:.0f} s"
-    elif run.returncode == 0 and rows and not bad:
+def gather_plan(mode: str, sms: int) -> dict[str, float]:
+    """The size of the gather sweep of ``mode`` on a GPU of ``sms`` SMs: configurations (width x
+    batch x method), gathers (per configuration: the correctness check, 3 warm-ups and the timed
+    repeats) and the gigabytes of rows they deliver."""
+    import gather
+
+    a = GATHER_ARGS[mode]
+
+    def opt(flag: str) -> str:
+        return a[a.index(flag) + 1]
+
+    caps = gather.parse_max_blocks(opt("--max-blocks"), sms)
+    codecs, codec_dims = tuple(opt("--codecs").split(",")), gather.parse_ints(opt("--codec-cols"))
+    fracs = tuple(float(f) for f in opt("--cache-fracs").split(","))
+    configs = [(d, b) for d in gather.parse_ints(opt("--cols")) for b in gather.parse_ints(opt("--batches"))
+               for _ in gather.methods_for(True, d == int(opt("--tune-cols")), caps, codecs if d in codec_dims else (), fracs)]
+    per = 1 + 3 + int(opt("--repeats"))
+    return {"configurations": len(configs), "gathers": len(configs) * per, "gigabytes": sum(4 * d * b for d, b in configs) * per / 1e9}
+
+
+def gather_part(env: dict, limit: float, out: Path, mode: str) -> tuple[Part, str]:
+    """bench/gather.py, which starts no configuration after ``limit - GATHER_RESERVE`` s."""
+    soft = max(limit - GATHER_RESERVE, 1)
+    cmd = [sys.executable, str(BENCH / "gather.py"), *GATHER_ARGS[mode], "--raw", "json", "--time-limit", f"{soft:g}", "--out", str(out / "gather")]
+    run = run_bounded(cmd, limit, env)
+    return judge_gather(run, result_rows(out, "gather"), limit), run.output
+
+
+def judge_gather(run: Run, rows: list[dict], limit: float) -> Part:
+    """The gather step's outcome: a failed row fails it; rows skipped for time make it partial.
+    Killed at its limit, it failed: it stops by itself :data:`GATHER_RESERVE` s before, so one
+    configuration ran longer than that (hung?); the rows it had written are kept."""
+    part = Part("gather", seconds=run.seconds, limit=limit)
+    skipped = [r for r in rows if r.get("status") == TIME_LIMIT_STATUS]
+    measured = [r for r in rows if r.get("status") == "ok"]
+    bad = [r for r in rows if r.get("status") not in ("ok", TIME_LIMIT_STATUS)]
+    part.details = {"results": len(measured), "skipped_for_time": len(skipped), "failed": len(bad)}
+    if bad:
+        part.status, part.reason = "failed", f"{len(bad)} of {len(rows)} results failed: " + failure_digest(bad, "method")
+    elif run.returncode is None:
+        after = [ln for ln in run.output.splitlines() if ln.startswith("gather: ")]
+        part.status = "failed"
+        part.reason = (f"killed at its time limit ({limit:.0f} s) after {len(measured)} results: a configuration ran over "
+                       f"{GATHER_RESERVE} s (hung?); the last finished: {after[-1].removeprefix('gather: ') if after else 'none'}")
+    elif run.returncode != 0 or not rows:
+        part.status, part.reason = "failed", last_line(run.output, run.returncode)
+    elif skipped:
+        part.status = "partial"
+        part.reason = (f"{len(measured)} results, each equal to table[ids] before timing; {len(skipped)} configurations "
+                       f"{TIME_LIMIT_STATUS} (at {', '.join(dict.fromkeys(str(r['row_bytes']) + ' B' for r in skipped))})")
+    else:
         widths = len({r["dim"] for r in rows})
         part.status, part.reason = "ok", f"{len(rows)} results at {widths} widths, every method equal to table[ids] before timing"
-    elif bad:
-        part.status, part.reason = "failed", f"{len(bad)} of {len(rows)} results failed or skipped: " + failure_digest(bad, "method")
-    else:
-        part.status, part.reason = "failed", last_line(run.output, run.returncode)
-    return part, run.output
+    return part
 
 
 def probe_dgl(part: Part, env: dict, timeout: float) -> tuple[Run, str | None]:
@@ -278,18 +258,18 @@ def probe_dgl(part: Part, env: dict, timeout: float) -> tuple[Run, str | None]:
 
 def epoch_part(env: dict, timeout: float, out: Path, mode: str, sources: str) -> tuple[Part, str, str]:
     """The epoch benchmark, or skipped when ``import dgl`` fails. Also returns DGL's version."""
-    part = Part("epoch")
+    part = Part("epoch", limit=timeout)
     probe, dgl_version = probe_dgl(part, env, timeout)
     if dgl_version is None:
         return part, probe.output, f"not importable ({part.reason.removeprefix('import dgl failed: ')})"
     left = timeout - probe.seconds
-    cmd = [sys.executable, str(REPO / "bench" / "epoch.py"), *EPOCH_ARGS[mode], "--sources", sources, "--out", str(out / "epoch")]
+    cmd = [sys.executable, str(BENCH / "epoch.py"), *EPOCH_ARGS[mode], "--sources", sources, "--out", str(out / "epoch")]
     run = run_bounded(cmd, left, env)
     part.seconds = probe.seconds + run.seconds
-    rows = _rows(out / "epoch.json")
+    rows = result_rows(out, "epoch")
     bad = [r for r in rows if r.get("status") != "ok"]
     if run.returncode is None:
-        part.status, part.reason = "failed", f"timed out after {timeout:.0f} s"
+        part.status, part.reason = "failed", f"did not finish within its time limit ({timeout:.0f} s); epoch.py writes its results at the end"
     elif run.returncode == 0 and rows and not bad:
         part.status, part.reason = "ok", f"{len(rows)} routes: " + ", ".join(f"{r['source']} prefetch {r['prefetch']}" for r in rows)
     elif bad:
@@ -301,7 +281,7 @@ def epoch_part(env: dict, timeout: float, out: Path, mode: str, sources: str) ->
 
 def ddp_part(env: dict, timeout: float, mode: str, gpus: int) -> tuple[Part, str]:
     """``dgl-zerocopy train --nproc gpus`` on CUDA (zerocopy), where there is more than one GPU."""
-    part = Part("ddp")
+    part = Part("ddp", limit=timeout)
     if gpus < 2:
         part.status, part.reason = "not run", f"skipped: {gpus} CUDA GPU(s) here; the multi-GPU DDP run needs 2 or more"
         return part, ""
@@ -316,7 +296,7 @@ def ddp_part(env: dict, timeout: float, mode: str, gpus: int) -> tuple[Part, str
     part.details = {"command": " ".join(cmd[1:]), "nproc": gpus, **figures}
     epochs = int(DDP_ARGS[mode][DDP_ARGS[mode].index("--epochs") + 1])
     if run.returncode is None:
-        part.status, part.reason = "failed", f"timed out after {timeout:.0f} s"
+        part.status, part.reason = "failed", f"did not finish within its time limit ({timeout:.0f} s): {len(figures['epoch_times'])} of {epochs} epochs"
     elif run.returncode == 0 and len(figures["epoch_times"]) == epochs and figures["test_acc"] is not None:
         times = figures["epoch_times"][1:] or figures["epoch_times"]
         part.status = "ok"
@@ -335,292 +315,125 @@ def parse_train_output(text: str) -> dict:
     return {"epoch_times": times, "test_acc": float(final.group(1)) if final else None}
 
 
-def failure_digest(rows: list[dict], key: str, limit: int = 3) -> str:
-    """The first ``limit`` distinct failures, each with where it happened."""
-    seen: dict[str, str] = {}
-    for r in rows:
-        where = f"{r[key]} at {r['row_bytes']} B" if "row_bytes" in r else f"{r[key]} prefetch {r.get('prefetch')}"
-        seen.setdefault(r["status"], where)
-    return "; ".join(f"{where}: {status}" for status, where in list(seen.items())[:limit])
-
-
-def _rows(path: Path) -> list[dict]:
-    try:
-        return json.loads(path.read_text())["rows"]
-    except (OSError, ValueError, KeyError):
-        return []
-
-
-# -- environment -----------------------------------------------------------------------------
-
-def cuda_version_text(number: int) -> str:
-    """CUDA's integer version (13000) as text (13.0)."""
-    return f"{number // 1000}.{number % 1000 // 10}"
-
-
-def environment(cuda: bool) -> dict:
-    """Device, driver and library versions (each guarded: a failure is recorded, not raised)."""
-    import numpy
-    import torch
-
-    env = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": str(torch.version.cuda), "numpy": numpy.__version__,
-           "cpu_count": os.cpu_count()}
-    if cuda:
-        try:
-            props = torch.cuda.get_device_properties(0)
-            env.update(device=torch.cuda.get_device_name(0), compute_capability="%d.%d" % torch.cuda.get_device_capability(0),
-                       sm_count=props.multi_processor_count, memory_gib=round(props.total_memory / 2**30, 1))
-        except Exception as e:  # noqa: BLE001 - a broken device still gets its summary, and the parts say more
-            env["device"] = f"CUDA device not readable ({type(e).__name__}: {e})"[:200]
-    else:
-        env["device"] = "cpu (no CUDA: DGL_ZEROCOPY_GPU_CHECK_ON_CPU)"
-    try:
-        import cupy
-
-        env["cupy"] = cupy.__version__
-        if cuda:
-            env["cuda_runtime"] = cuda_version_text(cupy.cuda.runtime.runtimeGetVersion())
-            env["cuda_driver_api"] = cuda_version_text(cupy.cuda.runtime.driverGetVersion())
-    except Exception as e:  # noqa: BLE001 - reported in the summary
-        env["cupy"] = f"unavailable ({type(e).__name__}: {e})"[:200]
-    smi = shutil.which("nvidia-smi")
-    if smi:
-        try:
-            r = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True, text=True, timeout=20)
-            env["driver"] = r.stdout.strip().splitlines()[0] if r.returncode == 0 and r.stdout.strip() else f"nvidia-smi: exit {r.returncode}"
-        except (OSError, subprocess.TimeoutExpired) as e:
-            env["driver"] = f"nvidia-smi: {type(e).__name__}"
-    else:
-        env["driver"] = "unknown (no nvidia-smi)"
-    return env
-
-
-# -- results ---------------------------------------------------------------------------------
-
-def gather_figures(rows: list[dict]) -> list[dict]:
-    """The key gather figures: per row size and method, GB/s median and quartiles and the ratio
-    to the ceiling (h2d on a GPU), at the largest batch."""
-    if not rows:
-        return []
-    batch = max(r["batch"] for r in rows)
-    keys = ("dtype", "dim", "row_bytes", "batch", "method", "gbps_median", "gbps_q1", "gbps_q3", "ratio_to_ceiling", "status", "hit_rate")
-    return [{k: r.get(k) for k in keys} for r in rows if r["batch"] == batch]
-
-
-def epoch_figures(rows: list[dict]) -> list[dict]:
-    """The key epoch figures: per source and prefetch, epoch seconds (median, min, max) and the
-    share of the step spent waiting for data."""
-    keys = ("source", "prefetch", "epoch_time", "epoch_min", "epoch_max", "wait_share", "test_acc", "status")
-    return [{k: r.get(k) for k in keys} for r in rows]
-
-
 def exit_code(parts: list[Part]) -> int:
-    """0 when every part that was asked for (and the setup) passed, else 1."""
-    return 0 if all(p.status in ("ok", "not run") for p in parts) else 1
+    """0 when every step asked for (and the setup) is ok, partial (what ran passed; the time
+    limit left the rest out) or not run; else 1."""
+    return 0 if all(p.status in PASSING for p in parts) else 1
 
 
-def _finite(value) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+def no_cuda_line() -> str | None:
+    """The one line that says why this machine cannot run the check, or None where it can
+    (torch imports and ``torch.cuda.is_available()``, or DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1)."""
+    try:
+        import torch
+    except Exception as e:  # noqa: BLE001 - ImportError, or a CUDA library that fails to load (OSError)
+        return f"gpu-check: torch is not importable with {sys.executable} ({type(e).__name__}: {e}); run it where torch and a CUDA GPU are"
+    if not torch.cuda.is_available() and os.environ.get("DGL_ZEROCOPY_GPU_CHECK_ON_CPU") != "1":
+        return "gpu-check: no CUDA GPU here (torch.cuda.is_available() is False); run it on a machine with one"
+    return None
 
-
-def _num(value, fmt: str = ".2f") -> str:
-    return format(value, fmt) if _finite(value) else "–"
-
-
-def _spread(median, low, high) -> str:
-    """``median (low–high)``, or a dash where there is no number."""
-    return f"{median:.2f} ({_num(low)}–{_num(high)})" if _finite(median) else "–"
-
-
-def _json_safe(value):
-    """NaN and infinity become None (JSON has no NaN)."""
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    if isinstance(value, dict):
-        return {k: _json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_json_safe(v) for v in value]
-    return value
-
-
-def render_markdown(summary: dict) -> str:
-    """summary.md without the logs: environment, parts, gather and epoch figures."""
-    env, parts = summary["environment"], summary["parts"]
-    verdict = "passed" if summary["exit_code"] == 0 else f"NOT PASSED (exit {summary['exit_code']})"
-    if not summary.get("finished", True):
-        verdict = "UNFINISHED (still running, or stopped before the end)"
-    lines = [f"# gpu-check on {env.get('device', '?')}: {verdict}", "",
-             f"`{summary['command']}`, started {summary['started']}, {summary['seconds']:.0f} s in all; files in `{summary['out']}`.", "",
-             "| what | value |", "|---|---|"]
-    names = {"device": "device", "compute_capability": "compute capability", "sm_count": "SMs", "memory_gib": "GPU memory GiB",
-             "driver": "driver", "cuda_driver_api": "CUDA driver API", "cuda_runtime": "CUDA runtime (CuPy)", "torch_cuda": "CUDA of torch",
-             "python": "python", "torch": "torch", "cupy": "cupy", "numpy": "numpy", "dgl": "dgl", "cpu_count": "CPUs"}
-    lines += [f"| {label} | {env[key]} |" for key, label in names.items() if key in env]
-    lines += ["", "## Parts", "", "| part | status | seconds | details |", "|---|---|---|---|"]
-    lines += [f"| {p['name']} | {p['status']} | {p['seconds']:.1f} | {_cell(p['reason'])} |" for p in parts]
-
-    gather = summary["figures"]["gather"]
-    plain = [g for g in gather if "+" not in g["method"]]
-    if plain:
-        methods = list(dict.fromkeys(g["method"] for g in plain))
-        lines += ["", f"## Gather: GB/s median (ratio to {summary['ceiling']}), {plain[0]['dtype']}, {plain[0]['batch']:,} random rows", "",
-                  "| row bytes | cols | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
-        for dim in dict.fromkeys(g["dim"] for g in plain):
-            at = {g["method"]: g for g in plain if g["dim"] == dim}
-            first = next(iter(at.values()))
-            cells = [_gather_cell(at.get(m)) for m in methods]
-            lines.append(f"| {first['row_bytes']} | {dim} | " + " | ".join(cells) + " |")
-    if bad := [g for g in gather if g["status"] != "ok"]:
-        lines += ["", "Not measured: " + _cell(failure_digest(bad, "method", limit=10))]
-    cached = [g for g in gather if "+cache=" in g["method"]]
-    if cached:
-        plain_at = {g["method"]: g for g in gather if g["dim"] == cached[0]["dim"] and "+" not in g["method"]}
-        lines += ["", f"## Hot-row cache at {cached[0]['row_bytes']} B rows ({cached[0]['dim']} cols; uniform ids, random cached rows)", "",
-                  "| method | cached share | hit rate | GB/s median (q1–q3) | ratio to the same backend without cache | status |",
-                  "|---|---|---|---|---|---|"]
-        for g in cached:
-            base, share = g["method"].split("+cache=")
-            ref = plain_at.get(base)
-            rel = g["gbps_median"] / ref["gbps_median"] if ref and _finite(g["gbps_median"]) and _finite(ref["gbps_median"]) else None
-            lines.append(f"| {base} | {share} | {_num(g.get('hit_rate'), '.3f')} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | "
-                         f"{_num(rel)} | {_cell(g['status'])} |")
-    options = [g for g in gather if g["method"].split("+")[0] == "zerocopy" and "+cache=" not in g["method"]
-               and any("+" in h["method"] and "+cache=" not in h["method"] and h["dim"] == g["dim"] for h in gather)]
-    if options:
-        default = next((g for g in options if g["method"] == "zerocopy"), None)
-        lines += ["", f"## Zero-copy options at {options[0]['row_bytes']} B rows ({options[0]['dim']} cols, SMs: {env.get('sm_count', '?')})", "",
-                  "| method | GB/s median (q1–q3) | ratio to " + summary["ceiling"] + " | ratio to default zerocopy | status |", "|---|---|---|---|---|"]
-        for g in options:
-            rel = g["gbps_median"] / default["gbps_median"] if default and _finite(g["gbps_median"]) and _finite(default["gbps_median"]) else None
-            lines.append(f"| {g['method']} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | {_num(g['ratio_to_ceiling'])} | "
-                         f"{_num(rel)} | {_cell(g['status'])} |")
-    epoch = summary["figures"]["epoch"]
-    if epoch:
-        lines += ["", "## Epoch: GraphSAGE on the synthetic graph", "",
-                  "| source | prefetch | epoch s median (min–max) | wait share of step | test acc | status |", "|---|---|---|---|---|---|"]
-        for e in epoch:
-            share = f"{100 * e['wait_share']:.1f} %" if _finite(e["wait_share"]) else "–"
-            lines.append(f"| {e['source']} | {e['prefetch']} | {_spread(e['epoch_time'], e['epoch_min'], e['epoch_max'])} | {share} | "
-                         f"{_num(e['test_acc'], '.4f')} | {_cell(e['status'])} |")
-    if summary.get("transfer_problems"):
-        lines += ["", "## Results folder", "", *(f"- {p}" for p in summary["transfer_problems"])]
-    return "\n".join(lines) + "\n"
-
-
-def _gather_cell(g: dict | None) -> str:
-    if g is None:
-        return "–"
-    if g["status"] != "ok":
-        return "failed" if g["status"].startswith("failed") else "skipped"
-    return f"{_num(g['gbps_median'])} ({_num(g['ratio_to_ceiling'])})"
-
-
-def _cell(text: str) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
-def write_summary(folder: Path, summary: dict, logs: dict[str, str]) -> tuple[Path, Path]:
-    """Write summary.json and summary.md (the rendered summary, then the tails of failed parts'
-    output and the whole pytest output from ``logs``) into ``folder``."""
-    folder.mkdir(parents=True, exist_ok=True)
-    json_path, md_path = folder / "summary.json", folder / "summary.md"
-    json_path.write_text(json.dumps(_json_safe(summary), indent=1))
-    text = render_markdown(summary)
-    for p in summary["parts"]:
-        if p["status"] in ("failed", "skipped") and p["name"] != "pytest" and logs.get(p["name"]):
-            text += f"\n## {p['name']}: the last lines of its output\n\n```\n{tail(logs[p['name']], 60)}\n```\n"
-    if logs.get("pytest"):
-        text += f"\n## pytest -m gpu output\n\n```\n{logs['pytest'].rstrip()}\n```\n"
-    md_path.write_text(text, encoding="utf-8")
-    return json_path, md_path
-
-
-def transfer_problems(folder: Path) -> list[str]:
-    """What would stop ``folder`` coming back whole from a lent machine: more than 8 files,
-    a file over 16 MiB, over 64 MiB in all, a name not of letters, digits, '.', '_', '-', or a
-    file more than 2 folders down."""
-    problems, total = [], 0
-    files = [p for p in folder.rglob("*") if p.is_file() or p.is_symlink()]
-    if len(files) > TRANSFER["files"]:
-        problems.append(f"{len(files)} files, more than {TRANSFER['files']}")
-    for p in files:
-        rel = p.relative_to(folder)
-        total += p.lstat().st_size
-        if not all(SAFE_NAME.match(part) for part in rel.parts):
-            problems.append(f"{rel}: a name of other characters than letters, digits, '.', '_' and '-'")
-        if len(rel.parts) - 1 > TRANSFER["depth"]:
-            problems.append(f"{rel}: more than {TRANSFER['depth']} folders down")
-        if p.lstat().st_size > TRANSFER["file_bytes"]:
-            problems.append(f"{rel}: over {TRANSFER['file_bytes'] // 2**20} MiB")
-    if total > TRANSFER["total_bytes"]:
-        problems.append(f"{total / 2**20:.1f} MiB in all, over {TRANSFER['total_bytes'] // 2**20} MiB")
-    return problems
-
-
-# -- main ------------------------------------------------------------------------------------
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder (default bench/results/gpu/)")
-    parser.add_argument("--wheels", type=Path, default=REPO / ".whl", help="folder of wheels to install offline first (default .whl/; skipped when empty)")
-    parser.add_argument("--site", type=Path, default=DEFAULT_SITE, help="where those wheels are installed (put on the parts' PYTHONPATH)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="which parts to run, comma separated (default all: pytest,gather,epoch,ddp)")
+    parser.add_argument("--wheels", type=Path, default=REPO / ".whl", help="folder of wheels to install offline first (default .whl/ of the checkout; skipped when empty)")
+    parser.add_argument("--site", type=Path, default=DEFAULT_SITE, help="where those wheels are installed (put on the steps' PYTHONPATH)")
+    parser.add_argument("--parts", default=",".join(PARTS), help="which steps to run, comma separated (default all: pytest,gather,epoch,ddp)")
     parser.add_argument("--quick", action="store_true", help="smaller benchmarks (a smoke run of a few minutes; figures not for the record)")
+    parser.add_argument("--time-limit", type=float, default=TOTAL_LIMIT, help=f"seconds for the whole check (default {TOTAL_LIMIT})")
+    parser.add_argument("--probe", action="store_true", help="print the one line that says why this machine cannot run the check, or nothing; exit 0")
     args = parser.parse_args(argv)
     chosen = [p.strip() for p in args.parts.split(",") if p.strip()]
     if unknown := [p for p in chosen if p not in PARTS]:
         parser.error(f"unknown part {unknown[0]!r}; choose from {', '.join(PARTS)}")
-
-    try:
-        import torch
-    except ImportError as e:
-        print(f"gpu-check: torch is not importable with {sys.executable} ({e}); run it where torch and a CUDA GPU are", file=sys.stderr, flush=True)
+    began = time.monotonic()  # the interpreter's start before this is inside the 60 s left of the 10 minutes
+    why_not = no_cuda_line()
+    if args.probe:
+        if why_not:
+            print(why_not, flush=True)
+        return 0
+    if why_not:
+        print(why_not, file=sys.stderr, flush=True)
         return 2
+    import torch
+
     cuda = torch.cuda.is_available()
-    if not cuda and os.environ.get("DGL_ZEROCOPY_GPU_CHECK_ON_CPU") != "1":
-        print("gpu-check: no CUDA GPU here (torch.cuda.is_available() is False); run it on a machine with one", file=sys.stderr, flush=True)
-        return 2
-
-    started, clock = datetime.datetime.now().astimezone(), time.monotonic()
+    started = datetime.datetime.now().astimezone()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
     for name in RESULT_FILES:  # results of an earlier run must not pass for this one's
         (out / name).unlink(missing_ok=True)
     mode = "quick" if args.quick else "full"
-    print(f"gpu-check: {mode} run, results in {out}", flush=True)
+    workdir = Path(tempfile.mkdtemp(prefix="gpu-check-"))
+    given_cache = os.environ.get("CUPY_CACHE_DIR")
+    kernel_cache = Path(given_cache) if given_cache else workdir / "cupy-kernel-cache"  # cold: what a fresh machine has
+    site = args.site.resolve()
 
-    setup = install_wheels(args.wheels.resolve(), args.site.resolve(), BUDGETS["wheels"])
-    print(f"gpu-check: setup: {setup.status}: {setup.reason}", flush=True)
-    env = child_env(args.site.resolve() if setup.details.get("wheels") else None)
+    setup = install_wheels(args.wheels.resolve(), site, LIMITS["wheels"])
+    if setup.details.get("wheels"):
+        sys.path[:0] = [str(REPO), str(site)]  # the header reads the versions the steps will import
+    else:
+        sys.path.insert(0, str(REPO))
+    env = child_env(site if setup.details.get("wheels") else None, kernel_cache)
+    gpus = torch.cuda.device_count() if cuda else 0
+    steps = [name for name in PARTS if name in chosen and not (name == "ddp" and gpus < 2)]
+    limits: dict[str, float | str] = {name: LIMITS[name] for name in steps}
+    if "ddp" in chosen and "ddp" not in steps:
+        limits["ddp"] = f"not run ({gpus} GPU)"
+    environment_ = environment(cuda)
+    cold = "cold (empty)" if cache_entries(kernel_cache) == 0 else f"{cache_entries(kernel_cache)} entries at the start"
+    environment_["kernel_cache"] = f"{kernel_cache}: {cold}"
+    header = header_lines(setup, environment_, limits, environment_["kernel_cache"], mode, out, args.time_limit)
+    print("\n".join(header), flush=True)
+
     parts = {name: Part(name) if name in chosen else Part(name, "not run", "not in --parts") for name in PARTS}
+    if "ddp" in chosen and "ddp" not in steps:
+        parts["ddp"] = Part("ddp", "not run", f"skipped: {gpus} CUDA GPU(s) here; the multi-GPU DDP run needs 2 or more")
     summary = {"command": command_line(), "started": started.isoformat(timespec="seconds"), "seconds": 0.0, "out": str(out), "mode": mode,
-               "exit_code": 1, "finished": False, "ceiling": "h2d" if cuda else "copy", "environment": environment(cuda), "budgets_s": BUDGETS,
-               "parts": [], "figures": {"gather": [], "epoch": []}}
+               "exit_code": 1, "finished": False, "ceiling": "h2d" if cuda else "copy", "environment": environment_, "header": header,
+               "time_limit_s": args.time_limit, "limits_s": LIMITS, "parts": [], "figures": {"gather": [], "epoch": []}}
     logs: dict[str, str] = {}
 
     def record() -> None:
         every = [setup, *parts.values()]
-        summary.update(seconds=time.monotonic() - clock, exit_code=exit_code(every), parts=[asdict(p) for p in every],
-                       figures={"gather": gather_figures(_rows(out / "gather.json")), "epoch": epoch_figures(_rows(out / "epoch.json"))})
+        summary.update(seconds=time.monotonic() - began, exit_code=exit_code(every), parts=[asdict(p) for p in every],
+                       figures={"gather": gather_figures(result_rows(out, "gather")), "epoch": epoch_figures(result_rows(out, "epoch"))})
         write_summary(out, summary, logs)
 
     record()
-    steps = [name for name in PARTS if name in chosen]
     for i, name in enumerate(steps, 1):
-        print(f"\ngpu-check [{i}/{len(steps)}] {name} (time limit {BUDGETS[name]} s)", flush=True)
-        if name == "pytest":
-            parts[name], logs[name] = pytest_part(env, BUDGETS[name])
-        elif name == "gather":
-            parts[name], logs[name] = gather_part(env, BUDGETS[name], out, mode)
-        elif name == "ddp":
-            parts[name], logs[name] = ddp_part(env, BUDGETS[name], mode, torch.cuda.device_count() if cuda else 0)
-        else:
-            sources = "cpu,zerocopy,gpu" if cuda else "cpu"
-            parts[name], logs[name], summary["environment"]["dgl"] = epoch_part(env, BUDGETS[name], out, mode, sources)
-        print(f"gpu-check [{i}/{len(steps)}] {name}: {parts[name].status} in {parts[name].seconds:.1f} s: {parts[name].reason}", flush=True)
+        left = args.time_limit - (time.monotonic() - began)
+        limit = step_limit(LIMITS[name], left, sum(LIMITS[later] for later in steps[i:]))
+        if limit < MIN_STEP:
+            parts[name] = Part(name, "partial", f"not started: time limit ({left:.0f} s of the check's {args.time_limit:.0f} s left)", limit=limit)
+            print(f"\ngpu-check [{i}/{len(steps)}] {name}: {TIME_LIMIT_STATUS} ({left:.0f} s left)", flush=True)
+            record()
+            continue
+        size = ""
+        if name == "gather":
+            plan = gather_plan(mode, int(environment_.get("sm_count", 132)))
+            size = f": {plan['configurations']} configurations, {plan['gathers']:,} gathers of {plan['gigabytes']:.0f} GB of rows in all"
+        print(f"\ngpu-check [{i}/{len(steps)}] {name} (time limit {limit:.0f} s){size}", flush=True)
+        compiled, begun = cache_entries(kernel_cache), time.monotonic()
+        try:
+            if name == "pytest":
+                parts[name], logs[name] = pytest_part(env, limit, workdir)
+            elif name == "gather":
+                parts[name], logs[name] = gather_part(env, limit, out, mode)
+            elif name == "ddp":
+                parts[name], logs[name] = ddp_part(env, limit, mode, gpus)
+            else:
+                sources = "cpu,zerocopy,gpu" if cuda else "cpu"
+                parts[name], logs[name], environment_["dgl"] = epoch_part(env, limit, out, mode, sources)
+        except Exception as e:  # noqa: BLE001 - an error of the check itself fails this step; the others still run
+            parts[name] = Part(name, "failed", f"gpu_check.py itself: {type(e).__name__}: {e}"[:300], time.monotonic() - begun, limit=limit)
+        parts[name].details["kernels_compiled"] = cache_entries(kernel_cache) - compiled
+        print(f"gpu-check [{i}/{len(steps)}] {name}: {parts[name].status} in {parts[name].seconds:.1f} s "
+              f"({parts[name].details['kernels_compiled']} kernels compiled): {parts[name].reason}", flush=True)
         record()
     summary.update(finished=True, transfer_problems=transfer_problems(out))
     record()
+    shutil.rmtree(workdir, ignore_errors=True)
     print("\n" + render_markdown(summary), flush=True)
     return summary["exit_code"]
 

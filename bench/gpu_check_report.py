@@ -1,0 +1,249 @@
+"""The results of bench/gpu_check.py: reading the benchmarks' rows, summary.json and summary.md.
+
+Pure functions of the data the check collected (no GPU, no subprocess), so that the tests can
+feed them made-up rows. summary.md opens with the header the check printed first (wheels, GPU,
+driver, CUDA, NVRTC, CuPy), then each step's status, time limit and seconds, what the time
+limits left out, and the figures.
+"""
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from pathlib import Path
+
+# What a lent machine sends back from its output folder (see docs/gpu.md).
+TRANSFER = {"files": 8, "file_bytes": 16 * 2**20, "total_bytes": 64 * 2**20, "depth": 2}
+SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
+#: The status bench/gather.py gives a configuration that its time limit left out.
+TIME_LIMIT_STATUS = "skipped: time limit"
+
+
+def tail(text: str, n: int = 40) -> str:
+    return "\n".join(text.rstrip().splitlines()[-n:])
+
+
+def _number(text: str):
+    """A CSV cell as int, else float (``nan`` included), else the text itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def result_rows(folder: Path, stem: str) -> list[dict]:
+    """The rows of ``STEM.json`` (written when a benchmark finishes), else those of ``STEM.csv``
+    (bench/gather.py appends to it configuration by configuration, so a stopped run keeps
+    them); [] when neither can be read."""
+    try:
+        return json.loads((folder / f"{stem}.json").read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        pass
+    try:
+        lines = [ln for ln in (folder / f"{stem}.csv").read_text().splitlines() if ln and not ln.startswith("#")]
+    except OSError:
+        return []
+    return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(lines)]
+
+
+def failure_digest(rows: list[dict], key: str, limit: int = 3) -> str:
+    """The first ``limit`` distinct failures, each with where it happened."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        where = f"{r[key]} at {r['row_bytes']} B" if "row_bytes" in r else f"{r[key]} prefetch {r.get('prefetch')}"
+        seen.setdefault(r["status"], where)
+    return "; ".join(f"{where}: {status}" for status, where in list(seen.items())[:limit])
+
+
+
+def gather_figures(rows: list[dict]) -> list[dict]:
+    """The key gather figures: per row size and method, GB/s median and quartiles and the ratio
+    to the ceiling (h2d on a GPU), at the largest batch."""
+    if not rows:
+        return []
+    batch = max(r["batch"] for r in rows)
+    keys = ("dtype", "dim", "row_bytes", "batch", "method", "gbps_median", "gbps_q1", "gbps_q3", "ratio_to_ceiling", "status", "hit_rate",
+            "wall_s")
+    return [{k: r.get(k) for k in keys} for r in rows if r["batch"] == batch]
+
+
+def epoch_figures(rows: list[dict]) -> list[dict]:
+    """The key epoch figures: per source and prefetch, epoch seconds (median, min, max) and the
+    share of the step spent waiting for data."""
+    keys = ("source", "prefetch", "epoch_time", "epoch_min", "epoch_max", "wait_share", "test_acc", "status")
+    return [{k: r.get(k) for k in keys} for r in rows]
+
+
+def _finite(value) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def _num(value, fmt: str = ".2f") -> str:
+    return format(value, fmt) if _finite(value) else "–"
+
+
+def _spread(median, low, high) -> str:
+    """``median (low–high)``, or a dash where there is no number."""
+    return f"{median:.2f} ({_num(low)}–{_num(high)})" if _finite(median) else "–"
+
+
+def _json_safe(value):
+    """NaN and infinity become None (JSON has no NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_json_safe(v) for v in value]
+    return value
+
+
+def time_skips(summary: dict) -> list[str]:
+    """What the time limits left out, one line per step: the tests not run (and the one cut off
+    while running), the gather configurations skipped, a step not started."""
+    lines = []
+    for p in summary["parts"]:
+        d = p.get("details", {})
+        if p["name"] == "pytest" and (d.get("not_run") or d.get("in_flight")):
+            not_run = d.get("not_run", [])
+            shown = ", ".join(not_run[:20]) + (f" and {len(not_run) - 20} more" if len(not_run) > 20 else "")
+            cut = f"; cut off while running: {d['in_flight']}" if d.get("in_flight") else ""
+            lines.append(f"pytest: {len(not_run)} tests not run{': ' + shown if shown else ''}{cut}")
+        elif p["status"] == "partial" and p["name"] not in ("pytest", "gather"):
+            lines.append(f"{p['name']}: {p['reason']}")
+    skipped = [g for g in summary["figures"]["gather"] if g["status"] == TIME_LIMIT_STATUS]
+    if skipped:
+        where = list(dict.fromkeys(f"{g['row_bytes']} B" for g in skipped))
+        lines.append(f"gather: {len(skipped)} configurations at {', '.join(where)}: "
+                     + ", ".join(f"{g['method']} at {g['row_bytes']} B" for g in skipped[:12]) + (" ..." if len(skipped) > 12 else ""))
+    elif any(p["name"] == "gather" and p["status"] == "partial" for p in summary["parts"]):
+        lines.append(next(f"gather: {p['reason']}" for p in summary["parts"] if p["name"] == "gather"))
+    return lines
+
+
+def render_markdown(summary: dict) -> str:
+    """summary.md without the logs: the header, environment, parts, what the time limits left
+    out, gather and epoch figures."""
+    env, parts = summary["environment"], summary["parts"]
+    verdict = "passed" if summary["exit_code"] == 0 else f"NOT PASSED (exit {summary['exit_code']})"
+    if summary["exit_code"] == 0 and any(p["status"] == "partial" for p in parts):
+        verdict += ", parts skipped for time (see below)"
+    if not summary.get("finished", True):
+        verdict = "UNFINISHED (still running, or stopped before the end)"
+    lines = [f"# gpu-check on {env.get('device', '?')}: {verdict}", "",
+             f"`{summary['command']}`, started {summary['started']}, {summary['seconds']:.0f} s in all "
+             f"(time limit {summary.get('time_limit_s', '?')} s); files in `{summary['out']}`.", ""]
+    if summary.get("header"):
+        lines += ["```", *summary["header"], "```", ""]
+    lines += ["| what | value |", "|---|---|"]
+    names = {"device": "device", "compute_capability": "compute capability", "sm_count": "SMs", "memory_gib": "GPU memory GiB",
+             "gpu_count": "GPUs", "driver": "driver", "cuda_driver_api": "CUDA driver API", "cuda_runtime": "CUDA runtime (CuPy)",
+             "torch_cuda": "CUDA of torch", "nvrtc_cupy": "NVRTC (CuPy)", "nvrtc_check": "NVRTC (dgl_zerocopy lookup)",
+             "python": "python", "torch": "torch", "cupy": "cupy", "numpy": "numpy", "dgl": "dgl", "cpu_count": "CPUs",
+             "kernel_cache": "kernel cache"}
+    lines += [f"| {label} | {_cell(env[key])} |" for key, label in names.items() if key in env]
+    lines += ["", "## Parts", "", "| part | status | time limit s | seconds | kernels compiled | details |", "|---|---|---|---|---|---|"]
+    lines += [f"| {p['name']} | {p['status']} | {_num(p.get('limit'), '.0f')} | {p['seconds']:.1f} | "
+              f"{p.get('details', {}).get('kernels_compiled', '–')} | {_cell(p['reason'])} |" for p in parts]
+    if skips := time_skips(summary):
+        lines += ["", "## Skipped for time (not failures)", "", *(f"- {_cell(s)}" for s in skips)]
+
+    gather = summary["figures"]["gather"]
+    plain = [g for g in gather if "+" not in g["method"]]
+    if plain:
+        methods = list(dict.fromkeys(g["method"] for g in plain))
+        lines += ["", f"## Gather: GB/s median (ratio to {summary['ceiling']}), {plain[0]['dtype']}, {plain[0]['batch']:,} random rows", "",
+                  "| row bytes | cols | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+        for dim in dict.fromkeys(g["dim"] for g in plain):
+            at = {g["method"]: g for g in plain if g["dim"] == dim}
+            first = next(iter(at.values()))
+            cells = [_gather_cell(at.get(m)) for m in methods]
+            lines.append(f"| {first['row_bytes']} | {dim} | " + " | ".join(cells) + " |")
+    if bad := [g for g in gather if g["status"] not in ("ok", TIME_LIMIT_STATUS)]:
+        lines += ["", "Not measured: " + _cell(failure_digest(bad, "method", limit=10))]
+    cached = [g for g in gather if "+cache=" in g["method"]]
+    if cached:
+        plain_at = {g["method"]: g for g in gather if g["dim"] == cached[0]["dim"] and "+" not in g["method"]}
+        lines += ["", f"## Hot-row cache at {cached[0]['row_bytes']} B rows ({cached[0]['dim']} cols; uniform ids, random cached rows)", "",
+                  "| method | cached share | hit rate | GB/s median (q1–q3) | ratio to the same backend without cache | status |",
+                  "|---|---|---|---|---|---|"]
+        for g in cached:
+            base, share = g["method"].split("+cache=")
+            ref = plain_at.get(base)
+            rel = g["gbps_median"] / ref["gbps_median"] if ref and _finite(g["gbps_median"]) and _finite(ref["gbps_median"]) else None
+            lines.append(f"| {base} | {share} | {_num(g.get('hit_rate'), '.3f')} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | "
+                         f"{_num(rel)} | {_cell(g['status'])} |")
+    options = [g for g in gather if g["method"].split("+")[0] == "zerocopy" and "+cache=" not in g["method"]
+               and any("+" in h["method"] and "+cache=" not in h["method"] and h["dim"] == g["dim"] for h in gather)]
+    if options:
+        default = next((g for g in options if g["method"] == "zerocopy"), None)
+        lines += ["", f"## Zero-copy options at {options[0]['row_bytes']} B rows ({options[0]['dim']} cols, SMs: {env.get('sm_count', '?')})", "",
+                  "| method | GB/s median (q1–q3) | ratio to " + summary["ceiling"] + " | ratio to default zerocopy | status |", "|---|---|---|---|---|"]
+        for g in options:
+            rel = g["gbps_median"] / default["gbps_median"] if default and _finite(g["gbps_median"]) and _finite(default["gbps_median"]) else None
+            lines.append(f"| {g['method']} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | {_num(g['ratio_to_ceiling'])} | "
+                         f"{_num(rel)} | {_cell(g['status'])} |")
+    epoch = summary["figures"]["epoch"]
+    if epoch:
+        lines += ["", "## Epoch: GraphSAGE on the synthetic graph", "",
+                  "| source | prefetch | epoch s median (min–max) | wait share of step | test acc | status |", "|---|---|---|---|---|---|"]
+        for e in epoch:
+            share = f"{100 * e['wait_share']:.1f} %" if _finite(e["wait_share"]) else "–"
+            lines.append(f"| {e['source']} | {e['prefetch']} | {_spread(e['epoch_time'], e['epoch_min'], e['epoch_max'])} | {share} | "
+                         f"{_num(e['test_acc'], '.4f')} | {_cell(e['status'])} |")
+    if summary.get("transfer_problems"):
+        lines += ["", "## Results folder", "", *(f"- {p}" for p in summary["transfer_problems"])]
+    return "\n".join(lines) + "\n"
+
+
+def _gather_cell(g: dict | None) -> str:
+    if g is None:
+        return "–"
+    if g["status"] != "ok":
+        return "time limit" if g["status"] == TIME_LIMIT_STATUS else "failed" if g["status"].startswith("failed") else "skipped"
+    return f"{_num(g['gbps_median'])} ({_num(g['ratio_to_ceiling'])})"
+
+
+def _cell(text: str) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def write_summary(folder: Path, summary: dict, logs: dict[str, str]) -> tuple[Path, Path]:
+    """Write summary.json and summary.md (the rendered summary, then the tails of failed parts'
+    output and the whole pytest output from ``logs``) into ``folder``."""
+    folder.mkdir(parents=True, exist_ok=True)
+    json_path, md_path = folder / "summary.json", folder / "summary.md"
+    json_path.write_text(json.dumps(_json_safe(summary), indent=1))
+    text = render_markdown(summary)
+    for p in summary["parts"]:
+        if p["status"] in ("failed", "skipped") and p["name"] != "pytest" and logs.get(p["name"]):
+            text += f"\n## {p['name']}: the last lines of its output\n\n```\n{tail(logs[p['name']], 60)}\n```\n"
+    if logs.get("pytest"):
+        text += f"\n## pytest -m gpu output\n\n```\n{logs['pytest'].rstrip()}\n```\n"
+    md_path.write_text(text, encoding="utf-8")
+    return json_path, md_path
+
+
+def transfer_problems(folder: Path) -> list[str]:
+    """What would stop ``folder`` coming back whole from a lent machine: more than 8 files,
+    a file over 16 MiB, over 64 MiB in all, a name not of letters, digits, '.', '_', '-', or a
+    file more than 2 folders down."""
+    problems, total = [], 0
+    files = [p for p in folder.rglob("*") if p.is_file() or p.is_symlink()]
+    if len(files) > TRANSFER["files"]:
+        problems.append(f"{len(files)} files, more than {TRANSFER['files']}")
+    for p in files:
+        rel = p.relative_to(folder)
+        total += p.lstat().st_size
+        if not all(SAFE_NAME.match(part) for part in rel.parts):
+            problems.append(f"{rel}: a name of other characters than letters, digits, '.', '_' and '-'")
+        if len(rel.parts) - 1 > TRANSFER["depth"]:
+            problems.append(f"{rel}: more than {TRANSFER['depth']} folders down")
+        if p.lstat().st_size > TRANSFER["file_bytes"]:
+            problems.append(f"{rel}: over {TRANSFER['file_bytes'] // 2**20} MiB")
+    if total > TRANSFER["total_bytes"]:
+        problems.append(f"{total / 2**20:.1f} MiB in all, over {TRANSFER['total_bytes'] // 2**20} MiB")
+    return problems
