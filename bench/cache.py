@@ -1,12 +1,16 @@
 """GPU feature cache: hit rate and modelled PCIe bytes per epoch, per policy and cache size.
 
-For each graph: the ``"in_degree"`` and ``"presample"`` policies (dgl_zerocopy/cache/) choose the
-cached rows for caches of 1, 5, 10, 20 and 50 % of the rows; then one training epoch is sampled
-with another seed than the presampling pass (its own batch order and neighbour draws: no leakage)
-and every batch's input nodes are split into hits and misses by the cache's own slot map
-(``split_hits``). ``oracle`` is no policy: the evaluated epoch's own counts, the best any static
-cache of that size could do on that epoch. Checked first: the cached gather of a sampled batch
-equals ``features[input_nodes]``.
+For each graph: the policies of dgl_zerocopy/cache/ (``"degree"``: the degree sampling follows,
+out-degree for DGL's in-edge sampling; ``"in_degree"``; ``"out_degree"``; ``"presample"``) choose
+the cached rows for caches of 1, 5, 10, 20 and 50 % of the rows (one byte budget per size, the same
+for every policy: the rows and the slot map); then one training epoch is sampled with another seed
+than the presampling pass (its own batch order and neighbour draws: no leakage) and every batch's
+input nodes are split into hits and misses by the cache's own slot map (``split_hits``).
+``oracle`` is no policy: the rows ranked by how often the evaluated epoch's own batches read them,
+the best any static cache of that size could do on that epoch. Checked first: the cached gather
+of a sampled batch equals ``features[input_nodes]``. On a bidirected graph (all but ``directed``
+below) in- and out-degree are equal, so ``degree``, ``in_degree`` and ``out_degree`` cache the
+same rows.
 
 PCIe bytes per epoch = rows read from host memory x modelled link bytes per row of the aligned
 zero-copy kernel (dgl_zerocopy/pcie_model.py: 32-byte sectors fetched plus 24 bytes of TLP
@@ -16,9 +20,17 @@ the share of bytes a cache saves is its hit rate. A model, not a measurement.
 Workloads: the products-shaped and papers100M-shaped synthetic graphs, scaled down: fewer nodes
 and the batch scaled by the same factor (products: 1024 seeds at 2,449,029 nodes, fanouts
 15,10,5; papers100M: 1024 seeds at 111,059,956 nodes, fanouts 10,10,10), which keeps the batches
-per epoch and the share of the graph one batch reaches, on which the hit rate depends; and the real
-graphs of --data-root with their shipped configs (fanouts, batch size, training split; with
---real-seeds all, every node is a seed, for many batches an epoch).
+per epoch and the share of the graph one batch reaches, on which the hit rate depends; ``directed``,
+a directed graph (directed Chung-Lu: each edge's source drawn in proportion to one set of Pareto
+weights, its destination to another, independent set, exponent 2.5, 10 out-edges per node on
+average, duplicates dropped; 100 float32 features), fanouts 5,5, batches of 64, seeds a random
+10 % of the nodes: the case where in- and out-degree disagree; and the real graphs of --data-root
+with their shipped configs (fanouts, batch size, training split; with --real-seeds all, every node
+is a seed, for many batches an epoch).
+
+Repeats (``--repeats R``): repeat ``r`` presamples with seed ``presample_seed + 2r`` and evaluates
+with ``eval_seed + 2r``; the directed graph is generated again from seed ``r``. Every repeat is a
+row of the CSV; the table printed (and ``summary`` in the JSON) gives the median and the range.
 
 Compressed host features (``--feature-compression fp16,int8``): the cache can hold the host's
 codes or decoded rows. For each codec and size, the same byte budget as the fp32 cache of that
@@ -26,15 +38,17 @@ size (``cache_mib``) is filled with code rows (``stored`` = ``int8 codes``: 4x t
 or with decoded float32 rows (``int8 decoded``: as many rows as fp32); misses cost the link bytes
 of a code row either way (the decoding kernel reads codes). Presample policy.
 
-    python bench/cache.py [--graphs products,papers100m,cora,...] [--products-nodes 200000]
-        [--papers-nodes 1000000] [--sizes 1,5,10,20,50] [--data-root ../shared/data] [--real-seeds train|all]
-        [--presample-seed 1] [--eval-seed 2] [--feature-compression fp16,int8] [--out cache]
+    python bench/cache.py [--graphs products,papers100m,directed,cora,...] [--products-nodes 200000]
+        [--papers-nodes 1000000] [--directed-nodes 50000] [--sizes 1,5,10,20,50] [--data-root ../shared/data]
+        [--real-seeds train|all] [--presample-seed 1] [--eval-seed 2] [--repeats 1] [--feature-compression fp16,int8]
+        [--out cache]
     dgl-zerocopy bench cache  (the same)
 """
 from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -55,9 +69,12 @@ SYNTHETIC = {  # full-size node count, fanouts and batch of the graph each prese
     "products": {"full_nodes": 2_449_029, "fanouts": [15, 10, 5], "batch": 1024, "nodes_default": 200_000},
     "papers100m": {"full_nodes": 111_059_956, "fanouts": [10, 10, 10], "batch": 1024, "nodes_default": 1_000_000},
 }
+# The directed graph: where ranking by in-degree and by the degree sampling follows part ways.
+DIRECTED = {"avg_degree": 10.0, "exponent": 2.5, "feat_dim": 100, "fanouts": [5, 5], "batch": 64, "seed_share": 0.1, "nodes_default": 50_000}
 REAL = REAL_GRAPH_CONFIGS  # dataset -> its shipped config (as bench/accuracy.py trains it)
-GRAPHS = tuple(SYNTHETIC) + tuple(REAL)
-POLICIES = ("in_degree", "presample")
+GRAPHS = (*SYNTHETIC, "directed", *REAL)
+POLICIES = ("degree", "in_degree", "out_degree", "presample")
+STYLES = {"degree": "o-", "in_degree": "v--", "out_degree": "^:", "presample": "s-", "oracle": "k:"}
 CODE_DTYPES = {"fp16": np.float16, "bf16": np.int16, "int8": np.int8}  # the codes as NumPy holds them (bf16: its bits)
 CODE_BYTES = {codec: np.dtype(dtype).itemsize for codec, dtype in CODE_DTYPES.items()}  # bytes per column of a code row
 
@@ -71,10 +88,37 @@ def link_bytes_per_row(row_bytes: int, dtype: np.dtype) -> float:
     return (m.fetched_bytes + m.requests * TLP_OVERHEAD_BYTES) / num_ids
 
 
-def workload(name: str, args) -> dict:
-    """The dataset, fanouts, batch size and description of graph ``name``."""
-    from dgl_zerocopy.data import SyntheticSpec, load_dataset
+def directed_graph(num_nodes: int, seed: int, avg_degree: float = DIRECTED["avg_degree"], exponent: float = DIRECTED["exponent"]):
+    """A directed power-law graph (DGL, int64 ids): ``num_nodes * avg_degree`` edges, each source drawn in
+    proportion to Pareto weights (tail exponent ``exponent``) and each destination in proportion to
+    another, independent set of them; duplicate edges dropped. Out- and in-degrees both follow a power
+    law, uncorrelated: a node read often by in-edge sampling (high out-degree) is no more likely to be
+    cited often (high in-degree) than any other."""
+    import dgl
 
+    rng = np.random.default_rng(seed)
+    weights = rng.pareto(exponent - 1.0, size=(2, num_nodes)) + 1.0  # out-weights, in-weights
+    edges = int(round(num_nodes * avg_degree))
+    src, dst = (np.minimum(np.searchsorted(np.cumsum(w), rng.random(edges) * w.sum(), side="right"), num_nodes - 1) for w in weights)
+    return dgl.to_simple(dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=num_nodes))
+
+
+def workload(name: str, args, repeat: int = 0) -> dict:
+    """The graph (DGL), feature table (2-D CPU tensor), seeds, fanouts, batch size and description
+    of graph ``name``; ``repeat`` picks the directed graph's seed (the others are the same every repeat)."""
+    from dgl_zerocopy.data import SyntheticSpec, load_dataset
+    from dgl_zerocopy.data.base import tensor_view
+
+    if name == "directed":
+        n, d = args.directed_nodes, DIRECTED
+        graph = directed_graph(n, seed=repeat)
+        rng = np.random.default_rng([repeat, 1])
+        table = torch.from_numpy(rng.standard_normal((n, d["feat_dim"]), dtype=np.float32))
+        seeds = torch.from_numpy(np.sort(rng.permutation(n)[: round(d["seed_share"] * n)]))
+        how = (f"directed power-law graph, {n:,} nodes, {d['avg_degree']:g} edges per node drawn (Chung-Lu, independent out-/in-weights, "
+               f"exponent {d['exponent']}, graph seed = repeat), fanouts {','.join(map(str, d['fanouts']))}, batch {d['batch']}, "
+               f"seeds: a random {d['seed_share']:.0%} of the nodes")
+        return {"graph": graph, "table": table, "fanouts": d["fanouts"], "batch": d["batch"], "how": how, "seeds": seeds}
     if name in SYNTHETIC:
         s = SYNTHETIC[name]
         nodes = args.products_nodes if name == "products" else args.papers_nodes
@@ -83,7 +127,8 @@ def workload(name: str, args) -> dict:
         data = load_dataset("synthetic", synthetic=spec)
         how = (f"{name}-shaped synthetic, {nodes:,} nodes (1/{s['full_nodes'] / nodes:.0f} scale), fanouts "
                f"{','.join(map(str, s['fanouts']))}, batch {batch} (= {s['batch']} x the scale), seeds: the training split")
-        return {"data": data, "fanouts": s["fanouts"], "batch": batch, "how": how, "seeds": torch.from_numpy(data.train_idx)}
+        return {"graph": data.to_dgl(), "table": tensor_view(np.ascontiguousarray(data.features)), "fanouts": s["fanouts"],
+                "batch": batch, "how": how, "seeds": torch.from_numpy(data.train_idx)}
     from dgl_zerocopy.config import build_config, read_yaml
 
     if args.data_root is None:
@@ -95,7 +140,8 @@ def workload(name: str, args) -> dict:
     seeds = torch.from_numpy(data.train_idx) if args.real_seeds == "train" else torch.arange(data.num_nodes)
     how = (f"{name}, config {REAL[name]} (fanouts {','.join(map(str, cfg.fanouts))}{', self-loops' if cfg.self_loop else ''}), "
            f"batch {cfg.batch_size}, seeds: {'the training split' if args.real_seeds == 'train' else 'every node'}")
-    return {"data": data, "fanouts": cfg.fanouts, "batch": cfg.batch_size, "how": how, "seeds": seeds}
+    return {"graph": data.to_dgl(), "table": tensor_view(np.ascontiguousarray(data.features)), "fanouts": cfg.fanouts,
+            "batch": cfg.batch_size, "how": how, "seeds": seeds}
 
 
 def epoch_batches(graph, sampler, seeds: torch.Tensor, batch: int, seed: int):
@@ -109,30 +155,38 @@ def epoch_batches(graph, sampler, seeds: torch.Tensor, batch: int, seed: int):
 
 
 def run_graph(name: str, args, sizes: list[float]) -> tuple[list[dict], dict]:
+    """Rows of every repeat of graph ``name`` (``repeat`` in each) and what the workload was."""
+    rows, w = [], None
+    for repeat in range(args.repeats):
+        if w is None or name == "directed":  # only the directed graph changes with the repeat
+            w = workload(name, args, repeat)
+        r, info = run_repeat(name, w, args, sizes, repeat)
+        rows += r
+    return rows, info
+
+
+def run_repeat(name: str, w: dict, args, sizes: list[float], repeat: int) -> tuple[list[dict], dict]:
     import dgl
 
     from dgl_zerocopy.cache import HotRowCache, budget_for_rows, build_slot_map, cache_capacity, make_policy, split_hits
-    from dgl_zerocopy.data.base import tensor_view
 
-    w = workload(name, args)
-    data = w["data"]
-    graph, seeds = data.to_dgl(), w["seeds"]
-    table = tensor_view(np.ascontiguousarray(data.features))
-    n, row_bytes = data.num_nodes, table.shape[1] * table.element_size()
-    per_row = link_bytes_per_row(row_bytes, data.features.dtype)  # first: a broken model fails before the sampling
+    graph, table, seeds = w["graph"], w["table"], w["seeds"]
+    presample_seed, eval_seed = args.presample_seed + 2 * repeat, args.eval_seed + 2 * repeat
+    n, row_bytes = table.shape[0], table.shape[1] * table.element_size()
+    per_row = link_bytes_per_row(row_bytes, table.numpy().dtype)  # first: a broken model fails before the sampling
     sampler = dgl.dataloading.NeighborSampler(w["fanouts"])
 
     # Correctness first: the cached gather of a sampled batch is features[input_nodes].
-    policies = {"in_degree": make_policy("in_degree", graph)}
-    input_nodes = next(epoch_batches(graph, sampler, seeds, w["batch"], args.eval_seed))
-    check = HotRowCache(table, policies["in_degree"].order[: max(1, n // 10)])
+    policies = {p: make_policy(p, graph, sampler=sampler) for p in ("degree", "in_degree", "out_degree")}
+    input_nodes = next(epoch_batches(graph, sampler, seeds, w["batch"], eval_seed))
+    check = HotRowCache(table, policies["degree"].order[: max(1, n // 10)])
     if not torch.equal(check.gather(input_nodes, table), table[input_nodes]):
         raise RuntimeError(f"{name}: the cached gather differs from features[ids]")
     del check
 
     start = time.perf_counter()
-    dgl.seed(args.presample_seed)
-    policies["presample"] = make_policy("presample", graph, sampler=sampler, seeds=seeds, batch_size=w["batch"], seed=args.presample_seed)
+    dgl.seed(presample_seed)
+    policies["presample"] = make_policy("presample", graph, sampler=sampler, seeds=seeds, batch_size=w["batch"], seed=presample_seed)
     presample_s = time.perf_counter() - start
     cached = [min(n, round(f * n)) for f in sizes]
     # Compressed: the fp32 budget of each size holds this many code rows (or as many decoded rows as fp32).
@@ -145,7 +199,7 @@ def run_graph(name: str, args, sizes: list[float]) -> tuple[list[dict], dict]:
     hits = dict.fromkeys(slot_maps, 0)
     counts = torch.zeros(n, dtype=torch.int64)  # the evaluated epoch's own counts, for the oracle
     gathered = batches = 0
-    for input_nodes in epoch_batches(graph, sampler, seeds, w["batch"], args.eval_seed):
+    for input_nodes in epoch_batches(graph, sampler, seeds, w["batch"], eval_seed):
         batches += 1
         gathered += input_nodes.numel()
         counts[input_nodes.long()] += 1  # input nodes are distinct within a batch
@@ -157,13 +211,14 @@ def run_graph(name: str, args, sizes: list[float]) -> tuple[list[dict], dict]:
         hits[("oracle", k)] = int(top[k - 1]) if k else 0
 
     rows = []
+    run = {"graph": name, "repeat": repeat, "presample_seed": presample_seed, "eval_seed": eval_seed, "nodes": n,
+           "edges": int(graph.num_edges()), "row_bytes": row_bytes, "batch": w["batch"], "batches": batches}
     for policy in (*POLICIES, "oracle"):
         for f, k in zip(sizes, cached):
             h = hits[(policy, k)]
             misses = gathered - h
             rows.append({
-                "graph": name, "nodes": n, "row_bytes": row_bytes, "batch": w["batch"], "batches": batches, "policy": policy,
-                "cache_pct": 100 * f, "cache_rows": k, "cache_mib": budget_for_rows(k, row_bytes, n) / 2**20,
+                **run, "policy": policy, "cache_pct": 100 * f, "cache_rows": k, "cache_mib": budget_for_rows(k, row_bytes, n) / 2**20,
                 "stored": "fp32", "rows_per_epoch": gathered, "hit_rate": h / gathered if gathered else 0.0, "misses_per_epoch": misses,
                 "link_bytes_per_row": per_row, "pcie_gb_no_cache": gathered * per_row / 1e9, "pcie_gb_cached": misses * per_row / 1e9,
                 "pcie_saved": h / gathered if gathered else 0.0,
@@ -174,66 +229,97 @@ def run_graph(name: str, args, sizes: list[float]) -> tuple[list[dict], dict]:
             for stored, rows_cached in ((f"{codec} codes", k), (f"{codec} decoded", k_fp32)):
                 h = hits[("presample", rows_cached)]
                 rows.append({
-                    "graph": name, "nodes": n, "row_bytes": row_bytes, "batch": w["batch"], "batches": batches, "policy": "presample",
-                    "stored": stored, "cache_pct": 100 * f, "cache_rows": rows_cached, "cache_mib": budget_for_rows(k_fp32, row_bytes, n) / 2**20,
+                    **run, "policy": "presample", "cache_pct": 100 * f, "cache_rows": rows_cached,
+                    "cache_mib": budget_for_rows(k_fp32, row_bytes, n) / 2**20, "stored": stored,
                     "rows_per_epoch": gathered, "hit_rate": h / gathered if gathered else 0.0, "misses_per_epoch": gathered - h,
                     "link_bytes_per_row": code_link, "pcie_gb_no_cache": gathered * per_row / 1e9,
                     "pcie_gb_cached": (gathered - h) * code_link / 1e9, "pcie_saved": 1 - (gathered - h) * code_link / (gathered * per_row),
                 })
     info = {"graph": name, "how": w["how"], "fanouts": w["fanouts"], "rows_per_batch": gathered / max(batches, 1),
             "share_of_nodes_per_batch": gathered / max(batches, 1) / n, "presample_s": presample_s, "eval_s": eval_s}
-    print(f"{name}: {w['how']}; {batches} batches of {info['rows_per_batch']:,.0f} input rows "
+    print(f"{name} (repeat {repeat}): {w['how']}; {batches} batches of {info['rows_per_batch']:,.0f} input rows "
           f"({info['share_of_nodes_per_batch']:.1%} of the nodes); presample {presample_s:.1f} s, evaluation {eval_s:.1f} s", flush=True)
     return rows, info
 
 
+def summary(rows: list[dict]) -> list[dict]:
+    """Median, min and max over the repeats of every (graph, stored, policy, size): hit rate and PCIe GB."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["graph"], r["stored"], r["policy"], r["cache_pct"]), []).append(r)
+    out = []
+    for (graph, stored, policy, pct), rs in groups.items():
+        rates, gbs = [r["hit_rate"] for r in rs], [r["pcie_gb_cached"] for r in rs]
+        out.append({"graph": graph, "stored": stored, "policy": policy, "cache_pct": pct, "repeats": len(rs),
+                    "hit_rate_median": statistics.median(rates), "hit_rate_min": min(rates), "hit_rate_max": max(rates),
+                    "pcie_gb_cached_median": statistics.median(gbs), "pcie_saved_median": statistics.median(r["pcie_saved"] for r in rs),
+                    **{k: rs[0][k] for k in ("nodes", "row_bytes", "link_bytes_per_row", "rows_per_epoch", "pcie_gb_no_cache", "cache_rows")}})
+    return out
+
+
+def _rate(s: dict) -> str:
+    """A hit rate as the table shows it: the median, and the range when there are repeats."""
+    if s["repeats"] == 1:
+        return f"{s['hit_rate_median']:.1%}"
+    return f"{s['hit_rate_median']:.1%} [{100 * s['hit_rate_min']:.1f}-{100 * s['hit_rate_max']:.1f}]"
+
+
 def markdown(rows: list[dict], sizes: list[float]) -> str:
-    """Hit rates per graph, policy and size; then the modelled PCIe GB per epoch of the presample cache
-    (and with compressed features, of the codes and decoded caches)."""
-    compressed = [r for r in rows if r.get("stored", "fp32") != "fp32"]
-    rows = [r for r in rows if r.get("stored", "fp32") == "fp32"]
+    """Hit rates per graph, policy and size (median [min-max] over the repeats); then the modelled PCIe
+    GB per epoch of the presample cache (and with compressed features, of the codes and decoded caches)."""
+    summ = summary(rows)
+    fp32 = [s for s in summ if s["stored"] == "fp32"]
+    compressed = [s for s in summ if s["stored"] != "fp32"]
+    repeats = max(s["repeats"] for s in summ)
     head = "| graph | policy | " + " | ".join(f"{100 * f:g} %" for f in sizes) + " |"
-    lines = ["hit rate (= share of PCIe bytes saved) by cache size (% of rows)", "", head, "|---|---|" + "---:|" * len(sizes)]
-    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    spread = f", median [min-max] of {repeats} repeats" if repeats > 1 else ""
+    lines = [f"hit rate (= share of PCIe bytes saved) by cache size (% of rows){spread}", "", head, "|---|---|" + "---:|" * len(sizes)]
+    graphs = list(dict.fromkeys(s["graph"] for s in fp32))
     for graph in graphs:
-        for policy in (*POLICIES, "oracle"):
-            rs = [r for r in rows if r["graph"] == graph and r["policy"] == policy]
-            lines.append(f"| {graph} | {policy} | " + " | ".join(f"{r['hit_rate']:.1%}" for r in rs) + " |")
-    lines += ["", "modelled PCIe GB per epoch, no cache and with the presample cache", "",
+        for policy in dict.fromkeys(s["policy"] for s in fp32 if s["graph"] == graph):
+            ss = [s for s in fp32 if s["graph"] == graph and s["policy"] == policy]
+            lines.append(f"| {graph} | {policy} | " + " | ".join(_rate(s) for s in ss) + " |")
+    lines += ["", "modelled PCIe GB per epoch, no cache and with the presample cache (median)", "",
               "| graph | row B | link B/row | rows/epoch | no cache | " + " | ".join(f"{100 * f:g} %" for f in sizes) + " |",
               "|---|---:|---:|---:|---:|" + "---:|" * len(sizes)]
     for graph in graphs:
-        rs = [r for r in rows if r["graph"] == graph and r["policy"] == "presample"]
-        lines.append(f"| {graph} | {rs[0]['row_bytes']} | {rs[0]['link_bytes_per_row']:.0f} | {rs[0]['rows_per_epoch']:,} | "
-                     f"{rs[0]['pcie_gb_no_cache']:.3g} | " + " | ".join(f"{r['pcie_gb_cached']:.3g}" for r in rs) + " |")
+        ss = [s for s in fp32 if s["graph"] == graph and s["policy"] == "presample"]
+        lines.append(f"| {graph} | {ss[0]['row_bytes']} | {ss[0]['link_bytes_per_row']:.0f} | {ss[0]['rows_per_epoch']:,} | "
+                     f"{ss[0]['pcie_gb_no_cache']:.3g} | " + " | ".join(f"{s['pcie_gb_cached_median']:.3g}" for s in ss) + " |")
     if compressed:
         lines += ["", "compressed features, presample: the fp32 cache's byte budget holding code rows or decoded rows; "
-                  "hit rate / share of the uncompressed, uncached PCIe bytes saved", "",
+                  "hit rate / share of the uncompressed, uncached PCIe bytes saved (medians)", "",
                   "| graph | stored in the cache | " + " | ".join(f"{100 * f:g} %" for f in sizes) + " |", "|---|---|" + "---:|" * len(sizes)]
         for graph in graphs:
-            for stored in dict.fromkeys(r["stored"] for r in compressed if r["graph"] == graph):
-                rs = [r for r in compressed if r["graph"] == graph and r["stored"] == stored]
-                lines.append(f"| {graph} | {stored} | " + " | ".join(f"{r['hit_rate']:.1%} / {r['pcie_saved']:.1%}" for r in rs) + " |")
+            for stored in dict.fromkeys(s["stored"] for s in compressed if s["graph"] == graph):
+                ss = [s for s in compressed if s["graph"] == graph and s["stored"] == stored]
+                lines.append(f"| {graph} | {stored} | " + " | ".join(f"{s['hit_rate_median']:.1%} / {s['pcie_saved_median']:.1%}"
+                                                                   for s in ss) + " |")
     return "\n".join(lines)
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
+    """Hit rate against cache size per graph, a line per policy (median; the band spans min to max of the repeats)."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = [r for r in rows if r.get("stored", "fp32") == "fp32"]
-    graphs = list(dict.fromkeys(r["graph"] for r in rows))
+    summ = [s for s in summary(rows) if s["stored"] == "fp32"]
+    graphs = list(dict.fromkeys(s["graph"] for s in summ))
     cols = min(4, len(graphs))
-    fig, axes = plt.subplots((len(graphs) + cols - 1) // cols, cols, figsize=(3.2 * cols, 2.9 * ((len(graphs) + cols - 1) // cols)),
+    fig, axes = plt.subplots((len(graphs) + cols - 1) // cols, cols, figsize=(3.6 * cols, 3.1 * ((len(graphs) + cols - 1) // cols)),
                              squeeze=False, sharey=True)
     for ax, graph in zip(axes.flat, graphs):
-        for policy, style in (("in_degree", "o-"), ("presample", "s-"), ("oracle", "k:")):
-            rs = [r for r in rows if r["graph"] == graph and r["policy"] == policy]
-            ax.plot([r["cache_pct"] for r in rs], [100 * r["hit_rate"] for r in rs], style, label=policy, markersize=3)
-        r0 = next(r for r in rows if r["graph"] == graph)
-        ax.set_title(f"{graph} ({r0['nodes']:,} rows of {r0['row_bytes']} B)", fontsize=8)
+        for policy in dict.fromkeys(s["policy"] for s in summ if s["graph"] == graph):
+            ss = [s for s in summ if s["graph"] == graph and s["policy"] == policy]
+            x = [s["cache_pct"] for s in ss]
+            line, = ax.plot(x, [100 * s["hit_rate_median"] for s in ss], STYLES.get(policy, "-"), label=policy, markersize=3)
+            if ss[0]["repeats"] > 1:
+                ax.fill_between(x, [100 * s["hit_rate_min"] for s in ss], [100 * s["hit_rate_max"] for s in ss],
+                                color=line.get_color(), alpha=0.15, lw=0)
+        s0 = next(s for s in summ if s["graph"] == graph)
+        ax.set_title(f"{graph} ({s0['nodes']:,} rows of {s0['row_bytes']} B)", fontsize=8)
         ax.axhline(50, color="tab:red", lw=0.6, ls="--")
         ax.set_xscale("log")
         ax.set_xticks([1, 5, 10, 20, 50], ["1", "5", "10", "20", "50"])
@@ -256,12 +342,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--graphs", default=",".join(GRAPHS), help=f"comma-separated, from: {', '.join(GRAPHS)}")
     parser.add_argument("--products-nodes", type=int, default=SYNTHETIC["products"]["nodes_default"])
     parser.add_argument("--papers-nodes", type=int, default=SYNTHETIC["papers100m"]["nodes_default"])
+    parser.add_argument("--directed-nodes", type=int, default=DIRECTED["nodes_default"])
     parser.add_argument("--sizes", default="1,5,10,20,50", help="cache sizes in %% of the rows")
     parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"), help="folder of the real graphs")
     parser.add_argument("--real-seeds", choices=("train", "all"), default="train",
                         help="seeds of the real graphs: their training split (default; one or two batches an epoch) or every node")
     parser.add_argument("--presample-seed", type=int, default=1, help="batch order and neighbour draws of the presampling pass")
     parser.add_argument("--eval-seed", type=int, default=2, help="... of the evaluated epoch (must differ: no leakage)")
+    parser.add_argument("--repeats", type=int, default=1, help="repeats with other seeds (median and range reported; default 1)")
     parser.add_argument("--feature-compression", dest="compression", default="",
                         help="codecs (fp16,bf16,int8): also the cache of codes against the cache of decoded rows, at the same bytes")
     parser.add_argument("--out", default="cache", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
@@ -275,6 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--sizes must be comma-separated percentages, but got {args.sizes!r}")
     if not sizes or not all(0 < f <= 1 for f in sizes):
         parser.error(f"--sizes must be percentages in (0, 100], but got {args.sizes!r}")
+    if args.repeats < 1:
+        parser.error(f"--repeats must be >= 1, but got {args.repeats}")
+    if args.directed_nodes < 2:
+        parser.error(f"--directed-nodes must be >= 2, but got {args.directed_nodes}")
     args.codecs = [c.strip() for c in args.compression.split(",") if c.strip() and c.strip() != "none"]
     if any(c not in CODE_BYTES for c in args.codecs):
         parser.error(f"--feature-compression must name some of {', '.join(CODE_BYTES)}, but got {args.compression!r}")
@@ -293,13 +385,15 @@ def main(argv: list[str] | None = None) -> int:
         "command": command_line(), "machine": machine(),
         "model": "PCIe bytes = rows read from host x link bytes per row of the aligned kernel (pcie_model.py: "
                  "32-B sectors + 24 B per 128-B-line request); bytes saved = hit rate",
-        "evaluation": f"one epoch sampled with seed {args.eval_seed}; presample pass with seed {args.presample_seed}; "
-                      "oracle = the evaluated epoch's own counts (an upper bound, not a policy)",
+        "evaluation": f"one epoch per repeat, sampled with seed {args.eval_seed} + 2 x repeat; presample pass with seed "
+                      f"{args.presample_seed} + 2 x repeat; {args.repeats} repeat(s); every policy of a size has the same byte "
+                      "budget (rows + slot map); oracle = the rows ranked by the evaluated epoch's own counts (an upper bound, not a policy)",
         "workloads": "; ".join(i["how"] for i in infos),
     }
-    csv_path, _ = write_results(args.out, rows, meta, extra={"graphs": infos})
+    csv_path, _ = write_results(args.out, rows, meta, extra={"graphs": infos, "summary": summary(rows)})
     png = csv_path.with_suffix(".png")
-    plot(rows, png, "GPU feature cache: hit rate of one sampled epoch (red: half the PCIe bytes gone)")
+    spread = f", median and range of {args.repeats} repeats" if args.repeats > 1 else ""
+    plot(rows, png, f"GPU feature cache: hit rate of one sampled epoch{spread} (red: half the PCIe bytes gone)")
     print(f"\n# {meta['command']}\n# {meta['machine']}\n")
     print(markdown(rows, sizes))
     print(f"\nwrote {csv_path}, {csv_path.with_suffix('.json')}, {png}")

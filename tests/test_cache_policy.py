@@ -514,33 +514,51 @@ def test_presample_cache_end_to_end(dgl, small):
 @pytest.mark.slow
 def test_cache_bench_on_a_tiny_graph(dgl, tmp_path):
     stem = tmp_path / "cache_tiny"
-    r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "cache", "--graphs", "products",
-                        "--products-nodes", str(SMALL.num_nodes), "--sizes", "5,50", "--feature-compression", "int8", "--out", str(stem)],
+    r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "cache", "--graphs", "products,directed",
+                        "--products-nodes", str(SMALL.num_nodes), "--directed-nodes", "3000", "--sizes", "5,50", "--repeats", "2",
+                        "--feature-compression", "int8", "--out", str(stem)],
                        capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=300)
     assert r.returncode == 0, r.stderr
-    rows = json.loads(stem.with_suffix(".json").read_text())["rows"]
-    compressed = {(row["stored"], row["cache_pct"]): row for row in rows if row["stored"] != "fp32"}
-    rows = [row for row in rows if row["stored"] == "fp32"]
-    assert set(compressed) == {(s, p) for s in ("int8 codes", "int8 decoded") for p in (5, 50)}
-    for pct in (5, 50):
-        codes, decoded, fp32 = compressed[("int8 codes", pct)], compressed[("int8 decoded", pct)], \
-            next(row for row in rows if row["policy"] == "presample" and row["cache_pct"] == pct)
-        assert codes["cache_mib"] == decoded["cache_mib"] == fp32["cache_mib"]  # one byte budget
-        assert decoded["cache_rows"] == fp32["cache_rows"] and decoded["hit_rate"] == fp32["hit_rate"]
-        assert codes["cache_rows"] > 3.5 * fp32["cache_rows"] or codes["cache_rows"] == SMALL.num_nodes  # 16 cols: 64 B against 16 B
-        assert codes["hit_rate"] >= decoded["hit_rate"] and codes["pcie_gb_cached"] <= decoded["pcie_gb_cached"]
-        assert decoded["pcie_gb_cached"] < fp32["pcie_gb_cached"]  # misses move codes
-        assert codes["pcie_saved"] == pytest.approx(1 - codes["pcie_gb_cached"] / codes["pcie_gb_no_cache"])
-    assert "| products | int8 codes |" in r.stdout
-    assert {(row["policy"], row["cache_pct"]) for row in rows} == {(p, s) for p in ("in_degree", "presample", "oracle") for s in (5, 50)}
-    by = {(row["policy"], row["cache_pct"]): row for row in rows}
-    for row in rows:
-        assert 0 <= row["hit_rate"] <= 1 and row["pcie_saved"] == row["hit_rate"]
-        assert row["misses_per_epoch"] == round(row["rows_per_epoch"] * (1 - row["hit_rate"]))
-        assert row["pcie_gb_cached"] == pytest.approx(row["pcie_gb_no_cache"] * (1 - row["hit_rate"]))
-        assert row["hit_rate"] <= by[("oracle", row["cache_pct"])]["hit_rate"] + 1e-12  # no policy beats the oracle
-    assert by[("in_degree", 5)]["hit_rate"] < by[("in_degree", 50)]["hit_rate"]
-    assert stem.with_suffix(".png").stat().st_size > 0 and "| products | presample |" in r.stdout
+    result = json.loads(stem.with_suffix(".json").read_text())
+    everything = result["rows"]
+    policies = ("degree", "in_degree", "out_degree", "presample", "oracle")
+    for graph, repeat in [(g, k) for g in ("products", "directed") for k in (0, 1)]:
+        rows = [row for row in everything if row["graph"] == graph and row["repeat"] == repeat]
+        assert {row["eval_seed"] - row["presample_seed"] for row in rows} == {1}
+        assert {row["presample_seed"] for row in rows} == {1 + 2 * repeat}
+        compressed = {(row["stored"], row["cache_pct"]): row for row in rows if row["stored"] != "fp32"}
+        rows = [row for row in rows if row["stored"] == "fp32"]
+        assert set(compressed) == {(s, p) for s in ("int8 codes", "int8 decoded") for p in (5, 50)}
+        by = {(row["policy"], row["cache_pct"]): row for row in rows}
+        assert set(by) == {(p, s) for p in policies for s in (5, 50)} and len(rows) == len(by)
+        for pct in (5, 50):
+            codes, decoded, fp32 = compressed[("int8 codes", pct)], compressed[("int8 decoded", pct)], by[("presample", pct)]
+            assert codes["cache_mib"] == decoded["cache_mib"] == fp32["cache_mib"]  # one byte budget
+            assert decoded["cache_rows"] == fp32["cache_rows"] and decoded["hit_rate"] == fp32["hit_rate"]
+            assert codes["cache_rows"] > 3.5 * fp32["cache_rows"] or codes["cache_rows"] == fp32["nodes"]  # 64 B against 16 B
+            assert codes["hit_rate"] >= decoded["hit_rate"] and codes["pcie_gb_cached"] <= decoded["pcie_gb_cached"]
+            assert decoded["pcie_gb_cached"] < fp32["pcie_gb_cached"]  # misses move codes
+            assert codes["pcie_saved"] == pytest.approx(1 - codes["pcie_gb_cached"] / codes["pcie_gb_no_cache"])
+            assert len({by[(p, pct)]["cache_mib"] for p in policies}) == 1  # every policy at the same byte budget
+            if graph == "products":  # bidirected: in- and out-degree are one, so are the three degree rankings
+                assert by[("degree", pct)]["hit_rate"] == by[("in_degree", pct)]["hit_rate"] == by[("out_degree", pct)]["hit_rate"]
+            else:  # directed: in-edge sampling reads rows by out-degree
+                assert by[("degree", pct)]["hit_rate"] == by[("out_degree", pct)]["hit_rate"]
+                assert by[("degree", pct)]["hit_rate"] > by[("in_degree", pct)]["hit_rate"] + 0.07  # 15 % against 5 %, 73 against 49
+        for row in rows:
+            assert 0 <= row["hit_rate"] <= 1 and row["pcie_saved"] == row["hit_rate"]
+            assert row["misses_per_epoch"] == round(row["rows_per_epoch"] * (1 - row["hit_rate"]))
+            assert row["pcie_gb_cached"] == pytest.approx(row["pcie_gb_no_cache"] * (1 - row["hit_rate"]))
+            assert row["hit_rate"] <= by[("oracle", row["cache_pct"])]["hit_rate"] + 1e-12  # no policy beats the oracle
+        assert by[("degree", 5)]["hit_rate"] < by[("degree", 50)]["hit_rate"]
+    summary = {(s["graph"], s["stored"], s["policy"], s["cache_pct"]): s for s in result["summary"]}
+    for (graph, stored, policy, pct), s in summary.items():
+        rates = sorted(row["hit_rate"] for row in everything if (row["graph"], row["stored"], row["policy"], row["cache_pct"]) ==
+                       (graph, stored, policy, pct))
+        assert s["repeats"] == 2 and (s["hit_rate_min"], s["hit_rate_max"]) == (rates[0], rates[-1])
+        assert s["hit_rate_median"] == pytest.approx(sum(rates) / 2)
+    assert stem.with_suffix(".png").stat().st_size > 0 and "| products | presample |" in r.stdout and "| directed | degree |" in r.stdout
+    assert "| products | int8 codes |" in r.stdout and "median [min-max] of 2 repeats" in r.stdout
     assert not (REPO / "bench" / "results" / "cache_tiny.json").exists()
 
 
