@@ -73,7 +73,9 @@ LIMITS = {"wheels": 30, "pytest": 230, "gather": 160, "epoch": 100, "ddp": 60}
 MIN_STEP = 15  # a step with fewer seconds left than this is not started (partial: time limit)
 PYTEST_GRACE = 20  # pytest is interrupted this long before its limit, to end its session cleanly
 PYTEST_TEST_TIMEOUT = 120  # a test still running after this long at the limit is reported as hung
-GATHER_RESERVE = 45  # gather.py starts no configuration this close to its limit (its longest: docs/gpu.md)
+# gather.py starts no configuration this close to its limit: its own start-up (its clock starts
+# after it), the longest configuration with its width's set-up, and the writing (docs/gpu.md).
+GATHER_RESERVE = 50
 RESULT_FILES = ("gather.csv", "gather.json", "gather.png", "epoch.csv", "epoch.json", "epoch.png", "summary.json", "summary.md")
 
 # 512 B (128 columns: the zero-copy options, codecs and caches) and 1 KB rows first, so that a
@@ -99,9 +101,10 @@ def step_limit(cap: float, left: float, later: float) -> float:
 
 
 def cache_entries(folder: Path | None) -> int:
-    """Files in CuPy's kernel cache ``folder``: one per compiled kernel module."""
+    """Kernel modules in CuPy's kernel cache ``folder``: CuPy 14 writes one ``<hash>.cubin`` (or
+    ``.ltoir``) per module it compiles, ours (one instantiation each) and its own kernels alike."""
     try:
-        return sum(1 for p in folder.iterdir() if p.is_file()) if folder else 0
+        return sum(1 for p in folder.iterdir() if p.suffix in (".cubin", ".ltoir")) if folder else 0
     except OSError:
         return 0
 
@@ -230,8 +233,8 @@ def judge_gather(run: Run, rows: list[dict], limit: float) -> Part:
     elif run.returncode is None:
         after = [ln for ln in run.output.splitlines() if ln.startswith("gather: ")]
         part.status = "failed"
-        part.reason = (f"killed at its time limit ({limit:.0f} s) after {len(measured)} results: a configuration ran over "
-                       f"{GATHER_RESERVE} s (hung?); the last finished: {after[-1].removeprefix('gather: ') if after else 'none'}")
+        part.reason = (f"killed at its time limit ({limit:.0f} s) after {len(measured)} results: a configuration outran the "
+                       f"{GATHER_RESERVE} s kept for it (hung?); the last finished: {after[-1].removeprefix('gather: ') if after else 'none'}")
     elif run.returncode != 0 or not rows:
         part.status, part.reason = "failed", last_line(run.output, run.returncode)
     elif skipped:

@@ -269,8 +269,9 @@ def _fake_step(name, status="ok", reason="fake"):
 def on_cpu(monkeypatch):
     """main() in this process, its steps replaced by stand-ins; sys.path restored afterwards."""
     monkeypatch.setenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "1")
+    monkeypatch.delenv("CUPY_CACHE_DIR", raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    for name in ("pytest", "gather", "epoch"):
+    for name in ("pytest", "gather", "epoch", "ddp"):
         monkeypatch.setattr(gpu_check, f"{name}_part", _fake_step(name))
     return monkeypatch
 
@@ -278,7 +279,7 @@ def on_cpu(monkeypatch):
 def test_the_header_comes_first_and_names_the_wheels_installed(on_cpu, tmp_path, capsys):
     _tiny_wheel(tmp_path / "whl")
     site = tmp_path / "site"
-    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "whl"), "--site", str(site)])
+    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "whl"), "--site", str(site), "--parts", "pytest,gather,epoch"])
     lines = capsys.readouterr().out.splitlines()
     assert code == 0
     assert lines[0] == f"gpu-check: wheels installed: gpucheckdemo-1.0 (offline, into {site})"
@@ -314,9 +315,17 @@ def test_step_limits_keep_the_later_steps_their_time():
     assert gpu_check.GATHER_RESERVE < gpu_check.LIMITS["gather"] and gpu_check.PYTEST_GRACE < gpu_check.LIMITS["pytest"]
 
 
+def test_kernels_compiled_are_counted_from_cupys_cache(tmp_path):
+    for name in ("a.cubin", "b.ltoir", "a.cubin.cu", "tmpk2j3h"):  # a saved source and a write in progress are no kernels
+        (tmp_path / name).write_bytes(b"x")
+    assert gpu_check.cache_entries(tmp_path) == 2
+    assert gpu_check.cache_entries(tmp_path / "missing") == 0 and gpu_check.cache_entries(None) == 0
+
+
 def test_a_step_left_without_time_is_reported_not_failed(on_cpu, tmp_path, capsys):
     on_cpu.setattr(gpu_check, "LIMITS", {**gpu_check.LIMITS, "pytest": 100, "gather": 10, "epoch": 10})
-    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--time-limit", "200"])
+    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--time-limit", "200",
+                           "--parts", "pytest,gather,epoch"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "step pytest runs with a limit of 100 s" in out and "step gather" not in out
@@ -324,6 +333,7 @@ def test_a_step_left_without_time_is_reported_not_failed(on_cpu, tmp_path, capsy
     data = json.loads((tmp_path / "out" / "summary.json").read_text())
     assert [(p["name"], p["status"]) for p in data["parts"]] == [("wheels", "ok"), ("pytest", "ok"), ("gather", "partial"),
                                                                  ("epoch", "partial"), ("ddp", "not run")]
+    assert data["parts"][-1]["reason"] == "not in --parts"
     md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
     assert ": passed, parts skipped for time (see below)" in md.splitlines()[0]
     assert "## Skipped for time (not failures)" in md and "- gather: not started: time limit" in md
