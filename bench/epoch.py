@@ -65,6 +65,9 @@ def main(argv: list[str] | None = None) -> int:
         if unknown := [s for s in sources if s not in FEATURE_SOURCES]:
             parser.error(f"unknown source {unknown[0]!r}; choose from {', '.join(FEATURE_SOURCES)}")
     dataset = load_dataset("synthetic", synthetic=SyntheticSpec(num_nodes=args.num_nodes))
+    meta = {"command": command_line(), "machine": machine(), "device": torch.cuda.get_device_name() if cuda else "cpu (no GPU)",
+            "setup": f"synthetic {args.num_nodes:,} nodes, features {compression if compression != 'none' else 'float32'}, {args.model}, fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, "
+                     f"median (min-max) over epochs 1..{args.epochs - 1} (epoch 0 warms up); test accuracy after the last"}
     rows = []
     for source in sources:
         dgl_loader = source in ("dgl", "dgl-storage")  # DGL's DataLoader: its own prefetching, no prefetch knob
@@ -84,6 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                 failed = f"failed: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]
                 rows.append({"source": source, "prefetch": prefetch, **dict.fromkeys(NUMBERS, float("nan")), "status": failed})
                 print(f"{source:>11} prefetch {prefetch}: {failed}", flush=True)
+                _save(args.out, rows, meta)
                 continue
             measured = history[1:] or history  # epoch 0 warms up (allocations, caches, thread start)
             times = [h.epoch_time for h in measured]
@@ -94,16 +98,10 @@ def main(argv: list[str] | None = None) -> int:
                          "wait_share": stage["wait"] / step if step else float("nan"), "test_acc": history[-1].test_acc, "status": "ok"})
             print(f"{source:>11} prefetch {prefetch}: epoch {rows[-1]['epoch_time']:.2f}s ({min(times):.2f}-{max(times):.2f}), "
                   f"wait {stage['wait']:.2f}s, test acc {history[-1].test_acc:.4f}", flush=True)
+            _save(args.out, rows, meta)  # each route's row as it finishes: a run stopped at a time limit keeps them
     if not rows:
         parser.error(f"no route ran: sources {', '.join(sources)} (DGL's own loader needs a CUDA build of DGL on a GPU)")
-    baseline = next(r["epoch_time"] for r in rows if r["source"] == rows[0]["source"])
-    for r in rows:
-        r["ratio_to_" + rows[0]["source"]] = r["epoch_time"] / baseline
-
-    meta = {"command": command_line(), "machine": machine(), "device": torch.cuda.get_device_name() if cuda else "cpu (no GPU)",
-            "setup": f"synthetic {args.num_nodes:,} nodes, features {compression if compression != 'none' else 'float32'}, {args.model}, fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, "
-                     f"median (min-max) over epochs 1..{args.epochs - 1} (epoch 0 warms up); test accuracy after the last"}
-    csv_path, _ = write_results(args.out, rows, meta)
+    csv_path, _ = _save(args.out, rows, meta)
     _plot(rows, meta, csv_path.with_suffix(".png"))
     print(f"\n# {meta['command']}\n# {meta['device']}; {meta['machine']}; {meta['setup']}")
     ratio_key = "ratio_to_" + rows[0]["source"]
@@ -114,6 +112,15 @@ def main(argv: list[str] | None = None) -> int:
               f"{r['compute']:.2f} | {r['wait']:.2f} | {100 * r['wait_share']:.1f} % | {r[ratio_key]:.2f} | {r['test_acc']:.4f} |"
               + ("" if r["status"] == "ok" else f" {r['status']}"))
     return 0 if all(r["status"] == "ok" for r in rows) else 1
+
+
+def _save(stem: str, rows: list[dict], meta: dict):
+    """Write the rows so far (with each route's epoch time over the first route's) as CSV and JSON."""
+    if rows:
+        baseline = rows[0]["epoch_time"]
+        for r in rows:
+            r["ratio_to_" + rows[0]["source"]] = r["epoch_time"] / baseline
+    return write_results(stem, rows, meta)
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:

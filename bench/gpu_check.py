@@ -271,12 +271,13 @@ def epoch_part(env: dict, timeout: float, out: Path, mode: str, sources: str) ->
     part.seconds = probe.seconds + run.seconds
     rows = result_rows(out, "epoch")
     bad = [r for r in rows if r.get("status") != "ok"]
-    if run.returncode is None:
-        part.status, part.reason = "failed", f"did not finish within its time limit ({timeout:.0f} s); epoch.py writes its results at the end"
-    elif run.returncode == 0 and rows and not bad:
-        part.status, part.reason = "ok", f"{len(rows)} routes: " + ", ".join(f"{r['source']} prefetch {r['prefetch']}" for r in rows)
-    elif bad:
+    if bad:
         part.status, part.reason = "failed", f"{len(bad)} of {len(rows)} routes failed: " + failure_digest(bad, "source")
+    elif run.returncode is None:  # stopped at its limit: the routes that finished are kept (epoch.py writes each row)
+        done = ", ".join(f"{r['source']} prefetch {r['prefetch']}" for r in rows) or "none"
+        part.status, part.reason = "partial", f"time limit ({timeout:.0f} s) reached; routes finished: {done}; the rest skipped: time limit"
+    elif run.returncode == 0 and rows:
+        part.status, part.reason = "ok", f"{len(rows)} routes: " + ", ".join(f"{r['source']} prefetch {r['prefetch']}" for r in rows)
     else:
         part.status, part.reason = "failed", last_line(run.output, run.returncode)
     return part, run.output, dgl_version

@@ -498,3 +498,55 @@ def test_the_code_the_check_runs_uses_no_numpy_1_only_api():
              if "_reconstruct" not in line]  # numpy.core.multiarray._reconstruct: the name old pickles carry, kept by NumPy 2
     assert not found, found
     assert pattern.search("x = np.in1d(a, b)") and pattern.search("numpy.float_") and not pattern.search("np.float32")
+
+
+def _epoch_row(source, prefetch, status="ok"):
+    return {"source": source, "prefetch": prefetch, "epoch_time": 1.0, "epoch_min": 0.9, "epoch_max": 1.1, "wait_share": 0.1,
+            "test_acc": 0.9, "status": status}
+
+
+@pytest.mark.parametrize("finished, status", [([("cpu", 0), ("cpu", 2)], "partial"), ([], "partial"), ([("cpu", 0, "failed: boom")], "failed")])
+def test_an_epoch_step_stopped_at_its_limit_keeps_the_routes_that_finished(tmp_path, monkeypatch, finished, status):
+    """bench/epoch.py writes each route's row as it finishes; the check stopped at its limit reports
+    those and calls the rest skipped for time (a route that failed still fails the step)."""
+    monkeypatch.setattr(gpu_check, "probe_dgl", lambda part, env, timeout: (gpu_check.Run(0, "", 2.0), "2.1.0"))
+
+    def killed_at_the_limit(cmd, timeout, env=None, **kwargs):
+        from common import write_results
+        write_results(cmd[cmd.index("--out") + 1], [_epoch_row(*f) for f in finished], {"command": "epoch"})
+        return gpu_check.Run(None, "", timeout)
+
+    monkeypatch.setattr(gpu_check, "run_bounded", killed_at_the_limit)
+    part, _, version = gpu_check.epoch_part({}, 100, tmp_path, "quick" if "quick" in gpu_check.EPOCH_ARGS else next(iter(gpu_check.EPOCH_ARGS)), "cpu")
+    assert (part.status, version) == (status, "2.1.0"), part.reason
+    if status == "partial":
+        assert "time limit (100 s)" in part.reason and "skipped: time limit" in part.reason
+        assert all(f"{s} prefetch {p}" in part.reason for s, p in finished)
+    assert gpu_check.exit_code([part]) == (0 if status == "partial" else 1)
+
+
+def test_the_epoch_bench_writes_each_route_as_it_finishes(tmp_path, monkeypatch):
+    """A run killed after its first route still has that route's row on disk."""
+    import epoch
+
+    stem, calls = tmp_path / "e", []
+
+    class Stop(BaseException):
+        pass
+
+    def train(cfg, dataset, progress):
+        calls.append(cfg.feature_source)
+        if len(calls) == 2:
+            assert [r["source"] for r in gpu_check.result_rows(tmp_path, "e")] == ["cpu"]
+            raise Stop  # as a kill: nothing after this point runs
+        return [EpochStats(epoch=e, loss=1.0, train_acc=0.5, val_acc=0.5, test_acc=0.5, epoch_time=1.0 + e, eval_time=0.0,
+                           stages={"compute": 1.0}) for e in range(3)]
+
+    import dgl_zerocopy.data
+    import dgl_zerocopy.train
+    from dgl_zerocopy.train import EpochStats
+    monkeypatch.setattr(dgl_zerocopy.train, "train", train)  # epoch.main imports them when it runs
+    monkeypatch.setattr(dgl_zerocopy.data, "load_dataset", lambda *a, **k: None)
+    with pytest.raises(Stop):
+        epoch.main(["--sources", "cpu", "--prefetch", "2", "--epochs", "3", "--out", str(stem)])
+    assert len(calls) == 2
