@@ -26,7 +26,11 @@ weights, its destination to another, independent set, exponent 2.5, 10 out-edges
 average, duplicates dropped; 100 float32 features), fanouts 5,5, batches of 64, seeds a random
 10 % of the nodes: the case where in- and out-degree disagree; and the real graphs of --data-root
 with their shipped configs (fanouts, batch size, training split; with --real-seeds all, every node
-is a seed, for many batches an epoch).
+is a seed, for many batches an epoch). ``amazon-computers-stored`` and ``amazon-photo-stored``:
+those graphs as their files store them, one direction per edge for most pairs (the datasets
+symmetrise them), with the same features and seeds, sampled as ``directed`` (fanouts 5,5, batches of
+64; their shipped configs take full neighbourhoods, under which every policy caches alike): the
+nearest thing to a real directed graph in ../shared/data (ogbn-arxiv is not there).
 
 Repeats (``--repeats R``): repeat ``r`` presamples with seed ``presample_seed + 2r`` and evaluates
 with ``eval_seed + 2r``; the directed graph is generated again from seed ``r``. Every repeat is a
@@ -50,6 +54,7 @@ import argparse
 import os
 import statistics
 import sys
+import textwrap
 import time
 from pathlib import Path
 
@@ -72,7 +77,10 @@ SYNTHETIC = {  # full-size node count, fanouts and batch of the graph each prese
 # The directed graph: where ranking by in-degree and by the degree sampling follows part ways.
 DIRECTED = {"avg_degree": 10.0, "exponent": 2.5, "feat_dim": 100, "fanouts": [5, 5], "batch": 64, "seed_share": 0.1, "nodes_default": 50_000}
 REAL = REAL_GRAPH_CONFIGS  # dataset -> its shipped config (as bench/accuracy.py trains it)
-GRAPHS = (*SYNTHETIC, "directed", *REAL)
+# The Amazon graphs as their files store them: one direction per edge for most pairs (the datasets
+# symmetrise them); the nearest thing to a real directed graph in ../shared/data.
+AS_STORED = {"amazon-computers-stored": "amazon-computers", "amazon-photo-stored": "amazon-photo"}
+GRAPHS = (*SYNTHETIC, "directed", *REAL, *AS_STORED)
 POLICIES = ("degree", "in_degree", "out_degree", "presample")
 STYLES = {"degree": "o-", "in_degree": "v--", "out_degree": "^:", "presample": "s-", "oracle": "k:"}
 CODE_DTYPES = {"fp16": np.float16, "bf16": np.int16, "int8": np.int8}  # the codes as NumPy holds them (bf16: its bits)
@@ -133,15 +141,46 @@ def workload(name: str, args, repeat: int = 0) -> dict:
 
     if args.data_root is None:
         raise SystemExit(f"graph {name!r} is read from --data-root (e.g. ../shared/data)")
-    cfg = build_config(read_yaml(REPO / "configs" / REAL[name]), {"dataset": name, "data_root": args.data_root})
-    data = load_dataset(name, root=args.data_root, split_seed=0)
+    dataset = AS_STORED.get(name, name)
+    cfg = build_config(read_yaml(REPO / "configs" / REAL[dataset]), {"dataset": dataset, "data_root": args.data_root})
+    data = load_dataset(dataset, root=args.data_root, split_seed=0)
+    graph = stored_graph(dataset, args.data_root) if name in AS_STORED else None
     if cfg.self_loop:
         data = data.with_self_loops()
+    if graph is None:
+        graph = data.to_dgl()
+    elif cfg.self_loop:
+        import dgl
+
+        graph = dgl.add_self_loop(graph)
     seeds = torch.from_numpy(data.train_idx) if args.real_seeds == "train" else torch.arange(data.num_nodes)
-    how = (f"{name}, config {REAL[name]} (fanouts {','.join(map(str, cfg.fanouts))}{', self-loops' if cfg.self_loop else ''}), "
-           f"batch {cfg.batch_size}, seeds: {'the training split' if args.real_seeds == 'train' else 'every node'}")
-    return {"graph": data.to_dgl(), "table": tensor_view(np.ascontiguousarray(data.features)), "fanouts": cfg.fanouts,
-            "batch": cfg.batch_size, "how": how, "seeds": seeds}
+    # The shipped configs of these graphs take full neighbourhoods, which read every row of a 2-hop
+    # neighbourhood whatever its degree; as stored, they are sampled as the directed graph is.
+    fanouts, batch = (DIRECTED["fanouts"], DIRECTED["batch"]) if name in AS_STORED else (cfg.fanouts, cfg.batch_size)
+    setting = "the graph as its file stores it (one direction per edge for most pairs), features and split of " \
+        if name in AS_STORED else ""
+    how = (f"{name}: {setting}config {REAL[dataset]} (fanouts {','.join(map(str, fanouts))}{', self-loops' if cfg.self_loop else ''}), "
+           f"batch {batch}, seeds: {'the training split' if args.real_seeds == 'train' else 'every node'}")
+    return {"graph": graph, "table": tensor_view(np.ascontiguousarray(data.features)), "fanouts": fanouts,
+            "batch": batch, "how": how, "seeds": seeds}
+
+
+def stored_graph(dataset: str, data_root: str):
+    """The GraphData file's adjacency of ``dataset`` as stored (row -> column: an edge from the row's node),
+    self-loops and duplicate edges dropped, not symmetrised (DGL graph)."""
+    import dgl
+
+    from dgl_zerocopy.data.graphdata import GRAPHDATA_FILES
+
+    name = GRAPHDATA_FILES[dataset]
+    path = next((p for p in (Path(data_root) / "graphdata" / name, Path(data_root) / name) if p.is_file()), None)
+    if path is None:
+        raise SystemExit(f"{name} is not in {data_root}/graphdata/ nor {data_root}/")
+    with np.load(path) as npz:
+        n, indptr, dst = int(npz["num_nodes"]), npz["adj_indptr"].astype(np.int64), npz["adj_indices"].astype(np.int64)
+    src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
+    return dgl.to_simple(dgl.remove_self_loop(dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=n)))
+
 
 
 def epoch_batches(graph, sampler, seeds: torch.Tensor, batch: int, seed: int):
@@ -331,7 +370,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     for ax in list(axes.flat)[len(graphs):]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
-    fig.suptitle(title, fontsize=8)
+    fig.suptitle("\n".join(textwrap.wrap(title, width=int(16 * fig.get_figwidth()))), fontsize=8)  # a lone panel is narrow
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
@@ -372,7 +411,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--feature-compression must name some of {', '.join(CODE_BYTES)}, but got {args.compression!r}")
     if args.presample_seed == args.eval_seed:
         parser.error("--presample-seed and --eval-seed must differ: the evaluated epoch must not be the presampled one")
-    if any(g in REAL for g in names) and not Path(args.data_root).is_dir():
+    if any(g in REAL or g in AS_STORED for g in names) and not Path(args.data_root).is_dir():
         parser.error(f"the real graphs are read from --data-root, and {args.data_root!r} is not a folder")
     torch.manual_seed(0)
 

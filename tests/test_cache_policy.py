@@ -563,6 +563,26 @@ def test_cache_bench_on_a_tiny_graph(dgl, tmp_path):
 
 
 @pytest.mark.slow
+def test_cache_bench_reads_an_amazon_graph_as_stored(dgl, tmp_path):
+    """``amazon-photo-stored``: the file's one-way edges, not the dataset's symmetrised graph; sampled with fanouts
+    5,5 and batches of 64; the degree sampling follows is its out-degree."""
+    from conftest import SHARED_DATA
+
+    if not (SHARED_DATA / "graphdata" / "amazon_photo.npz").is_file():
+        pytest.skip(f"needs {SHARED_DATA}/graphdata/amazon_photo.npz")
+    stem = tmp_path / "cache_stored"
+    r = subprocess.run([sys.executable, "bench/cache.py", "--graphs", "amazon-photo-stored,amazon-photo", "--sizes", "10",
+                        "--data-root", str(SHARED_DATA), "--out", str(stem)],
+                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=300)
+    assert r.returncode == 0, r.stderr
+    rows = {(row["graph"], row["policy"]): row for row in json.loads(stem.with_suffix(".json").read_text())["rows"]}
+    stored, symmetric = rows[("amazon-photo-stored", "degree")], rows[("amazon-photo", "degree")]
+    assert stored["edges"] < 0.7 * symmetric["edges"] and (stored["batch"], symmetric["batch"]) == (64, 200)
+    assert stored["hit_rate"] == rows[("amazon-photo-stored", "out_degree")]["hit_rate"]
+    assert symmetric["hit_rate"] == rows[("amazon-photo", "in_degree")]["hit_rate"] == rows[("amazon-photo", "out_degree")]["hit_rate"]
+
+
+@pytest.mark.slow
 def test_cache_bench_refuses_the_same_seed_twice(tmp_path):
     r = subprocess.run([sys.executable, "bench/cache.py", "--presample-seed", "3", "--eval-seed", "3", "--out", str(tmp_path / "c")],
                        capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=120)
