@@ -190,8 +190,10 @@ def test_a_sampler_with_another_edge_dir_is_refused(dgl, small):
         make_policy("degree", graph, sampler=odd)
     with pytest.raises(ValueError, match="edge_dir must be 'in' or 'out'"):
         check_cache_args(10**6, "degree", table.shape[0], graph, odd)  # before anything is built or pinned
-    assert sampling_edge_dir(odd := _NoDirection()) == "in" and sampled_degree("in") == "out_degree"
-    assert sampled_degree("out") == "in_degree"
+    assert sampling_edge_dir(_NoDirection()) == sampling_edge_dir(None) == "in"
+    assert (sampled_degree("in"), sampled_degree("out")) == ("out_degree", "in_degree")
+    with pytest.raises(ValueError, match="edge_dir must be 'in' or 'out', but got 'both'"):
+        sampled_degree("both")
 
 
 def test_degree_is_the_default_policy():
