@@ -27,6 +27,7 @@ def test_reconstruction_bench_checks_and_reports_every_form(tmp_path):
     assert stem.with_suffix(".png").stat().st_size > 0
 
 
+@pytest.mark.slow  # a benchmark smoke run; the compressed gathers equal the reference in test_store_compressed
 def test_cpu_gather_bench_checks_compressed_methods_first(tmp_path):
     pytest.importorskip("dgl")
     stem = tmp_path / "cg_tiny"

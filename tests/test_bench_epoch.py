@@ -9,6 +9,7 @@ import pytest
 from conftest import REPO
 
 
+@pytest.mark.slow  # a benchmark smoke run; the routes yield the same batches in test_train
 def test_epoch_bench_reports_every_route_with_median_and_spread(tmp_path):
     pytest.importorskip("dgl")  # the bench samples with DGL (in a subprocess with the same environment)
     stem = tmp_path / "epoch_tiny"

@@ -15,7 +15,8 @@ def run_cli(*args, cwd=REPO):
     return subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", *args], capture_output=True, text=True, encoding="utf-8", cwd=cwd, env=os.environ.copy(), timeout=300)
 
 
-@pytest.mark.parametrize("source", ["cpu", "dgl"])
+# "dgl" in the slow tier: the same run through another source; test_train checks the sources give the same batches.
+@pytest.mark.parametrize("source", ["cpu", pytest.param("dgl", marks=pytest.mark.slow)])
 def test_train_one_short_epoch(source):
     pytest.importorskip("dgl")  # training samples with DGL
     r = run_cli("train", *TINY, "--feature-source", source, "--device", "cpu")
@@ -72,7 +73,7 @@ def test_info_says_how_dgl_runs():
 
 
 def test_info_names_the_nvrtc_and_the_lookup_that_found_it():
-    from dgl_zerocopy import cuda_gather
+    from dgl_zerocopy.cuda.gather import cuda_gather
 
     line = _info_lines()["NVRTC"]
     try:
@@ -122,6 +123,23 @@ BAD = {
 }
 
 
+@pytest.mark.parametrize("args,message", BAD.values(), ids=BAD.keys())
+def test_bad_input_is_one_line_and_exit_2_in_process(args, message, capsys):
+    """Every case of BAD through ``main``, in this process (milliseconds each); the console script in
+    a process of its own is checked on each case in the slow tier, on the bad config files below in both."""
+    from dgl_zerocopy.cli import main
+
+    try:
+        code = main(["train", *args])
+    except SystemExit as exit_:  # argparse's errors
+        code = exit_.code
+    err = capsys.readouterr().err
+    assert code == 2, err
+    assert message in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+
+
+@pytest.mark.slow  # a process each (~2 s); the test above checks every case in the fast tier
 @pytest.mark.parametrize("args,message", BAD.values(), ids=BAD.keys())
 def test_bad_input_is_one_line_and_exit_2(args, message):
     r = run_cli("train", *args)

@@ -323,6 +323,7 @@ def _accuracy(stdout: str) -> float:
     return float(re.search(r"final test accuracy ([0-9.]+)", stdout).group(1))
 
 
+@pytest.mark.slow  # an accuracy run through the CLI, twice; test_two_ranks_split_the_seeds_... guards DDP in the fast tier
 def test_train_with_two_processes_on_the_cpu_matches_one():
     two = _cli(*CLI, "--nproc", "2")
     assert two.returncode == 0, two.stdout[-2000:] + two.stderr[-4000:]

@@ -33,6 +33,7 @@ def tiny_run(tmp_path_factory):
     return out, r.stdout
 
 
+@pytest.mark.slow  # runs the benchmark; the fit below is tested on known lines in the fast tier
 def test_files_written_to_the_given_folder_only(tiny_run):
     out, _ = tiny_run
     for suffix in (".csv", ".json", ".png"):
@@ -42,6 +43,7 @@ def test_files_written_to_the_given_folder_only(tiny_run):
     assert header[0].startswith("# command: ") and "--out-dir" in header[0]
 
 
+@pytest.mark.slow  # runs the benchmark; the fit below is tested on known lines in the fast tier
 def test_rows_cover_the_grid(tiny_run):
     out, _ = tiny_run
     rows = json.loads((out / f"{STEM}.json").read_text())["rows"]
@@ -56,6 +58,7 @@ def test_rows_cover_the_grid(tiny_run):
         assert r["gather_mb"] * 1e6 / r["gather_rows"] == pytest.approx(4 * r["width"])
 
 
+@pytest.mark.slow  # runs the benchmark; the fit below is tested on known lines in the fast tier
 def test_bytes_gathered_grow_with_width(tiny_run):
     out, _ = tiny_run
     rows = {r["width"]: r for r in json.loads((out / f"{STEM}.json").read_text())["rows"] if r["nodes"] == 3000}
@@ -63,6 +66,7 @@ def test_bytes_gathered_grow_with_width(tiny_run):
     assert rows[16]["step_mb"] < rows[64]["step_mb"]
 
 
+@pytest.mark.slow  # runs the benchmark; the fit below is tested on known lines in the fast tier
 def test_fit_fields_present_and_finite(tiny_run):
     out, stdout = tiny_run
     meta = json.loads((out / f"{STEM}.json").read_text())["meta"]
@@ -98,6 +102,7 @@ def test_too_few_sizes_give_nan_not_a_fake_fit():
     assert "too few distinct sizes" in verdict("gather time", fit)
 
 
+@pytest.mark.slow  # runs the benchmark; the fit below is tested on known lines in the fast tier
 def test_batch_larger_than_the_training_set_is_a_clear_error(tmp_path):
     pytest.importorskip("dgl")  # the bench imports DGL before it checks the batch size
     r = run_bench("--nodes", "2000", "--widths", "16", "--width-nodes", "2000", "--batch-size", "1024", "--out-dir", str(tmp_path))

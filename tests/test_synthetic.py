@@ -41,6 +41,7 @@ def test_graph_is_symmetric_without_self_loops(small_dataset):
     assert not np.any(d.indices == dst)
 
 
+@pytest.mark.slow  # generates the 200k-node default; test_synthetic_presets::test_default_dataset_is_unchanged pins it byte for byte
 def test_default_shape_is_products_like():
     """The default graph: ~200k nodes, average degree ~20, heavy-tailed degrees, homophilous edges."""
     d = generate(SyntheticSpec())

@@ -37,6 +37,7 @@ def _python(env, *args, timeout):
                           encoding="utf-8", timeout=timeout)
 
 
+@pytest.mark.slow  # collects every test file; the package itself imports without DGL in the test below
 def test_the_suite_collects_without_dgl(env_without_dgl):
     r = _python(env_without_dgl, "-m", "pytest", "--collect-only", "-q", "-rs", "-p", "no:cacheprovider", "tests",
                 timeout=300)
