@@ -33,6 +33,13 @@ EXPECTED = {
     "coauthor-physics": (34493, 495924, 8415, 5),
 }
 PLANETOID_SPLITS = {"cora": (140, 500, 1000), "citeseer": (120, 500, 1000)}
+# The three largest (seconds each to load and check) in the slow tier; Cora, Citeseer (Planetoid's
+# reader) and Amazon Photo (GraphData's) keep both readers checked in the fast tier.
+LARGE = {"amazon-computers", "coauthor-cs", "coauthor-physics"}
+
+
+def by_size(names) -> list:
+    return [pytest.param(n, marks=pytest.mark.slow) if n in LARGE else n for n in names]
 
 
 @pytest.fixture(scope="module")
@@ -57,7 +64,7 @@ def _edge_keys(indptr: np.ndarray, indices: np.ndarray) -> np.ndarray:
 
 
 @needs_data
-@pytest.mark.parametrize("name", list(EXPECTED))
+@pytest.mark.parametrize("name", by_size(EXPECTED))
 def test_counts_and_contract(loaded, name):
     data = loaded(name)
     nodes, edges, feats, classes = EXPECTED[name]
@@ -70,7 +77,7 @@ def test_counts_and_contract(loaded, name):
 
 
 @needs_data
-@pytest.mark.parametrize("name", list(EXPECTED))
+@pytest.mark.parametrize("name", by_size(EXPECTED))
 def test_graph_symmetric_without_self_loops_or_duplicates(loaded, name):
     data = loaded(name)
     n = data.num_nodes
@@ -82,7 +89,7 @@ def test_graph_symmetric_without_self_loops_or_duplicates(loaded, name):
 
 
 @needs_data
-@pytest.mark.parametrize("name", list(EXPECTED))
+@pytest.mark.parametrize("name", by_size(EXPECTED))
 def test_splits_disjoint_sorted_and_sized(loaded, name):
     data = loaded(name)
     splits = (data.train_idx, data.val_idx, data.test_idx)
@@ -100,7 +107,7 @@ def test_splits_disjoint_sorted_and_sized(loaded, name):
 
 
 @needs_data
-@pytest.mark.parametrize("name", ["amazon-photo", "amazon-computers"])
+@pytest.mark.parametrize("name", by_size(["amazon-photo", "amazon-computers"]))
 def test_random_split_reproducible_per_seed(loaded, name):
     first = loaded(name)  # split_seed 0
     again = load_dataset(name, root=SHARED_DATA, split_seed=0)
@@ -156,7 +163,7 @@ def test_planetoid_rows_normalised_and_citeseer_isolated_rows_zero(loaded):
 
 
 @needs_data
-@pytest.mark.parametrize("name", list(GRAPHDATA_FILES))
+@pytest.mark.parametrize("name", by_size(GRAPHDATA_FILES))
 def test_graphdata_equals_scipy(loaded, name):
     """Graph: SciPy's A + A^T with the diagonal removed; features: SciPy's densified CSR divided by
     its row sums, compared in row chunks so that Coauthor Physics needs no second full-size array."""
