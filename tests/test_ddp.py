@@ -236,6 +236,7 @@ def _fail(rank: int, world_size: int, folder: str, how: str) -> None:
     time.sleep(600)
 
 
+@pytest.mark.slow  # two 2-rank launches (raise, kill); the two-rank training above stays in the fast tier
 def test_a_failing_rank_ends_the_job_at_once_with_its_own_error(tmp_path):
     from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 

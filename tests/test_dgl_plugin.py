@@ -232,6 +232,7 @@ def test_dgl_storage_source_trains(small_dataset):
     assert history[-1].test_acc > 1.0 / small_dataset.num_classes + 0.4
 
 
+@pytest.mark.slow  # the console script in a process; the source trains in-process in the test above
 def test_cli_trains_with_dgl_storage():
     args = ["--num-nodes", "1500", "--fanouts", "4,4", "--batch-size", "128", "--hidden", "16", "--epochs", "1", "--no-progress"]
     r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "train", *args, "--feature-source", "dgl-storage", "--device", "cpu"],
