@@ -13,7 +13,7 @@ below) in- and out-degree are equal, so ``degree``, ``in_degree`` and ``out_degr
 same rows.
 
 PCIe bytes per epoch = rows read from host memory x modelled link bytes per row of the aligned
-zero-copy kernel (dgl_zerocopy/pcie_model.py: 32-byte sectors fetched plus 24 bytes of TLP
+zero-copy kernel (dgl_zerocopy/cuda/gather/pcie_model.py: 32-byte sectors fetched plus 24 bytes of TLP
 overhead per 128-byte-line request, from the emulated kernel's loads). Every row costs the same, so
 the share of bytes a cache saves is its hit rate. A model, not a measurement.
 
@@ -89,7 +89,7 @@ CODE_BYTES = {codec: np.dtype(dtype).itemsize for codec, dtype in CODE_DTYPES.it
 
 def link_bytes_per_row(row_bytes: int, dtype: np.dtype) -> float:
     """Modelled PCIe link bytes (payload sectors + TLP overhead) per row of the aligned kernel."""
-    from dgl_zerocopy.pcie_model import TLP_OVERHEAD_BYTES, compare
+    from dgl_zerocopy.cuda.gather.pcie_model import TLP_OVERHEAD_BYTES, compare
 
     num_ids = 256
     m = compare(row_bytes, dtype=dtype, num_ids=num_ids, num_rows=1024)["aligned"]

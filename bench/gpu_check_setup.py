@@ -217,7 +217,7 @@ def environment(cuda: bool) -> dict:
 
 
 def _nvrtc_of_dgl_zerocopy() -> str:
-    from dgl_zerocopy.cuda_gather import find_nvrtc, nvrtc_version
+    from dgl_zerocopy.cuda.nvrtc import find_nvrtc, nvrtc_version
 
     lib = find_nvrtc()
     return "%d.%d at %s (%s)" % (*nvrtc_version(), lib.path, lib.source)

@@ -4,7 +4,7 @@ for every stored form (fp32, fp16, bf16, int8 per column and per row), at the he
 Runs the real kernel (kernels/gather.cu with a slot map: hits read from a cache buffer that stands
 for device memory, misses from the host table) and the same gather without a cache on the CPU
 emulator, checks both outputs against a NumPy decode, and applies the request model of
-dgl_zerocopy/pcie_model.py counting only host loads. No GPU needed; a model, not a measurement.
+dgl_zerocopy/cuda/gather/pcie_model.py counting only host loads. No GPU needed; a model, not a measurement.
 The hit rate is set here by construction; bench/cache.py measures the hit rates the policies reach.
 
     python bench/pcie_cache.py [--num-ids 512] [--num-rows 4096] [--seed 0]
@@ -22,7 +22,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, command_line, machine, write_results  # noqa: E402
 
-from dgl_zerocopy.pcie_model import CODEC_VARIANTS, TLP_OVERHEAD_BYTES, compare_cached  # noqa: E402
+from dgl_zerocopy.cuda.gather.pcie_model import CODEC_VARIANTS, TLP_OVERHEAD_BYTES, compare_cached  # noqa: E402
 
 COLUMNS = {100: "ogbn-products", 128: "ogbn-papers100M"}
 HIT_RATES = (0.0, 0.1, 0.25, 0.5, 0.75, 0.9, 1.0)

@@ -3,7 +3,7 @@ bandwidth delivered, for fp32, fp16, bf16 and int8 (per-column and per-row scale
 
 Runs the real kernels (kernels/gather.cu: the aligned fp32 gather and the decoding gather) on the
 CPU emulator with the same random ids for every stored form, checks each output against a NumPy
-decode, and applies the request model of dgl_zerocopy/pcie_model.py (128-byte line requests per
+decode, and applies the request model of dgl_zerocopy/cuda/gather/pcie_model.py (128-byte line requests per
 warp instruction, 32-byte sectors, 24 bytes of TLP overhead per request). fp32-equivalent
 bandwidth = link GB/s x (4 x columns) / (link bytes per row). No GPU needed; a model, not a
 measurement.
@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, command_line, machine, write_results  # noqa: E402
 
-from dgl_zerocopy.pcie_model import (  # noqa: E402
+from dgl_zerocopy.cuda.gather.pcie_model import (  # noqa: E402
     CODEC_VARIANTS,
     LINE_BYTES,
     LINK_GBPS,

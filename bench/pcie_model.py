@@ -1,7 +1,7 @@
 """PCIe request model: naive against aligned gather kernel, for fp32 rows of 4 to 4096 bytes.
 
 Runs the real kernels (kernels/gather.cu) on the CPU emulator with random ids, checks their output
-against ``table[ids]``, and applies the request model of dgl_zerocopy/pcie_model.py (128-byte
+against ``table[ids]``, and applies the request model of dgl_zerocopy/cuda/gather/pcie_model.py (128-byte
 line requests per warp instruction, 32-byte sectors, 24 bytes of TLP overhead per request).
 No GPU needed; the numbers are a model, not a measurement.
 
@@ -18,7 +18,7 @@ from pathlib import Path
 
 from common import command_line, machine, write_results
 
-from dgl_zerocopy.pcie_model import LINE_BYTES, SECTOR_BYTES, TLP_OVERHEAD_BYTES, compare
+from dgl_zerocopy.cuda.gather.pcie_model import LINE_BYTES, SECTOR_BYTES, TLP_OVERHEAD_BYTES, compare
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 # fp32 columns: powers of two, odd counts, and the two headline datasets

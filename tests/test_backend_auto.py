@@ -11,7 +11,9 @@ import warnings
 import pytest
 import torch
 
-from dgl_zerocopy import backends, cuda_gather, launch
+from dgl_zerocopy import backends
+from dgl_zerocopy.cuda import nvrtc
+from dgl_zerocopy.cuda.gather import launch, launcher
 from dgl_zerocopy.store import _resolve_backend
 
 
@@ -52,7 +54,7 @@ def _resolve(*args) -> tuple[str, list[warnings.WarningMessage]]:
 
 def test_kernel_compiles_so_auto_is_zerocopy_checked_once_per_device(fake_gpu):
     compile_ = FakeCompile()
-    fake_gpu.setattr(cuda_gather, "compile_gather_module", compile_)
+    fake_gpu.setattr(launcher, "compile_gather_module", compile_)
     assert _resolve("auto") == ("zerocopy", [])
     assert _resolve("auto", "cuda") == ("zerocopy", [])
     assert compile_.calls == [(0, (backends.PROBE_KERNEL,))]
@@ -63,9 +65,9 @@ def test_kernel_compiles_so_auto_is_zerocopy_checked_once_per_device(fake_gpu):
 
 
 def test_compile_failure_falls_back_to_cpu_with_the_reason_and_the_fix(fake_gpu):
-    error = cuda_gather.KernelCompileError(
+    error = nvrtc.KernelCompileError(
         "NVRTC could not compile gather.cu for sm_90 (NVRTC_ERROR_INVALID_OPTION):\nline two of the log")
-    fake_gpu.setattr(cuda_gather, "compile_gather_module", FakeCompile(error))
+    fake_gpu.setattr(launcher, "compile_gather_module", FakeCompile(error))
     backend, caught = _resolve("auto")
     assert backend == "cpu"
     assert len(caught) == 1 and caught[0].category is RuntimeWarning
@@ -84,7 +86,7 @@ def test_failure_on_one_device_only(fake_gpu):
             raise RuntimeError("CuPy failed to load libnvrtc.so.12: OSError: cannot open shared object file")
         return object()
 
-    fake_gpu.setattr(cuda_gather, "compile_gather_module", compile_)
+    fake_gpu.setattr(launcher, "compile_gather_module", compile_)
     assert _resolve("auto", "cuda:0") == ("zerocopy", [])
     backend, caught = _resolve("auto", "cuda:1")
     assert backend == "cpu" and "(sm_80): RuntimeError: CuPy failed to load libnvrtc.so.12" in str(caught[0].message)
@@ -92,7 +94,7 @@ def test_failure_on_one_device_only(fake_gpu):
 
 def test_cupy_missing_falls_back_to_cpu_and_says_what_to_install(fake_gpu):
     fake_gpu.setitem(sys.modules, "cupy", None)  # import cupy raises ImportError
-    fake_gpu.setattr(cuda_gather, "compile_gather_module", FakeCompile(AssertionError("not reached")))
+    fake_gpu.setattr(launcher, "compile_gather_module", FakeCompile(AssertionError("not reached")))
     backend, caught = _resolve("auto")
     assert backend == "cpu"
     message = str(caught[0].message)
@@ -101,7 +103,7 @@ def test_cupy_missing_falls_back_to_cpu_and_says_what_to_install(fake_gpu):
 
 def test_cpu_device_or_no_cuda_is_cpu_without_a_warning_or_a_compile(fake_gpu):
     compile_ = FakeCompile()
-    fake_gpu.setattr(cuda_gather, "compile_gather_module", compile_)
+    fake_gpu.setattr(launcher, "compile_gather_module", compile_)
     assert _resolve("auto", "cpu") == ("cpu", [])
     assert _resolve("auto", torch.device("cpu")) == ("cpu", [])
     fake_gpu.setattr(torch.cuda, "is_available", lambda: False)
@@ -111,6 +113,6 @@ def test_cpu_device_or_no_cuda_is_cpu_without_a_warning_or_a_compile(fake_gpu):
 
 
 def test_explicit_backends_are_not_checked(fake_gpu):
-    fake_gpu.setattr(cuda_gather, "compile_gather_module", FakeCompile(AssertionError("not reached")))
+    fake_gpu.setattr(launcher, "compile_gather_module", FakeCompile(AssertionError("not reached")))
     for name in ("zerocopy", "cpu", "gpu"):
         assert _resolve(name) == (name, [])

@@ -73,15 +73,15 @@ def test_info_says_how_dgl_runs():
 
 
 def test_info_names_the_nvrtc_and_the_lookup_that_found_it():
-    from dgl_zerocopy.cuda.gather import cuda_gather
+    from dgl_zerocopy.cuda import nvrtc
 
     line = _info_lines()["NVRTC"]
     try:
-        found = cuda_gather.find_nvrtc()
+        found = nvrtc.find_nvrtc()
     except FileNotFoundError:
         assert line.startswith("not available (NVRTC (libnvrtc.so.12 or .13) was not found"), line
         return
-    major, minor = cuda_gather.nvrtc_version()
+    major, minor = nvrtc.nvrtc_version()
     assert line == f"{major}.{minor} at {found.path} (found by: {found.source})"
 
 

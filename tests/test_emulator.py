@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dgl_zerocopy import emulator
-from dgl_zerocopy.emulator import emulate_gather
+from dgl_zerocopy.cuda.gather import emulator
+from dgl_zerocopy.cuda.gather.emulator import emulate_gather
 
 VARIANTS = ("aligned", "naive")
 # bfloat16 has no NumPy dtype; its bytes behave like any 2-byte element (int16/uint16, float16).

@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from dgl_zerocopy.cache import HotRowCache, cached_gather
-from dgl_zerocopy.emulator import emulate_decode, emulate_gather
-from dgl_zerocopy.pcie_model import analyze
+from dgl_zerocopy.cuda.gather.emulator import emulate_decode, emulate_gather
+from dgl_zerocopy.cuda.gather.pcie_model import analyze
 from test_emulator import assert_same_bytes, make_table
 from test_emulator_decode import CODECS, OUT_DTYPES, TORCH_CODES, assert_same, make_codec, out_format
 

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from dgl_zerocopy import launch
+from dgl_zerocopy.cuda.gather import launch
 from dgl_zerocopy.compression import Codec
 from dgl_zerocopy.compression.encode import encode_into
-from dgl_zerocopy.emulator import convert, emulate_decode, emulator_flushes_subnormals, float_op
-from dgl_zerocopy.kernel_source import gpu_flushes_subnormals
+from dgl_zerocopy.cuda.gather.emulator import convert, emulate_decode, emulator_flushes_subnormals, float_op
+from dgl_zerocopy.cuda.kernel_source import gpu_flushes_subnormals
 
 COLUMNS = (1, 2, 3, 31, 32, 100, 128, 602, 4099)
 CODECS = ("fp16", "bf16", "int8/column", "int8/row")

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import CUDA, REPO
-from dgl_zerocopy import launch
+from dgl_zerocopy.cuda.gather import launch
 
 sys.path.insert(0, str(REPO / "bench"))
 import gpu_check  # noqa: E402

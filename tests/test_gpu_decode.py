@@ -19,7 +19,7 @@ from dgl_zerocopy.backends import GatherOptions  # noqa: E402
 from dgl_zerocopy.backends.zerocopy import ZeroCopyBackend  # noqa: E402
 from dgl_zerocopy.compression import Codec  # noqa: E402
 from dgl_zerocopy.compression.encode import encode_into  # noqa: E402
-from dgl_zerocopy.cuda_gather import launch_decode  # noqa: E402
+from dgl_zerocopy.cuda.gather.launcher import launch_decode  # noqa: E402
 
 CODECS = ("fp16", "bf16", "int8/column", "int8/row")
 OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)

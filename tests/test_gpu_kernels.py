@@ -14,7 +14,7 @@ cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x)
 if cupy.cuda.runtime.getDeviceCount() == 0:
     pytest.skip("CuPy sees no CUDA device", allow_module_level=True)
 
-from dgl_zerocopy.cuda_gather import compile_gather_module, launch_gather  # noqa: E402
+from dgl_zerocopy.cuda.gather.launcher import compile_gather_module, launch_gather  # noqa: E402
 
 DTYPES = [
     torch.float32,
@@ -77,7 +77,7 @@ def test_a_launch_compiles_only_its_instantiation():
 def test_streams_from_torch_and_cupy_are_accepted_without_deprecation_warnings():
     import warnings
 
-    from dgl_zerocopy.cuda_gather import cupy_stream
+    from dgl_zerocopy.cuda.gather.launcher import cupy_stream
 
     side = torch.cuda.Stream()
     with warnings.catch_warnings():
@@ -137,7 +137,7 @@ def test_the_nvrtc_compile_check_uses_the_options_cupy_passes(monkeypatch):
     compile_check (kernel_source.nvrtc_options), so the CPU compile check compiles what runs here."""
     from cupy.cuda import compiler
 
-    from dgl_zerocopy.kernel_source import kernel_options, nvrtc_options, read_kernel
+    from dgl_zerocopy.cuda.kernel_source import kernel_options, nvrtc_options, read_kernel
 
     seen = []
     real_compile = compiler._NVRTCProgram.compile

@@ -11,14 +11,15 @@ import sys
 
 import pytest
 
-from dgl_zerocopy.cuda.gather import cuda_gather, launch
+from dgl_zerocopy.cuda import nvrtc
+from dgl_zerocopy.cuda.gather import launch, launcher
 from dgl_zerocopy.cuda.kernel_source import (flush_to_zero, gpu_flushes_subnormals, kernel_dir, kernel_options,
                                         kernel_sources_digest, nvrtc_options, read_kernel)
 
 
 def _nvrtc_archs() -> tuple[str, ...]:
     try:
-        return cuda_gather.default_archs()
+        return nvrtc.default_archs()
     except OSError:  # not found (FileNotFoundError) or not loadable
         return ()
 
@@ -39,7 +40,7 @@ FAST_ARCH = "sm_90" if "sm_90" in ARCHS else ARCHS[-1] if ARCHS else "no-nvrtc"
 @pytest.mark.parametrize("arch", [a if a == FAST_ARCH else pytest.param(a, marks=pytest.mark.slow) for a in ARCHS or ["no-nvrtc"]])
 def test_all_instantiations_compile_without_warnings(arch, caplog):
     with caplog.at_level(logging.WARNING, logger="dgl_zerocopy.cuda.gather.launcher"):
-        cuda_gather.compile_check(arch)
+        launcher.compile_check(arch)
     assert not caplog.records, caplog.text
 
 
@@ -51,7 +52,7 @@ def test_no_instruction_flushes_subnormals_under_cupys_options():
     options = nvrtc_options("compute_90")
     assert "-ftz=true" in options and flush_to_zero(options)
     arch = f"compute_{ARCHS[-1].removeprefix('sm_')}"
-    ptx = cuda_gather.compile_check(arch).decode()
+    ptx = launcher.compile_check(arch).decode()
     assert ptx.count(".entry ") == len(launch.all_name_expressions())
     flushing = sorted(set(re.findall(r"\b[a-z]+(?:\.[a-z0-9]+)*\.ftz(?:\.[a-z0-9]+)*", ptx)))
     assert not flushing, f"instructions that flush subnormals: {flushing}"
@@ -61,9 +62,9 @@ def test_no_instruction_flushes_subnormals_under_cupys_options():
 @requires_nvrtc
 def test_compile_check_returns_the_cubin_or_the_ptx():
     name = ["gather_aligned<uint4, long long>"]
-    cubin = cuda_gather.compile_check(ARCHS[0], name)
+    cubin = launcher.compile_check(ARCHS[0], name)
     assert cubin[:4] == b"\x7fELF"
-    ptx = cuda_gather.compile_check(ARCHS[0].replace("sm_", "compute_"), name).decode()
+    ptx = launcher.compile_check(ARCHS[0].replace("sm_", "compute_"), name).decode()
     assert f".target {ARCHS[0]}" in ptx and ptx.count(".entry ") == 1 and "\0" not in ptx
 
 
@@ -128,36 +129,36 @@ def test_compile_options_are_the_ones_cupy_passes(monkeypatch):
 
 @requires_nvrtc
 def test_compile_error_carries_the_nvrtc_log():
-    with pytest.raises(cuda_gather.KernelCompileError, match="no_such_type"):
-        cuda_gather.compile_check("sm_80", ["gather_aligned<no_such_type, int>"])
+    with pytest.raises(nvrtc.KernelCompileError, match="no_such_type"):
+        launcher.compile_check("sm_80", ["gather_aligned<no_such_type, int>"])
 
 
 @requires_nvrtc
 def test_nvrtc_version_is_12_or_13_and_agrees_with_the_file_name():
-    major, _ = cuda_gather.nvrtc_version()
+    major, _ = nvrtc.nvrtc_version()
     assert major in (12, 13)
-    assert major == cuda_gather.find_nvrtc().major
+    assert major == nvrtc.find_nvrtc().major
 
 
 @requires_nvrtc
 def test_archs_follow_the_nvrtc_major():
     """CUDA 13 dropped sm_50 to sm_72; sm_100 arrived in 12.8."""
-    major, minor = cuda_gather.nvrtc_version()
+    major, minor = nvrtc.nvrtc_version()
     if major == 13:
         assert ARCHS == ("sm_75", "sm_80", "sm_90", "sm_100")
     else:
         expected = ("sm_70", "sm_75", "sm_80", "sm_90") + (("sm_100",) if minor >= 8 else ())
         assert ARCHS == expected
-    assert set(ARCHS) <= set(cuda_gather.supported_archs())
+    assert set(ARCHS) <= set(nvrtc.supported_archs())
 
 
 @requires_nvrtc
 def test_an_arch_the_nvrtc_does_not_support_is_a_clear_value_error():
-    supported = cuda_gather.supported_archs()
+    supported = nvrtc.supported_archs()
     arch = next(arch for arch in ("sm_50", "sm_100", "sm_30") if arch not in supported)
-    major, minor = cuda_gather.nvrtc_version()
+    major, minor = nvrtc.nvrtc_version()
     with pytest.raises(ValueError) as error:
-        cuda_gather.compile_check(arch)
+        launcher.compile_check(arch)
     message = str(error.value)
     assert arch in message and f"NVRTC {major}.{minor}" in message and supported[-1] in message, message
 
@@ -165,7 +166,7 @@ def test_an_arch_the_nvrtc_does_not_support_is_a_clear_value_error():
 def test_bad_arch_is_rejected_before_compiling():
     for arch in ("ampere", "sm_8", "compute80", "lto_90"):
         with pytest.raises(ValueError, match="sm_80"):
-            cuda_gather.compile_check(arch)
+            launcher.compile_check(arch)
 
 
 def test_kernel_sources_are_found_and_read():
@@ -218,10 +219,10 @@ def test_kernels_package_re_exports_the_launcher():
         kernels = importlib.import_module("dgl_zerocopy.kernels")
     except ModuleNotFoundError:
         pytest.skip("dgl_zerocopy.kernels exists once the package is installed (make install)")
-    assert kernels.launch_gather is cuda_gather.launch_gather
-    assert kernels.compile_check is cuda_gather.compile_check
-    assert kernels.nvrtc_version is cuda_gather.nvrtc_version
-    assert kernels.find_nvrtc is cuda_gather.find_nvrtc
-    assert kernels.default_archs is cuda_gather.default_archs
+    assert kernels.launch_gather is launcher.launch_gather
+    assert kernels.compile_check is launcher.compile_check
+    assert kernels.nvrtc_version is nvrtc.nvrtc_version
+    assert kernels.find_nvrtc is nvrtc.find_nvrtc
+    assert kernels.default_archs is nvrtc.default_archs
     with pytest.raises(AttributeError):
         kernels.no_such_name  # noqa: B018

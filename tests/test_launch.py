@@ -1,4 +1,4 @@
-"""Launch plans of the gather kernels (dgl_zerocopy.launch): pure Python, no CUDA."""
+"""Launch plans of the gather kernels (dgl_zerocopy.cuda.gather.launch): pure Python, no CUDA."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import itertools
 
 import pytest
 
-from dgl_zerocopy.launch import (
+from dgl_zerocopy.cuda.gather.launch import (
     CODE_FORMATS,
     LINE_BYTES,
     OUT_FORMATS,

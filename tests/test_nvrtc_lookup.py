@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from dgl_zerocopy import cuda_gather
-from dgl_zerocopy.cuda_gather import NvrtcLibrary, choose_nvrtc, nvrtc_candidates
+from dgl_zerocopy.cuda import nvrtc
+from dgl_zerocopy.cuda.nvrtc import NvrtcLibrary, choose_nvrtc, nvrtc_candidates
 
 NO_TOOLKIT = "/nonexistent/cuda"  # keeps a real /usr/local/cuda out of the fake-tree tests
 
@@ -131,17 +131,17 @@ def test_choice_among_equals_keeps_the_search_order():
 
 @pytest.fixture
 def fresh_lookup():
-    cuda_gather.find_nvrtc.cache_clear()
+    nvrtc.find_nvrtc.cache_clear()
     yield
-    cuda_gather.find_nvrtc.cache_clear()
+    nvrtc.find_nvrtc.cache_clear()
 
 
 def test_not_found_names_every_place_and_the_fix(monkeypatch, fresh_lookup):
-    monkeypatch.setattr(cuda_gather, "nvrtc_candidates", lambda *args, **kwargs: [])
-    monkeypatch.setattr(cuda_gather, "_nvrtc_from_loaders",
+    monkeypatch.setattr(nvrtc, "nvrtc_candidates", lambda *args, **kwargs: [])
+    monkeypatch.setattr(nvrtc, "_nvrtc_from_loaders",
                         lambda major: (None, ["CuPy's lookup (cuda-pathfinder: not installed)", "the dynamic linker (...)"]))
     with pytest.raises(FileNotFoundError) as error:
-        cuda_gather.find_nvrtc()
+        nvrtc.find_nvrtc()
     message = str(error.value)
     for place in ("nvidia/cuda_nvrtc/lib", "nvidia/cu13/lib", "sys.path", "$CUDA_PATH", "$CUDA_HOME",
                   "/usr/local/cuda", "lib64", "cuda-pathfinder", "dynamic linker",
@@ -150,15 +150,15 @@ def test_not_found_names_every_place_and_the_fix(monkeypatch, fresh_lookup):
 
 
 def test_loaders_are_asked_only_when_no_file_is_found(monkeypatch, fresh_lookup):
-    monkeypatch.setattr(cuda_gather, "nvrtc_candidates", lambda *args, **kwargs: [CU12_TOOLKIT])
-    monkeypatch.setattr(cuda_gather, "_nvrtc_from_loaders", lambda major: pytest.fail("loaders asked"))
-    assert cuda_gather.find_nvrtc() == CU12_TOOLKIT
+    monkeypatch.setattr(nvrtc, "nvrtc_candidates", lambda *args, **kwargs: [CU12_TOOLKIT])
+    monkeypatch.setattr(nvrtc, "_nvrtc_from_loaders", lambda major: pytest.fail("loaders asked"))
+    assert nvrtc.find_nvrtc() == CU12_TOOLKIT
 
 
 # --------------------------------------------------------------------------- what is installed
 
 try:
-    INSTALLED = cuda_gather.find_nvrtc()
+    INSTALLED = nvrtc.find_nvrtc()
 except FileNotFoundError:
     INSTALLED = None
 requires_nvrtc = pytest.mark.skipif(INSTALLED is None, reason="no NVRTC installed")
@@ -180,8 +180,8 @@ def test_installed_nvrtc_is_the_one_of_torchs_wheel():
         pytest.skip(f"torch {torch.__version__} brought no NVRTC wheel")
     assert (INSTALLED.source, INSTALLED.major) == (pip[major][0], major)
     assert INSTALLED.path.replace(os.sep, "/").endswith(f"{pip[major][1]}/libnvrtc.so.{major}")
-    assert cuda_gather.nvrtc_version()[0] == major
-    assert cuda_gather.nvrtc_library_path() == INSTALLED.path
+    assert nvrtc.nvrtc_version()[0] == major
+    assert nvrtc.nvrtc_library_path() == INSTALLED.path
 
 
 @requires_nvrtc
@@ -196,11 +196,12 @@ def test_real_library_in_a_toolkit_layout_compiles(tmp_path):
     (tmp_path / "cuda" / "lib64").symlink_to("targets/x86_64-linux/lib")
     code = (
         "import json, sys, torch\n"
-        "from dgl_zerocopy import cuda_gather\n"
+        "from dgl_zerocopy.cuda import nvrtc\n"
         "sys.path[:] = [p for p in sys.path if not p.endswith('site-packages')]\n"
-        "found = cuda_gather.find_nvrtc()\n"
-        "cuda_gather.compile_check(cuda_gather.default_archs()[-1], ['gather_aligned<uint4, long long>'])\n"
-        "print(json.dumps([found.source, found.path, list(cuda_gather.nvrtc_version())]))\n"
+        "found = nvrtc.find_nvrtc()\n"
+        "from dgl_zerocopy.cuda.gather import launcher\n"
+        "launcher.compile_check(nvrtc.default_archs()[-1], ['gather_aligned<uint4, long long>'])\n"
+        "print(json.dumps([found.source, found.path, list(nvrtc.nvrtc_version())]))\n"
     )
     source, path, version = _run(code, CUDA_PATH=str(tmp_path / "cuda"))
     assert (source, path) == ("CUDA_PATH", str(tmp_path / "cuda" / "lib64" / real.name))
@@ -214,8 +215,8 @@ def test_dynamic_linker_finds_it_on_ld_library_path():
     code = (
         "import json, sys\n"
         "sys.modules['cuda'] = None  # no cuda-pathfinder: the dynamic linker alone\n"
-        "from dgl_zerocopy import cuda_gather\n"
-        "found, tried = cuda_gather._nvrtc_from_loaders(None)\n"
+        "from dgl_zerocopy.cuda import nvrtc\n"
+        "found, tried = nvrtc._nvrtc_from_loaders(None)\n"
         "print(json.dumps([found.source, found.path, found.major, tried]))\n"
     )
     source, path, major, tried = _run(code, LD_LIBRARY_PATH=os.path.dirname(real))
@@ -228,8 +229,8 @@ def test_cupys_lookup_through_cuda_pathfinder():
     pytest.importorskip("cuda.pathfinder")
     code = (
         "import json\n"
-        "from dgl_zerocopy import cuda_gather\n"
-        "found, tried = cuda_gather._nvrtc_from_loaders(None)\n"
+        "from dgl_zerocopy.cuda import nvrtc\n"
+        "found, tried = nvrtc._nvrtc_from_loaders(None)\n"
         "print(json.dumps(found and [found.source, found.path, found.major]))\n"
     )
     found = _run(code)
@@ -248,11 +249,11 @@ def test_cupy_gets_the_nvrtc_of_its_cuda_major():
     pytest.importorskip("cupy")
     code = (
         "import json, cupy\n"
-        "from dgl_zerocopy import cuda_gather\n"
-        "cuda_gather._load_nvrtc_for_cupy(cupy)\n"
+        "from dgl_zerocopy.cuda import nvrtc\n"
+        "nvrtc.preload_for_cupy(cupy)\n"
         "print(json.dumps([list(cupy.cuda.nvrtc.getVersion()), cupy.cuda.get_local_runtime_version() // 1000]))\n"
     )
     version, cupy_major = _run(code)
     assert version[0] == cupy_major
     if cupy_major == INSTALLED.major:
-        assert tuple(version) == cuda_gather.nvrtc_version()
+        assert tuple(version) == nvrtc.nvrtc_version()

@@ -26,7 +26,7 @@ def test_wheel_ships_kernels_and_finds_them(tmp_path):
     assert install.returncode == 0, install.stderr
     env = {**os.environ, "PYTHONPATH": str(target)}
     probe = subprocess.run(
-        [sys.executable, "-c", "from dgl_zerocopy.kernel_source import kernel_dir, read_kernel; print(kernel_dir()); print(len(read_kernel('gather.cu')))"],
+        [sys.executable, "-c", "from dgl_zerocopy.cuda.kernel_source import kernel_dir, read_kernel; print(kernel_dir()); print(len(read_kernel('gather.cu')))"],
         capture_output=True, text=True, encoding="utf-8", cwd=tmp_path, env=env, timeout=120,
     )
     assert probe.returncode == 0, probe.stderr

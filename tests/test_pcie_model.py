@@ -1,13 +1,13 @@
-"""The PCIe request model (dgl_zerocopy.pcie_model) on emulated traces."""
+"""The PCIe request model (dgl_zerocopy.cuda.gather.pcie_model) on emulated traces."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
 
-from dgl_zerocopy import launch
-from dgl_zerocopy.emulator import Trace, emulate_gather
-from dgl_zerocopy.pcie_model import (
+from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.gather.emulator import Trace, emulate_gather
+from dgl_zerocopy.cuda.gather.pcie_model import (
     CODEC_VARIANTS,
     LINK_GBPS,
     TLP_OVERHEAD_BYTES,

@@ -20,7 +20,7 @@ cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x)
 
 from dgl_zerocopy import pinning  # noqa: E402
 from dgl_zerocopy.store import _as_table  # noqa: E402
-from dgl_zerocopy.cuda_gather import cupy_stream  # noqa: E402
+from dgl_zerocopy.cuda.gather.launcher import cupy_stream  # noqa: E402
 
 
 class _Error(Exception):

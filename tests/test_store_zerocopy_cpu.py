@@ -33,7 +33,7 @@ from test_pinning import FakeRuntime, mapping_of, use  # noqa: E402 - also skips
 import cupy  # noqa: E402
 
 from dgl_zerocopy import FeatureStore, id_check  # noqa: E402
-from dgl_zerocopy import cuda_gather  # noqa: E402
+from dgl_zerocopy.cuda.gather import launcher  # noqa: E402
 from dgl_zerocopy.backends import zerocopy as zerocopy_backend  # noqa: E402
 
 ROWS, DIM = 10, 4
@@ -174,8 +174,8 @@ def device(monkeypatch):
     monkeypatch.setattr(torch.cuda, "stream", gpu.stream)
     monkeypatch.setattr(torch.cuda, "Event", gpu.make_event)
     monkeypatch.setattr(cupy.cuda, "Device", lambda index=None: _nothing())
-    monkeypatch.setattr(cuda_gather, "launch_gather", gpu.launch_gather)
-    monkeypatch.setattr(cuda_gather, "launch_decode", gpu.launch_decode)
+    monkeypatch.setattr(launcher, "launch_gather", gpu.launch_gather)
+    monkeypatch.setattr(launcher, "launch_decode", gpu.launch_decode)
     monkeypatch.setattr(zerocopy_backend, "_cupy_view", lambda cupy, tensor: tensor)
     monkeypatch.setattr(zerocopy_backend, "to_device", lambda tensor, device: tensor)
     gpu.runtime = use(monkeypatch, FakeRuntime(touch_pages=True))

@@ -9,7 +9,7 @@ import torch
 
 from ..cache import HotRowCache
 from ..compression.codec import Codec
-from ..launch import name_expression
+from ..cuda.gather.launch import name_expression
 
 VARIANTS = ("aligned", "naive")
 
@@ -89,11 +89,11 @@ def zerocopy_problem(device_index: int) -> str | None:
         import cupy  # noqa: F401 - the import is the check
     except Exception as error:  # noqa: BLE001 - ImportError, or CuPy failing to find its CUDA libraries
         return f"CuPy does not import ({type(error).__name__}: {_first_line(error)}); pip install {extra}"
-    from .. import cuda_gather
+    from ..cuda.gather import launcher
 
     major, minor = torch.cuda.get_device_capability(device_index)
     try:
-        cuda_gather.compile_gather_module(device_index, (PROBE_KERNEL,))
+        launcher.compile_gather_module(device_index, (PROBE_KERNEL,))
     except Exception as error:  # noqa: BLE001 - whatever stops the kernel is the reason to report
         return (f"the gather kernel does not compile for CUDA device {device_index} (sm_{major}{minor}): "
                 f"{type(error).__name__}: {_first_line(error)}; install the NVRTC and CuPy of torch's CUDA "

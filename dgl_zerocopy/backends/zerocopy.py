@@ -99,7 +99,7 @@ class ZeroCopyBackend:
 
     def _device_cache(self):
         """The cache as the launcher takes it (made once: its tensors never move), or None."""
-        from ..cuda_gather import DeviceCache
+        from ..cuda.gather.launcher import DeviceCache
 
         cache = self.cache
         if cache is None:
@@ -109,7 +109,7 @@ class ZeroCopyBackend:
                            row_pairs_ptr=0 if self._cache_pairs is None else self._cache_pairs.data_ptr())
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor:
-        from ..cuda_gather import launch_decode, launch_gather
+        from ..cuda.gather.launcher import launch_decode, launch_gather
 
         cupy = self._cupy
         table = self.table

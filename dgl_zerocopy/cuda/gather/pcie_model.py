@@ -7,7 +7,7 @@ aligned kernel, for any row width.
 Model (each assumption is a simplification of the real GPU and link):
 
 1. **Requests.** The GPU coalesces one warp-wide load instruction (the active lanes' loads at the
-   same load site, :class:`dgl_zerocopy.emulator.Trace` ``(warp, slot)``) into one memory request
+   same load site, :class:`dgl_zerocopy.cuda.gather.emulator.Trace` ``(warp, slot)``) into one memory request
    per distinct 128-byte line it touches; a request to pinned host memory becomes one PCIe read
    request. Requests of different instructions are never merged, even for the same line (the GPU
    L2 does not cache system-memory reads across instructions in this model).
@@ -45,8 +45,8 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from dgl_zerocopy import launch
-from dgl_zerocopy.emulator import Trace, emulate_decode, emulate_gather
+from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.gather.emulator import Trace, emulate_decode, emulate_gather
 
 __all__ = [
     "CODEC_VARIANTS",

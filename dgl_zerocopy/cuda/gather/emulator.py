@@ -4,9 +4,9 @@
 as thread-local globals, vector types, a launch loop over blocks and threads) into a shared
 library, cached under ``$DGL_ZEROCOPY_CACHE/emulator`` (default ``~/.cache/dgl_zerocopy/emulator``)
 in a file named by a hash of the sources, the entry points, the flags and the compiler, and loaded
-with ctypes. The launch configuration comes from :func:`dgl_zerocopy.launch.plan_gather`, exactly
+with ctypes. The launch configuration comes from :func:`dgl_zerocopy.cuda.gather.launch.plan_gather`, exactly
 as on the GPU. With ``trace=True`` every table load is recorded (address, bytes, warp, load site)
-for :mod:`dgl_zerocopy.pcie_model`. :func:`emulate_gather` runs the raw-copy kernels,
+for :mod:`dgl_zerocopy.cuda.gather.pcie_model`. :func:`emulate_gather` runs the raw-copy kernels,
 :func:`emulate_decode` the decoding gather of compressed rows (fp16, bf16, int8 codes). Both take an
 optional hot-row cache (``cache_rows`` and ``slot_map``): the fused hit/miss gather, hits read from
 a separate buffer that stands for device memory (the trace marks which loads were host reads).
@@ -35,8 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from dgl_zerocopy import launch
-from dgl_zerocopy.kernel_source import gpu_flushes_subnormals, kernel_dir, kernel_sources_digest
+from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.kernel_source import gpu_flushes_subnormals, kernel_dir, kernel_sources_digest
 
 __all__ = ["CONVERSIONS", "FLOAT_OPS", "Trace", "build_emulator", "convert", "emulate_decode", "emulate_gather",
            "emulator_cache_dir", "emulator_flushes_subnormals", "float_op"]

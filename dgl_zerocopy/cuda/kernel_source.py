@@ -57,7 +57,7 @@ def kernel_dir() -> Path:
         candidate = None
     if candidate is not None and (candidate / _MAIN_SOURCE).is_file():
         return candidate
-    checkout = Path(__file__).resolve().parent.parent / "kernels"
+    checkout = Path(__file__).resolve().parents[2] / "kernels"  # dgl_zerocopy/cuda/ -> the checkout
     if (checkout / _MAIN_SOURCE).is_file():
         logger.debug("package %s not importable; using kernels from %s", _PACKAGE, checkout)
         return checkout

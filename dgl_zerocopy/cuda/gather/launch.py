@@ -1,8 +1,8 @@
 """Launch configuration of the gather kernels (``kernels/gather.cu``).
 
 The one place that picks the vector width, threads per row, window alignment, block and grid.
-The GPU launcher (:mod:`dgl_zerocopy.cuda_gather`) and the CPU emulator
-(:mod:`dgl_zerocopy.emulator`) both call :func:`plan_gather` (raw rows) or :func:`plan_decode`
+The GPU launcher (:mod:`dgl_zerocopy.cuda.gather.launcher`) and the CPU emulator
+(:mod:`dgl_zerocopy.cuda.gather.emulator`) both call :func:`plan_gather` (raw rows) or :func:`plan_decode`
 (compressed rows decoded in the kernel) and :func:`kernel_arguments`, so the emulator runs exactly
 the configuration the GPU would. Both plans optionally include a hot-row cache in device memory
 (``cache_address``: the fused hit/miss gather; the kernels' ``zc_row_source``). Pure Python: no
