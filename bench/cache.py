@@ -1,6 +1,6 @@
 """GPU feature cache: hit rate and modelled PCIe bytes per epoch, per policy and cache size.
 
-For each graph: the policies of dgl_zerocopy/cache/ (``"degree"``: the degree sampling follows,
+For each graph: the policies of dgl_zerocopy/store/cache/ (``"degree"``: the degree sampling follows,
 out-degree for DGL's in-edge sampling; ``"in_degree"``; ``"out_degree"``; ``"presample"``) choose
 the cached rows for caches of 1, 5, 10, 20 and 50 % of the rows (one byte budget per size, the same
 for every policy: the rows and the slot map); then one training epoch is sampled with another seed
@@ -207,7 +207,7 @@ def run_graph(name: str, args, sizes: list[float]) -> tuple[list[dict], dict]:
 def run_repeat(name: str, w: dict, args, sizes: list[float], repeat: int) -> tuple[list[dict], dict]:
     import dgl
 
-    from dgl_zerocopy.cache import HotRowCache, budget_for_rows, build_slot_map, cache_capacity, make_policy, split_hits
+    from dgl_zerocopy.store.cache import HotRowCache, budget_for_rows, build_slot_map, cache_capacity, make_policy, split_hits
 
     graph, table, seeds = w["graph"], w["table"], w["seeds"]
     presample_seed, eval_seed = args.presample_seed + 2 * repeat, args.eval_seed + 2 * repeat

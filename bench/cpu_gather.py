@@ -67,7 +67,7 @@ def main() -> None:
     from dgl.storages import TensorStorage
 
     from dgl_zerocopy import FeatureStore, compress
-    from dgl_zerocopy.compression import check_codec_name
+    from dgl_zerocopy.store.compression import check_codec_name
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
 
     if args.threads:
@@ -153,7 +153,7 @@ class _TiledDecode:
     Same arithmetic as the store's Decoder."""
 
     def __init__(self, store, tile_bytes: int) -> None:
-        from dgl_zerocopy.compression.decode import Decoder
+        from dgl_zerocopy.store.compression.decode import Decoder
 
         self.table = store._table
         self.decoder = Decoder(store.codec, torch.float32, torch.device("cpu"))

@@ -45,12 +45,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="epoch", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
 
-    from dgl_zerocopy.backends import zerocopy_available
+    from dgl_zerocopy.store.backends import zerocopy_available
     from dgl_zerocopy.config import FEATURE_SOURCES, TrainConfig
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
     from dgl_zerocopy.train import train
 
-    from dgl_zerocopy.compression import check_codec_name
+    from dgl_zerocopy.store.compression import check_codec_name
 
     try:
         compression = check_codec_name(args.feature_compression) or "none"

@@ -172,7 +172,7 @@ def open_method(name: str, table: torch.Tensor, ids: torch.Tensor, out: torch.Te
 
     options = store_options(name)
     if "cache_fraction" in options:
-        from dgl_zerocopy.cache import CachePolicy, budget_for_rows
+        from dgl_zerocopy.store.cache import CachePolicy, budget_for_rows
 
         rows = round(options.pop("cache_fraction") * table.shape[0])
         order = torch.randperm(table.shape[0], generator=torch.Generator().manual_seed(rows))

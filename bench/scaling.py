@@ -122,7 +122,7 @@ def _measure(dataset, args: argparse.Namespace) -> dict:
 
     from dgl_zerocopy.loader import DataLoader
     from dgl_zerocopy.models import build_model
-    from dgl_zerocopy.store import FeatureStore
+    from dgl_zerocopy.store.feature_store import FeatureStore
     from dgl_zerocopy.timing import StageTimer
 
     train_idx = torch.from_numpy(dataset.train_idx)

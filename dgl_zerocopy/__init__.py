@@ -20,9 +20,9 @@ import _dgl_zerocopy_graphbolt  # noqa: E402
 
 _dgl_zerocopy_graphbolt.install()
 
-from .compression import compress  # noqa: E402
+from .store.compression import compress  # noqa: E402
 from .loader import DataLoader  # noqa: E402
-from .store import FeatureStore  # noqa: E402
+from .store.feature_store import FeatureStore  # noqa: E402
 
 __version__ = "0.1.0"
 __all__ = ["DataLoader", "FeatureStore", "compress", "__version__"]

@@ -28,7 +28,7 @@ import torch
 from dgl.dataloading.base import LazyFeature
 from dgl.storages import FeatureStorage
 
-from .store import FeatureStore, resolve_device
+from .store.feature_store import FeatureStore, resolve_device
 
 
 class ZeroCopyStorage(FeatureStorage):
@@ -148,7 +148,7 @@ class _AttachedGraph(dgl.DGLGraph):
             if key.name not in self._storages:
                 attached = ", ".join(map(repr, self._storages)) or "none"
                 raise KeyError(f"no storage attached as {key.name!r} (attached: {attached}); "
-                               f"call dgl_zerocopy.dgl.attach(loader, {{{key.name!r}: store}}) or loader.attach_data({key.name!r}, store.as_dgl_storage())")
+                               f"call dgl_zerocopy.dgl.attach(loader, {{{key.name!r}: store}}) or loader.attach_data({key.name!r}, ZeroCopyStorage(store))")
             return self._storages[key.name]
         if key in self._storages:
             return self._storages[key]

@@ -34,13 +34,13 @@ from typing import Iterator, Mapping, NamedTuple
 import numpy as np
 import torch
 
-from .cache import budget_for_rows
+from .store.cache import budget_for_rows
 from .data.base import tensor_view
 from .prefetch import Prefetcher
 from .ring import Fill, Slot, SlotRing
-from .store import FeatureStore, resolve_device
+from .store.feature_store import FeatureStore, resolve_device
 from .timing import StageTimer
-from .transfer import to_device
+from .store.transfer import to_device
 
 log = logging.getLogger(__name__)
 
@@ -488,7 +488,7 @@ def _apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread,
 def _gpu_cache_rows(gpu_cache: Mapping | None, num_nodes: int) -> dict[str, int]:
     """DGL's ``gpu_cache`` (``{"node": {name: rows}, "edge": {...}}``) as rows to cache per node
     feature, checked. DGL caches rows as they are fetched (a HugeCTR cache); here the same number
-    of rows is chosen once, by the degree sampling follows (:mod:`dgl_zerocopy.cache`), which needs no
+    of rows is chosen once, by the degree sampling follows (:mod:`dgl_zerocopy.store.cache`), which needs no
     second copy."""
     if not gpu_cache:
         return {}

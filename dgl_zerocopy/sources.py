@@ -37,14 +37,14 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .cache import DEFAULT_CACHE_POLICY, budget_for_rows
-from .compression import CODECS, check_codec_name, compressed_beside
-from .compression.codec import STORED_DTYPES
+from .store.cache import DEFAULT_CACHE_POLICY, budget_for_rows
+from .store.compression import CODECS, check_codec_name, compressed_beside
+from .store.compression.codec import STORED_DTYPES
 from .config import parse_cache_size
 from .data import GraphDataset
 from .data.base import tensor_view
 from .loader import DataLoader, dgl_has_cuda
-from .store import FeatureStore
+from .store.feature_store import FeatureStore
 from .timing import StageTimer
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")

@@ -11,10 +11,10 @@ import warnings
 import pytest
 import torch
 
-from dgl_zerocopy import backends
+from dgl_zerocopy.store import backends
 from dgl_zerocopy.cuda import nvrtc
 from dgl_zerocopy.cuda.gather import launch, launcher
-from dgl_zerocopy.store import _resolve_backend
+from dgl_zerocopy.store.devices import resolve_backend
 
 
 class FakeCompile:
@@ -48,7 +48,7 @@ def fake_gpu(monkeypatch):
 def _resolve(*args) -> tuple[str, list[warnings.WarningMessage]]:
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        backend = _resolve_backend(*args)
+        backend = resolve_backend(*args)
     return backend, list(caught)
 
 

@@ -1,4 +1,4 @@
-"""The static hot-row cache (dgl_zerocopy/cache/): byte budgets, the two policies, the slot map and
+"""The static hot-row cache (dgl_zerocopy/store/cache/): byte budgets, the two policies, the slot map and
 the hit/miss split, the CPU reference gather (== features[ids] for every mix), counters, errors,
 and bench/cache.py on a tiny graph."""
 from __future__ import annotations
@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import REPO, SMALL, devices
-from dgl_zerocopy.cache import (
+from dgl_zerocopy.store.cache import (
     CACHE_POLICIES,
     DEFAULT_CACHE_POLICY,
     CacheStats,
@@ -69,7 +69,7 @@ def test_budget_counts_rows_and_the_int32_slot_map():
 
 
 def test_budget_beyond_two_billion_slots_pays_for_an_int64_map():
-    from dgl_zerocopy.cache.slots import SLOTS_INT32
+    from dgl_zerocopy.store.cache.slots import SLOTS_INT32
 
     n = 3 * 2**31  # arithmetic only: nothing this size is allocated
     int32_full = budget_for_rows(SLOTS_INT32, 1, n)
@@ -200,7 +200,7 @@ def test_degree_is_the_default_policy():
     import inspect
 
     from dgl_zerocopy import FeatureStore
-    from dgl_zerocopy.cache import choose_rows
+    from dgl_zerocopy.store.cache import choose_rows
     from dgl_zerocopy.sources import CacheRequest
 
     assert DEFAULT_CACHE_POLICY == "degree" == CACHE_POLICIES[0]

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 import dgl_zerocopy
-from dgl_zerocopy.compression import CODECS, Codec, compress, compressed_beside, is_compressed_dir, load_compressed
-from dgl_zerocopy.compression.encode import encode_bf16
+from dgl_zerocopy.store.compression import CODECS, Codec, compress, compressed_beside, is_compressed_dir, load_compressed
+from dgl_zerocopy.store.compression.encode import encode_bf16
 
 INT8_FORMS = [(a, m) for a in ("column", "row") for m in ("minmax", "absmax")]
 

@@ -45,7 +45,7 @@ def test_the_cache_policy_defaults_to_the_degree_sampling_follows():
     """``cache_policy`` (``--cache-policy``) defaults to ``degree`` and takes exactly the cache's policy names."""
     import typing
 
-    from dgl_zerocopy.cache import CACHE_POLICIES, DEFAULT_CACHE_POLICY
+    from dgl_zerocopy.store.cache import CACHE_POLICIES, DEFAULT_CACHE_POLICY
     from dgl_zerocopy.config import ConfigError, TrainConfig
 
     assert TrainConfig().cache_policy == DEFAULT_CACHE_POLICY == "degree"

@@ -69,7 +69,7 @@ def check_batches(batches, graph, seeds):
 def test_fetch_returns_rows_it_owns(store, small_dataset):
     """The cpu backend reuses one buffer between gathers; a fetched batch must not change when
     the next one is fetched (DGL hands it to the user, who may keep it)."""
-    storage = store.as_dgl_storage()
+    storage = ZeroCopyStorage(store)
     assert isinstance(storage, ZeroCopyStorage) and storage.store is store
     table = torch.from_numpy(small_dataset.features)
     first_ids, second_ids = torch.arange(0, 300), torch.arange(2000, 2400, dtype=torch.int32)
@@ -84,7 +84,7 @@ def test_storage_bad_input(store):
     with pytest.raises(TypeError, match="FeatureStore"):
         ZeroCopyStorage(torch.zeros(3, 2))
     with pytest.raises(IndexError, match="out of range"):
-        store.as_dgl_storage().fetch(torch.tensor([0, len(store)]), "cpu")
+        ZeroCopyStorage(store).fetch(torch.tensor([0, len(store)]), "cpu")
 
 
 # -- DGL's DataLoader with the wrapper and the storage ----------------------------------------
@@ -188,7 +188,7 @@ def test_fetch_errors_reach_the_loop(graph, seeds, small_dataset, mode):
     short = FeatureStore(small_dataset.features[:100], backend="cpu", device="cpu")  # ids >= 100 are out of range
     loader = dgl_loader(graph, seeds, with_features(SAMPLERS["neighbor"](), features=["feat"]), mode)
     attach(loader, {})
-    loader.attach_data("feat", short.as_dgl_storage())  # attach_data after attach works too; no row check here
+    loader.attach_data("feat", ZeroCopyStorage(short))  # attach_data after attach works too; no row check here
     with pytest.raises(IndexError, match="out of range for a table of 100 rows"):
         for _ in loader:
             pass
@@ -249,7 +249,7 @@ def test_cuda_fetch_is_a_future_ordered_by_events(small_dataset, backend):
     device = torch.device("cuda", torch.cuda.current_device())
     table = torch.from_numpy(small_dataset.features)
     with FeatureStore(table, backend=backend, device=device) as cuda_store:
-        storage = cuda_store.as_dgl_storage()
+        storage = ZeroCopyStorage(cuda_store)
         ids = torch.randint(0, len(table), (1000,))
         consumer = torch.cuda.Stream(device)
         with torch.cuda.stream(consumer):

@@ -1,6 +1,6 @@
 """The fused cached gather (kernels/gather.cu with a slot map: hits from a device cache, misses from
 the host table) on the CPU emulator, for every mix of hits and misses: raw rows against NumPy and
-``dgl_zerocopy.cache.cached_gather``, compressed rows against ``Codec.decode`` bit for bit, and
+``dgl_zerocopy.store.cache.cached_gather``, compressed rows against ``Codec.decode`` bit for bit, and
 traces whose host loads are exactly the misses' rows."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from dgl_zerocopy.cache import HotRowCache, cached_gather
+from dgl_zerocopy.store.cache import HotRowCache, cached_gather
 from dgl_zerocopy.cuda.gather.emulator import emulate_decode, emulate_gather
 from dgl_zerocopy.cuda.gather.pcie_model import analyze
 from test_emulator import assert_same_bytes, make_table

@@ -1,5 +1,5 @@
 """The decoding gather kernel (``gather_decode`` in kernels/gather.cu) on the CPU emulator, against
-the reference decode ``Codec.decode`` (dgl_zerocopy/compression/codec.py), bit for bit: every codec
+the reference decode ``Codec.decode`` (dgl_zerocopy/store/compression/codec.py), bit for bit: every codec
 (fp16, bf16, int8 per column and per row), every output format (float32, float16, bfloat16), rows
 of 1 to 4099 columns, every table base alignment, int32 and int64 ids (unsorted, repeated)."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from dgl_zerocopy.cuda.gather import launch
-from dgl_zerocopy.compression import Codec
-from dgl_zerocopy.compression.encode import encode_into
+from dgl_zerocopy.store.compression import Codec
+from dgl_zerocopy.store.compression.encode import encode_into
 from dgl_zerocopy.cuda.gather.emulator import convert, emulate_decode, emulator_flushes_subnormals, float_op
 from dgl_zerocopy.cuda.kernel_source import gpu_flushes_subnormals
 

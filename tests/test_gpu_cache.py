@@ -13,9 +13,9 @@ pytestmark = pytest.mark.gpu
 # this module for the same reason.
 from test_gpu_decode import CODECS, assert_same, make_codec  # noqa: E402
 
-from dgl_zerocopy.backends import GatherOptions  # noqa: E402
-from dgl_zerocopy.backends.zerocopy import ZeroCopyBackend  # noqa: E402
-from dgl_zerocopy.cache import HotRowCache  # noqa: E402
+from dgl_zerocopy.store.backends import GatherOptions  # noqa: E402
+from dgl_zerocopy.store.backends.zerocopy import ZeroCopyBackend  # noqa: E402
+from dgl_zerocopy.store.cache import HotRowCache  # noqa: E402
 from dgl_zerocopy.cuda.gather.launcher import DeviceCache, launch_decode, launch_gather  # noqa: E402
 
 DEVICE = torch.device("cuda", 0)

@@ -15,10 +15,10 @@ cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x 
 if cupy.cuda.runtime.getDeviceCount() == 0:
     pytest.skip("CuPy sees no CUDA device", allow_module_level=True)
 
-from dgl_zerocopy.backends import GatherOptions  # noqa: E402
-from dgl_zerocopy.backends.zerocopy import ZeroCopyBackend  # noqa: E402
-from dgl_zerocopy.compression import Codec  # noqa: E402
-from dgl_zerocopy.compression.encode import encode_into  # noqa: E402
+from dgl_zerocopy.store.backends import GatherOptions  # noqa: E402
+from dgl_zerocopy.store.backends.zerocopy import ZeroCopyBackend  # noqa: E402
+from dgl_zerocopy.store.compression import Codec  # noqa: E402
+from dgl_zerocopy.store.compression.encode import encode_into  # noqa: E402
 from dgl_zerocopy.cuda.gather.launcher import launch_decode  # noqa: E402
 
 CODECS = ("fp16", "bf16", "int8/column", "int8/row")

@@ -18,8 +18,8 @@ import torch
 
 cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x), importable without a GPU")
 
-from dgl_zerocopy import pinning  # noqa: E402
-from dgl_zerocopy.store import _as_table  # noqa: E402
+from dgl_zerocopy.store import pinning  # noqa: E402
+from dgl_zerocopy.store.table_input import as_table  # noqa: E402
 from dgl_zerocopy.cuda.gather.launcher import cupy_stream  # noqa: E402
 
 
@@ -81,7 +81,7 @@ class FakeRuntime:
 
 
 def use(monkeypatch, fake: FakeRuntime) -> FakeRuntime:
-    """Make ``fake`` the runtime of dgl_zerocopy.pinning, with a fresh record of this process's registrations."""
+    """Make ``fake`` the runtime of dgl_zerocopy.store.pinning, with a fresh record of this process's registrations."""
     monkeypatch.setattr(pinning, "_runtime", lambda: fake)
     monkeypatch.setattr(pinning, "_registered", {})
     return fake
@@ -266,7 +266,7 @@ def test_pinning_a_file_map_leaves_the_file_as_it_was(tmp_path, monkeypatch, mod
     before = path.read_bytes()
     os.utime(path, ns=(10**18, 10**18))  # far from now: any update shows, whatever the clock's resolution
     fake = use(monkeypatch, FakeRuntime(read_only_supported=supported, touch_pages=True))
-    table, must_not_write = _as_table(array)
+    table, must_not_write = as_table(array)
     if must_not_write is None:
         pinned_table, read_only = table, False
     else:
@@ -288,7 +288,7 @@ def test_pinning_a_file_map_leaves_the_file_as_it_was(tmp_path, monkeypatch, mod
 
 def test_a_shared_writable_map_is_remapped_copy_on_write_with_a_warning(tmp_path):
     data, array = _mapped(tmp_path, mode="r+")
-    table, must_not_write = _as_table(array)
+    table, must_not_write = as_table(array)
     assert must_not_write is array  # a writable map of the file is still one the store must not write
     with pytest.warns(UserWarning, match="copy-on-write"):
         private, read_only = pinning.pinnable_table(table, must_not_write, read_only_supported=False)
@@ -299,7 +299,7 @@ def test_a_shared_writable_map_is_remapped_copy_on_write_with_a_warning(tmp_path
 def test_a_slice_of_a_shared_map_is_remapped_at_its_own_offset(tmp_path):
     data, array = _mapped(tmp_path, mode="r")
     part = array[10:30]
-    table, must_not_write = _as_table(part)
+    table, must_not_write = as_table(part)
     with pytest.warns(UserWarning, match="copy-on-write"):
         private, read_only = pinning.pinnable_table(table, must_not_write, read_only_supported=False)
     assert not read_only and mapping_of(private.data_ptr())[0].endswith("p")

@@ -15,7 +15,7 @@ import torch
 
 from conftest import requires_cuda
 from dgl_zerocopy import FeatureStore, compress
-from dgl_zerocopy.cache import budget_for_rows, slot_map_nbytes
+from dgl_zerocopy.store.cache import budget_for_rows, slot_map_nbytes
 
 dgl = pytest.importorskip("dgl")
 
@@ -149,7 +149,7 @@ def test_counters_accumulate_until_reset_and_rejected_batches_do_not_count(graph
 
 
 def test_presample_caches_the_rows_the_sampler_gathers_most(graph):
-    from dgl_zerocopy.cache import presample_counts
+    from dgl_zerocopy.store.cache import presample_counts
 
     table, seeds = _table(), torch.arange(300, ROWS)
     sampler = dgl.dataloading.NeighborSampler([3])
@@ -177,7 +177,7 @@ def test_presample_caches_the_rows_the_sampler_gathers_most(graph):
     ({"cache_bytes": 10**6, "graph": "own", "presample_options": {"batchsize": 3}}, TypeError, r"presample_options takes batch_size"),
 ])
 def test_bad_cache_arguments_fail_before_anything_is_made(graph, monkeypatch, kwargs, error, match):
-    import dgl_zerocopy.store as store_module
+    import dgl_zerocopy.store.feature_store as store_module
 
     made = []
     monkeypatch.setattr(store_module, "make_backend", lambda *a, **k: made.append(a))
@@ -191,7 +191,7 @@ def test_bad_cache_arguments_fail_before_anything_is_made(graph, monkeypatch, kw
 
 
 def test_the_gpu_backend_ignores_a_cache_with_a_warning(graph):
-    from dgl_zerocopy.store import _rank_cache_rows
+    from dgl_zerocopy.store.feature_store import _rank_cache_rows
 
     table = _table()
     with pytest.warns(UserWarning, match=r"ignored with backend='gpu'"):
@@ -286,10 +286,11 @@ def test_the_loader_rejects_a_bad_gpu_cache(graph, gpu_cache, match):
 
 def test_the_dgl_native_route_and_the_prefetch_pipeline_gather_through_the_cache(graph):
     from dgl_zerocopy import DataLoader
+    from dgl_zerocopy.dgl import ZeroCopyStorage
 
     table = _table()
     store = FeatureStore(table, backend="cpu", device="cpu", cache_bytes=_budget(table, 100), graph=graph)
-    storage = store.as_dgl_storage()
+    storage = ZeroCopyStorage(store)
     ids = torch.randint(0, ROWS, (77,))
     assert torch.equal(storage.fetch(ids, torch.device("cpu")), table[ids])
     store.reset_cache_stats()
@@ -394,7 +395,7 @@ def test_training_reports_the_cache_hit_rate_per_epoch(small_dataset, capsys):
 
 
 def test_a_ranking_of_your_own_needs_no_graph():
-    from dgl_zerocopy.cache import CachePolicy
+    from dgl_zerocopy.store.cache import CachePolicy
 
     table = _table()
     order = torch.randperm(ROWS, generator=torch.Generator().manual_seed(4))

@@ -11,7 +11,7 @@ import torch
 
 from conftest import SMALL, devices
 from dgl_zerocopy import FeatureStore, compress
-from dgl_zerocopy.compression import CompressedTable, compressed_beside
+from dgl_zerocopy.store.compression import CompressedTable, compressed_beside
 from dgl_zerocopy.config import ConfigError, build_config
 
 CASES = [("fp16", {}), ("bf16", {}), ("int8", {}), ("int8", {"axis": "row"}), ("int8", {"method": "absmax"}),
@@ -62,7 +62,7 @@ def test_cpu_gather_equals_the_reference_decode(codec, form, out_dtype, id_dtype
 def test_cpu_decode_tile_by_tile_equals_the_reference(monkeypatch, codec, form, tile_bytes):
     """The CPU backend gathers and decodes a tile of rows at a time: tiles of one row, of a few rows
     with a ragged last tile, and many rows, all give the reference."""
-    monkeypatch.setattr("dgl_zerocopy.backends.cpu.TILE_BYTES", tile_bytes)
+    monkeypatch.setattr("dgl_zerocopy.store.backends.cpu.TILE_BYTES", tile_bytes)
     x = _features(500, 37)
     store = FeatureStore(compress(x, codec, **form), backend="cpu")
     for ids in (_ids(500, 999, torch.int64), _ids(500, 7, torch.int32)):

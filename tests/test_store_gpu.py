@@ -160,7 +160,7 @@ def test_close_waits_for_gathers_in_flight():
 
 
 def test_read_only_memory_map_is_pinned_read_only_or_copy_on_write(tmp_path):
-    from dgl_zerocopy.pinning import read_only_register_supported
+    from dgl_zerocopy.store.pinning import read_only_register_supported
 
     data = np.arange(40_000, dtype=np.float32).reshape(10_000, 4)
     np.save(tmp_path / "f.npy", data)
@@ -177,7 +177,7 @@ def test_read_only_memory_map_is_pinned_read_only_or_copy_on_write(tmp_path):
 
 
 def test_a_failed_store_leaves_the_table_registrable(monkeypatch):
-    from dgl_zerocopy import pinning
+    from dgl_zerocopy.store import pinning
 
     table = _table(100, 8, torch.float32)
     real = pinning._runtime()

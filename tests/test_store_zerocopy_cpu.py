@@ -32,9 +32,10 @@ from test_pinning import FakeRuntime, mapping_of, use  # noqa: E402 - also skips
 
 import cupy  # noqa: E402
 
-from dgl_zerocopy import FeatureStore, id_check  # noqa: E402
+from dgl_zerocopy import FeatureStore  # noqa: E402
+from dgl_zerocopy.store import id_check  # noqa: E402
 from dgl_zerocopy.cuda.gather import launcher  # noqa: E402
-from dgl_zerocopy.backends import zerocopy as zerocopy_backend  # noqa: E402
+from dgl_zerocopy.store.backends import zerocopy as zerocopy_backend  # noqa: E402
 
 ROWS, DIM = 10, 4
 
@@ -208,7 +209,7 @@ def zerocopy_store(data) -> FeatureStore:
 def ids_on_device(monkeypatch):
     """CPU ids take the path of ids on the device."""
     monkeypatch.setattr(id_check, "checked_on_device", lambda ids: True)
-    import dgl_zerocopy.store as store_module
+    import dgl_zerocopy.store.feature_store as store_module
 
     monkeypatch.setattr(store_module, "checked_on_device", lambda ids: True)
 

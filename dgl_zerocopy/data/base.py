@@ -5,7 +5,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
-from ..host_files import tensor_view  # noqa: F401 - imported from here by much of the package
+from ..store.host_files import tensor_view  # noqa: F401 - imported from here by much of the package
 
 
 def csc_from_sorted_keys(key: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:

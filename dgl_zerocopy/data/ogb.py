@@ -4,7 +4,7 @@
 The first load reads the dataset with ogb, then writes the CSC graph, features, labels and splits
 to ``<dataset folder>/dgl_zerocopy/`` (a temporary folder renamed into place, so a reader never
 sees half a cache). Every later load maps those files read-only and does not touch ogb: the
-feature table is a file mapping that :class:`~dgl_zerocopy.store.FeatureStore` pins in place,
+feature table is a file mapping that :class:`~dgl_zerocopy.store.feature_store.FeatureStore` pins in place,
 with no second copy in RAM.
 
 Nothing is downloaded. ogb would fetch a missing dataset and ask questions on stdin (a download
@@ -30,8 +30,8 @@ from typing import Iterator
 
 import numpy as np
 
-from ..compression import compressed_beside
-from ..host_files import replace_dir
+from ..store.compression import compressed_beside
+from ..store.host_files import replace_dir
 from .base import DatasetError, GraphDataset, csc_from_sorted_keys
 
 __all__ = ["load_ogb", "compressed_features", "OGB_DATASETS", "SYMMETRISED", "CACHE_DIR", "dataset_folder", "bidirected_csc", "directed_csc"]

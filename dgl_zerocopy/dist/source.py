@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ..store import FeatureStore, resolve_device
+from ..store.feature_store import FeatureStore, resolve_device
 
 log = logging.getLogger(__name__)
 

@@ -341,7 +341,7 @@ def emulate_gather(
     With ``cache_rows`` and ``slot_map``, the fused cached gather: row ``ids[j]`` is read from
     ``cache_rows[slot_map[ids[j]]]`` when that slot is >= 0, else from the table (so the result
     is ``table[ids]`` when every cached row equals its table row, as
-    :func:`dgl_zerocopy.cache.cached_gather`).
+    :func:`dgl_zerocopy.store.cache.cached_gather`).
 
     Args:
         table: the feature table, rows along axis 0 (any plain dtype; copied as bytes).

@@ -46,7 +46,7 @@ ID_TYPES = {4: "int", 8: "long long"}
 #: Widths of a cache's slot map entries (int32, int64): a kernel argument, not a template one.
 SLOT_BYTES = (4, 8)
 
-#: Compressed code formats (the codec names of ``dgl_zerocopy.compression``): their tag type in
+#: Compressed code formats (the codec names of ``dgl_zerocopy.store.compression``): their tag type in
 #: ``kernels/codecs.cuh`` and bytes per code.
 CODE_FORMATS = {"fp16": ("zc_fp16", 2), "bf16": ("zc_bf16", 2), "int8": ("zc_int8", 1)}
 #: Output element formats of the decoding gather (torch dtype names), with tag type and bytes.

@@ -265,7 +265,7 @@ def launch_decode(
 
     Decoding: ``x = float(code)`` (fp16, bf16) or ``float(code) * scale + offset`` (int8), in
     float32, rounded to nearest-even into ``out_format``: equal to
-    ``dgl_zerocopy.compression.Codec.decode``.
+    ``dgl_zerocopy.store.compression.Codec.decode``.
 
     ``cache``: as for :func:`launch_gather`, its rows holding the table's *codes*; a hit is
     decoded exactly as a miss (with its row's (scale, offset) from ``cache.row_pairs_ptr`` when

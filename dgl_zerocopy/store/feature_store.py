@@ -10,7 +10,7 @@ Device contract:
 
 Ids may be int32 or int64, on the CPU or on the store's device, as a torch tensor or NumPy array.
 
-A hot-row cache (``cache_bytes > 0``, :mod:`dgl_zerocopy.cache`) keeps the rows a static policy
+A hot-row cache (``cache_bytes > 0``, :mod:`dgl_zerocopy.store.cache`) keeps the rows a static policy
 ranks highest in device memory: ``zerocopy`` reads hits from there and misses over PCIe in one
 fused kernel; ``cpu`` on a CUDA device gathers and copies only the misses; on device ``cpu`` the
 hits come from a separate CPU copy (no speed, the same logic). ``gpu`` already holds every row.
@@ -29,31 +29,23 @@ import threading
 import warnings
 import weakref
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 import torch
 
 from .backends import Backend, GatherOptions, make_backend
 from .cache import CachePolicy, HotRowCache, budget_for_rows, check_cache_args, choose_rows, policy_name
-from .compression import CODECS, Codec, CompressedTable, check_codec_name, compress, load_compressed
+from .compression import Codec, check_codec_name, load_compressed
 from .compression.table import params_nbytes
-from .host_files import file_ref, is_shared_file_map, tensor_view
+from .devices import resolve_backend, resolve_device, resolve_store_device
+from .host_files import file_ref
 from .id_check import DeviceIdCheck, check_host_ids, checked_on_device
+from .table_input import ArrayLike, as_table, check_out_dtype, codes_view, compressed_table, human_size, num_rows
 
 log = logging.getLogger(__name__)
 
 _CLOSED = "this FeatureStore is closed; create a new one to gather again"
-
-ArrayLike = Union[torch.Tensor, np.ndarray, str, os.PathLike, CompressedTable]
-#: The dtypes a compressed table may be gathered as (``out_dtype``).
-OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
 BACKENDS = ("auto", "zerocopy", "cpu", "gpu")
-SUPPORTED_DTYPES = (
-    torch.float32, torch.float16, torch.bfloat16, torch.float64,
-    torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
-)
-
 
 class FeatureStore:
     """Gathers rows of a 2-D host table for batches of node ids.
@@ -62,7 +54,7 @@ class FeatureStore:
     mapped, never read whole). It must be 2-D; a non-contiguous table is copied to a contiguous
     one with a warning (pinning needs one contiguous range). The store keeps ``data`` alive.
 
-    Compressed host features (:mod:`dgl_zerocopy.compression`): ``compression="fp16"``, ``"bf16"``
+    Compressed host features (:mod:`dgl_zerocopy.store.compression`): ``compression="fp16"``, ``"bf16"``
     or ``"int8"`` converts ``data`` once, a slab of rows at a time, and the store holds only the
     codes (``data`` is not kept); ``data`` may also be a folder written by
     :func:`dgl_zerocopy.compress` (its codes memory-mapped) or a :class:`CompressedTable`.
@@ -82,7 +74,7 @@ class FeatureStore:
     sampling follows in ``graph``, out-degree for DGL's in-edge sampling, in-degree when ``sampler``
     has ``edge_dir="out"``), ``"in_degree"``, ``"out_degree"``, or ``"presample"`` (the rows
     ``sampler`` gathered most often over about one epoch of batches of ``seeds``, GNNLab's policy;
-    ``presample_options`` may set its ``batch_size``, ``epochs`` and ``seed``), or a :class:`~dgl_zerocopy.cache.CachePolicy` of your own (a ranking
+    ``presample_options`` may set its ``batch_size``, ``epochs`` and ``seed``), or a :class:`~dgl_zerocopy.store.cache.CachePolicy` of your own (a ranking
     of all rows, best first; no graph needed). The rows are ranked once, here; each process that binds the store
     copies them to its own device. A compressed table caches its codes, so a budget holds 2-4x
     more rows. ``cache_stats()`` counts hits and misses since ``reset_cache_stats()``;
@@ -123,20 +115,20 @@ class FeatureStore:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
         options = GatherOptions(variant, sort_ids, max_blocks)  # checked before anything is pinned
-        rows = _num_rows(data)
+        rows = num_rows(data)
         if rows is not None:  # checked before the table is compressed, pinned or ranked
             check_cache_args(cache_bytes, cache_policy, rows, graph, sampler, seeds)
-        compressed = _compressed(data, check_codec_name(compression))
+        compressed = compressed_table(data, check_codec_name(compression))
         if compressed is not None:
-            out_dtype = _check_out_dtype(out_dtype, compressed.codec.name)
+            out_dtype = check_out_dtype(out_dtype, compressed.codec.name)
             data = compressed.array if compressed.array is not None else compressed.codes
-        table, read_only_array = _as_table(data)
+        table, read_only_array = as_table(data)
         if compressed is None:
-            out_dtype = _check_out_dtype(out_dtype, None, table.dtype)
+            out_dtype = check_out_dtype(out_dtype, None, table.dtype)
         else:
-            table = _codes_view(table, compressed.codec)
-        backend = _resolve_backend(backend, device)
-        device = _resolve_device(device, backend)
+            table = codes_view(table, compressed.codec)
+        backend = resolve_backend(backend, device)
+        device = resolve_store_device(device, backend)
         cache_rows = _rank_cache_rows(table, backend, cache_bytes, cache_policy, graph, sampler, seeds, presample_options)
         file = file_ref(read_only_array if read_only_array is not None else data, table)
         self._init_unbound(table, read_only_array, file, backend, device.type, options,
@@ -186,14 +178,14 @@ class FeatureStore:
                     raise ValueError(f"this FeatureStore is bound to {self._device}, so it cannot bind to {resolve_device(device)}; "
                                      f"make (or send) one store per device")
                 return self
-            device = _resolve_device(device if device is not None else self._device_type, self.backend)
+            device = resolve_store_device(device if device is not None else self._device_type, self.backend)
             table, read_only = self._table, False
             if self.backend == "zerocopy" and self._read_only_array is not None:
                 from .pinning import pinnable_table, read_only_register_supported
 
                 table, read_only = pinnable_table(table, self._read_only_array, read_only_register_supported(device.index))
                 if self._codec is not None:
-                    table = _codes_view(table, self._codec)  # a re-mapped file holds bf16 codes as int16
+                    table = codes_view(table, self._codec)  # a re-mapped file holds bf16 codes as int16
             cache = None
             if self._cache_rows is not None:
                 cache = HotRowCache(table, self._cache_rows, device, policy=self._cache_policy)
@@ -251,7 +243,7 @@ class FeatureStore:
 
     @property
     def codec(self) -> Codec | None:
-        """How the stored codes decode (:class:`~dgl_zerocopy.compression.Codec`), or None."""
+        """How the stored codes decode (:class:`~dgl_zerocopy.store.compression.Codec`), or None."""
         return self._codec
 
     @property
@@ -283,7 +275,7 @@ class FeatureStore:
 
     @property
     def cache(self) -> HotRowCache | None:
-        """The bound store's :class:`~dgl_zerocopy.cache.HotRowCache` (None: no cache, or unbound)."""
+        """The bound store's :class:`~dgl_zerocopy.store.cache.HotRowCache` (None: no cache, or unbound)."""
         return self._cache
 
     @property
@@ -401,13 +393,6 @@ class FeatureStore:
                 f"but got {out.dtype} {tuple(out.shape)} on {out.device}"
             )
 
-    def as_dgl_storage(self):
-        """This store as a DGL ``FeatureStorage`` (:class:`dgl_zerocopy.dgl.ZeroCopyStorage`), for
-        ``dgl.dataloading.DataLoader.attach_data``. Needs DGL."""
-        from .dgl import ZeroCopyStorage
-
-        return ZeroCopyStorage(self)
-
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
         """Wait for the gathers in flight, then release device memory and unpin the host table. Idempotent;
@@ -432,47 +417,6 @@ class FeatureStore:
         self._close(report=exc[0] is None)  # an exception already on its way is not replaced
 
 
-def _as_table(data: ArrayLike) -> tuple[torch.Tensor, np.ndarray | None]:
-    """The table as a 2-D contiguous CPU tensor, and the NumPy array it views when that memory must
-    not be written (a read-only array, or a shared file map), else None."""
-    read_only = None
-    if isinstance(data, (str, os.PathLike)):
-        path = Path(data)
-        if path.suffix != ".npy":
-            raise ValueError(f"a path must name a .npy file, but got {str(path)!r}")
-        if not path.exists():
-            raise FileNotFoundError(f"no such feature file: {str(path)!r}")
-        data = np.load(path, mmap_mode="r")
-    if isinstance(data, np.ndarray):
-        # Pages the store must never write: a read-only array, or a shared file map of any mode
-        # (pinning it writable would mark its pages dirty and write them back to the file).
-        read_only = data if not data.flags.writeable or is_shared_file_map(data) else None
-        data = tensor_view(data)  # a read-only memory map is fine: the store never writes to it
-    if not isinstance(data, torch.Tensor):
-        raise TypeError(f"data must be a CPU torch.Tensor, a numpy.ndarray or a .npy path, but got {type(data).__name__}")
-    if data.device.type != "cpu":
-        raise ValueError(f"data must live in host memory, but it is on {data.device}; pass data.cpu() or use backend='gpu' with a host copy")
-    if data.dim() != 2:
-        raise ValueError(f"data must be 2-D (rows, features), but got shape {tuple(data.shape)}; reshape it, e.g. data.reshape(len(data), -1)")
-    if data.dtype not in SUPPORTED_DTYPES:
-        names = ", ".join(str(d).replace("torch.", "") for d in SUPPORTED_DTYPES)
-        raise TypeError(f"data dtype {data.dtype} is not supported; use one of: {names}")
-    if not data.is_contiguous():
-        warnings.warn("data is not contiguous: FeatureStore keeps a contiguous copy (pass a contiguous table to avoid it)", stacklevel=3)
-        data, read_only = data.contiguous(), None
-    return data, read_only
-
-
-def _num_rows(data) -> int | None:
-    """The row count of ``data`` when it is known without reading it (a tensor, array, .npy file or
-    compressed table), so that the cache arguments are checked before anything else is done."""
-    if isinstance(data, CompressedTable):
-        return int(data.shape[0])
-    if isinstance(data, (torch.Tensor, np.ndarray)) and data.ndim == 2:
-        return int(data.shape[0])
-    return None
-
-
 def _rank_cache_rows(table: torch.Tensor, backend: str, cache_bytes: int, cache_policy: str | CachePolicy, graph, sampler, seeds,
                      presample_options: dict | None) -> torch.Tensor | None:
     """The rows the cache holds, best first (int64 CPU), or None for no cache. ``table`` holds what
@@ -489,7 +433,7 @@ def _rank_cache_rows(table: torch.Tensor, backend: str, cache_bytes: int, cache_
                        sampler=sampler, seeds=seeds, stacklevel=4, **options)
     if rows is not None:
         log.info("cache: %d of %d rows (%s), %s of device memory", rows.numel(), table.shape[0], policy_name(cache_policy),
-                 _size(rows.numel() * table.shape[1] * table.element_size()))
+                 human_size(rows.numel() * table.shape[1] * table.element_size()))
     return rows
 
 
@@ -499,7 +443,7 @@ def _rebuild_store(cls: type, table, backend: str, device_type: str, options: tu
     file = table if isinstance(table, tuple) else None
     if file is not None:
         table = _open_file_ref(file)
-    table, read_only_array = _as_table(table)
+    table, read_only_array = as_table(table)
     codec = out_dtype = method = path = None
     if compressed is not None:
         method, path, out_dtype = compressed["method"], compressed["path"], compressed["out_dtype"]
@@ -510,7 +454,7 @@ def _rebuild_store(cls: type, table, backend: str, device_type: str, options: tu
             codec = Codec(compressed["name"], scale, offset, compressed["axis"])
         else:
             codec = Codec(compressed["name"])
-        table = _codes_view(table, codec)
+        table = codes_view(table, codec)
     store = cls.__new__(cls)
     cache_rows, cache_policy = cache if cache is not None else (None, None)
     store._init_unbound(table, read_only_array, file, backend, device_type, GatherOptions(*options), codec, out_dtype, method, path,
@@ -533,46 +477,6 @@ def _open_param(param) -> torch.Tensor:
     return param if isinstance(param, torch.Tensor) else torch.from_numpy(param)
 
 
-def _compressed(data, codec: str | None) -> CompressedTable | None:
-    """``data`` as a compressed table when it is one (a :class:`CompressedTable` or a folder written by
-    :func:`~dgl_zerocopy.compress`) or when ``codec`` asks to compress it (once, in slabs); else None."""
-    if isinstance(data, (str, os.PathLike)) and Path(data).is_dir():
-        data = load_compressed(data)  # raises FileNotFoundError naming compress() if it is another folder
-    if isinstance(data, CompressedTable):
-        if codec is not None and codec != data.codec.name:
-            raise ValueError(f"compression={codec!r}, but the table is compressed as {data.codec.name!r}; "
-                             f"leave compression out (or None) for a compressed table")
-        return data
-    if codec is None:
-        return None
-    return compress(data, codec)
-
-
-def _codes_view(table: torch.Tensor, codec: Codec) -> torch.Tensor:
-    """The codes as ``codec.stored_dtype`` (bf16 codes are stored as their int16 bit pattern)."""
-    if table.dtype != codec.stored_dtype:
-        if codec.name == "bf16" and table.dtype == torch.int16:
-            return table.view(torch.bfloat16)
-        raise TypeError(f"codec {codec.name!r} needs {codec.stored_dtype} codes, but the table holds {table.dtype}")
-    return table
-
-
-def _check_out_dtype(out_dtype, codec: str | None, table_dtype: torch.dtype | None = None) -> torch.dtype:
-    """The dtype gathered rows have: a compressed table's ``out_dtype`` (default float32), or the
-    table's own dtype for an uncompressed one (which cannot convert)."""
-    if codec is None:
-        if out_dtype is not None and out_dtype != table_dtype:
-            raise ValueError(f"out_dtype={out_dtype} needs a compressed table: an uncompressed store gathers its own dtype "
-                             f"({table_dtype}); pass compression= one of {', '.join(CODECS)} as well")
-        return table_dtype
-    if out_dtype is None:
-        return torch.float32
-    if out_dtype not in OUT_DTYPES:
-        names = ", ".join(str(d).replace("torch.", "") for d in OUT_DTYPES)
-        raise ValueError(f"out_dtype must be one of {names} for a compressed table, but got {out_dtype!r}")
-    return out_dtype
-
-
 def _close_all(backends: list) -> None:
     while backends:
         backends.pop().close()
@@ -583,56 +487,12 @@ def _private_table_message(table: torch.Tensor, codec: Codec | None = None) -> s
     dtype = str(table.dtype).removeprefix("torch.")
     if codec is not None:
         return (f"cannot pickle this FeatureStore: its {codec.name} codes ({rows} x {cols} {dtype}, "
-                f"{_size(table.numel() * table.element_size())}) are in private memory, and sending them would copy them into "
+                f"{human_size(table.numel() * table.element_size())}) are in private memory, and sending them would copy them into "
                 f"every process. Compress once into a folder, dgl_zerocopy.compress(data, {codec.name!r}, out=DIR), and build "
                 f"FeatureStore(DIR) (it is sent as its files); or share the codes, FeatureStore(dgl_zerocopy.compress(data, "
                 f"{codec.name!r}).share_memory_()); or create the FeatureStore in each process")
-    return (f"cannot pickle this FeatureStore: its table ({rows} x {cols} {dtype}, {_size(table.numel() * table.element_size())}) "
+    return (f"cannot pickle this FeatureStore: its table ({rows} x {cols} {dtype}, {human_size(table.numel() * table.element_size())}) "
             f"is in private memory, and sending it would copy it into every process. Share it instead: build the store "
             f"over shared memory, FeatureStore(feat.share_memory_(), ...), calling share_memory_() before any store is made "
             f"over feat (it moves the storage, so it must happen before the table is pinned); or from a .npy file "
             f"(FeatureStore('feat.npy') or numpy.load(path, mmap_mode='r')); or create the FeatureStore in each process")
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} bytes"
-
-
-def _resolve_backend(backend: str, device=None) -> str:
-    """``auto`` -> ``zerocopy`` where its kernel compiles for the CUDA device (``device``, else the
-    current one), else ``cpu``: silently without CUDA or for ``device="cpu"``, with a warning that
-    says why and how to fix it on a CUDA machine."""
-    if backend != "auto":
-        return backend
-    if not torch.cuda.is_available() or (device is not None and torch.device(device).type != "cuda"):
-        return "cpu"
-    from .backends import zerocopy_problem
-
-    problem = zerocopy_problem(resolve_device(device if device is not None else "cuda").index)
-    if problem is None:
-        return "zerocopy"
-    warnings.warn(f"backend='auto' uses 'cpu', not 'zerocopy': {problem}", RuntimeWarning, stacklevel=3)
-    return "cpu"
-
-
-def resolve_device(device) -> torch.device:
-    """``cpu`` or ``cuda:N`` (a bare ``cuda`` becomes the current device); CUDA must be available."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"device {str(device)!r} needs CUDA, which is not available here; use device='cpu' (and backend='cpu' for a FeatureStore)")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-    elif device.type != "cpu":
-        raise ValueError(f"device must be 'cpu' or 'cuda[:N]', but got {str(device)!r}")
-    return device
-
-
-def _resolve_device(device, backend: str) -> torch.device:
-    device = resolve_device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
-    if backend in ("zerocopy", "gpu") and device.type != "cuda":
-        raise RuntimeError(f"backend={backend!r} needs a CUDA device, but got {str(device)!r}; use backend='cpu' on machines without a GPU")
-    return device

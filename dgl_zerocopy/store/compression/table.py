@@ -95,7 +95,7 @@ def compress(data: Source, codec: str = "int8", out: str | os.PathLike | None = 
 
     ``data``: a CPU tensor, a NumPy array or a ``.npy`` path (memory-mapped, read a slab at a time).
     int8 options: ``axis`` ``"column"`` (default) or ``"row"``, ``method`` ``"minmax"`` (default)
-    or ``"absmax"`` (see :mod:`dgl_zerocopy.compression.encode`). The conversion runs in slabs of
+    or ``"absmax"`` (see :mod:`dgl_zerocopy.store.compression.encode`). The conversion runs in slabs of
     ``chunk_bytes`` float32 bytes: the extra memory is a few slabs, never a float32 copy.
 
     ``out``: a folder to write (codes ``.npy`` plus scales and ``compression.json``; replaced if it

@@ -153,7 +153,7 @@ def choose_rows(num_rows: int, row_bytes: int, cache_bytes, cache_policy: str | 
     (or a budget that holds no row, with a warning). Rows and slot map never exceed the budget.
 
     ``batch_size``, ``epochs`` and ``seed`` shape the presampling pass (see
-    :func:`dgl_zerocopy.cache.policy.presample_counts`); the degree policies ignore them and ``seeds``
+    :func:`dgl_zerocopy.store.cache.policy.presample_counts`); the degree policies ignore them and ``seeds``
     (``"degree"`` reads only ``sampler.edge_dir``).
     ``stacklevel`` places the warning as ``warnings.warn`` does, counted from the caller."""
     cache_bytes = check_cache_args(cache_bytes, cache_policy, num_rows, graph, sampler, seeds)

@@ -1,7 +1,7 @@
 """The upper bound: the whole table resident in device memory, gathered on the device.
 
 A compressed table stays compressed in device memory (2-4x less of it); the gathered codes are
-decoded on the device (:class:`~dgl_zerocopy.compression.decode.Decoder`)."""
+decoded on the device (:class:`~dgl_zerocopy.store.compression.decode.Decoder`)."""
 from __future__ import annotations
 
 import torch

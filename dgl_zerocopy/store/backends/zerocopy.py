@@ -1,10 +1,10 @@
 """Zero-copy gather: GPU threads read rows straight from the pinned host table over PCIe.
 
-A compressed table (``codec``: fp16, bf16 or int8 codes, :mod:`dgl_zerocopy.compression`) is read
+A compressed table (``codec``: fp16, bf16 or int8 codes, :mod:`dgl_zerocopy.store.compression`) is read
 the same way, codes only, and decoded inside the kernel (``gather_decode``, kernels/gather.cu): the
 link carries 2 or 4 times fewer bytes per row and the GPU receives ``out_dtype`` rows.
 
-With a hot-row ``cache`` (:class:`dgl_zerocopy.cache.HotRowCache` on the backend's device), the same
+With a hot-row ``cache`` (:class:`dgl_zerocopy.store.cache.HotRowCache` on the backend's device), the same
 kernels read each row whose slot map entry is >= 0 from the cache in device memory instead: one
 fused launch for hits and misses, and only the misses cross PCIe.
 """
@@ -17,7 +17,7 @@ import torch
 from ..compression.codec import Codec
 from ..pinning import PinnedRange
 from ..transfer import to_device
-from . import GatherOptions
+from .base import GatherOptions
 
 if TYPE_CHECKING:
     from ..cache import HotRowCache
@@ -31,7 +31,7 @@ class ZeroCopyBackend:
 
     The table is kept alive by this object for as long as it is pinned. A table that is
     page-locked already (``tensor.pin_memory()``, ``cudaHostAlloc``) is read as it is: never
-    registered, never unregistered (:class:`~dgl_zerocopy.pinning.PinnedRange`). Each launch
+    registered, never unregistered (:class:`~dgl_zerocopy.store.pinning.PinnedRange`). Each launch
     records its stream's event (one per stream, reused); :meth:`close` waits for those events
     before it unpins, so no kernel reads a range that is no longer registered.
 
@@ -99,7 +99,7 @@ class ZeroCopyBackend:
 
     def _device_cache(self):
         """The cache as the launcher takes it (made once: its tensors never move), or None."""
-        from ..cuda.gather.launcher import DeviceCache
+        from ...cuda.gather.launcher import DeviceCache
 
         cache = self.cache
         if cache is None:
@@ -109,7 +109,7 @@ class ZeroCopyBackend:
                            row_pairs_ptr=0 if self._cache_pairs is None else self._cache_pairs.data_ptr())
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor:
-        from ..cuda.gather.launcher import launch_decode, launch_gather
+        from ...cuda.gather.launcher import launch_decode, launch_gather
 
         cupy = self._cupy
         table = self.table

@@ -3,7 +3,7 @@
 A fresh output per batch costs page faults on every new page: reusing one buffer is several
 times faster (bench/cpu_gather.py), so the baseline we compare against is the fast one.
 
-Compressed tables (``codec``), CPU device, decoded by :class:`~dgl_zerocopy.compression.decode.Decoder`
+Compressed tables (``codec``), CPU device, decoded by :class:`~dgl_zerocopy.store.compression.decode.Decoder`
 the faster of two ways as measured (``bench/cpu_gather.py``, docs/benchmarks.md):
 - int8, tile by tile: a tile's codes are gathered into a small reused buffer and decoded at once
   into the tile's rows of the output, so the decode's three passes (convert, scale, shift) run over
@@ -12,7 +12,7 @@ the faster of two ways as measured (``bench/cpu_gather.py``, docs/benchmarks.md)
 - fp16/bf16, the whole batch's codes first, then one conversion pass: 1.05x the tiled rate.
 CUDA device: the codes are copied to the device and decoded there, so the link carries codes.
 
-With a hot-row cache (:class:`~dgl_zerocopy.cache.HotRowCache`, rows or codes of the table):
+With a hot-row cache (:class:`~dgl_zerocopy.store.cache.HotRowCache`, rows or codes of the table):
 - CUDA device: the ids are split on the CPU (a host copy of the slot map); only the misses are
   gathered into the pinned staging buffer and copied, and the device assembles the batch from
   them and the cached rows: the hits leave the host-to-device copy;

@@ -2,44 +2,15 @@
 from __future__ import annotations
 
 import functools
-from dataclasses import dataclass
-from typing import Protocol
 
 import torch
 
 from ..cache import HotRowCache
 from ..compression.codec import Codec
-from ..cuda.gather.launch import name_expression
+from ...cuda.gather.launch import name_expression
+from .base import VARIANTS, Backend, GatherOptions
 
-VARIANTS = ("aligned", "naive")
-
-
-@dataclass(frozen=True)
-class GatherOptions:
-    """Options of the zero-copy gather kernel (see ``FeatureStore``); checked on construction."""
-
-    variant: str = "aligned"
-    sort_ids: bool = False
-    max_blocks: int | None = None
-
-    def __post_init__(self) -> None:
-        if self.variant not in VARIANTS:
-            raise ValueError(f"variant must be one of {VARIANTS}, but got {self.variant!r}")
-        if not isinstance(self.sort_ids, bool):
-            raise TypeError(f"sort_ids must be True or False, but got {self.sort_ids!r}")
-        if self.max_blocks is not None and (isinstance(self.max_blocks, bool) or not isinstance(self.max_blocks, int) or self.max_blocks < 1):
-            raise ValueError(f"max_blocks must be a positive integer or None (no cap), but got {self.max_blocks!r}")
-
-
-class Backend(Protocol):
-    """What FeatureStore needs of a backend. Input is already validated by the store.
-
-    ``gather`` runs on ``stream`` (CUDA; the store has made it current and ordered it after the
-    ids) and allocates there; ``close`` waits for the gathers in flight before releasing memory."""
-
-    def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor: ...
-
-    def close(self) -> None: ...
+__all__ = ["VARIANTS", "Backend", "GatherOptions", "PROBE_KERNEL", "make_backend", "zerocopy_available", "zerocopy_problem"]
 
 
 def make_backend(name: str, table: torch.Tensor, device: torch.device, read_only: bool = False,
@@ -47,7 +18,7 @@ def make_backend(name: str, table: torch.Tensor, device: torch.device, read_only
                  out_dtype: torch.dtype | None = None, cache: "HotRowCache | None" = None) -> Backend:
     """The backend ``name`` over ``table``; ``read_only`` pins it with the read-only flag (a file
     map); ``options`` configure the zero-copy kernel. A compressed table: ``table`` holds the codes,
-    ``codec`` decodes them (:mod:`dgl_zerocopy.compression`) and ``out_dtype`` is the dtype of the
+    ``codec`` decodes them (:mod:`dgl_zerocopy.store.compression`) and ``out_dtype`` is the dtype of the
     gathered rows (default: the table's). ``cache``: hot rows of ``table`` (codes, for a compressed
     one) on ``device``, read instead of the host table (``cpu`` and ``zerocopy``; ``gpu`` takes none)."""
     if name == "cpu":
@@ -89,7 +60,7 @@ def zerocopy_problem(device_index: int) -> str | None:
         import cupy  # noqa: F401 - the import is the check
     except Exception as error:  # noqa: BLE001 - ImportError, or CuPy failing to find its CUDA libraries
         return f"CuPy does not import ({type(error).__name__}: {_first_line(error)}); pip install {extra}"
-    from ..cuda.gather import launcher
+    from ...cuda.gather import launcher
 
     major, minor = torch.cuda.get_device_capability(device_index)
     try:
