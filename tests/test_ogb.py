@@ -210,6 +210,7 @@ def test_folder_without_release_file_is_refused_not_prompted(tmp_path, no_prompt
     assert not (tmp_path / "ds" / "dgl_zerocopy").exists()
 
 
+@pytest.mark.slow  # a process; in-process: test_missing_dataset_names_url_and_layout, test_real_graphs::test_cli_reports_missing_dataset_in_one_line
 def test_cli_missing_dataset_exits_2_with_one_line(tmp_path):
     r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "train", "--dataset", "ogbn-arxiv", "--data-root", str(tmp_path),
                         "--device", "cpu", "--no-progress"], capture_output=True, text=True, encoding="utf-8", cwd=REPO, stdin=subprocess.DEVNULL, timeout=300)
