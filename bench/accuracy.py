@@ -5,7 +5,7 @@ configs/amazon-computers-sage.yaml; Coauthor: configs/coauthor-physics-sage.yaml
 configs/synthetic-sage.yaml), through
 our DataLoader (feature source ``cpu``), for ``--seeds`` seeds; the GraphData split follows the
 seed. Accuracy is the test accuracy at the evaluated epoch of best validation accuracy
-(:func:`dgl_zerocopy.train.best_epoch`); reported as mean and standard deviation over seeds, with
+(:func:`dgl_zerocopy.training.train.best_epoch`); reported as mean and standard deviation over seeds, with
 the median epoch time (epoch 0 left out as warm-up). Writes CSV/JSON and a PNG; prints a table.
 
 Compression is a dimension (``--feature-compression none,fp16,int8``): each dataset trains once
@@ -96,9 +96,9 @@ COMPRESSIONS = ("none", "fp16", "bf16", "int8", *[f for f in INT8_FORMS if f != 
 
 
 def _run(name: str, codec: str, args: argparse.Namespace) -> dict:
-    from dgl_zerocopy.config import build_config, read_yaml
+    from dgl_zerocopy.training.config import build_config, read_yaml
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
-    from dgl_zerocopy.train import best_epoch, train
+    from dgl_zerocopy.training.train import best_epoch, train
 
     through_store = codec in ("none", "fp16", "bf16", "int8")
     overrides = {"dataset": name, "device": "cpu", "feature_source": "cpu", "epochs": args.epochs,
@@ -147,8 +147,8 @@ def _check(dataset, cfg) -> None:
     """Correctness first: the splits are disjoint, and a batch from our loader carries exactly the
     table's rows (a compressed table's: the reference decode of its codes) and labels at the
     sampled ids (the path the accuracy is measured through)."""
-    from dgl_zerocopy.sources import make_source
-    from dgl_zerocopy.timing import StageTimer
+    from dgl_zerocopy.training.sources import make_source
+    from dgl_zerocopy.loading.timing import StageTimer
 
     splits = np.concatenate([dataset.train_idx, dataset.val_idx, dataset.test_idx])
     if len(np.unique(splits)) != len(splits):

@@ -137,7 +137,7 @@ def workload(name: str, args, repeat: int = 0) -> dict:
                f"{','.join(map(str, s['fanouts']))}, batch {batch} (= {s['batch']} x the scale), seeds: the training split")
         return {"graph": data.to_dgl(), "table": tensor_view(np.ascontiguousarray(data.features)), "fanouts": s["fanouts"],
                 "batch": batch, "how": how, "seeds": torch.from_numpy(data.train_idx)}
-    from dgl_zerocopy.config import build_config, read_yaml
+    from dgl_zerocopy.training.config import build_config, read_yaml
 
     if args.data_root is None:
         raise SystemExit(f"graph {name!r} is read from --data-root (e.g. ../shared/data)")

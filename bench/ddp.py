@@ -6,7 +6,7 @@ runs in two setups on a machine with C usable cores (defaults for C = 2):
   Nx1   N data-parallel processes (``dgl-zerocopy train --nproc N``: DDP, gloo on 127.0.0.1, the
         dataset in shared memory once), each with C // N threads (at least 1) and
         ceil(batch / N) seeds a step, so a step sees the same global batch and an epoch as many steps.
-Both start the same way (``dgl_zerocopy.ddp.launch``, spawned processes, the dataset shared), so
+Both start the same way (``dgl_zerocopy.training.ddp.launch``, spawned processes, the dataset shared), so
 start-up costs match. Repetition r trains both with seed ``--seed + r`` (the split too), the order of
 the two swapped every repetition so that drift on a shared machine hits both alike. Per run: the
 median epoch time over epochs 1.. (epoch 0 warms up; training only, evaluation is once, after the
@@ -37,7 +37,7 @@ os.environ.setdefault("DGLBACKEND", "pytorch")
 
 
 def main(argv: list[str] | None = None) -> int:
-    from dgl_zerocopy.ddp import _usable_cores
+    from dgl_zerocopy.training.ddp import _usable_cores
 
     cores = _usable_cores()
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -60,9 +60,9 @@ def main(argv: list[str] | None = None) -> int:
 
     import torch
 
-    from dgl_zerocopy.config import TrainConfig
+    from dgl_zerocopy.training.config import TrainConfig
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
-    from dgl_zerocopy.ddp import share_dataset
+    from dgl_zerocopy.training.ddp import share_dataset
 
     per_process = max(1, cores // args.nproc)
     setups = [{"setup": f"1x{args.threads}", "processes": 1, "threads": args.threads, "batch_per_process": args.batch_size},
@@ -110,15 +110,15 @@ def _load() -> str:
 
 def _one_process(rank: int, world_size: int, cfg, shared) -> list:
     """The one-process setup inside a launched process (its threads set by launch)."""
-    from dgl_zerocopy.train import train
+    from dgl_zerocopy.training.train import train
 
     return train(cfg, shared, progress=False)
 
 
 def _run(cfg, shared, setup: dict) -> dict:
     """Train ``cfg`` in ``setup``; its epoch times, wall time and final test accuracy."""
-    from dgl_zerocopy.ddp import launch
-    from dgl_zerocopy.train import train
+    from dgl_zerocopy.training.ddp import launch
+    from dgl_zerocopy.training.train import train
 
     start = time.perf_counter()
     if setup["processes"] == 1:

@@ -46,9 +46,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     from dgl_zerocopy.store.backends import zerocopy_available
-    from dgl_zerocopy.config import FEATURE_SOURCES, TrainConfig
+    from dgl_zerocopy.training.config import FEATURE_SOURCES, TrainConfig
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
-    from dgl_zerocopy.train import train
+    from dgl_zerocopy.training.train import train
 
     from dgl_zerocopy.store.compression import check_codec_name
 
@@ -73,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         dgl_loader = source in ("dgl", "dgl-storage")  # DGL's DataLoader: its own prefetching, no prefetch knob
         for prefetch in ([0] if dgl_loader else [0, args.prefetch]):
             if dgl_loader and cuda:
-                from dgl_zerocopy.loader import dgl_has_cuda
+                from dgl_zerocopy.loading.dgl_options import dgl_has_cuda
 
                 if not dgl_has_cuda():
                     continue

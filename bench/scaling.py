@@ -120,10 +120,10 @@ def _measure(dataset, args: argparse.Namespace) -> dict:
     """Gather and step timings on one graph (see the module docstring)."""
     import dgl
 
-    from dgl_zerocopy.loader import DataLoader
-    from dgl_zerocopy.models import build_model
+    from dgl_zerocopy.loading.loader import DataLoader
+    from dgl_zerocopy.training.models import build_model
     from dgl_zerocopy.store.feature_store import FeatureStore
-    from dgl_zerocopy.timing import StageTimer
+    from dgl_zerocopy.loading.timing import StageTimer
 
     train_idx = torch.from_numpy(dataset.train_idx)
     if len(train_idx) < args.batch_size:

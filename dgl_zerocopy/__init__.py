@@ -21,7 +21,7 @@ import _dgl_zerocopy_graphbolt  # noqa: E402
 _dgl_zerocopy_graphbolt.install()
 
 from .store.compression import compress  # noqa: E402
-from .loader import DataLoader  # noqa: E402
+from .loading.loader import DataLoader  # noqa: E402
 from .store.feature_store import FeatureStore  # noqa: E402
 
 __version__ = "0.1.0"

@@ -11,9 +11,9 @@ import runpy
 import sys
 from pathlib import Path
 
-from .config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml
+from .training.config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml
 from .data import DATASETS, DatasetError
-from .models import MODELS
+from .training.models import MODELS
 
 log = logging.getLogger("dgl_zerocopy")
 
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
 
             return launch_local(args)
         if args.command == "info":
-            from .info import environment_report
+            from .training.info import environment_report
 
             print(environment_report())
             return 0
@@ -140,7 +140,7 @@ def _glue_negative_fanouts(argv: list[str]) -> list[str]:
 
 def _train(args: argparse.Namespace) -> int:
     from .data import SyntheticSpec, load_dataset
-    from .train import best_epoch, resolve_device, timing_table, train
+    from .training.train import best_epoch, resolve_device, timing_table, train
 
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "no_progress", "dist", "ip_config")}
     cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
@@ -156,7 +156,7 @@ def _train(args: argparse.Namespace) -> int:
     cached = f", cache {cfg.feature_cache} ({cfg.cache_policy})" if cfg.feature_cache != "0" else ""
     print(f"model {cfg.model}, fanouts {cfg.fanouts}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{cached}")
     if cfg.nproc > 1:
-        from .ddp import share_dataset
+        from .training.ddp import share_dataset
 
         backend = "nccl, one GPU each" if device.type == "cuda" else "gloo on the CPU"
         print(f"{cfg.nproc} processes (DDP, {backend}), batch {-(-cfg.batch_size // cfg.nproc)} per process; "
@@ -173,7 +173,7 @@ def _train(args: argparse.Namespace) -> int:
 def _train_dist(cfg, args: argparse.Namespace) -> int:
     """``train --dist OUT``: one process of a DistDGL job (server, trainer, or standalone)."""
     from .dist.commands import train as train_dist
-    from .train import best_epoch, timing_table
+    from .training.train import best_epoch, timing_table
 
     history = train_dist(cfg, args.dist, args.ip_config, on_epoch=_print_epoch, progress=not args.no_progress)
     best = best_epoch(history)

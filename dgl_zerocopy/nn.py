@@ -1,4 +1,4 @@
-"""GraphSAGE and GCN layers in plain torch over :class:`~dgl_zerocopy.blocks.DeviceBlock`.
+"""GraphSAGE and GCN layers in plain torch over :class:`~dgl_zerocopy.loading.blocks.DeviceBlock`.
 
 They compute what ``dgl.nn.SAGEConv`` (mean aggregator) and ``dgl.nn.GraphConv`` compute, on any
 torch device, without DGL: PyPI's DGL is a CPU build, so its own layers cannot run on CUDA blocks.
@@ -35,7 +35,7 @@ from typing import Any, Callable, Optional, Union
 import torch
 from torch import nn
 
-from .blocks import DeviceBlock
+from .loading.blocks import DeviceBlock
 
 SAGE_AGGREGATORS = ("mean",)
 GCN_NORMS = ("both", "right", "left", "none")

@@ -1,5 +1,5 @@
 """A model of CUDA streams and events on the CPU, to check the slot ring's protocol
-(dgl_zerocopy/ring.py, docs/architecture.md) for every loader that uses it.
+(dgl_zerocopy/loading/ring.py, docs/architecture.md) for every loader that uses it.
 
 The model records, for each ring slot, when the consumer last received it (the test notes that
 with :meth:`CudaModel.take`) and when its release event was last recorded. The worker may reuse a
@@ -16,7 +16,7 @@ from contextlib import contextmanager
 
 import torch
 
-from dgl_zerocopy import ring as ring_module
+from dgl_zerocopy.loading import ring as ring_module
 
 _clock = itertools.count()
 

@@ -1,6 +1,6 @@
 """Accuracy parity on real graphs (CPU): our loader and models train to published accuracy.
 
-Model selection (the rule in :func:`dgl_zerocopy.train.best_epoch`): test accuracy at the
+Model selection (the rule in :func:`dgl_zerocopy.training.train.best_epoch`): test accuracy at the
 evaluated epoch of best validation accuracy, averaged over three seeds. The settings are the
 shipped configs' (configs/cora-gcn.yaml; Coauthor CS uses configs/coauthor-physics-sage.yaml's
 model and optimiser), so these tests also guard the configs.
@@ -13,9 +13,9 @@ import pytest
 pytest.importorskip("dgl")  # train() samples with DGL
 
 from conftest import REPO, SHARED_DATA
-from dgl_zerocopy.config import build_config, read_yaml
+from dgl_zerocopy.training.config import build_config, read_yaml
 from dgl_zerocopy.data import load_dataset
-from dgl_zerocopy.train import best_epoch, train
+from dgl_zerocopy.training.train import best_epoch, train
 
 pytestmark = [
     pytest.mark.slow,

@@ -8,7 +8,7 @@ import pytest
 import torch
 from conftest import REPO, devices, requires_cuda
 
-from dgl_zerocopy.blocks import DeviceBlock, as_device_block
+from dgl_zerocopy.loading.blocks import DeviceBlock, as_device_block
 
 try:  # DeviceBlock's own tests run without DGL (the GPU image has none); those that build DGL graphs skip
     import dgl
@@ -179,8 +179,8 @@ def test_core_modules_import_without_dgl():
     code = (
         "import sys; sys.modules['dgl'] = None\n"  # makes `import dgl` fail
         "import torch\n"
-        "from dgl_zerocopy.blocks import DeviceBlock\n"
-        "from dgl_zerocopy.models import build_model\n"
+        "from dgl_zerocopy.loading.blocks import DeviceBlock\n"
+        "from dgl_zerocopy.training.models import build_model\n"
         "b = DeviceBlock(torch.tensor([0, 2, 2]), torch.tensor([1, 3]), 4)\n"
         "for name in ('sage', 'gcn'):\n"
         "    assert build_model(name, 3, 4, 2, 1, 0.0)([b], torch.randn(4, 3)).shape == (2, 2)\n"

@@ -201,7 +201,7 @@ def test_degree_is_the_default_policy():
 
     from dgl_zerocopy import FeatureStore
     from dgl_zerocopy.store.cache import choose_rows
-    from dgl_zerocopy.sources import CacheRequest
+    from dgl_zerocopy.training.sources import CacheRequest
 
     assert DEFAULT_CACHE_POLICY == "degree" == CACHE_POLICIES[0]
     for func in (FeatureStore, build_cache, choose_rows):

@@ -163,7 +163,7 @@ def test_bad_config_file_is_one_line_and_exit_2(tmp_path, text, message):
 def test_the_feature_cache_ranks_by_the_degree_sampling_follows_unless_told(capsys):
     """``--feature-cache`` without ``--cache-policy`` chooses ``degree`` (out-degree for DGL's in-edge sampling)."""
     from dgl_zerocopy.cli import _parser
-    from dgl_zerocopy.config import build_config
+    from dgl_zerocopy.training.config import build_config
 
     def policy(*flags):
         args = _parser().parse_args(["train", "--feature-cache", "10%", *flags])

@@ -2,7 +2,7 @@
 import pytest
 
 from conftest import REPO
-from dgl_zerocopy.config import build_config, read_yaml
+from dgl_zerocopy.training.config import build_config, read_yaml
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
 EXPECTED = {"ogbn-products-sage", "ogbn-products-gcn", "ogbn-arxiv-sage", "ogbn-papers100m-sage",
@@ -46,7 +46,7 @@ def test_the_cache_policy_defaults_to_the_degree_sampling_follows():
     import typing
 
     from dgl_zerocopy.store.cache import CACHE_POLICIES, DEFAULT_CACHE_POLICY
-    from dgl_zerocopy.config import ConfigError, TrainConfig
+    from dgl_zerocopy.training.config import ConfigError, TrainConfig
 
     assert TrainConfig().cache_policy == DEFAULT_CACHE_POLICY == "degree"
     assert build_config({}, {"feature_cache": "10%"}).cache_policy == "degree"

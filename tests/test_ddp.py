@@ -1,6 +1,6 @@
 """Data-parallel training over one shared host table, with 2 gloo ranks on 127.0.0.1.
 
-The ranks are started by ``dgl_zerocopy.ddp.launch`` (spawned processes, a FileStore rendezvous in
+The ranks are started by ``dgl_zerocopy.training.ddp.launch`` (spawned processes, a FileStore rendezvous in
 a temporary folder, collectives over the loopback interface). Every test that starts processes is
 bounded: in this process by a watchdog that kills the test's children after ``LIMIT`` seconds (a
 hung ``launch`` then fails, as its ranks died, instead of hanging the suite), for the command line
@@ -31,9 +31,9 @@ dgl = pytest.importorskip("dgl")
 psutil = pytest.importorskip("psutil")  # a dependency of DGL
 
 from conftest import REPO  # noqa: E402
-from dgl_zerocopy import ddp  # noqa: E402
-from dgl_zerocopy.config import ConfigError, TrainConfig, build_config  # noqa: E402
-from dgl_zerocopy.ddp import SharedDataset, launch, share_dataset  # noqa: E402
+from dgl_zerocopy.training import ddp  # noqa: E402
+from dgl_zerocopy.training.config import ConfigError, TrainConfig, build_config  # noqa: E402
+from dgl_zerocopy.training.ddp import SharedDataset, launch, share_dataset  # noqa: E402
 
 # Seconds before a test's processes count as hung and are killed. Starting 2 ranks (Python, torch,
 # DGL) takes ~4 s on 2 idle cores, ~14 s on 2 cores shared with other jobs; each test takes 10-50 s.
@@ -120,7 +120,7 @@ def _rank_report(rank: int, world_size: int, shared: SharedDataset, cfg: TrainCo
     import torch.distributed as dist
 
     from dgl_zerocopy import DataLoader, FeatureStore
-    from dgl_zerocopy.train import _fit
+    from dgl_zerocopy.training.train import _fit
 
     dataset = shared.open()
     table = torch.from_numpy(dataset.features)
@@ -190,8 +190,8 @@ def test_two_ranks_split_the_seeds_train_in_step_over_one_shared_table(small_dat
         assert {s for b in r["epochs"][0] for s in b} != {s for b in r["epochs"][1] for s in b}, "a new split every epoch"
 
     # Training: the same parameters on both ranks, changed from the initial ones; the all-reduced figures agree.
-    from dgl_zerocopy.models import build_model
-    from dgl_zerocopy.train import seed_everything
+    from dgl_zerocopy.training.models import build_model
+    from dgl_zerocopy.training.train import seed_everything
 
     seed_everything(cfg.seed)
     initial = build_model(cfg.model, dataset.features.shape[1], cfg.hidden, dataset.num_classes, len(cfg.fanouts), cfg.dropout).state_dict()
@@ -267,7 +267,7 @@ def test_a_failing_rank_ends_the_job_at_once_with_its_own_error(tmp_path):
 
 def _cuda_rank(rank: int, world_size: int, shared: SharedDataset, cfg: TrainConfig) -> dict:
     from dgl_zerocopy import FeatureStore
-    from dgl_zerocopy.train import _fit
+    from dgl_zerocopy.training.train import _fit
 
     dataset = shared.open()
     ids = torch.randint(0, len(dataset.features), (4096,))
@@ -350,7 +350,7 @@ def _noop(rank: int, world_size: int) -> int:
 
 def test_bad_process_counts_and_devices_fail_at_once(monkeypatch, capsys):
     from dgl_zerocopy import cli
-    from dgl_zerocopy.train import resolve_device, train
+    from dgl_zerocopy.training.train import resolve_device, train
 
     before = _children()
     for nproc in (0, -1, 1.5, "2", True, None):

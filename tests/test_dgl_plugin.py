@@ -12,11 +12,11 @@ import torch
 
 from conftest import REPO, requires_cuda
 from dgl_zerocopy import FeatureStore
-from dgl_zerocopy.config import TrainConfig
-from dgl_zerocopy.train import train
+from dgl_zerocopy.training.config import TrainConfig
+from dgl_zerocopy.training.train import train
 
 dgl = pytest.importorskip("dgl")  # every test here needs DGL, which the GPU image lacks
-from dgl_zerocopy.dgl import ZeroCopyStorage, attach, with_features  # noqa: E402  (imports dgl)
+from dgl_zerocopy.loading.dgl import ZeroCopyStorage, attach, with_features  # noqa: E402  (imports dgl)
 
 # DGL's loader nags about CPU affinity on every epoch; it is advice, not a fault of these tests.
 warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")
@@ -202,7 +202,7 @@ def test_fetch_errors_reach_the_loop(graph, seeds, small_dataset, mode):
 def test_missing_attach_names_it(graph, store, seeds, mode):
     sampler = with_features(SAMPLERS["neighbor"](), features=["feat"], labels=["label"])
     loader = dgl_loader(graph, seeds, sampler, mode)  # g.ndata has 'feat', but the wrapper never falls back to it
-    with pytest.raises(KeyError, match=r"dgl_zerocopy\.dgl\.attach\(loader, \{'feat': store\}\)"):
+    with pytest.raises(KeyError, match=r"dgl_zerocopy\.loading\.dgl\.attach\(loader, \{'feat': store\}\)"):
         next(iter(loader))
     attach(loader, {"other": store})
     with pytest.raises(KeyError, match=r"no storage attached as 'feat' \(attached: 'other'\).*attach_data\('feat'"):

@@ -17,7 +17,7 @@ from dgl_zerocopy.data import load_dataset
 from dgl_zerocopy.dist import (DistFeatureSource, DistLoader, ServerLostError, Watchdog, launch_local, load_partition_info,
                                partition_dataset, remove_segments, trainer_threads)
 from dgl_zerocopy.dist import single_host
-from dgl_zerocopy.prefetch import Prefetcher
+from dgl_zerocopy.loading.prefetch import Prefetcher
 
 
 @pytest.fixture(scope="module")
@@ -146,12 +146,12 @@ def test_standalone_loader_batches_carry_the_original_rows(standalone_graph, one
 
 
 def test_loader_hands_batches_over_by_the_ring_protocol(standalone_graph, monkeypatch):
-    """DistLoader uses DataLoader's slot ring (dgl_zerocopy/ring.py), checked against the model of
+    """DistLoader uses DataLoader's slot ring (dgl_zerocopy/loading/ring.py), checked against the model of
     streams and events: features in ring slots filled on the side stream, reused only after their
     release, labels and blocks record_stream-ed on the consumer's stream, across a break too."""
     from stream_model import CudaModel, ModelStream
 
-    from dgl_zerocopy.ring import SlotRing
+    from dgl_zerocopy.loading.ring import SlotRing
 
     with DistFeatureSource(standalone_graph.ndata["feat"], device="cpu") as feat, \
             DistFeatureSource(standalone_graph.ndata["label"], device="cpu") as label:
@@ -212,7 +212,7 @@ def test_loader_refuses_bad_arguments(standalone_graph):
 
 
 def test_standalone_training_learns(one_part, standalone_graph):
-    from dgl_zerocopy.config import TrainConfig
+    from dgl_zerocopy.training.config import TrainConfig
     from dgl_zerocopy.dist import train_dist
 
     cfg = TrainConfig(fanouts=[5, 5], batch_size=256, hidden=32, epochs=3, lr=0.01, device="cpu", prefetch=2)
@@ -226,7 +226,7 @@ def test_standalone_training_learns(one_part, standalone_graph):
 @pytest.mark.parametrize("update, flag", [({"feature_compression": "int8"}, "--feature-compression int8"),
                                           ({"feature_cache": "10%"}, "--feature-cache 10%"), ({"nproc": 2}, "--nproc 2")])
 def test_options_that_do_not_apply_with_dist_are_refused(one_part, update, flag):
-    from dgl_zerocopy.config import ConfigError, TrainConfig
+    from dgl_zerocopy.training.config import ConfigError, TrainConfig
     from dgl_zerocopy.dist import train_dist
 
     cfg = TrainConfig(device="cpu").model_copy(update=update)

@@ -18,7 +18,7 @@ dgl = pytest.importorskip("dgl")
 
 from conftest import REPO  # noqa: E402
 from dgl_zerocopy import DataLoader, FeatureStore  # noqa: E402
-from dgl_zerocopy import loader as loader_module  # noqa: E402
+from dgl_zerocopy.loading import dgl_options  # noqa: E402
 
 
 @pytest.fixture
@@ -33,7 +33,7 @@ def train_idx(small_dataset):
 
 @pytest.fixture(autouse=True)
 def fresh_warnings(monkeypatch):
-    monkeypatch.setattr(loader_module, "_WARNED", set())
+    monkeypatch.setattr(dgl_options, "_WARNED", set())
 
 
 def _prefetching_sampler(fanouts=(4, 2)):

@@ -209,7 +209,7 @@ def test_compressed_methods_show_in_the_gather_table(tmp_path):
 
 
 def test_the_ddp_part_needs_two_gpus_and_reads_the_train_output():
-    from dgl_zerocopy.train import EpochStats
+    from dgl_zerocopy.training.train import EpochStats
 
     for gpus in (0, 1):
         part, log = gpu_check.ddp_part({}, 60, "quick", gpus)
@@ -543,9 +543,9 @@ def test_the_epoch_bench_writes_each_route_as_it_finishes(tmp_path, monkeypatch)
                            stages={"compute": 1.0}) for e in range(3)]
 
     import dgl_zerocopy.data
-    import dgl_zerocopy.train
-    from dgl_zerocopy.train import EpochStats
-    monkeypatch.setattr(dgl_zerocopy.train, "train", train)  # epoch.main imports them when it runs
+    import dgl_zerocopy.training.train
+    from dgl_zerocopy.training.train import EpochStats
+    monkeypatch.setattr(dgl_zerocopy.training.train, "train", train)  # epoch.main imports them when it runs
     monkeypatch.setattr(dgl_zerocopy.data, "load_dataset", lambda *a, **k: None)
     with pytest.raises(Stop):
         epoch.main(["--sources", "cpu", "--prefetch", "2", "--epochs", "3", "--out", str(stem)])

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from dgl_zerocopy import FeatureStore
-from dgl_zerocopy.loader import DataLoader
+from dgl_zerocopy.loading.loader import DataLoader
 
 dgl = pytest.importorskip("dgl")  # every test here needs DGL, which the GPU image lacks
 
@@ -180,8 +180,8 @@ def test_bad_input_fails_at_construction_before_any_thread(setup, override, erro
 def test_device_blocks_on_the_cpu_carry_the_same_batches_and_train_the_same(setup):
     """``blocks="device"`` is what a CUDA run with PyPI's DGL uses; on the CPU it must give the
     same rows, labels and model outputs as DGL blocks for the same (deterministic) sampler."""
-    from dgl_zerocopy.blocks import DeviceBlock
-    from dgl_zerocopy.models import build_model
+    from dgl_zerocopy.loading.blocks import DeviceBlock
+    from dgl_zerocopy.training.models import build_model
 
     graph, features, labels, _ = setup
     torch.manual_seed(0)
@@ -208,7 +208,7 @@ def test_a_new_epoch_starts_only_after_the_last_epochs_worker_has_stopped(setup,
     huge sample) after JOIN_TIMEOUT; that worker then still gathers its batch into a ring slot.
     The next epoch must not write the ring (nor sample with the same sampler) before it has
     stopped: it waits, with a warning. Timeouts injected: 0.05 s to give up, 0.1 s to warn."""
-    from dgl_zerocopy import prefetch
+    from dgl_zerocopy.loading import prefetch
 
     monkeypatch.setattr(prefetch, "JOIN_TIMEOUT", 0.05)
     monkeypatch.setattr(prefetch, "STOP_WARN_AFTER", 0.1)

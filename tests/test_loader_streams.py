@@ -1,4 +1,4 @@
-"""The loaders' stream protocol (docs/architecture.md, dgl_zerocopy/ring.py), checked on the CPU
+"""The loaders' stream protocol (docs/architecture.md, dgl_zerocopy/loading/ring.py), checked on the CPU
 against a model of CUDA streams and events (tests/stream_model.py), and on a GPU for real.
 
 At every hand-over the model checks that each feature tensor lives in one ring slot and that
@@ -14,8 +14,9 @@ import torch
 
 dgl = pytest.importorskip("dgl")
 
-from dgl_zerocopy import FeatureStore, ring as ring_module  # noqa: E402
-from dgl_zerocopy.loader import DataLoader  # noqa: E402
+from dgl_zerocopy import FeatureStore  # noqa: E402
+from dgl_zerocopy.loading import ring as ring_module  # noqa: E402
+from dgl_zerocopy.loading.loader import DataLoader  # noqa: E402
 
 from conftest import requires_cuda  # noqa: E402
 from stream_model import CudaModel, ModelStream  # noqa: E402
@@ -114,7 +115,7 @@ def test_record_stream_reaches_every_cuda_tensor_and_skips_host_ones():
 @pytest.mark.gpu
 @requires_cuda
 def test_features_held_past_a_break_are_not_overwritten_by_the_next_epoch(small_dataset):
-    from dgl_zerocopy.loader import dgl_has_cuda
+    from dgl_zerocopy.loading.dgl_options import dgl_has_cuda
 
     graph = small_dataset.to_dgl()
     # A copy of its own: no other test's store can have pinned this memory.

@@ -2,8 +2,8 @@ import pytest
 import torch
 from conftest import requires_cuda
 
-from dgl_zerocopy.blocks import DeviceBlock
-from dgl_zerocopy.models import GCN, GraphSAGE, _BlockGNN, build_model
+from dgl_zerocopy.loading.blocks import DeviceBlock
+from dgl_zerocopy.training.models import GCN, GraphSAGE, _BlockGNN, build_model
 from dgl_zerocopy.nn import load_dgl_weights
 
 dgl = pytest.importorskip("dgl")  # every test here needs DGL, which the GPU image lacks

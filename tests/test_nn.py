@@ -10,7 +10,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from dgl_zerocopy import nn as ours_nn
-from dgl_zerocopy.blocks import DeviceBlock
+from dgl_zerocopy.loading.blocks import DeviceBlock
 
 dgl = pytest.importorskip("dgl")  # every test here needs DGL, which the GPU image lacks
 import dgl.nn  # noqa: E402

@@ -16,7 +16,7 @@ import pytest
 import torch
 
 from conftest import REPO
-from dgl_zerocopy.config import build_config
+from dgl_zerocopy.training.config import build_config
 from dgl_zerocopy.data import DatasetError, load_dataset
 from dgl_zerocopy.data import ogb as ogb_data
 from dgl_zerocopy.data.ogb import load_ogb, bidirected_csc
@@ -222,7 +222,7 @@ def test_cli_missing_dataset_exits_2_with_one_line(tmp_path):
 
 
 def test_training_accuracy_is_ogb_evaluators(tmp_path, monkeypatch, no_prompt):
-    import dgl_zerocopy.train as train_mod
+    import dgl_zerocopy.training.train as train_mod
 
     meta = write_ogb(tmp_path / "ds", "ogbn-arxiv", _raw_data())
     ds = load_ogb("ogbn-arxiv", tmp_path, meta_dict=meta)

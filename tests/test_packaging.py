@@ -69,6 +69,6 @@ def test_the_documented_api_is_importable_without_dgl():
             "import dgl_zerocopy\n"
             "assert {'FeatureStore', 'DataLoader'} <= set(dgl_zerocopy.__all__)\n"
             "from dgl_zerocopy import DataLoader, FeatureStore\n"
-            "import dgl_zerocopy.nn, dgl_zerocopy.models\n")
+            "import dgl_zerocopy.nn, dgl_zerocopy.training.models\n")
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8")
     assert run.returncode == 0, run.stderr

@@ -8,8 +8,8 @@ import traceback
 
 import pytest
 
-from dgl_zerocopy import prefetch
-from dgl_zerocopy.prefetch import Prefetcher, wait_stopped
+from dgl_zerocopy.loading import prefetch
+from dgl_zerocopy.loading.prefetch import Prefetcher, wait_stopped
 
 
 def _threads():
@@ -106,7 +106,7 @@ def test_wait_stopped_warns_after_a_while_then_waits_to_the_end(caplog):
     assert p.alive
     threading.Timer(0.35, release.set).start()
     start = time.perf_counter()
-    with caplog.at_level(logging.WARNING, logger="dgl_zerocopy.prefetch"):
+    with caplog.at_level(logging.WARNING, logger="dgl_zerocopy.loading.prefetch"):
         with pytest.warns(RuntimeWarning, match=r"the test's worker \(dgl-zerocopy-prefetch\) is still in its current step .* after 0.05 s"):
             wait_stopped(p.thread, "the test's worker", warn_after=0.05)
     assert not p.alive and time.perf_counter() - start >= 0.3  # it waited for the end, past the warning

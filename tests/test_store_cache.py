@@ -286,7 +286,7 @@ def test_the_loader_rejects_a_bad_gpu_cache(graph, gpu_cache, match):
 
 def test_the_dgl_native_route_and_the_prefetch_pipeline_gather_through_the_cache(graph):
     from dgl_zerocopy import DataLoader
-    from dgl_zerocopy.dgl import ZeroCopyStorage
+    from dgl_zerocopy.loading.dgl import ZeroCopyStorage
 
     table = _table()
     store = FeatureStore(table, backend="cpu", device="cpu", cache_bytes=_budget(table, 100), graph=graph)
@@ -327,7 +327,7 @@ def test_the_cpu_backend_on_cuda_copies_only_the_misses(graph):
 @pytest.mark.parametrize("text, parsed", [("10%", ("rows", 0.1)), ("0", ("bytes", 0)), (0, ("bytes", 0)), ("512MiB", ("bytes", 2**29)),
                                           ("2GB", ("bytes", 2 * 10**9)), ("1.5 KiB", ("bytes", 1536)), ("1000", ("bytes", 1000))])
 def test_feature_cache_sizes_parse(text, parsed):
-    from dgl_zerocopy.config import build_config, parse_cache_size
+    from dgl_zerocopy.training.config import build_config, parse_cache_size
 
     assert parse_cache_size(text) == parsed
     assert build_config({}, {"feature_cache": text}).feature_cache == str(text).strip()
@@ -335,14 +335,14 @@ def test_feature_cache_sizes_parse(text, parsed):
 
 @pytest.mark.parametrize("text", ["x", "150%", "-1", "5TB", "inf", "nan", "-2%"])
 def test_bad_feature_cache_sizes_are_one_line_errors(text):
-    from dgl_zerocopy.config import ConfigError, build_config
+    from dgl_zerocopy.training.config import ConfigError, build_config
 
     with pytest.raises(ConfigError, match=r"^feature_cache .* is not a cache size: give a share of the rows \(10%\)"):
         build_config({}, {"feature_cache": text})
 
 
 def test_a_cache_needs_a_featurestore_source_and_a_known_policy():
-    from dgl_zerocopy.config import ConfigError, build_config
+    from dgl_zerocopy.training.config import ConfigError, build_config
 
     with pytest.raises(ConfigError, match="feature_cache '5%' needs a FeatureStore feature source"):
         build_config({}, {"feature_cache": "5%", "feature_source": "dgl"})
@@ -354,8 +354,8 @@ def test_a_cache_needs_a_featurestore_source_and_a_known_policy():
 @pytest.mark.parametrize("source_name", ["cpu", "dgl-storage"])
 @pytest.mark.parametrize("policy, compression", [("in_degree", None), ("presample", None), ("in_degree", "int8")])
 def test_sources_with_a_cache_yield_features_ids_and_count_every_row(small_dataset, source_name, policy, compression):
-    from dgl_zerocopy.sources import CacheRequest, make_source
-    from dgl_zerocopy.timing import StageTimer
+    from dgl_zerocopy.training.sources import CacheRequest, make_source
+    from dgl_zerocopy.loading.timing import StageTimer
 
     nodes = torch.from_numpy(small_dataset.train_idx)
     features = torch.from_numpy(small_dataset.features)
@@ -379,8 +379,8 @@ def test_sources_with_a_cache_yield_features_ids_and_count_every_row(small_datas
 
 def test_training_reports_the_cache_hit_rate_per_epoch(small_dataset, capsys):
     from dgl_zerocopy.cli import main
-    from dgl_zerocopy.config import TrainConfig
-    from dgl_zerocopy.train import train
+    from dgl_zerocopy.training.config import TrainConfig
+    from dgl_zerocopy.training.train import train
 
     cfg = TrainConfig(fanouts=[5, 5], batch_size=64, hidden=32, epochs=2, lr=0.01, device="cpu", dropout=0.2, feature_cache="30%")
     history = train(cfg, small_dataset, progress=False)

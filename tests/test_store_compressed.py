@@ -12,7 +12,7 @@ import torch
 from conftest import SMALL, devices
 from dgl_zerocopy import FeatureStore, compress
 from dgl_zerocopy.store.compression import CompressedTable, compressed_beside
-from dgl_zerocopy.config import ConfigError, build_config
+from dgl_zerocopy.training.config import ConfigError, build_config
 
 CASES = [("fp16", {}), ("bf16", {}), ("int8", {}), ("int8", {"axis": "row"}), ("int8", {"method": "absmax"}),
          ("int8", {"axis": "row", "method": "absmax"})]
@@ -166,7 +166,7 @@ def test_a_shared_compressed_table_pickles_and_a_private_one_says_how():
 def test_a_mapped_npy_is_compressed_beside_it_once(tmp_path, small_dataset):
     from dataclasses import replace
 
-    from dgl_zerocopy.sources import feature_table
+    from dgl_zerocopy.training.sources import feature_table
 
     path = tmp_path / "features.npy"
     np.save(path, small_dataset.features)
@@ -182,8 +182,8 @@ def test_a_mapped_npy_is_compressed_beside_it_once(tmp_path, small_dataset):
 
 @pytest.mark.parametrize("source", ["cpu", "dgl-storage"])
 def test_training_sources_gather_decoded_rows(small_dataset, source):
-    from dgl_zerocopy.sources import make_source
-    from dgl_zerocopy.timing import StageTimer
+    from dgl_zerocopy.training.sources import make_source
+    from dgl_zerocopy.loading.timing import StageTimer
 
     src = make_source(source, small_dataset, [5, 5], torch.device("cpu"), compression="int8")
     try:

@@ -4,8 +4,8 @@ import time
 import pytest
 import torch
 
-from dgl_zerocopy import timing
-from dgl_zerocopy.timing import StageTimer
+from dgl_zerocopy.loading import timing
+from dgl_zerocopy.loading.timing import StageTimer
 
 from conftest import requires_cuda
 

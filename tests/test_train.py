@@ -4,10 +4,10 @@ import torch
 
 pytest.importorskip("dgl")  # train() and the 'dgl' source sample with DGL
 
-from dgl_zerocopy.config import TrainConfig
-from dgl_zerocopy.sources import make_source
-from dgl_zerocopy.timing import StageTimer
-from dgl_zerocopy.train import timing_table, train
+from dgl_zerocopy.training.config import TrainConfig
+from dgl_zerocopy.training.sources import make_source
+from dgl_zerocopy.loading.timing import StageTimer
+from dgl_zerocopy.training.train import timing_table, train
 
 
 @pytest.mark.parametrize("model", ["sage", "gcn"])

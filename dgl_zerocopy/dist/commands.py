@@ -9,7 +9,7 @@ import argparse
 import signal
 import sys
 
-from ..config import ConfigError, TrainConfig
+from ..training.config import ConfigError, TrainConfig
 from .watchdog import ServerLostError, exit_now
 
 

@@ -5,9 +5,9 @@ on a background thread while batch i trains.
 Per batch it yields what DGL yields, ``(input_nodes, seeds, blocks)``, with
 ``blocks[0].srcdata[name]`` (each of ``features``) and ``blocks[-1].dstdata[name]`` (each of
 ``labels``) filled on ``device``. On a CUDA device with PyPI's CPU-only DGL the blocks are
-:class:`~dgl_zerocopy.blocks.DeviceBlock` (as :class:`dgl_zerocopy.DataLoader` does).
+:class:`~dgl_zerocopy.loading.blocks.DeviceBlock` (as :class:`dgl_zerocopy.DataLoader` does).
 
-Streams and buffers: the slot ring of :class:`dgl_zerocopy.DataLoader` (:mod:`dgl_zerocopy.ring`,
+Streams and buffers: the slot ring of :class:`dgl_zerocopy.DataLoader` (:mod:`dgl_zerocopy.loading.ring`,
 the same mechanism). The features are fetched into ring slots on a side stream (CUDA,
 ``prefetch > 0``), so that the fetches overlap the training step; a batch's feature tensors are
 valid until the loop has asked for ``prefetch + 1`` more batches (keep ``x.clone()`` to keep them
@@ -30,11 +30,11 @@ from typing import Iterator, Mapping, Sequence
 
 import torch
 
-from ..blocks import as_device_block
-from ..loader import dgl_has_cuda
-from ..prefetch import Prefetcher
-from ..ring import Fill, SlotRing
-from ..timing import StageTimer
+from ..loading.blocks import as_device_block
+from ..loading.dgl_options import dgl_has_cuda
+from ..loading.prefetch import Prefetcher
+from ..loading.ring import Fill, SlotRing
+from ..loading.timing import StageTimer
 from .source import DistFeatureSource
 from .watchdog import Watchdog
 

@@ -9,7 +9,7 @@ Each trainer trains on its own share of the training nodes (``dgl.distributed.no
 shares, the trainer's own partition first), fetches rows through :class:`DistLoader`, and averages
 gradients with ``DistributedDataParallel`` over gloo (``torch.distributed``'s environment comes
 from DGL's launch tool or ``launch-local``). ``batch_size`` stays the global batch, split as in
-:mod:`dgl_zerocopy.train`. Evaluation: each trainer predicts the val/test nodes of its partition,
+:mod:`dgl_zerocopy.training.train`. Evaluation: each trainer predicts the val/test nodes of its partition,
 the correct counts are summed, so every node is counted once.
 """
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Callable
 import torch
 from torch.nn import functional as F
 
-from ..config import ConfigError, TrainConfig, parse_cache_size
-from ..models import build_model
-from ..timing import StageTimer
-from ..train import EpochStats, resolve_device, seed_everything
+from ..training.config import ConfigError, TrainConfig, parse_cache_size
+from ..training.models import build_model
+from ..loading.timing import StageTimer
+from ..training.train import EpochStats, resolve_device, seed_everything
 from .loader import DistLoader
 from .partition import PartitionInfo, load_partition_info
 from .single_host import install_from_env

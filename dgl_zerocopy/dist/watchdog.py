@@ -73,7 +73,7 @@ class Watchdog:
                                   f"(stall timeout {self.stall_timeout:.0f} s, {STALL_TIMEOUT_ENV}); a server may have died")
 
     def wait(self, prefetcher, what: str):
-        """``next(prefetcher)`` (a :class:`~dgl_zerocopy.prefetch.Prefetcher`), checking every ``poll`` seconds."""
+        """``next(prefetcher)`` (a :class:`~dgl_zerocopy.loading.prefetch.Prefetcher`), checking every ``poll`` seconds."""
         start = time.monotonic()
         while True:
             try:

@@ -2,7 +2,7 @@
 
 - ``dgl``: DGL's own path (``NeighborSampler(prefetch_node_feats=...)``): DGL slices
   ``g.ndata`` inside its loader. What DGL users run today; its gather is not separable from sampling.
-- ``dgl-storage``: DGL's own DataLoader with our FeatureStore attached (:mod:`dgl_zerocopy.dgl`):
+- ``dgl-storage``: DGL's own DataLoader with our FeatureStore attached (:mod:`dgl_zerocopy.loading.dgl`):
   DGL samples and prefetches; the input rows are gathered by the store's backend.
 - ``cpu`` / ``zerocopy`` / ``gpu``: DGL samples; our :class:`DataLoader` gathers with a
   :class:`FeatureStore` on that backend, ``prefetch`` batches ahead of training.
@@ -37,15 +37,16 @@ from typing import Iterator
 import numpy as np
 import torch
 
-from .store.cache import DEFAULT_CACHE_POLICY, budget_for_rows
-from .store.compression import CODECS, check_codec_name, compressed_beside
-from .store.compression.codec import STORED_DTYPES
+from ..store.cache import DEFAULT_CACHE_POLICY, budget_for_rows
+from ..store.compression import CODECS, check_codec_name, compressed_beside
+from ..store.compression.codec import STORED_DTYPES
 from .config import parse_cache_size
-from .data import GraphDataset
-from .data.base import tensor_view
-from .loader import DataLoader, dgl_has_cuda
-from .store.feature_store import FeatureStore
-from .timing import StageTimer
+from ..data import GraphDataset
+from ..data.base import tensor_view
+from ..loading.dgl_options import dgl_has_cuda
+from ..loading.loader import DataLoader
+from ..store.feature_store import FeatureStore
+from ..loading.timing import StageTimer
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
 
@@ -152,7 +153,7 @@ class DglStorageSource(_StoreStats):
     def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer, ddp: bool = False) -> Iterator:
         import dgl
 
-        from .dgl import attach, with_features
+        from ..loading.dgl import attach, with_features
 
         sampler = with_features(dgl.dataloading.NeighborSampler(self.fanouts), features=["feat"], labels=["label"])
         loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device,

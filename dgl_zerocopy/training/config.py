@@ -7,8 +7,8 @@ from typing import Literal, Optional
 import yaml
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
-from .store.compression.codec import check_codec_name
-from .data import DATASETS
+from ..store.compression.codec import check_codec_name
+from ..data import DATASETS
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
 

@@ -15,7 +15,7 @@ One mechanism for both loaders (:class:`dgl_zerocopy.DataLoader` and
   it asks for the next batch, when the epoch ends or is left, and for every slot when a new epoch
   begins (:meth:`SlotRing.begin_epoch`; an epoch left by ``break`` released nothing).
 - One worker writes the ring at a time: a new epoch begins only after the previous epoch's worker
-  has stopped, however long its last step takes (:func:`~dgl_zerocopy.prefetch.wait_stopped` warns
+  has stopped, however long its last step takes (:func:`~dgl_zerocopy.loading.prefetch.wait_stopped` warns
   while it waits). The worker also shares the sampler (and DGL's RPC client for DistDGL), so a
   guard on the slots alone would not be enough.
 

@@ -32,7 +32,7 @@ def _cuda() -> tuple[str, str]:
 
 
 def _nvrtc() -> str:
-    from .cuda.nvrtc import find_nvrtc, nvrtc_version
+    from ..cuda.nvrtc import find_nvrtc, nvrtc_version
 
     try:
         library = find_nvrtc()

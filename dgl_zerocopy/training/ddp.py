@@ -38,8 +38,8 @@ from typing import Any, Callable
 import numpy as np
 import torch
 
-from .data import GraphDataset
-from .data.base import tensor_view
+from ..data import GraphDataset
+from ..data.base import tensor_view
 
 #: Seconds a collective (or the rendezvous) may wait for a peer before it fails.
 DEFAULT_TIMEOUT = 600.0

@@ -28,7 +28,7 @@ import torch
 from dgl.dataloading.base import LazyFeature
 from dgl.storages import FeatureStorage
 
-from .store.feature_store import FeatureStore, resolve_device
+from ..store.feature_store import FeatureStore, resolve_device
 
 
 class ZeroCopyStorage(FeatureStorage):
@@ -101,7 +101,7 @@ class AttachedName:
 
     def __repr__(self) -> str:
         return (f"{self.name!r}: the sampler takes this feature from a storage attached to the DataLoader; "
-                f"call dgl_zerocopy.dgl.attach(loader, {{{self.name!r}: store}}) after creating the loader")
+                f"call dgl_zerocopy.loading.dgl.attach(loader, {{{self.name!r}: store}}) after creating the loader")
 
 
 class FeatureSampler(dgl.dataloading.Sampler):
@@ -148,7 +148,7 @@ class _AttachedGraph(dgl.DGLGraph):
             if key.name not in self._storages:
                 attached = ", ".join(map(repr, self._storages)) or "none"
                 raise KeyError(f"no storage attached as {key.name!r} (attached: {attached}); "
-                               f"call dgl_zerocopy.dgl.attach(loader, {{{key.name!r}: store}}) or loader.attach_data({key.name!r}, ZeroCopyStorage(store))")
+                               f"call dgl_zerocopy.loading.dgl.attach(loader, {{{key.name!r}: store}}) or loader.attach_data({key.name!r}, ZeroCopyStorage(store))")
             return self._storages[key.name]
         if key in self._storages:
             return self._storages[key]

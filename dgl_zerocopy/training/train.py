@@ -1,8 +1,8 @@
 """The training loop: minibatch node classification with a per-stage timing breakdown.
 
 ``cfg.nproc > 1``: data-parallel training (``DistributedDataParallel``) in that many processes
-started by :func:`dgl_zerocopy.ddp.launch`: one per GPU with NCCL, or gloo ranks on the CPU. The
-dataset's arrays go to the ranks through shared memory (:func:`~dgl_zerocopy.ddp.share_dataset`),
+started by :func:`dgl_zerocopy.training.ddp.launch`: one per GPU with NCCL, or gloo ranks on the CPU. The
+dataset's arrays go to the ranks through shared memory (:func:`~dgl_zerocopy.training.ddp.share_dataset`),
 so the feature table is in host memory once; each rank makes its own FeatureStore over it (on CUDA
 pinned for its own GPU). ``batch_size`` stays the *global* batch: each rank trains on
 ``ceil(batch_size / nproc)`` seeds per step of its share (the loader's ``use_ddp`` split), DDP averages the
@@ -25,12 +25,12 @@ from torch.nn import functional as F
 from tqdm import tqdm
 
 from .config import ConfigError, TrainConfig
-from .data import GraphDataset
-from .data.base import tensor_view
-from .loader import dgl_has_cuda
+from ..data import GraphDataset
+from ..data.base import tensor_view
+from ..loading.dgl_options import dgl_has_cuda
 from .models import build_model
 from .sources import CacheRequest, make_source
-from .timing import STAGES, StageTimer
+from ..loading.timing import STAGES, StageTimer
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ def train(
 ) -> list[EpochStats]:
     """Train ``cfg.model`` on ``dataset`` and return one :class:`EpochStats` per epoch.
 
-    ``dataset`` may also be a :class:`~dgl_zerocopy.ddp.SharedDataset`. With ``cfg.nproc > 1``
+    ``dataset`` may also be a :class:`~dgl_zerocopy.training.ddp.SharedDataset`. With ``cfg.nproc > 1``
     the training runs in ``cfg.nproc`` spawned processes (module docstring), the history returned
     is rank 0's, and ``on_epoch`` is called in rank 0's process, so it must be picklable (a
     module-level function, not a lambda)."""
@@ -203,7 +203,7 @@ def _train_parallel(cfg: TrainConfig, dataset, on_epoch, progress: bool) -> list
 
 
 def _train_rank(rank: int, world_size: int, cfg: TrainConfig, shared, device_type: str, on_epoch, progress: bool):
-    """One DDP rank (run by :func:`~dgl_zerocopy.ddp.launch`): rank 0 returns the history, the others None."""
+    """One DDP rank (run by :func:`~dgl_zerocopy.training.ddp.launch`): rank 0 returns the history, the others None."""
     device = torch.device("cuda", rank) if device_type == "cuda" else torch.device("cpu")
     history, _ = _fit(cfg, shared.open(), device, on_epoch, progress, rank, world_size)
     return history if rank == 0 else None

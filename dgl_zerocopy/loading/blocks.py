@@ -188,7 +188,7 @@ class DeviceBlock:
                 f"only blocks with one node type and one edge type are supported, but got edge types "
                 f"{block.canonical_etypes}; convert each relation block[etype] on its own"
             )
-        from .store.transfer import to_device
+        from ..store.transfer import to_device
 
         indptr, indices = _csc(block)
         device = torch.device(device)

@@ -1,7 +1,7 @@
 """GraphSAGE (mean) and GCN for minibatch training on a list of blocks, one block per layer.
 
 The layers are :mod:`dgl_zerocopy.nn`'s, so a model runs on DGL blocks (CPU DGL included) and on
-:class:`~dgl_zerocopy.blocks.DeviceBlock` lists on any device, and this module does not need DGL.
+:class:`~dgl_zerocopy.loading.blocks.DeviceBlock` lists on any device, and this module does not need DGL.
 Parameter names equal those of the same models built from ``dgl.nn`` layers, so their checkpoints load.
 """
 from __future__ import annotations
@@ -12,7 +12,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from .nn import GraphConv, SAGEConv
+from ..nn import GraphConv, SAGEConv
 
 MODELS = ("sage", "gcn")
 

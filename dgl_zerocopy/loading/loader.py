@@ -16,7 +16,7 @@ Feature buffers live in ring slots, reused only after the slot's release event, 
 records when it asks for the next batch, when the epoch ends or is left, and before a new epoch
 starts. Everything else the worker hands over (node ids, labels, 1-D node data, block index
 tensors) is ``record_stream``-ed on the consumer's stream before the batch is returned. The ring,
-its side stream and events are :mod:`dgl_zerocopy.ring`, shared with the DistDGL loader. A new
+its side stream and events are :mod:`dgl_zerocopy.loading.ring`, shared with the DistDGL loader. A new
 epoch starts only after the previous epoch's worker has stopped.
 
 Ids: the feature and label stores are gathered with ``unchecked=True`` when the sampler is one of
@@ -27,34 +27,28 @@ from __future__ import annotations
 
 import copy
 import logging
-import warnings
 import weakref
 from typing import Iterator, Mapping, NamedTuple
 
 import numpy as np
 import torch
 
-from .store.cache import budget_for_rows
-from .data.base import tensor_view
+from ..store.cache import budget_for_rows
+from ..data.base import tensor_view
 from .prefetch import Prefetcher
 from .ring import Fill, Slot, SlotRing
-from .store.feature_store import FeatureStore, resolve_device
+from ..store.feature_store import FeatureStore, resolve_device
+from .dgl_options import (OTHER_TORCH_KWARGS, WORKER_KWARGS, apply_dgl_options, dgl_has_cuda, gpu_cache_rows, is_dgl_sampler,
+                          warn_once, without_prefetch_lists)
 from .timing import StageTimer
-from .store.transfer import to_device
+from ..store.transfer import to_device
 
 log = logging.getLogger(__name__)
 
 BLOCK_KINDS = ("dgl", "device")
-#: torch DataLoader keywords that DGL forwards and that apply to the sampling workers here.
-WORKER_KWARGS = ("num_workers", "persistent_workers", "worker_init_fn", "prefetch_factor", "timeout",
-                 "multiprocessing_context", "generator")
-#: torch DataLoader keywords that have a nearest equivalent (or none) here; accepted, see _apply_dgl_options.
-OTHER_TORCH_KWARGS = ("pin_memory", "pin_memory_device", "in_order")
-
 # One store per (tensor, device) in this process, so two loaders over the same tensor (train and
 # val) share it and the same memory is never pinned twice (CUDA refuses a second registration).
 _SHARED_STORES: "weakref.WeakValueDictionary[tuple, FeatureStore]" = weakref.WeakValueDictionary()
-_WARNED: set[str] = set()
 
 
 class DataLoader:
@@ -78,7 +72,7 @@ class DataLoader:
     tensor), ``labels`` (name -> 1-D tensor or FeatureStore), ``prefetch`` (batches prepared ahead
     on a thread; 0: serial), ``seed`` (shuffling without DDP: epoch ``e`` uses
     ``numpy.random.default_rng([seed, e])``; with DDP ``ddp_seed`` takes its place, the same on every
-    rank), ``blocks`` (``"dgl"``; ``"device"``: :class:`dgl_zerocopy.blocks.DeviceBlock`, for a
+    rank), ``blocks`` (``"dgl"``; ``"device"``: :class:`dgl_zerocopy.loading.blocks.DeviceBlock`, for a
     CUDA device with PyPI's CPU-only DGL; default: ``"device"`` exactly then), ``timer``,
     ``store_options`` (keyword arguments for the FeatureStores the loader makes).
     """
@@ -107,7 +101,7 @@ class DataLoader:
             raise ValueError(f"batch_size must be a positive integer, but got {batch_size!r}")
         if blocks == "dgl" and self.device.type == "cuda" and not dgl_has_cuda():
             raise ValueError("blocks='dgl' on a CUDA device needs a CUDA build of DGL, and the installed DGL is a CPU build; "
-                             "pass blocks='device' (the default) to get device-side blocks for dgl_zerocopy.nn / dgl_zerocopy.models")
+                             "pass blocks='device' (the default) to get device-side blocks for dgl_zerocopy.nn / dgl_zerocopy.training.models")
         num_workers = kwargs.get("num_workers", 0)
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"num_workers must be an integer >= 0, but got {num_workers!r}")
@@ -126,11 +120,11 @@ class DataLoader:
         self.graph = graph
         self.num_nodes = int(graph.num_nodes())
         self.indices = _node_ids(indices, self.num_nodes, graph.idtype)
-        self.graph_sampler, prefetched = _without_prefetch_lists(graph_sampler)
+        self.graph_sampler, prefetched = without_prefetch_lists(graph_sampler)
         # DGL's own samplers return only node ids of the graph they sample: see _unchecked.
-        self._sampler_is_dgls = _dgl_sampler(self.graph_sampler)
+        self._sampler_is_dgls = is_dgl_sampler(self.graph_sampler)
         self._store_options = dict(store_options or {})
-        self._cached_rows = _gpu_cache_rows(gpu_cache, self.num_nodes)
+        self._cached_rows = gpu_cache_rows(gpu_cache, self.num_nodes)
         self.features = {k: self._store(k, v) for k, v in (features or {}).items()}
         self.labels = {k: self._labels(k, v) for k, v in (labels or {}).items()}
         self._add_prefetched(*prefetched)
@@ -141,7 +135,7 @@ class DataLoader:
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.use_ddp, self.ddp_seed = bool(use_ddp), ddp_seed
         self.seed, self.blocks = seed, blocks
-        self.prefetch = _apply_dgl_options(prefetch, self.device, use_prefetch_thread, pin_prefetcher, use_uva, gpu_cache, kwargs)
+        self.prefetch = apply_dgl_options(prefetch, self.device, use_prefetch_thread, pin_prefetcher, use_uva, gpu_cache, kwargs)
         self.timer = timer or StageTimer()
         self.epoch = 0
         self._worker_kwargs = {k: kwargs[k] for k in WORKER_KWARGS if k in kwargs}
@@ -171,10 +165,10 @@ class DataLoader:
                                cache_policy="degree", graph=self.graph, sampler=self.graph_sampler)
             store = shared_store(store, self.device, **options)
             if cached and store.cache is None and store.backend != "gpu":
-                _warn_once("gpu_cache_shared", f"gpu_cache for {name!r}: the store over this tensor was made before without a "
+                warn_once("gpu_cache_shared", f"gpu_cache for {name!r}: the store over this tensor was made before without a "
                                                "cache and is shared, so no rows are cached")
         elif cached and isinstance(store, FeatureStore) and store.cache_policy is None:
-            _warn_once("gpu_cache_store", f"gpu_cache for {name!r} does not apply to a FeatureStore you pass: give it "
+            warn_once("gpu_cache_store", f"gpu_cache for {name!r} does not apply to a FeatureStore you pass: give it "
                                           "cache_bytes= (and graph=) when you make it")
         if not isinstance(store, FeatureStore):
             raise TypeError(f"features[{name!r}] must be a FeatureStore or a tensor, but got {type(store).__name__}")
@@ -277,7 +271,7 @@ class DataLoader:
     def close(self) -> None:
         """Stop the background worker of the current epoch, if any (idempotent). A worker inside a
         step (sampling or gathering a batch) is not interrupted: close() waits for it a few seconds
-        (:data:`dgl_zerocopy.prefetch.JOIN_TIMEOUT`) and goes on; the next epoch waits for it to end."""
+        (:data:`dgl_zerocopy.loading.prefetch.JOIN_TIMEOUT`) and goes on; the next epoch waits for it to end."""
         iterator = self._active() if self._active is not None else None
         if iterator is not None:
             iterator.close()
@@ -412,13 +406,6 @@ def _gather_labels(labels, ids: torch.Tensor, device: torch.device, unchecked: b
     return to_device(labels[ids], device)
 
 
-def _dgl_sampler(sampler) -> bool:
-    """Whether ``sampler`` is an instance of DGL's own classes (every class of its type's MRO but
-    ``object`` defined in DGL): those return only node ids of the graph they sample. A subclass of
-    one's own may override anything, so it does not count."""
-    return all(cls is object or cls.__module__.split(".")[0] == "dgl" for cls in type(sampler).__mro__)
-
-
 def _node_ids(indices, num_nodes: int, idtype: torch.dtype = torch.int64) -> torch.Tensor:
     """The seeds as a 1-D CPU tensor in the graph's id dtype (DGL's samplers require it)."""
     if isinstance(indices, np.ndarray):
@@ -450,68 +437,6 @@ def _memory_key(tensor: torch.Tensor, device: torch.device) -> tuple:
     return (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, str(device))
 
 
-def _without_prefetch_lists(sampler) -> tuple:
-    """A copy of ``sampler`` that leaves node data alone, and the names it would have prefetched
-    (node features, labels). DGL's samplers mark those names on the blocks for its own loader to
-    fill; here the loader fills them. Edge features are not served: an error says what to do."""
-    feats = list(getattr(sampler, "prefetch_node_feats", None) or [])
-    labels = list(getattr(sampler, "prefetch_labels", None) or [])
-    edge_feats = list(getattr(sampler, "prefetch_edge_feats", None) or [])
-    if edge_feats:
-        raise ValueError(f"the sampler prefetches edge features {edge_feats}, which dgl_zerocopy.DataLoader does not gather; "
-                         "index graph.edata[name] with each block's edata[dgl.EID] yourself, or use DGL's DataLoader")
-    if not feats and not labels:
-        return sampler, ([], [])
-    sampler = copy.copy(sampler)  # the caller's sampler may also serve DGL's own loader: leave it as it is
-    sampler.prefetch_node_feats, sampler.prefetch_labels = [], []
-    return sampler, (feats, labels)
-
-
-def _apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread, pin_prefetcher, use_uva, gpu_cache,
-                       kwargs: Mapping) -> int:
-    """Map DGL's prefetcher, UVA and cache options to what happens here; warn once where one cannot
-    apply. Returns the prefetch depth."""
-    if use_prefetch_thread is False:
-        prefetch = 0  # DGL: no prefetch thread; here: no background thread either
-    elif use_prefetch_thread is True and prefetch == 0:
-        prefetch = 1
-    pin = pin_prefetcher if pin_prefetcher is not None else kwargs.get("pin_memory")
-    if pin is not None and (pin is False) == (device.type == "cuda"):
-        _warn_once("pin", f"pin_prefetcher/pin_memory={pin} has no effect here: on a CUDA device the rows are read from pinned "
-                          "host memory or staged in a pinned buffer always; on the CPU nothing needs pinning")
-    if use_uva:
-        _warn_once("uva", "use_uva=True: sampling runs on the CPU here (as with use_uva=False in DGL); the features are read "
-                          "by the GPU straight from pinned host memory, which is what UVA does for them")
-    return prefetch
-
-
-def _gpu_cache_rows(gpu_cache: Mapping | None, num_nodes: int) -> dict[str, int]:
-    """DGL's ``gpu_cache`` (``{"node": {name: rows}, "edge": {...}}``) as rows to cache per node
-    feature, checked. DGL caches rows as they are fetched (a HugeCTR cache); here the same number
-    of rows is chosen once, by the degree sampling follows (:mod:`dgl_zerocopy.store.cache`), which needs no
-    second copy."""
-    if not gpu_cache:
-        return {}
-    if not isinstance(gpu_cache, Mapping) or set(gpu_cache) - {"node", "edge"}:
-        raise ValueError(f"gpu_cache must be a dict like {{'node': {{'feat': 100000}}}}, but got {gpu_cache!r}")
-    if any(rows for rows in (gpu_cache.get("edge") or {}).values()):
-        raise ValueError(f"gpu_cache={dict(gpu_cache)}: edge features are not cached (the loader gathers node features "
-                         "only); leave out the 'edge' entry")
-    rows = {}
-    for name, count in (gpu_cache.get("node") or {}).items():
-        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count <= num_nodes:
-            raise ValueError(f"gpu_cache['node'][{name!r}] must be a number of rows in [0, {num_nodes}], but got {count!r}")
-        if count:
-            rows[name] = int(count)
-    return rows
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, stacklevel=4)
-
-
 class _SampleBatches(torch.utils.data.Dataset):
     """Batch ``i`` of an epoch, sampled (in a torch DataLoader worker process). ``order`` is in
     shared memory: the loader rewrites it every epoch and persistent workers see the new order."""
@@ -538,14 +463,3 @@ def _timed(tasks: Iterator, timer: StageTimer) -> Iterator:
         if task is None:
             return
         yield task
-
-
-def dgl_has_cuda() -> bool:
-    """Whether the installed DGL can move graphs to CUDA (PyPI's dgl cannot: it is a CPU build)."""
-    import dgl
-
-    try:
-        dgl.graph(([0], [0])).to("cuda")
-        return True
-    except Exception:  # noqa: BLE001 - DGL raises its own error types for a CPU build
-        return False

@@ -1,0 +1,10 @@
+"""Loading: minibatches, their features gathered while the previous step trains.
+
+- :mod:`.loader`: :class:`DataLoader`, DGL's sampler plus a :class:`~dgl_zerocopy.FeatureStore`.
+- :mod:`.prefetch`, :mod:`.ring`: the prefetch worker and the slot ring it fills (streams, events).
+- :mod:`.blocks`: sampled blocks as plain device tensors (:class:`~.blocks.DeviceBlock`).
+- :mod:`.dgl`: the DGL-native route (``ZeroCopyStorage(store)``, ``attach``, ``with_features``).
+- :mod:`.timing`: stage timers.
+
+This layer imports the store (and ``data``), never the reverse.
+"""

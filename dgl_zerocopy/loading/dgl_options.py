@@ -1,0 +1,100 @@
+"""DGL's DataLoader arguments, mapped to what :class:`~dgl_zerocopy.loading.loader.DataLoader` does:
+the torch keywords it forwards, its prefetcher, UVA and ``gpu_cache`` options, the sampler's own
+prefetch lists, and what the installed DGL can do (CUDA graphs or not). CPU only.
+"""
+from __future__ import annotations
+
+import copy
+import warnings
+from typing import Mapping
+
+import numpy as np
+import torch
+
+#: torch DataLoader keywords that DGL forwards and that apply to the sampling workers here.
+WORKER_KWARGS = ("num_workers", "persistent_workers", "worker_init_fn", "prefetch_factor", "timeout",
+                 "multiprocessing_context", "generator")
+#: torch DataLoader keywords that have a nearest equivalent (or none) here; accepted, see apply_dgl_options.
+OTHER_TORCH_KWARGS = ("pin_memory", "pin_memory_device", "in_order")
+
+_WARNED: set[str] = set()
+
+
+def is_dgl_sampler(sampler) -> bool:
+    """Whether ``sampler`` is an instance of DGL's own classes (every class of its type's MRO but
+    ``object`` defined in DGL): those return only node ids of the graph they sample. A subclass of
+    one's own may override anything, so it does not count."""
+    return all(cls is object or cls.__module__.split(".")[0] == "dgl" for cls in type(sampler).__mro__)
+
+
+def without_prefetch_lists(sampler) -> tuple:
+    """A copy of ``sampler`` that leaves node data alone, and the names it would have prefetched
+    (node features, labels). DGL's samplers mark those names on the blocks for its own loader to
+    fill; here the loader fills them. Edge features are not served: an error says what to do."""
+    feats = list(getattr(sampler, "prefetch_node_feats", None) or [])
+    labels = list(getattr(sampler, "prefetch_labels", None) or [])
+    edge_feats = list(getattr(sampler, "prefetch_edge_feats", None) or [])
+    if edge_feats:
+        raise ValueError(f"the sampler prefetches edge features {edge_feats}, which dgl_zerocopy.DataLoader does not gather; "
+                         "index graph.edata[name] with each block's edata[dgl.EID] yourself, or use DGL's DataLoader")
+    if not feats and not labels:
+        return sampler, ([], [])
+    sampler = copy.copy(sampler)  # the caller's sampler may also serve DGL's own loader: leave it as it is
+    sampler.prefetch_node_feats, sampler.prefetch_labels = [], []
+    return sampler, (feats, labels)
+
+
+def apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread, pin_prefetcher, use_uva, gpu_cache,
+                       kwargs: Mapping) -> int:
+    """Map DGL's prefetcher, UVA and cache options to what happens here; warn once where one cannot
+    apply. Returns the prefetch depth."""
+    if use_prefetch_thread is False:
+        prefetch = 0  # DGL: no prefetch thread; here: no background thread either
+    elif use_prefetch_thread is True and prefetch == 0:
+        prefetch = 1
+    pin = pin_prefetcher if pin_prefetcher is not None else kwargs.get("pin_memory")
+    if pin is not None and (pin is False) == (device.type == "cuda"):
+        warn_once("pin", f"pin_prefetcher/pin_memory={pin} has no effect here: on a CUDA device the rows are read from pinned "
+                          "host memory or staged in a pinned buffer always; on the CPU nothing needs pinning")
+    if use_uva:
+        warn_once("uva", "use_uva=True: sampling runs on the CPU here (as with use_uva=False in DGL); the features are read "
+                          "by the GPU straight from pinned host memory, which is what UVA does for them")
+    return prefetch
+
+
+def gpu_cache_rows(gpu_cache: Mapping | None, num_nodes: int) -> dict[str, int]:
+    """DGL's ``gpu_cache`` (``{"node": {name: rows}, "edge": {...}}``) as rows to cache per node
+    feature, checked. DGL caches rows as they are fetched (a HugeCTR cache); here the same number
+    of rows is chosen once, by the degree sampling follows (:mod:`dgl_zerocopy.store.cache`), which needs no
+    second copy."""
+    if not gpu_cache:
+        return {}
+    if not isinstance(gpu_cache, Mapping) or set(gpu_cache) - {"node", "edge"}:
+        raise ValueError(f"gpu_cache must be a dict like {{'node': {{'feat': 100000}}}}, but got {gpu_cache!r}")
+    if any(rows for rows in (gpu_cache.get("edge") or {}).values()):
+        raise ValueError(f"gpu_cache={dict(gpu_cache)}: edge features are not cached (the loader gathers node features "
+                         "only); leave out the 'edge' entry")
+    rows = {}
+    for name, count in (gpu_cache.get("node") or {}).items():
+        if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count <= num_nodes:
+            raise ValueError(f"gpu_cache['node'][{name!r}] must be a number of rows in [0, {num_nodes}], but got {count!r}")
+        if count:
+            rows[name] = int(count)
+    return rows
+
+
+def warn_once(key: str, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, stacklevel=4)
+
+
+def dgl_has_cuda() -> bool:
+    """Whether the installed DGL can move graphs to CUDA (PyPI's dgl cannot: it is a CPU build)."""
+    import dgl
+
+    try:
+        dgl.graph(([0], [0])).to("cuda")
+        return True
+    except Exception:  # noqa: BLE001 - DGL raises its own error types for a CPU build
+        return False
