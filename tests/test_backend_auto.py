@@ -13,7 +13,7 @@ import torch
 
 from dgl_zerocopy.store import backends
 from dgl_zerocopy.cuda import nvrtc
-from dgl_zerocopy.cuda.gather import launch, launcher
+from dgl_zerocopy.cuda.gather import instantiations, launcher
 from dgl_zerocopy.store.devices import resolve_backend
 
 
@@ -58,7 +58,7 @@ def test_kernel_compiles_so_auto_is_zerocopy_checked_once_per_device(fake_gpu):
     assert _resolve("auto") == ("zerocopy", [])
     assert _resolve("auto", "cuda") == ("zerocopy", [])
     assert compile_.calls == [(0, (backends.PROBE_KERNEL,))]
-    assert backends.PROBE_KERNEL in launch.all_name_expressions()
+    assert backends.PROBE_KERNEL in instantiations.all_name_expressions()
     assert _resolve("auto", "cuda:1") == ("zerocopy", [])
     assert compile_.calls[1:] == [(1, (backends.PROBE_KERNEL,))]
     assert backends.zerocopy_available() and backends.zerocopy_available(1)

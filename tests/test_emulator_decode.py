@@ -9,10 +9,11 @@ import numpy as np
 import pytest
 import torch
 
-from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.gather import instantiations
 from dgl_zerocopy.store.compression import Codec
 from dgl_zerocopy.store.compression.encode import encode_into
-from dgl_zerocopy.cuda.gather.emulator import convert, emulate_decode, emulator_flushes_subnormals, float_op
+from dgl_zerocopy.cuda.gather.emulator import emulate_decode
+from dgl_zerocopy.cuda.gather.emulator_build import convert, emulator_flushes_subnormals, float_op
 from dgl_zerocopy.cuda.kernel_source import gpu_flushes_subnormals
 
 COLUMNS = (1, 2, 3, 31, 32, 100, 128, 602, 4099)
@@ -81,7 +82,7 @@ def mixed_ids(rows: int, count: int, dtype, seed: int) -> np.ndarray:
 
 def code_offsets(code: str) -> range:
     """Every base offset in a 128-byte line that the codes' alignment allows."""
-    return range(0, 128, launch.CODE_FORMATS[code][1])
+    return range(0, 128, instantiations.CODE_FORMATS[code][1])
 
 
 # ------------------------------------------------------------------ conversions (shim and codecs.cuh)
@@ -206,7 +207,7 @@ def test_every_codec_width_and_alignment(codec_name, out_dtype):
     """Every width of COLUMNS at a spread of base offsets (all 16-byte residues, which pick the
     vector, and positions across the 128-byte line, which move the windows), both id types."""
     code = codec_name.partition("/")[0]
-    offsets = sorted({*range(0, 16, launch.CODE_FORMATS[code][1]), 16, 34, 64, 66, 100, 120, 126})
+    offsets = sorted({*range(0, 16, instantiations.CODE_FORMATS[code][1]), 16, 34, 64, 66, 100, 120, 126})
     for columns in COLUMNS:
         codes, codec = make_codec(codec_name, ROWS, columns, seed=columns)
         for i, offset in enumerate(offsets):

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from conftest import CUDA, REPO
-from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.gather import instantiations
 
 sys.path.insert(0, str(REPO / "bench"))
 import gpu_check  # noqa: E402
@@ -474,7 +474,7 @@ def test_the_sweep_is_sized_as_docs_gpu_md_says():
     assert plan["configurations"] == 59 and plan["gathers"] == 59 * 19
     docs = (REPO / "docs" / "gpu.md").read_text(encoding="utf-8")
     assert "59 configurations" in docs and f"{plan['gathers']:,} gathers" in docs
-    assert f"{len(launch.all_name_expressions())} instantiations" in docs
+    assert f"{len(instantiations.all_name_expressions())} instantiations" in docs
     cols = gpu_check.GATHER_ARGS["full"][gpu_check.GATHER_ARGS["full"].index("--cols") + 1].split(",")
     assert cols[:2] == ["128", "256"], "512 B and 1 KB rows are measured first"
 

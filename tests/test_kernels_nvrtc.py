@@ -12,7 +12,7 @@ import sys
 import pytest
 
 from dgl_zerocopy.cuda import nvrtc
-from dgl_zerocopy.cuda.gather import launch, launcher
+from dgl_zerocopy.cuda.gather import instantiations, launcher
 from dgl_zerocopy.cuda.kernel_source import (flush_to_zero, gpu_flushes_subnormals, kernel_dir, kernel_options,
                                         kernel_sources_digest, nvrtc_options, read_kernel)
 
@@ -53,7 +53,7 @@ def test_no_instruction_flushes_subnormals_under_cupys_options():
     assert "-ftz=true" in options and flush_to_zero(options)
     arch = f"compute_{ARCHS[-1].removeprefix('sm_')}"
     ptx = launcher.compile_check(arch).decode()
-    assert ptx.count(".entry ") == len(launch.all_name_expressions())
+    assert ptx.count(".entry ") == len(instantiations.all_name_expressions())
     flushing = sorted(set(re.findall(r"\b[a-z]+(?:\.[a-z0-9]+)*\.ftz(?:\.[a-z0-9]+)*", ptx)))
     assert not flushing, f"instructions that flush subnormals: {flushing}"
     assert "mul.rn.f32" in ptx and "add.rn.f32" in ptx  # the int8 affine map, two roundings, no FMA

@@ -7,18 +7,14 @@ import itertools
 
 import pytest
 
-from dgl_zerocopy.cuda.gather.launch import (
+from dgl_zerocopy.cuda.gather.instantiations import (
     CODE_FORMATS,
-    LINE_BYTES,
     OUT_FORMATS,
-    GatherPlan,
     all_name_expressions,
     decode_name_expression,
-    kernel_arguments,
     name_expression,
-    plan_decode,
-    plan_gather,
 )
+from dgl_zerocopy.cuda.gather.launch import LINE_BYTES, GatherPlan, kernel_arguments, plan_decode, plan_gather
 
 
 def aligned(row_bytes: int, address: int = 0, num_ids: int = 1000, **kw) -> GatherPlan:

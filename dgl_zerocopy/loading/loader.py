@@ -25,7 +25,6 @@ sampler of one's own is range-checked by the store.
 """
 from __future__ import annotations
 
-import copy
 import logging
 import weakref
 from typing import Iterator, Mapping, NamedTuple

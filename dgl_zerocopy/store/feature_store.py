@@ -24,7 +24,6 @@ stream wait for ``s``. ``close()`` waits for the gathers still in flight before 
 from __future__ import annotations
 
 import logging
-import os
 import threading
 import warnings
 import weakref

@@ -1,10 +1,7 @@
 """Run the CUDA gather kernels on the CPU, to test them and model their PCIe traffic without a GPU.
 
-``kernels/gather.cu`` is compiled unchanged by g++ through ``kernels/cpu_shim.h`` (CUDA built-ins
-as thread-local globals, vector types, a launch loop over blocks and threads) into a shared
-library, cached under ``$DGL_ZEROCOPY_CACHE/emulator`` (default ``~/.cache/dgl_zerocopy/emulator``)
-in a file named by a hash of the sources, the entry points, the flags and the compiler, and loaded
-with ctypes. The launch configuration comes from :func:`dgl_zerocopy.cuda.gather.launch.plan_gather`, exactly
+``kernels/gather.cu`` is compiled unchanged by g++ (:mod:`dgl_zerocopy.cuda.gather.emulator_build`)
+and run on the launch configuration of :func:`dgl_zerocopy.cuda.gather.launch.plan_gather`, exactly
 as on the GPU. With ``trace=True`` every table load is recorded (address, bytes, warp, load site)
 for :mod:`dgl_zerocopy.cuda.gather.pcie_model`. :func:`emulate_gather` runs the raw-copy kernels,
 :func:`emulate_decode` the decoding gather of compressed rows (fp16, bf16, int8 codes). Both take an
@@ -14,44 +11,27 @@ a separate buffer that stands for device memory (the trace marks which loads wer
 The emulation is faithful for kernels whose threads do not communicate (no ``__syncthreads``, no
 shuffles): threads run one after another, so it checks results and addresses, not timing or races.
 Float arithmetic follows the GPU's compile options: where they flush subnormals to zero (CuPy's
-``-ftz=true``), the shim's ``__fmul_rn``/``__fadd_rn`` flush too (:func:`float_op`).
+``-ftz=true``), the shim's ``__fmul_rn``/``__fadd_rn`` flush too (:func:`~dgl_zerocopy.cuda.gather.emulator_build.float_op`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import dataclasses
-import functools
-import hashlib
 import logging
-import os
-import re
-import shutil
-import subprocess
-import tempfile
-import threading
 from dataclasses import dataclass
-from pathlib import Path
 
 import numpy as np
 
-from dgl_zerocopy.cuda.gather import launch
-from dgl_zerocopy.cuda.kernel_source import gpu_flushes_subnormals, kernel_dir, kernel_sources_digest
+from dgl_zerocopy.cuda.gather import instantiations, launch
+from dgl_zerocopy.cuda.gather.emulator_build import RECORD_DTYPE, entry_symbol, library
 
-__all__ = ["CONVERSIONS", "FLOAT_OPS", "Trace", "build_emulator", "convert", "emulate_decode", "emulate_gather",
-           "emulator_cache_dir", "emulator_flushes_subnormals", "float_op"]
+__all__ = ["Trace", "emulate_decode", "emulate_gather"]
 
 logger = logging.getLogger(__name__)
 
-# -ffp-contract=off: a multiply and an add stay two roundings, as __fmul_rn/__fadd_rn on the GPU.
-_CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-ffp-contract=off")
 _BUFFER_ALIGN = launch.LINE_BYTES
-#: NumPy mirror of ``zc_load_record`` in kernels/cpu_shim.h.
-_RECORD_DTYPE = np.dtype(
-    [("address", "<i8"), ("warp", "<i8"), ("slot", "<i8"), ("bytes", "<i4"), ("reserved", "<i4")]
-)
 _ARG_CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_longlong, "i32": ctypes.c_int}
-_build_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -110,103 +90,6 @@ class Trace:
                                    slot=self.slot[mask])
 
 
-def emulator_cache_dir() -> Path:
-    """Where built emulator libraries are cached: ``$DGL_ZEROCOPY_CACHE/emulator``."""
-    root = os.environ.get("DGL_ZEROCOPY_CACHE") or Path.home() / ".cache" / "dgl_zerocopy"
-    return Path(root) / "emulator"
-
-
-def _entry_symbol(name_expression: str) -> str:
-    return "zc_emu_" + re.sub(r"[^0-9A-Za-z]+", "_", name_expression).strip("_")
-
-
-def _translation_unit() -> str:
-    # Only #includes and one entry-point macro per instantiation: the kernel code stays in .cu.
-    lines = ['#include "cpu_shim.h"', '#include "gather.cu"']
-    lines += [
-        f"ZC_EMU_ENTRY({_entry_symbol(name)}, {name})" for name in launch.all_name_expressions()
-    ]
-    lines.append("ZC_EMU_CONVERT_ENTRY")
-    return "\n".join(lines) + "\n"
-
-
-def _compiler() -> tuple[str, str]:
-    cxx = os.environ.get("CXX", "g++")
-    path = shutil.which(cxx)
-    if path is None:
-        raise RuntimeError(
-            f"C++ compiler {cxx!r} not found; the CPU emulator needs g++ (install it, or set CXX)"
-        )
-    version = subprocess.run(
-        [path, "--version"], capture_output=True, text=True, check=True
-    ).stdout.splitlines()[0]
-    return path, version
-
-
-def _cxx_flags() -> tuple[str, ...]:
-    # ZC_EMU_FTZ: the shim's __fmul_rn/__fadd_rn flush subnormals, as the GPU's do under -ftz=true.
-    return (*_CXX_FLAGS, *(("-DZC_EMU_FTZ=1",) if gpu_flushes_subnormals() else ()))
-
-
-def build_emulator() -> Path:
-    """Build (or find in the cache) the emulator library and return its path.
-
-    The library is compiled into a temporary file in the cache directory and renamed into place,
-    so concurrent builders never load a half-written file.
-
-    Raises:
-        RuntimeError: no compiler, or the compilation failed (the message holds its output).
-    """
-    cxx, version = _compiler()
-    source = _translation_unit()
-    include = kernel_dir()
-    key = hashlib.sha256(
-        "\0".join([kernel_sources_digest(), source, " ".join(_cxx_flags()), cxx, version]).encode()
-    ).hexdigest()[:24]
-    target = emulator_cache_dir() / f"gather-{key}.so"
-    if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".gather-", suffix=".so.tmp")
-    os.close(fd)
-    command = [cxx, *_cxx_flags(), "-I", str(include), "-x", "c++", "-", "-o", tmp]
-    logger.info("building the CPU emulator of kernels/gather.cu into %s", target)
-    try:
-        result = subprocess.run(command, input=source, capture_output=True, text=True)
-        if result.returncode != 0:
-            raise RuntimeError(
-                f"compiling the CPU emulator failed ({' '.join(command)}):\n{result.stderr}"
-            )
-        os.replace(tmp, target)
-    finally:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-    return target
-
-
-@functools.cache
-def _library() -> ctypes.CDLL:
-    with _build_lock:
-        lib = ctypes.CDLL(str(build_emulator()))
-    lib.zc_emu_record_bytes.restype = ctypes.c_int
-    lib.zc_emu_trace_size.restype = ctypes.c_longlong
-    lib.zc_emu_trace_copy.argtypes = [ctypes.c_void_p]
-    if lib.zc_emu_record_bytes() != _RECORD_DTYPE.itemsize:
-        raise RuntimeError(
-            "kernels/cpu_shim.h zc_load_record does not match emulator._RECORD_DTYPE"
-        )
-    lib.zc_emu_convert.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
-    lib.zc_emu_convert.restype = None
-    lib.zc_emu_float_op.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
-    lib.zc_emu_float_op.restype = None
-    lib.zc_emu_flushes_subnormals.restype = ctypes.c_int
-    for name in launch.all_name_expressions():
-        entry = getattr(lib, _entry_symbol(name))
-        entry.argtypes = [ctypes.c_uint, ctypes.c_uint, ctypes.POINTER(ctypes.c_void_p)]
-        entry.restype = None
-    return lib
-
-
 def _aligned_bytes(nbytes: int, offset: int, fill: int) -> np.ndarray:
     """A uint8 array of ``nbytes`` starting ``offset`` bytes past a 128-byte boundary."""
     raw = np.full(nbytes + 2 * _BUFFER_ALIGN, fill, dtype=np.uint8)
@@ -230,8 +113,8 @@ def _check_inputs(
             f"ids must be a 1-D int32 or int64 array, but got dtype {ids.dtype} and shape "
             f"{ids.shape}; convert with ids.astype(np.int64)"
         )
-    if variant not in launch.VARIANTS:
-        raise ValueError(f"variant must be one of {launch.VARIANTS}, but got {variant!r}")
+    if variant not in instantiations.VARIANTS:
+        raise ValueError(f"variant must be one of {instantiations.VARIANTS}, but got {variant!r}")
     if (
         isinstance(base_offset, bool)
         or not isinstance(base_offset, int)
@@ -413,22 +296,22 @@ def emulate_gather(
 
 def _run(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...], trace: bool) -> np.ndarray:
     """Run ``plan``'s kernel on the CPU with ``args``; the load records when ``trace``."""
-    records = np.empty(0, dtype=_RECORD_DTYPE)
+    records = np.empty(0, dtype=RECORD_DTYPE)
     if plan.grid == 0:
         return records
-    lib = _library()
+    lib = library()
     values = [_ARG_CTYPES[kind](value) for kind, value in args]
     pointers = (ctypes.c_void_p * len(values))(
         *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values]
     )
-    entry = getattr(lib, _entry_symbol(plan.kernel))
+    entry = getattr(lib, entry_symbol(plan.kernel))
     logger.debug("emulating %s grid=%d block=%d", plan.kernel, plan.grid, plan.block)
     if trace:
         lib.zc_emu_trace_begin()
     try:
         entry(plan.grid, plan.block, pointers)
         if trace:
-            records = np.empty(lib.zc_emu_trace_size(), dtype=_RECORD_DTYPE)
+            records = np.empty(lib.zc_emu_trace_size(), dtype=RECORD_DTYPE)
             lib.zc_emu_trace_copy(records.ctypes.data)
     finally:
         if trace:
@@ -450,54 +333,6 @@ def _trace(records: np.ndarray, plan: launch.GatherPlan, table_address: int, num
         host_ranges=host_ranges,
         hits=hits,
     )
-
-
-#: The element conversions of the decoding kernel: name -> (kind in zc_emu_convert, input dtype,
-#: output dtype). Half and bfloat16 values are their uint16 bits.
-CONVERSIONS = {
-    "fp16->float32": (0, np.dtype(np.uint16), np.dtype(np.float32)),
-    "float32->fp16": (1, np.dtype(np.float32), np.dtype(np.uint16)),
-    "bf16->float32": (2, np.dtype(np.uint16), np.dtype(np.float32)),
-    "float32->bf16": (3, np.dtype(np.float32), np.dtype(np.uint16)),
-}
-
-
-def convert(name: str, values: np.ndarray) -> np.ndarray:
-    """Apply one of the emulated kernels' element conversions (:data:`CONVERSIONS`) to ``values``
-    (half/bfloat16 as uint16 bits): the shim's software fp16 conversions, which stand for the
-    GPU's instructions, and ``kernels/codecs.cuh``'s bf16 ones."""
-    if name not in CONVERSIONS:
-        raise ValueError(f"name must be one of {tuple(CONVERSIONS)}, but got {name!r}")
-    kind, in_dtype, out_dtype = CONVERSIONS[name]
-    values = np.ascontiguousarray(values)
-    if values.dtype != in_dtype:
-        raise TypeError(f"{name} takes {in_dtype} values, but got {values.dtype}")
-    out = np.empty(values.shape, dtype=out_dtype)
-    _library().zc_emu_convert(kind, values.ctypes.data, out.ctypes.data, values.size)
-    return out
-
-
-#: The float32 arithmetic of the shim and kernels/codecs.cuh: name -> kind in zc_emu_float_op.
-#: ``__fmul_rn``/``__fadd_rn`` flush subnormals when :func:`emulator_flushes_subnormals`, as CUDA's
-#: do under CuPy's ``-ftz=true``; ``zc_mul_rn``/``zc_add_rn`` (what the kernels use) never flush.
-FLOAT_OPS = {"__fmul_rn": 0, "__fadd_rn": 1, "zc_mul_rn": 2, "zc_add_rn": 3}
-
-
-def float_op(name: str, a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """Apply one of :data:`FLOAT_OPS` elementwise to float32 arrays ``a`` and ``b`` (same shape)."""
-    if name not in FLOAT_OPS:
-        raise ValueError(f"name must be one of {tuple(FLOAT_OPS)}, but got {name!r}")
-    a, b = np.ascontiguousarray(a), np.ascontiguousarray(b)
-    if a.dtype != np.float32 or b.dtype != np.float32 or a.shape != b.shape:
-        raise TypeError(f"{name} takes two float32 arrays of one shape, but got {a.dtype} {a.shape} and {b.dtype} {b.shape}")
-    out = np.empty(a.shape, dtype=np.float32)
-    _library().zc_emu_float_op(FLOAT_OPS[name], a.ctypes.data, b.ctypes.data, out.ctypes.data, a.size)
-    return out
-
-
-def emulator_flushes_subnormals() -> bool:
-    """Whether the built emulator models flush-to-zero (it does when the GPU's options have it)."""
-    return bool(_library().zc_emu_flushes_subnormals())
 
 
 #: NumPy dtypes accepted for the codes of each format (fp16 and bf16 codes may come as raw bits).
@@ -565,10 +400,10 @@ def emulate_decode(
         ValueError: a bad format, affine map, base offset or perm.
     """
     codes, ids = _check_inputs(codes, ids, "aligned", base_offset)
-    if code not in launch.CODE_FORMATS:
-        raise ValueError(f"code must be one of {tuple(launch.CODE_FORMATS)}, but got {code!r}")
-    if out_format not in launch.OUT_FORMATS:
-        raise ValueError(f"out_format must be one of {tuple(launch.OUT_FORMATS)}, but got {out_format!r}")
+    if code not in instantiations.CODE_FORMATS:
+        raise ValueError(f"code must be one of {tuple(instantiations.CODE_FORMATS)}, but got {code!r}")
+    if out_format not in instantiations.OUT_FORMATS:
+        raise ValueError(f"out_format must be one of {tuple(instantiations.OUT_FORMATS)}, but got {out_format!r}")
     if codes.ndim != 2 or codes.dtype not in _CODE_DTYPES[code]:
         raise TypeError(
             f"{code} codes must be a 2-D array of {' or '.join(map(str, _CODE_DTYPES[code]))}, but got "

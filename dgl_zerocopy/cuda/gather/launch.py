@@ -1,6 +1,7 @@
 """Launch configuration of the gather kernels (``kernels/gather.cu``).
 
-The one place that picks the vector width, threads per row, window alignment, block and grid.
+The one place that picks the vector width, threads per row, window alignment, block and grid (the
+instantiations they name are :mod:`dgl_zerocopy.cuda.gather.instantiations`).
 The GPU launcher (:mod:`dgl_zerocopy.cuda.gather.launcher`) and the CPU emulator
 (:mod:`dgl_zerocopy.cuda.gather.emulator`) both call :func:`plan_gather` (raw rows) or :func:`plan_decode`
 (compressed rows decoded in the kernel) and :func:`kernel_arguments`, so the emulator runs exactly
@@ -14,20 +15,16 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass
 
+from .instantiations import CODE_FORMATS, ID_TYPES, IDENTITY, LOAD_TYPES, OUT_FORMATS, VARIANTS, decode_name_expression, name_expression
+
 __all__ = [
     "GatherPlan",
     "KernelArg",
     "LINE_BYTES",
-    "VARIANTS",
     "WARP_SIZE",
     "AFFINE_AXES",
-    "CODE_FORMATS",
-    "OUT_FORMATS",
     "SLOT_BYTES",
-    "all_name_expressions",
-    "decode_name_expression",
     "kernel_arguments",
-    "name_expression",
     "plan_decode",
     "plan_gather",
 ]
@@ -35,24 +32,12 @@ __all__ = [
 WARP_SIZE = 32
 #: Bytes of one memory line: a warp-wide load becomes one request per line it touches.
 LINE_BYTES = 128
-VARIANTS = ("aligned", "naive")
 #: Resident threads per SM on sm_70 .. sm_90: one full wave of a grid-stride kernel.
 MAX_THREADS_PER_SM = 2048
 
-#: CUDA type of each load width. The kernels copy bytes, so the element type does not matter.
-LOAD_TYPES = {16: "uint4", 8: "uint2", 4: "unsigned int", 2: "unsigned short", 1: "unsigned char"}
-#: CUDA type of each id width (int32 and int64 ids).
-ID_TYPES = {4: "int", 8: "long long"}
 #: Widths of a cache's slot map entries (int32, int64): a kernel argument, not a template one.
 SLOT_BYTES = (4, 8)
 
-#: Compressed code formats (the codec names of ``dgl_zerocopy.store.compression``): their tag type in
-#: ``kernels/codecs.cuh`` and bytes per code.
-CODE_FORMATS = {"fp16": ("zc_fp16", 2), "bf16": ("zc_bf16", 2), "int8": ("zc_int8", 1)}
-#: Output element formats of the decoding gather (torch dtype names), with tag type and bytes.
-OUT_FORMATS = {"float32": ("zc_f32", 4), "float16": ("zc_fp16", 2), "bfloat16": ("zc_bf16", 2)}
-#: Code and output formats whose decode is the identity: the raw gather copies them.
-IDENTITY = {("fp16", "float16"), ("bf16", "bfloat16")}
 #: Where an int8 code's (scale, offset) pair comes from: one per column, or one per table row.
 AFFINE_AXES = ("column", "row")
 
@@ -128,54 +113,6 @@ class GatherPlan:
     def threads(self) -> int:
         """Threads launched (``grid * block``)."""
         return self.grid * self.block
-
-
-def name_expression(variant: str, load_bytes: int, id_bytes: int) -> str:
-    """The kernel instantiation for ``variant`` with ``load_bytes`` loads and ``id_bytes`` ids."""
-    if variant not in VARIANTS:
-        raise ValueError(f"variant must be one of {VARIANTS}, but got {variant!r}")
-    if load_bytes not in LOAD_TYPES:
-        raise ValueError(f"load_bytes must be one of {sorted(LOAD_TYPES)}, but got {load_bytes}")
-    if id_bytes not in ID_TYPES:
-        raise ValueError(f"id_bytes must be 4 (int32) or 8 (int64), but got {id_bytes}")
-    return f"gather_{variant}<{LOAD_TYPES[load_bytes]}, {ID_TYPES[id_bytes]}>"
-
-
-def decode_name_expression(code: str, out_format: str, load_bytes: int) -> str:
-    """The decoding gather instantiation for ``code`` rows read with ``load_bytes`` loads and
-    written as ``out_format``, e.g. ``"gather_decode<zc_int8, zc_f32, uint4>"``. (The id width is
-    a kernel argument, not a template parameter: see ``kernels/gather.cu``.)"""
-    if code not in CODE_FORMATS:
-        raise ValueError(f"code must be one of {tuple(CODE_FORMATS)}, but got {code!r}")
-    if out_format not in OUT_FORMATS:
-        raise ValueError(f"out_format must be one of {tuple(OUT_FORMATS)}, but got {out_format!r}")
-    if (code, out_format) in IDENTITY:
-        raise ValueError(f"{code} codes written as {out_format} are copied by gather_aligned, not decoded")
-    if load_bytes not in LOAD_TYPES or load_bytes < CODE_FORMATS[code][1]:
-        widths = [w for w in sorted(LOAD_TYPES) if w >= CODE_FORMATS[code][1]]
-        raise ValueError(f"load_bytes for {code} codes must be one of {widths}, but got {load_bytes}")
-    return f"gather_decode<{CODE_FORMATS[code][0]}, {OUT_FORMATS[out_format][0]}, {LOAD_TYPES[load_bytes]}>"
-
-
-def all_name_expressions() -> tuple[str, ...]:
-    """Every instantiation the launcher may use (compiled together into one module): the raw
-    gathers (both variants, every load width, both id widths), then the decoding gathers (every
-    code and output format but the identities, every load width a code allows, both id widths)."""
-    raw = tuple(
-        name_expression(variant, load_bytes, id_bytes)
-        for variant in VARIANTS
-        for load_bytes in sorted(LOAD_TYPES, reverse=True)
-        for id_bytes in sorted(ID_TYPES)
-    )
-    decode = tuple(
-        decode_name_expression(code, out_format, load_bytes)
-        for code, (_, code_bytes) in CODE_FORMATS.items()
-        for out_format in OUT_FORMATS
-        if (code, out_format) not in IDENTITY
-        for load_bytes in sorted(LOAD_TYPES, reverse=True)
-        if load_bytes >= code_bytes
-    )
-    return raw + decode
 
 
 def _widest_load(limit: int, *values: int) -> int:

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.gather import instantiations, launch
 from dgl_zerocopy.cuda.kernel_source import kernel_options, read_kernel
 from dgl_zerocopy.cuda.nvrtc import compile_program, preload_for_cupy
 
@@ -53,7 +53,7 @@ def compile_check(arch: str, name_expressions: Sequence[str] | None = None) -> b
     ``name_expressions`` (default: all the launcher uses). Needs no GPU; same arguments, result
     and errors as ``compile_program``.
     """
-    names = launch.all_name_expressions() if name_expressions is None else name_expressions
+    names = instantiations.all_name_expressions() if name_expressions is None else name_expressions
     return compile_program(_MAIN_SOURCE, arch, names)
 
 
@@ -82,7 +82,7 @@ def compile_gather_module(device_id: int, name_expressions: tuple[str, ...] | No
     """
     cupy = _cupy()
     preload_for_cupy(cupy)
-    names = launch.all_name_expressions() if name_expressions is None else tuple(name_expressions)
+    names = instantiations.all_name_expressions() if name_expressions is None else tuple(name_expressions)
     with cupy.cuda.Device(device_id):
         module = cupy.RawModule(code=read_kernel(_MAIN_SOURCE), options=_compile_options(), name_expressions=names)
         module.compile()
@@ -280,10 +280,10 @@ def launch_decode(
     """
     if len(table_shape) != 2:
         raise ValueError(f"table_shape must be (rows, columns), but got {tuple(table_shape)}")
-    if code not in launch.CODE_FORMATS:
-        raise ValueError(f"code must be one of {tuple(launch.CODE_FORMATS)}, but got {code!r}")
-    if out_format not in launch.OUT_FORMATS:
-        raise ValueError(f"out_format must be one of {tuple(launch.OUT_FORMATS)}, but got {out_format!r}")
+    if code not in instantiations.CODE_FORMATS:
+        raise ValueError(f"code must be one of {tuple(instantiations.CODE_FORMATS)}, but got {code!r}")
+    if out_format not in instantiations.OUT_FORMATS:
+        raise ValueError(f"out_format must be one of {tuple(instantiations.OUT_FORMATS)}, but got {out_format!r}")
     columns = int(table_shape[1])
 
     def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int, **cached) -> launch.GatherPlan:
@@ -292,7 +292,7 @@ def launch_decode(
                                   row_stride=int(row_stride_bytes), out_address=out_address, out_stride=out_stride,
                                   **cached)
 
-    out_row_bytes = columns * launch.OUT_FORMATS[out_format][1]
+    out_row_bytes = columns * instantiations.OUT_FORMATS[out_format][1]
     return _enqueue(plan, int(table_ptr), int(row_stride_bytes), out_row_bytes, ids, out, stream=stream, sort=sort,
                     out_stride_bytes=out_stride_bytes, affine_ptr=int(affine_ptr), cache=cache,
                     table_rows=int(table_shape[0]))

@@ -45,7 +45,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.gather import instantiations, launch
 from dgl_zerocopy.cuda.gather.emulator import Trace, emulate_decode, emulate_gather
 
 __all__ = [
@@ -191,7 +191,7 @@ def compare(
         ids = rng.integers(0, num_rows, size=num_ids, dtype=np.int64)
     expected = table[ids]
     results = {}
-    for variant in launch.VARIANTS[::-1]:
+    for variant in instantiations.VARIANTS[::-1]:
         out, trace = emulate_gather(
             table, ids, variant=variant, base_offset=base_offset, trace=True
         )

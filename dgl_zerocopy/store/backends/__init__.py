@@ -7,7 +7,7 @@ import torch
 
 from ..cache import HotRowCache
 from ..compression.codec import Codec
-from ...cuda.gather.launch import name_expression
+from ...cuda.gather.instantiations import name_expression
 from .base import VARIANTS, Backend, GatherOptions
 
 __all__ = ["VARIANTS", "Backend", "GatherOptions", "PROBE_KERNEL", "make_backend", "zerocopy_available", "zerocopy_problem"]
