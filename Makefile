@@ -1,5 +1,8 @@
-# Two commands for a newcomer: `make run` trains on the embedded dataset, `make test` runs the suite.
-# Both create the venv when missing and (re)install only when pyproject.toml, setup.py or the stack's
+# Two commands for a newcomer: `make run` trains on the embedded dataset, `make test` runs the fast tier of the
+# suite (every test that takes seconds, on the CPU: under 5 minutes on 2 cores, README). `make test-all` runs that tier,
+# then the slow one (pytest's `slow` marker: accuracy runs, DDP and dist process clusters, benchmark smoke runs),
+# each with its 25 slowest tests listed; CI (.ci/run) runs it on both stacks. `make test-slow` runs the slow tier alone.
+# All create the venv when missing and (re)install only when pyproject.toml, setup.py or the stack's
 # constraints change. Two stacks are supported and tested (docs/usage.md#supported-stack):
 #   STACK=newest (default): the newest torch (CUDA 13 build), NumPy 2, CuPy 14, DGL 2.1 with the graphbolt placeholder;
 #   STACK=oldest:           torch 2.2.1, NumPy 1.26, CuPy 13, DGL 2.1 with its own graphbolt.
@@ -19,7 +22,7 @@ STAMP  := $(VENV)/.installed
 # double what an install leaves on disk.
 PIP_INSTALL := PIP_NO_CACHE_DIR=1 PIP_CONSTRAINT=$(CURDIR)/$(CONSTRAINTS) $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: install run test test-gpu bench clean gpu-check gpu-wheels
+.PHONY: install run test test-slow test-all test-gpu bench clean gpu-check gpu-wheels
 
 install: $(STAMP)
 
@@ -32,8 +35,19 @@ $(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 run: $(STAMP)
 	$(VENV)/bin/dgl-zerocopy train --config configs/synthetic-sage.yaml
 
+# PYTEST_ARGS: more pytest options, e.g. `make test PYTEST_ARGS="-x -k cli"`.
+PYTEST_ARGS ?=
+
 test: $(STAMP)
-	$(PY) -m pytest
+	$(PY) -m pytest -m "not slow" $(PYTEST_ARGS)
+
+test-slow: $(STAMP)
+	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+
+# Two runs, the fast tier first (it fails sooner); --durations in both, so that CI's log shows where the time goes.
+test-all: $(STAMP)
+	$(PY) -m pytest -m "not slow" --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -m slow --durations=25 $(PYTEST_ARGS)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -m gpu
