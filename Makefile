@@ -22,7 +22,7 @@ STAMP  := $(VENV)/.installed
 # double what an install leaves on disk.
 PIP_INSTALL := PIP_NO_CACHE_DIR=1 PIP_CONSTRAINT=$(CURDIR)/$(CONSTRAINTS) $(PY) -m pip install --quiet --disable-pip-version-check
 
-.PHONY: install run test test-slow test-all test-gpu bench clean gpu-check gpu-wheels
+.PHONY: install run test test-slow test-all test-gpu lint format clean gpu-check gpu-wheels
 
 install: $(STAMP)
 
@@ -51,6 +51,16 @@ test-all: $(STAMP)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -m gpu
+
+# The linter and the formatter (ruff, pinned in the dev extra; its settings in pyproject.toml). CI runs `make lint`;
+# `make format` rewrites the files the way `lint` wants them.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+format: $(STAMP)
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
 
 # `make gpu-check` on a lent GPU machine checks the whole GPU path in under 10 minutes (docs/gpu.md).
 # It is `python3 bench/gpu_check.py` with the image's own python3, torch and CuPy, never the venv

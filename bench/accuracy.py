@@ -18,6 +18,7 @@ gather (``feature_compression`` of the config), and the table gives each codec's
     python bench/accuracy.py [--datasets cora,citeseer,...] [--seeds 3] [--data-root ../shared/data] [--feature-compression none,fp16,int8]
     dgl-zerocopy bench accuracy  (the same)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -35,8 +36,15 @@ REPO = Path(__file__).resolve().parent.parent
 CONFIGS = {**REAL_GRAPH_CONFIGS, "synthetic": "synthetic-sage.yaml"}
 # Test accuracy (%) as published: Kipf & Welling 2017 (GCN, Planetoid split) and Shchur et al.
 # 2018 (GCN, 20/30 per class random splits); the synthetic graph has none.
-PUBLISHED = {"cora": 81.5, "citeseer": 70.3, "amazon-computers": 82.6, "amazon-photo": 91.2,
-             "coauthor-cs": 91.1, "coauthor-physics": 92.8, "synthetic": float("nan")}
+PUBLISHED = {
+    "cora": 81.5,
+    "citeseer": 70.3,
+    "amazon-computers": 82.6,
+    "amazon-photo": 91.2,
+    "coauthor-cs": 91.1,
+    "coauthor-physics": 92.8,
+    "synthetic": float("nan"),
+}
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -48,8 +56,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--epochs", type=int, help="override every config's epochs (quick runs)")
     parser.add_argument("--max-epochs", type=int, help="cap every config's epochs (quick runs that keep the shorter configs)")
     parser.add_argument("--min-eval-every", type=int, help="evaluate at most every N epochs (quick runs; configs that evaluate less often keep theirs)")
-    parser.add_argument("--feature-compression", default="none",
-                        help=f"comma-separated, from: {', '.join(COMPRESSIONS)} (none first: the others are compared with it)")
+    parser.add_argument(
+        "--feature-compression", default="none", help=f"comma-separated, from: {', '.join(COMPRESSIONS)} (none first: the others are compared with it)"
+    )
     parser.add_argument("--out", default="accuracy")
     args = parser.parse_args(argv)
     names = [n.strip() for n in args.datasets.split(",") if n.strip()]
@@ -65,8 +74,11 @@ def main(argv: list[str] | None = None) -> None:
         for codec in codecs:
             rows.append(_run(name, codec, args))
             r = rows[-1]
-            print(f"{name} [{codec}]: test {100 * r['test_acc_mean']:.2f} ± {100 * r['test_acc_std']:.2f} % (published {r['published']}), "
-                  f"epoch {r['epoch_time_median']:.3f}s", flush=True)
+            print(
+                f"{name} [{codec}]: test {100 * r['test_acc_mean']:.2f} ± {100 * r['test_acc_std']:.2f} % (published {r['published']}), "
+                f"epoch {r['epoch_time_median']:.3f}s",
+                flush=True,
+            )
     for r in rows:  # each codec against none on the same dataset and seeds
         base = next((b for b in rows if b["dataset"] == r["dataset"] and b["compression"] == "none"), None)
         r["diff_to_none"] = r["test_acc_mean"] - base["test_acc_mean"] if base is not None else float("nan")
@@ -75,19 +87,27 @@ def main(argv: list[str] | None = None) -> None:
         r["diff_to_none_std"] = float(np.std(paired)) if len(paired) else float("nan")
         r["within_std_or_half_point"] = bool(base is not None and abs(r["diff_to_none"]) <= max(base["test_acc_std"], 0.005))
 
-    meta = {"command": command_line(), "machine": machine(), "device": "cpu (no GPU)" if not torch.cuda.is_available() else torch.cuda.get_device_name(),
-            "rule": "test accuracy at the evaluated epoch of best validation accuracy; mean and std over seeds",
-            "seeds": f"0..{args.seeds - 1}"}
+    meta = {
+        "command": command_line(),
+        "machine": machine(),
+        "device": "cpu (no GPU)" if not torch.cuda.is_available() else torch.cuda.get_device_name(),
+        "rule": "test accuracy at the evaluated epoch of best validation accuracy; mean and std over seeds",
+        "seeds": f"0..{args.seeds - 1}",
+    }
     csv_path, _ = write_results(args.out, rows, meta)
     _plot(rows, meta, csv_path.with_suffix(".png"))
     print(f"\n# {meta['command']}\n# {meta['device']}; {meta['machine']}; seeds {meta['seeds']}; {meta['rule']}")
-    print("| dataset | compression | model | fanouts | epochs | test accuracy % (mean ± std) | - none (points) | published % | epoch s (median) | eval s (median) |")
+    print(
+        "| dataset | compression | model | fanouts | epochs | test accuracy % (mean ± std) | - none (points) | published % | epoch s (median) | eval s (median) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         pub = "-" if np.isnan(r["published"]) else f"{r['published']:.1f}"
         diff = "-" if r["compression"] == "none" or np.isnan(r["diff_to_none"]) else f"{100 * r['diff_to_none']:+.2f}"
-        print(f"| {r['dataset']} | {r['compression']} | {r['model']} | {r['fanouts']} | {r['epochs']} | {100 * r['test_acc_mean']:.2f} ± "
-              f"{100 * r['test_acc_std']:.2f} | {diff} | {pub} | {r['epoch_time_median']:.3f} | {r['eval_time_median']:.3f} |")
+        print(
+            f"| {r['dataset']} | {r['compression']} | {r['model']} | {r['fanouts']} | {r['epochs']} | {100 * r['test_acc_mean']:.2f} ± "
+            f"{100 * r['test_acc_std']:.2f} | {diff} | {pub} | {r['epoch_time_median']:.3f} | {r['eval_time_median']:.3f} |"
+        )
 
 
 # none, the codecs through the store, and the int8 forms (trained on the decoded table).
@@ -96,19 +116,20 @@ COMPRESSIONS = ("none", "fp16", "bf16", "int8", *[f for f in INT8_FORMS if f != 
 
 
 def _run(name: str, codec: str, args: argparse.Namespace) -> dict:
-    from dgl_zerocopy.training.config import build_config, read_yaml
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
+    from dgl_zerocopy.training.config import build_config, read_yaml
     from dgl_zerocopy.training.train import best_epoch, train
 
     through_store = codec in ("none", "fp16", "bf16", "int8")
-    overrides = {"dataset": name, "device": "cpu", "feature_source": "cpu", "epochs": args.epochs,
-                 "feature_compression": codec if through_store else "none"}
+    overrides = {"dataset": name, "device": "cpu", "feature_source": "cpu", "epochs": args.epochs, "feature_compression": codec if through_store else "none"}
     accs, epoch_times, eval_times = [], [], []
     cfg = None
     for seed in range(args.seeds):
         cfg = build_config(read_yaml(REPO / "configs" / CONFIGS[name]), {**overrides, "seed": seed})
-        quick = {"epochs": min(cfg.epochs, args.max_epochs) if args.max_epochs else None,
-                 "eval_every": max(cfg.eval_every, args.min_eval_every) if args.min_eval_every else None}
+        quick = {
+            "epochs": min(cfg.epochs, args.max_epochs) if args.max_epochs else None,
+            "eval_every": max(cfg.eval_every, args.min_eval_every) if args.min_eval_every else None,
+        }
         cfg = cfg.model_copy(update={k: v for k, v in quick.items() if v is not None})
         start = time.perf_counter()
         dataset = load_dataset(name, synthetic=SyntheticSpec(num_nodes=args.num_nodes), root=args.data_root, split_seed=seed)
@@ -123,15 +144,28 @@ def _run(name: str, codec: str, args: argparse.Namespace) -> dict:
         accs.append(best.test_acc)
         epoch_times += [h.epoch_time for h in history[1:] or history]  # epoch 0 warms up
         eval_times += [h.eval_time for h in history if not np.isnan(h.val_acc)]
-        print(f"  {name} [{codec}] seed {seed}: test {best.test_acc:.4f} at epoch {best.epoch} (val {best.val_acc:.4f}), "
-              f"{time.perf_counter() - start:.0f}s", flush=True)
+        print(
+            f"  {name} [{codec}] seed {seed}: test {best.test_acc:.4f} at epoch {best.epoch} (val {best.val_acc:.4f}), {time.perf_counter() - start:.0f}s",
+            flush=True,
+        )
         del dataset
     ep, ev = summarize(epoch_times), summarize(eval_times)
-    return {"dataset": name, "compression": codec, "model": cfg.model, "fanouts": ",".join(map(str, cfg.fanouts)), "epochs": cfg.epochs,
-            "seeds": args.seeds, "test_acc_mean": float(np.mean(accs)), "test_acc_std": float(np.std(accs)),
-            "test_accs": " ".join(f"{a:.4f}" for a in accs), "published": PUBLISHED[name],
-            "epoch_time_median": ep["median"], "epoch_time_q1": ep["q1"], "epoch_time_q3": ep["q3"],
-            "eval_time_median": ev["median"]}
+    return {
+        "dataset": name,
+        "compression": codec,
+        "model": cfg.model,
+        "fanouts": ",".join(map(str, cfg.fanouts)),
+        "epochs": cfg.epochs,
+        "seeds": args.seeds,
+        "test_acc_mean": float(np.mean(accs)),
+        "test_acc_std": float(np.std(accs)),
+        "test_accs": " ".join(f"{a:.4f}" for a in accs),
+        "published": PUBLISHED[name],
+        "epoch_time_median": ep["median"],
+        "epoch_time_q1": ep["q1"],
+        "epoch_time_q3": ep["q3"],
+        "eval_time_median": ev["median"],
+    }
 
 
 def _decoded(dataset, axis: str, method: str):
@@ -147,8 +181,8 @@ def _check(dataset, cfg) -> None:
     """Correctness first: the splits are disjoint, and a batch from our loader carries exactly the
     table's rows (a compressed table's: the reference decode of its codes) and labels at the
     sampled ids (the path the accuracy is measured through)."""
-    from dgl_zerocopy.training.sources import make_source
     from dgl_zerocopy.loading.timing import StageTimer
+    from dgl_zerocopy.training.sources import make_source
 
     splits = np.concatenate([dataset.train_idx, dataset.val_idx, dataset.test_idx])
     if len(np.unique(splits)) != len(splits):
@@ -178,9 +212,14 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     fig, ax = plt.subplots(figsize=(1.3 * len(datasets) * max(1, len(codecs) / 2) + 2, 4))
     for i, codec in enumerate(codecs):
         mine = [next((r for r in rows if r["dataset"] == d and r["compression"] == codec), None) for d in datasets]
-        ax.bar(x + (i - (len(codecs) - 1) / 2) * width, [100 * r["test_acc_mean"] if r else 0 for r in mine], width,
-               yerr=[100 * r["test_acc_std"] if r else 0 for r in mine], capsize=3,
-               label=f"{codec} (mean ± std over seeds)" if codec != "none" or len(codecs) > 1 else "ours (mean ± std over seeds)")
+        ax.bar(
+            x + (i - (len(codecs) - 1) / 2) * width,
+            [100 * r["test_acc_mean"] if r else 0 for r in mine],
+            width,
+            yerr=[100 * r["test_acc_std"] if r else 0 for r in mine],
+            capsize=3,
+            label=f"{codec} (mean ± std over seeds)" if codec != "none" or len(codecs) > 1 else "ours (mean ± std over seeds)",
+        )
     models = {r["dataset"]: r["model"] for r in rows}
     ax.scatter(x, [PUBLISHED[d] for d in datasets], color="black", marker="_", s=400, zorder=3, label="published (GCN)")
     ax.set_xticks(x, [f"{d}\n{models[d]}" for d in datasets], fontsize=8)

@@ -48,6 +48,7 @@ of a code row either way (the decoding kernel reads codes). Presample policy.
         [--out cache]
     dgl-zerocopy bench cache  (the same)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -123,9 +124,11 @@ def workload(name: str, args, repeat: int = 0) -> dict:
         rng = np.random.default_rng([repeat, 1])
         table = torch.from_numpy(rng.standard_normal((n, d["feat_dim"]), dtype=np.float32))
         seeds = torch.from_numpy(np.sort(rng.permutation(n)[: round(d["seed_share"] * n)]))
-        how = (f"directed power-law graph, {n:,} nodes, {d['avg_degree']:g} edges per node drawn (Chung-Lu, independent out-/in-weights, "
-               f"exponent {d['exponent']}, graph seed = repeat), fanouts {','.join(map(str, d['fanouts']))}, batch {d['batch']}, "
-               f"seeds: a random {d['seed_share']:.0%} of the nodes")
+        how = (
+            f"directed power-law graph, {n:,} nodes, {d['avg_degree']:g} edges per node drawn (Chung-Lu, independent out-/in-weights, "
+            f"exponent {d['exponent']}, graph seed = repeat), fanouts {','.join(map(str, d['fanouts']))}, batch {d['batch']}, "
+            f"seeds: a random {d['seed_share']:.0%} of the nodes"
+        )
         return {"graph": graph, "table": table, "fanouts": d["fanouts"], "batch": d["batch"], "how": how, "seeds": seeds}
     if name in SYNTHETIC:
         s = SYNTHETIC[name]
@@ -133,10 +136,18 @@ def workload(name: str, args, repeat: int = 0) -> dict:
         spec = SyntheticSpec(num_nodes=nodes) if name == "products" else SyntheticSpec.papers100m_like(num_nodes=nodes)
         batch = max(1, round(s["batch"] * nodes / s["full_nodes"]))
         data = load_dataset("synthetic", synthetic=spec)
-        how = (f"{name}-shaped synthetic, {nodes:,} nodes (1/{s['full_nodes'] / nodes:.0f} scale), fanouts "
-               f"{','.join(map(str, s['fanouts']))}, batch {batch} (= {s['batch']} x the scale), seeds: the training split")
-        return {"graph": data.to_dgl(), "table": tensor_view(np.ascontiguousarray(data.features)), "fanouts": s["fanouts"],
-                "batch": batch, "how": how, "seeds": torch.from_numpy(data.train_idx)}
+        how = (
+            f"{name}-shaped synthetic, {nodes:,} nodes (1/{s['full_nodes'] / nodes:.0f} scale), fanouts "
+            f"{','.join(map(str, s['fanouts']))}, batch {batch} (= {s['batch']} x the scale), seeds: the training split"
+        )
+        return {
+            "graph": data.to_dgl(),
+            "table": tensor_view(np.ascontiguousarray(data.features)),
+            "fanouts": s["fanouts"],
+            "batch": batch,
+            "how": how,
+            "seeds": torch.from_numpy(data.train_idx),
+        }
     from dgl_zerocopy.training.config import build_config, read_yaml
 
     if args.data_root is None:
@@ -157,12 +168,12 @@ def workload(name: str, args, repeat: int = 0) -> dict:
     # The shipped configs of these graphs take full neighbourhoods, which read every row of a 2-hop
     # neighbourhood whatever its degree; as stored, they are sampled as the directed graph is.
     fanouts, batch = (DIRECTED["fanouts"], DIRECTED["batch"]) if name in AS_STORED else (cfg.fanouts, cfg.batch_size)
-    setting = "the graph as its file stores it (one direction per edge for most pairs), features and split of " \
-        if name in AS_STORED else ""
-    how = (f"{name}: {setting}config {REAL[dataset]} (fanouts {','.join(map(str, fanouts))}{', self-loops' if cfg.self_loop else ''}), "
-           f"batch {batch}, seeds: {'the training split' if args.real_seeds == 'train' else 'every node'}")
-    return {"graph": graph, "table": tensor_view(np.ascontiguousarray(data.features)), "fanouts": fanouts,
-            "batch": batch, "how": how, "seeds": seeds}
+    setting = "the graph as its file stores it (one direction per edge for most pairs), features and split of " if name in AS_STORED else ""
+    how = (
+        f"{name}: {setting}config {REAL[dataset]} (fanouts {','.join(map(str, fanouts))}{', self-loops' if cfg.self_loop else ''}), "
+        f"batch {batch}, seeds: {'the training split' if args.real_seeds == 'train' else 'every node'}"
+    )
+    return {"graph": graph, "table": tensor_view(np.ascontiguousarray(data.features)), "fanouts": fanouts, "batch": batch, "how": how, "seeds": seeds}
 
 
 def stored_graph(dataset: str, data_root: str):
@@ -180,7 +191,6 @@ def stored_graph(dataset: str, data_root: str):
         n, indptr, dst = int(npz["num_nodes"]), npz["adj_indptr"].astype(np.int64), npz["adj_indices"].astype(np.int64)
     src = np.repeat(np.arange(n, dtype=np.int64), np.diff(indptr))
     return dgl.to_simple(dgl.remove_self_loop(dgl.graph((torch.from_numpy(src), torch.from_numpy(dst)), num_nodes=n)))
-
 
 
 def epoch_batches(graph, sampler, seeds: torch.Tensor, batch: int, seed: int):
@@ -229,8 +239,7 @@ def run_repeat(name: str, w: dict, args, sizes: list[float], repeat: int) -> tup
     presample_s = time.perf_counter() - start
     cached = [min(n, round(f * n)) for f in sizes]
     # Compressed: the fp32 budget of each size holds this many code rows (or as many decoded rows as fp32).
-    codes = {c: [cache_capacity(budget_for_rows(k, row_bytes, n), table.shape[1] * CODE_BYTES[c], n) if k else 0 for k in cached]
-             for c in args.codecs}
+    codes = {c: [cache_capacity(budget_for_rows(k, row_bytes, n), table.shape[1] * CODE_BYTES[c], n) if k else 0 for k in cached] for c in args.codecs}
     slot_maps = {(p, k): build_slot_map(policies[p].order[:k], n) for p in POLICIES for k in cached}
     slot_maps.update({("presample", k): build_slot_map(policies["presample"].order[:k], n) for ks in codes.values() for k in ks})
 
@@ -250,34 +259,74 @@ def run_repeat(name: str, w: dict, args, sizes: list[float], repeat: int) -> tup
         hits[("oracle", k)] = int(top[k - 1]) if k else 0
 
     rows = []
-    run = {"graph": name, "repeat": repeat, "presample_seed": presample_seed, "eval_seed": eval_seed, "nodes": n,
-           "edges": int(graph.num_edges()), "row_bytes": row_bytes, "batch": w["batch"], "batches": batches}
+    run = {
+        "graph": name,
+        "repeat": repeat,
+        "presample_seed": presample_seed,
+        "eval_seed": eval_seed,
+        "nodes": n,
+        "edges": int(graph.num_edges()),
+        "row_bytes": row_bytes,
+        "batch": w["batch"],
+        "batches": batches,
+    }
     for policy in (*POLICIES, "oracle"):
         for f, k in zip(sizes, cached):
             h = hits[(policy, k)]
             misses = gathered - h
-            rows.append({
-                **run, "policy": policy, "cache_pct": 100 * f, "cache_rows": k, "cache_mib": budget_for_rows(k, row_bytes, n) / 2**20,
-                "stored": "fp32", "rows_per_epoch": gathered, "hit_rate": h / gathered if gathered else 0.0, "misses_per_epoch": misses,
-                "link_bytes_per_row": per_row, "pcie_gb_no_cache": gathered * per_row / 1e9, "pcie_gb_cached": misses * per_row / 1e9,
-                "pcie_saved": h / gathered if gathered else 0.0,
-            })
+            rows.append(
+                {
+                    **run,
+                    "policy": policy,
+                    "cache_pct": 100 * f,
+                    "cache_rows": k,
+                    "cache_mib": budget_for_rows(k, row_bytes, n) / 2**20,
+                    "stored": "fp32",
+                    "rows_per_epoch": gathered,
+                    "hit_rate": h / gathered if gathered else 0.0,
+                    "misses_per_epoch": misses,
+                    "link_bytes_per_row": per_row,
+                    "pcie_gb_no_cache": gathered * per_row / 1e9,
+                    "pcie_gb_cached": misses * per_row / 1e9,
+                    "pcie_saved": h / gathered if gathered else 0.0,
+                }
+            )
     for codec, ks in codes.items():
         code_link = link_bytes_per_row(table.shape[1] * CODE_BYTES[codec], CODE_DTYPES[codec])
         for f, k_fp32, k in zip(sizes, cached, ks):
             for stored, rows_cached in ((f"{codec} codes", k), (f"{codec} decoded", k_fp32)):
                 h = hits[("presample", rows_cached)]
-                rows.append({
-                    **run, "policy": "presample", "cache_pct": 100 * f, "cache_rows": rows_cached,
-                    "cache_mib": budget_for_rows(k_fp32, row_bytes, n) / 2**20, "stored": stored,
-                    "rows_per_epoch": gathered, "hit_rate": h / gathered if gathered else 0.0, "misses_per_epoch": gathered - h,
-                    "link_bytes_per_row": code_link, "pcie_gb_no_cache": gathered * per_row / 1e9,
-                    "pcie_gb_cached": (gathered - h) * code_link / 1e9, "pcie_saved": 1 - (gathered - h) * code_link / (gathered * per_row),
-                })
-    info = {"graph": name, "how": w["how"], "fanouts": w["fanouts"], "rows_per_batch": gathered / max(batches, 1),
-            "share_of_nodes_per_batch": gathered / max(batches, 1) / n, "presample_s": presample_s, "eval_s": eval_s}
-    print(f"{name} (repeat {repeat}): {w['how']}; {batches} batches of {info['rows_per_batch']:,.0f} input rows "
-          f"({info['share_of_nodes_per_batch']:.1%} of the nodes); presample {presample_s:.1f} s, evaluation {eval_s:.1f} s", flush=True)
+                rows.append(
+                    {
+                        **run,
+                        "policy": "presample",
+                        "cache_pct": 100 * f,
+                        "cache_rows": rows_cached,
+                        "cache_mib": budget_for_rows(k_fp32, row_bytes, n) / 2**20,
+                        "stored": stored,
+                        "rows_per_epoch": gathered,
+                        "hit_rate": h / gathered if gathered else 0.0,
+                        "misses_per_epoch": gathered - h,
+                        "link_bytes_per_row": code_link,
+                        "pcie_gb_no_cache": gathered * per_row / 1e9,
+                        "pcie_gb_cached": (gathered - h) * code_link / 1e9,
+                        "pcie_saved": 1 - (gathered - h) * code_link / (gathered * per_row),
+                    }
+                )
+    info = {
+        "graph": name,
+        "how": w["how"],
+        "fanouts": w["fanouts"],
+        "rows_per_batch": gathered / max(batches, 1),
+        "share_of_nodes_per_batch": gathered / max(batches, 1) / n,
+        "presample_s": presample_s,
+        "eval_s": eval_s,
+    }
+    print(
+        f"{name} (repeat {repeat}): {w['how']}; {batches} batches of {info['rows_per_batch']:,.0f} input rows "
+        f"({info['share_of_nodes_per_batch']:.1%} of the nodes); presample {presample_s:.1f} s, evaluation {eval_s:.1f} s",
+        flush=True,
+    )
     return rows, info
 
 
@@ -289,10 +338,21 @@ def summary(rows: list[dict]) -> list[dict]:
     out = []
     for (graph, stored, policy, pct), rs in groups.items():
         rates, gbs = [r["hit_rate"] for r in rs], [r["pcie_gb_cached"] for r in rs]
-        out.append({"graph": graph, "stored": stored, "policy": policy, "cache_pct": pct, "repeats": len(rs),
-                    "hit_rate_median": statistics.median(rates), "hit_rate_min": min(rates), "hit_rate_max": max(rates),
-                    "pcie_gb_cached_median": statistics.median(gbs), "pcie_saved_median": statistics.median(r["pcie_saved"] for r in rs),
-                    **{k: rs[0][k] for k in ("nodes", "row_bytes", "link_bytes_per_row", "rows_per_epoch", "pcie_gb_no_cache", "cache_rows")}})
+        out.append(
+            {
+                "graph": graph,
+                "stored": stored,
+                "policy": policy,
+                "cache_pct": pct,
+                "repeats": len(rs),
+                "hit_rate_median": statistics.median(rates),
+                "hit_rate_min": min(rates),
+                "hit_rate_max": max(rates),
+                "pcie_gb_cached_median": statistics.median(gbs),
+                "pcie_saved_median": statistics.median(r["pcie_saved"] for r in rs),
+                **{k: rs[0][k] for k in ("nodes", "row_bytes", "link_bytes_per_row", "rows_per_epoch", "pcie_gb_no_cache", "cache_rows")},
+            }
+        )
     return out
 
 
@@ -318,22 +378,32 @@ def markdown(rows: list[dict], sizes: list[float]) -> str:
         for policy in dict.fromkeys(s["policy"] for s in fp32 if s["graph"] == graph):
             ss = [s for s in fp32 if s["graph"] == graph and s["policy"] == policy]
             lines.append(f"| {graph} | {policy} | " + " | ".join(_rate(s) for s in ss) + " |")
-    lines += ["", "modelled PCIe GB per epoch, no cache and with the presample cache (median)", "",
-              "| graph | row B | link B/row | rows/epoch | no cache | " + " | ".join(f"{100 * f:g} %" for f in sizes) + " |",
-              "|---|---:|---:|---:|---:|" + "---:|" * len(sizes)]
+    lines += [
+        "",
+        "modelled PCIe GB per epoch, no cache and with the presample cache (median)",
+        "",
+        "| graph | row B | link B/row | rows/epoch | no cache | " + " | ".join(f"{100 * f:g} %" for f in sizes) + " |",
+        "|---|---:|---:|---:|---:|" + "---:|" * len(sizes),
+    ]
     for graph in graphs:
         ss = [s for s in fp32 if s["graph"] == graph and s["policy"] == "presample"]
-        lines.append(f"| {graph} | {ss[0]['row_bytes']} | {ss[0]['link_bytes_per_row']:.0f} | {ss[0]['rows_per_epoch']:,} | "
-                     f"{ss[0]['pcie_gb_no_cache']:.3g} | " + " | ".join(f"{s['pcie_gb_cached_median']:.3g}" for s in ss) + " |")
+        lines.append(
+            f"| {graph} | {ss[0]['row_bytes']} | {ss[0]['link_bytes_per_row']:.0f} | {ss[0]['rows_per_epoch']:,} | "
+            f"{ss[0]['pcie_gb_no_cache']:.3g} | " + " | ".join(f"{s['pcie_gb_cached_median']:.3g}" for s in ss) + " |"
+        )
     if compressed:
-        lines += ["", "compressed features, presample: the fp32 cache's byte budget holding code rows or decoded rows; "
-                  "hit rate / share of the uncompressed, uncached PCIe bytes saved (medians)", "",
-                  "| graph | stored in the cache | " + " | ".join(f"{100 * f:g} %" for f in sizes) + " |", "|---|---|" + "---:|" * len(sizes)]
+        lines += [
+            "",
+            "compressed features, presample: the fp32 cache's byte budget holding code rows or decoded rows; "
+            "hit rate / share of the uncompressed, uncached PCIe bytes saved (medians)",
+            "",
+            "| graph | stored in the cache | " + " | ".join(f"{100 * f:g} %" for f in sizes) + " |",
+            "|---|---|" + "---:|" * len(sizes),
+        ]
         for graph in graphs:
             for stored in dict.fromkeys(s["stored"] for s in compressed if s["graph"] == graph):
                 ss = [s for s in compressed if s["graph"] == graph and s["stored"] == stored]
-                lines.append(f"| {graph} | {stored} | " + " | ".join(f"{s['hit_rate_median']:.1%} / {s['pcie_saved_median']:.1%}"
-                                                                   for s in ss) + " |")
+                lines.append(f"| {graph} | {stored} | " + " | ".join(f"{s['hit_rate_median']:.1%} / {s['pcie_saved_median']:.1%}" for s in ss) + " |")
     return "\n".join(lines)
 
 
@@ -347,16 +417,14 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     summ = [s for s in summary(rows) if s["stored"] == "fp32"]
     graphs = list(dict.fromkeys(s["graph"] for s in summ))
     cols = min(4, len(graphs))
-    fig, axes = plt.subplots((len(graphs) + cols - 1) // cols, cols, figsize=(3.6 * cols, 3.1 * ((len(graphs) + cols - 1) // cols)),
-                             squeeze=False, sharey=True)
+    fig, axes = plt.subplots((len(graphs) + cols - 1) // cols, cols, figsize=(3.6 * cols, 3.1 * ((len(graphs) + cols - 1) // cols)), squeeze=False, sharey=True)
     for ax, graph in zip(axes.flat, graphs):
         for policy in dict.fromkeys(s["policy"] for s in summ if s["graph"] == graph):
             ss = [s for s in summ if s["graph"] == graph and s["policy"] == policy]
             x = [s["cache_pct"] for s in ss]
-            line, = ax.plot(x, [100 * s["hit_rate_median"] for s in ss], STYLES.get(policy, "-"), label=policy, markersize=3)
+            (line,) = ax.plot(x, [100 * s["hit_rate_median"] for s in ss], STYLES.get(policy, "-"), label=policy, markersize=3)
             if ss[0]["repeats"] > 1:
-                ax.fill_between(x, [100 * s["hit_rate_min"] for s in ss], [100 * s["hit_rate_max"] for s in ss],
-                                color=line.get_color(), alpha=0.15, lw=0)
+                ax.fill_between(x, [100 * s["hit_rate_min"] for s in ss], [100 * s["hit_rate_max"] for s in ss], color=line.get_color(), alpha=0.15, lw=0)
         s0 = next(s for s in summ if s["graph"] == graph)
         ax.set_title(f"{graph} ({s0['nodes']:,} rows of {s0['row_bytes']} B)", fontsize=8)
         ax.axhline(50, color="tab:red", lw=0.6, ls="--")
@@ -367,7 +435,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ax.set_xlabel("cache size (% of rows)", fontsize=8)
     for ax in axes[:, 0]:
         ax.set_ylabel("hit rate = PCIe bytes saved (%)", fontsize=8)
-    for ax in list(axes.flat)[len(graphs):]:
+    for ax in list(axes.flat)[len(graphs) :]:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle("\n".join(textwrap.wrap(title, width=int(16 * fig.get_figwidth()))), fontsize=8)  # a lone panel is narrow
@@ -384,13 +452,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--directed-nodes", type=int, default=DIRECTED["nodes_default"])
     parser.add_argument("--sizes", default="1,5,10,20,50", help="cache sizes in %% of the rows")
     parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"), help="folder of the real graphs")
-    parser.add_argument("--real-seeds", choices=("train", "all"), default="train",
-                        help="seeds of the real graphs: their training split (default; one or two batches an epoch) or every node")
+    parser.add_argument(
+        "--real-seeds",
+        choices=("train", "all"),
+        default="train",
+        help="seeds of the real graphs: their training split (default; one or two batches an epoch) or every node",
+    )
     parser.add_argument("--presample-seed", type=int, default=1, help="batch order and neighbour draws of the presampling pass")
     parser.add_argument("--eval-seed", type=int, default=2, help="... of the evaluated epoch (must differ: no leakage)")
     parser.add_argument("--repeats", type=int, default=1, help="repeats with other seeds (median and range reported; default 1)")
-    parser.add_argument("--feature-compression", dest="compression", default="",
-                        help="codecs (fp16,bf16,int8): also the cache of codes against the cache of decoded rows, at the same bytes")
+    parser.add_argument(
+        "--feature-compression",
+        dest="compression",
+        default="",
+        help="codecs (fp16,bf16,int8): also the cache of codes against the cache of decoded rows, at the same bytes",
+    )
     parser.add_argument("--out", default="cache", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
     names = [g.strip() for g in args.graphs.split(",") if g.strip()]
@@ -421,12 +497,13 @@ def main(argv: list[str] | None = None) -> int:
         rows += r
         infos.append(info)
     meta = {
-        "command": command_line(), "machine": machine(),
+        "command": command_line(),
+        "machine": machine(),
         "model": "PCIe bytes = rows read from host x link bytes per row of the aligned kernel (pcie_model.py: "
-                 "32-B sectors + 24 B per 128-B-line request); bytes saved = hit rate",
+        "32-B sectors + 24 B per 128-B-line request); bytes saved = hit rate",
         "evaluation": f"one epoch per repeat, sampled with seed {args.eval_seed} + 2 x repeat; presample pass with seed "
-                      f"{args.presample_seed} + 2 x repeat; {args.repeats} repeat(s); every policy of a size has the same byte "
-                      "budget (rows + slot map); oracle = the rows ranked by the evaluated epoch's own counts (an upper bound, not a policy)",
+        f"{args.presample_seed} + 2 x repeat; {args.repeats} repeat(s); every policy of a size has the same byte "
+        "budget (rows + slot map); oracle = the rows ranked by the evaluated epoch's own counts (an upper bound, not a policy)",
         "workloads": "; ".join(i["how"] for i in infos),
     }
     csv_path, _ = write_results(args.out, rows, meta, extra={"graphs": infos, "summary": summary(rows)})

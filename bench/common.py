@@ -1,4 +1,5 @@
 """Small helpers every benchmark shares: repeated timing, summary statistics, result files."""
+
 from __future__ import annotations
 
 import csv
@@ -8,8 +9,8 @@ import shlex
 import statistics
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 RESULTS = Path(__file__).resolve().parent / "results"
 

@@ -17,6 +17,7 @@ checked within half a step of the original (the codec's error bound). Writes CSV
     python bench/compression.py [--datasets cora,...,synthetic,hetero] [--data-root ../shared/data] [--num-nodes 200000]
     dgl-zerocopy bench compression  (the same)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -52,22 +53,30 @@ def main(argv: list[str] | None = None) -> None:
         for codec, axis, method in FORMS:
             rows.append({"dataset": name, "rows": x.shape[0], "cols": x.shape[1], **_measure(x, codec, axis, method)})
             r = rows[-1]
-            print(f"  {r['form']:>18}: rel {r['rel_error']:.2e}, columns mean {r['col_error_mean']:.2e} max {r['col_error_max']:.2e}, "
-                  f"lost {r['cols_lost']}, non-zero p99 {r['nonzero_p99']:.2e}, {r['compress_s']:.2f}s", flush=True)
+            print(
+                f"  {r['form']:>18}: rel {r['rel_error']:.2e}, columns mean {r['col_error_mean']:.2e} max {r['col_error_max']:.2e}, "
+                f"lost {r['cols_lost']}, non-zero p99 {r['nonzero_p99']:.2e}, {r['compress_s']:.2f}s",
+                flush=True,
+            )
         del x
 
-    meta = {"command": command_line(), "machine": machine(),
-            "metrics": "rel_error = ||X - X'||_F / ||X||_F; col_error = ||x_j - x'_j|| / ||x_j|| per non-zero column; "
-                       "cols_lost = columns with col_error >= 0.5; nonzero_p99 = 99th percentile of |x - x'| / |x| over non-zero entries",
-            "hetero": f"synthetic {args.num_nodes:,}-node features, column j scaled by 10^u_j, u_j ~ U(-3, 0) (seed 0)"}
+    meta = {
+        "command": command_line(),
+        "machine": machine(),
+        "metrics": "rel_error = ||X - X'||_F / ||X||_F; col_error = ||x_j - x'_j|| / ||x_j|| per non-zero column; "
+        "cols_lost = columns with col_error >= 0.5; nonzero_p99 = 99th percentile of |x - x'| / |x| over non-zero entries",
+        "hetero": f"synthetic {args.num_nodes:,}-node features, column j scaled by 10^u_j, u_j ~ U(-3, 0) (seed 0)",
+    }
     csv_path, _ = write_results(args.out, rows, meta)
     _plot(rows, csv_path.with_suffix(".png"))
     print(f"\n# {meta['command']}\n# {meta['machine']}")
     print("| dataset | form | error (whole table) | column error, mean | column error, worst | columns lost | non-zero entries, p99 |")
     print("|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['dataset']} | {r['form']} | {r['rel_error']:.1e} | {r['col_error_mean']:.1e} | {r['col_error_max']:.1e} | "
-              f"{r['cols_lost']} | {r['nonzero_p99']:.1e} |")
+        print(
+            f"| {r['dataset']} | {r['form']} | {r['rel_error']:.1e} | {r['col_error_mean']:.1e} | {r['col_error_max']:.1e} | "
+            f"{r['cols_lost']} | {r['nonzero_p99']:.1e} |"
+        )
 
 
 def _features(name: str, args) -> np.ndarray:
@@ -103,11 +112,19 @@ def _measure(x: np.ndarray, codec: str, axis: str | None, method: str | None) ->
     col_rel = col_err[live] / col_norm[live]
     nonzero = x != 0
     rel_nz = np.abs(err[nonzero]) / np.abs(x[nonzero])
-    return {"form": codec if codec != "int8" else f"int8-{axis}-{method}", "codec": codec, "axis": axis or "", "method": method or "",
-            "rel_error": float(np.sqrt((col_err ** 2).sum() / max((col_norm ** 2).sum(), 1e-300))),
-            "col_error_mean": float(col_rel.mean()) if len(col_rel) else 0.0, "col_error_max": float(col_rel.max()) if len(col_rel) else 0.0,
-            "cols_lost": int((col_rel >= 0.5).sum()), "nonzero_p99": float(np.quantile(rel_nz, 0.99)) if len(rel_nz) else 0.0,
-            "bytes_per_value": table.codes.element_size(), "compress_s": seconds}
+    return {
+        "form": codec if codec != "int8" else f"int8-{axis}-{method}",
+        "codec": codec,
+        "axis": axis or "",
+        "method": method or "",
+        "rel_error": float(np.sqrt((col_err**2).sum() / max((col_norm**2).sum(), 1e-300))),
+        "col_error_mean": float(col_rel.mean()) if len(col_rel) else 0.0,
+        "col_error_max": float(col_rel.max()) if len(col_rel) else 0.0,
+        "cols_lost": int((col_rel >= 0.5).sum()),
+        "nonzero_p99": float(np.quantile(rel_nz, 0.99)) if len(rel_nz) else 0.0,
+        "bytes_per_value": table.codes.element_size(),
+        "compress_s": seconds,
+    }
 
 
 def _plot(rows: list[dict], path: Path) -> None:

@@ -22,6 +22,7 @@ x 4 bytes delivered per second, so the compressed stores compare with ``store`` 
 
     python bench/cpu_gather.py [--batches 8] [--repeats 5] [--feature-compression none,fp16,bf16,int8] [--out cpu_gather]
 """
+
 from __future__ import annotations
 
 import argparse
@@ -29,7 +30,6 @@ import os
 
 import numpy as np
 import torch
-
 from common import command_line, machine, summarize, time_repeated, write_results
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
@@ -41,7 +41,9 @@ def sampled_batches(dataset, fanouts: list[int], batch_size: int, count: int, se
     np.random.seed(seed)
     dgl.seed(seed)
     graph = dataset.to_dgl()
-    loader = dgl.dataloading.DataLoader(graph, torch.from_numpy(dataset.train_idx), dgl.dataloading.NeighborSampler(fanouts), batch_size=batch_size, shuffle=True)
+    loader = dgl.dataloading.DataLoader(
+        graph, torch.from_numpy(dataset.train_idx), dgl.dataloading.NeighborSampler(fanouts), batch_size=batch_size, shuffle=True
+    )
     batches = []
     for input_nodes, _, _ in loader:
         batches.append(input_nodes)
@@ -57,8 +59,7 @@ def main() -> None:
     parser.add_argument("--num-nodes", type=int, default=200_000)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--plot", default=None, help="PNG path (default bench/results/<out>.png)")
-    parser.add_argument("--feature-compression", default="none",
-                        help="comma-separated codecs to add (fp16, bf16, int8); none: the uncompressed methods only")
+    parser.add_argument("--feature-compression", default="none", help="comma-separated codecs to add (fp16, bf16, int8); none: the uncompressed methods only")
     parser.add_argument("--tile-kb", type=int, default=256, help="codes per tile of the tiled_<codec> method, KiB")
     parser.add_argument("--threads", type=int, help="torch threads (default: torch's, one per core)")
     parser.add_argument("--out", default="cpu_gather", help="result file stem under bench/results/ (<out>_raw for the raw rows)")
@@ -67,8 +68,8 @@ def main() -> None:
     from dgl.storages import TensorStorage
 
     from dgl_zerocopy import FeatureStore, compress
-    from dgl_zerocopy.store.compression import check_codec_name
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
+    from dgl_zerocopy.store.compression import check_codec_name
 
     if args.threads:
         torch.set_num_threads(args.threads)
@@ -130,8 +131,10 @@ def main() -> None:
         "batches": f"{len(batches)} sampled batches, fanouts 15,10,5, batch 1024, median {int(np.median([len(b) for b in batches])):,} rows x {row_bytes} B",
     }
     if codecs:
-        meta["compressed"] = (f"codecs {', '.join(codecs)} (int8 per column, min/max); GB/s are fp32-equivalent (rows x {feat.shape[1]} x 4 B); "
-                              f"tiles of {args.tile_kb} KiB of codes; ratio_to_store = GB/s / the fp32 store's")
+        meta["compressed"] = (
+            f"codecs {', '.join(codecs)} (int8 per column, min/max); GB/s are fp32-equivalent (rows x {feat.shape[1]} x 4 B); "
+            f"tiles of {args.tile_kb} KiB of codes; ratio_to_store = GB/s / the fp32 store's"
+        )
         store_median = next(s["gbps_median"] for s in summary if s["method"] == "store")
         for s in summary:
             s["ratio_to_store"] = s["gbps_median"] / store_median
@@ -142,8 +145,10 @@ def main() -> None:
     print(f"# {meta['command']}\n# {meta['machine']}; {meta['batches']}")
     print("| method | GB/s median | GB/s q1–q3 | ratio to copy |" + (" ratio to fp32 store |\n|---|---|---|---|---|" if codecs else "\n|---|---|---|---|"))
     for s in summary:
-        print(f"| {s['method']} | {s['gbps_median']:.2f} | {s['gbps_q1']:.2f}–{s['gbps_q3']:.2f} | {s['ratio_to_copy']:.2f} |"
-              + (f" {s['ratio_to_store']:.2f} |" if codecs else ""))
+        print(
+            f"| {s['method']} | {s['gbps_median']:.2f} | {s['gbps_q1']:.2f}–{s['gbps_q3']:.2f} | {s['ratio_to_copy']:.2f} |"
+            + (f" {s['ratio_to_store']:.2f} |" if codecs else "")
+        )
 
 
 class _TiledDecode:
@@ -165,9 +170,9 @@ class _TiledDecode:
         if self.tile.shape[0] < min(self.rows, len(ids)):
             self.tile = torch.empty((min(self.rows, len(ids)), self.table.shape[1]), dtype=self.table.dtype)
         for start in range(0, len(ids), self.rows):
-            part = ids[start:start + self.rows]
+            part = ids[start : start + self.rows]
             codes = torch.index_select(self.table, 0, part, out=self.tile[: len(part)])
-            self.decoder(codes, part, out[start:start + len(part)])
+            self.decoder(codes, part, out[start : start + len(part)])
         return out
 
 
@@ -182,7 +187,13 @@ def _plot(summary: list[dict], meta: dict, path: str) -> None:
     err = np.array([[s["gbps_median"] - s["gbps_q1"] for s in summary], [s["gbps_q3"] - s["gbps_median"] for s in summary]])
     fig, ax = plt.subplots(figsize=(max(7, 0.6 * len(names)), 3.5))
     colors = {"store": "tab:orange", "tiled": "tab:green", "naive": "tab:red"}
-    ax.bar(names, med, yerr=err, capsize=4, color=["grey"] + [colors.get(n.split("_")[0], "tab:blue") if "_" in n and n != "select_out" else "tab:blue" for n in names[1:]])
+    ax.bar(
+        names,
+        med,
+        yerr=err,
+        capsize=4,
+        color=["grey"] + [colors.get(n.split("_")[0], "tab:blue") if "_" in n and n != "select_out" else "tab:blue" for n in names[1:]],
+    )
     ax.tick_params(axis="x", labelrotation=45 if len(names) > 8 else 0, labelsize=8)
     ax.set_ylabel("GB/s (useful bytes, median, IQR)")
     ax.set_title("CPU gather of sampled rows\n" + meta["batches"], fontsize=9)

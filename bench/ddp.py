@@ -18,6 +18,7 @@ max). Writes ``ddp.csv``/``ddp.json`` (per-run rows in the JSON as ``raw``) and 
     python bench/ddp.py [--num-nodes 100000] [--epochs 4] [--repeats 3] [--nproc 2] [--out STEM or /path/STEM]
     dgl-zerocopy bench ddp  (the same)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -55,19 +56,22 @@ def main(argv: list[str] | None = None) -> int:
     if args.epochs < 2 or min(args.repeats, args.num_nodes, args.batch_size, args.hidden, args.threads) < 1 or args.nproc < 2:
         parser.error("--epochs must be >= 2, --nproc >= 2, and --repeats, --num-nodes, --batch-size, --hidden, --threads >= 1")
     if "OMP_NUM_THREADS" in os.environ:
-        parser.error(f"OMP_NUM_THREADS is set ({os.environ['OMP_NUM_THREADS']}): it would hold both setups to that many OpenMP "
-                     "threads; unset it (the bench gives each process its share)")
+        parser.error(
+            f"OMP_NUM_THREADS is set ({os.environ['OMP_NUM_THREADS']}): it would hold both setups to that many OpenMP "
+            "threads; unset it (the bench gives each process its share)"
+        )
 
     import torch
 
-    from dgl_zerocopy.training.config import TrainConfig
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
+    from dgl_zerocopy.training.config import TrainConfig
     from dgl_zerocopy.training.ddp import share_dataset
 
     per_process = max(1, cores // args.nproc)
-    setups = [{"setup": f"1x{args.threads}", "processes": 1, "threads": args.threads, "batch_per_process": args.batch_size},
-              {"setup": f"{args.nproc}x{per_process}", "processes": args.nproc, "threads": per_process,
-               "batch_per_process": -(-args.batch_size // args.nproc)}]
+    setups = [
+        {"setup": f"1x{args.threads}", "processes": 1, "threads": args.threads, "batch_per_process": args.batch_size},
+        {"setup": f"{args.nproc}x{per_process}", "processes": args.nproc, "threads": per_process, "batch_per_process": -(-args.batch_size // args.nproc)},
+    ]
     load_start = _load()
     raw = []
     for r in range(args.repeats):
@@ -76,25 +80,45 @@ def main(argv: list[str] | None = None) -> int:
         train_nodes = len(dataset.train_idx)
         shared = share_dataset(dataset)  # once per seed, for both setups: the arrays in shared memory
         del dataset
-        cfg = TrainConfig(dataset="synthetic", num_nodes=args.num_nodes, fanouts=args.fanouts, batch_size=args.batch_size,
-                          hidden=args.hidden, epochs=args.epochs, eval_every=args.epochs, feature_source="cpu", device="cpu", seed=seed)
+        cfg = TrainConfig(
+            dataset="synthetic",
+            num_nodes=args.num_nodes,
+            fanouts=args.fanouts,
+            batch_size=args.batch_size,
+            hidden=args.hidden,
+            epochs=args.epochs,
+            eval_every=args.epochs,
+            feature_source="cpu",
+            device="cpu",
+            seed=seed,
+        )
         order = setups if r % 2 == 0 else setups[::-1]
         for setup in order:
             row = {"repeat": r, "seed": seed, **setup, **_run(cfg, shared, setup)}
             raw.append(row)
-            print(f"repeat {r} seed {seed} {setup['setup']:>4}: epoch {row['epoch_time']:.2f}s "
-                  f"({row['epoch_min']:.2f}-{row['epoch_max']:.2f}), job {row['job_time']:.1f}s, test acc {row['test_acc']:.4f}", flush=True)
+            print(
+                f"repeat {r} seed {seed} {setup['setup']:>4}: epoch {row['epoch_time']:.2f}s "
+                f"({row['epoch_min']:.2f}-{row['epoch_max']:.2f}), job {row['job_time']:.1f}s, test acc {row['test_acc']:.4f}",
+                flush=True,
+            )
         del shared
 
     rows = _summary(raw, setups)
     steps = -(-train_nodes // args.batch_size)
-    meta = {"command": command_line(), "machine": machine(), "usable_cores": cores, "device": "cpu (gloo for the processes)",
-            "torch": torch.__version__, "load_average_1min": f"{load_start} at the start, {_load()} at the end (other jobs on the machine)",
-            "setup": (f"synthetic {args.num_nodes:,} nodes, sage, fanouts {args.fanouts}, global batch {args.batch_size} "
-                      f"(~{steps} steps an epoch in both setups), hidden {args.hidden}, feature source cpu, prefetch 2, {args.epochs} epochs "
-                      f"(epoch 0 warms up), {args.repeats} repetitions alternating, seeds {args.seed}..{args.seed + args.repeats - 1}"),
-            "per_run": "epoch_time = median over epochs 1.. of one run (training only); job_time = the run's wall time "
-                       "(process start, all epochs, one evaluation)"}
+    meta = {
+        "command": command_line(),
+        "machine": machine(),
+        "usable_cores": cores,
+        "device": "cpu (gloo for the processes)",
+        "torch": torch.__version__,
+        "load_average_1min": f"{load_start} at the start, {_load()} at the end (other jobs on the machine)",
+        "setup": (
+            f"synthetic {args.num_nodes:,} nodes, sage, fanouts {args.fanouts}, global batch {args.batch_size} "
+            f"(~{steps} steps an epoch in both setups), hidden {args.hidden}, feature source cpu, prefetch 2, {args.epochs} epochs "
+            f"(epoch 0 warms up), {args.repeats} repetitions alternating, seeds {args.seed}..{args.seed + args.repeats - 1}"
+        ),
+        "per_run": "epoch_time = median over epochs 1.. of one run (training only); job_time = the run's wall time (process start, all epochs, one evaluation)",
+    }
     csv_path, _ = write_results(args.out, rows, meta, extra={"raw": raw})
     _plot(raw, rows, meta, csv_path.with_suffix(".png"))
     _print_table(rows, meta)
@@ -129,8 +153,14 @@ def _run(cfg, shared, setup: dict) -> dict:
     if len(history) != cfg.epochs or not np.isfinite(history[-1].test_acc):
         raise RuntimeError(f"{setup['setup']}: expected {cfg.epochs} epochs ending in an evaluation, got {history}")
     times = [h.epoch_time for h in history[1:]]
-    return {"epoch_time": statistics.median(times), "epoch_min": min(times), "epoch_max": max(times), "job_time": job,
-            "test_acc": history[-1].test_acc, "epoch_times": [h.epoch_time for h in history]}
+    return {
+        "epoch_time": statistics.median(times),
+        "epoch_min": min(times),
+        "epoch_max": max(times),
+        "job_time": job,
+        "test_acc": history[-1].test_acc,
+        "epoch_times": [h.epoch_time for h in history],
+    }
 
 
 def summarize(values: list[float]) -> dict[str, float]:
@@ -145,31 +175,49 @@ def _summary(raw: list[dict], setups: list[dict]) -> list[dict]:
     for setup in setups:
         mine = [r for r in raw if r["setup"] == setup["setup"]]
         e, j, a = (summarize([r[k] for r in mine]) for k in ("epoch_time", "job_time", "test_acc"))
-        rows.append({**setup, "runs": len(mine), "epoch_time": e["median"], "epoch_q1": e["q1"], "epoch_q3": e["q3"],
-                     "epoch_min": e["min"], "epoch_max": e["max"], "job_time": j["median"], "job_min": j["min"], "job_max": j["max"],
-                     "test_acc": a["median"], "test_acc_min": a["min"], "test_acc_max": a["max"]})
+        rows.append(
+            {
+                **setup,
+                "runs": len(mine),
+                "epoch_time": e["median"],
+                "epoch_q1": e["q1"],
+                "epoch_q3": e["q3"],
+                "epoch_min": e["min"],
+                "epoch_max": e["max"],
+                "job_time": j["median"],
+                "job_min": j["min"],
+                "job_max": j["max"],
+                "test_acc": a["median"],
+                "test_acc_min": a["min"],
+                "test_acc_max": a["max"],
+            }
+        )
     base = rows[0]
     for row in rows:
         row["speedup"] = base["epoch_time"] / row["epoch_time"]
         # The accuracy difference to the first setup at the same seed (0 for the first setup itself).
-        diffs = [r["test_acc"] - b["test_acc"] for r in raw if r["setup"] == row["setup"]
-                 for b in raw if b["setup"] == base["setup"] and b["seed"] == r["seed"]]
+        diffs = [
+            r["test_acc"] - b["test_acc"] for r in raw if r["setup"] == row["setup"] for b in raw if b["setup"] == base["setup"] and b["seed"] == r["seed"]
+        ]
         row["acc_diff"], row["acc_diff_min"], row["acc_diff_max"] = statistics.median(diffs), min(diffs), max(diffs)
     return rows
 
 
 def _print_table(rows: list[dict], meta: dict) -> None:
-    print(f"\n# {meta['command']}\n# {meta['device']}; {meta['machine']}; torch {meta['torch']}; load average {meta['load_average_1min']}"
-          f"\n# {meta['setup']}")
+    print(f"\n# {meta['command']}\n# {meta['device']}; {meta['machine']}; torch {meta['torch']}; load average {meta['load_average_1min']}\n# {meta['setup']}")
     base = rows[0]["setup"]
-    print(f"| setup | processes x threads | batch per process | epoch s median (q1–q3; min–max) | epoch speed-up vs {base} | "
-          f"job s median (min–max) | test acc median (min–max) | acc − {base}, same seed: median (min–max) |")
+    print(
+        f"| setup | processes x threads | batch per process | epoch s median (q1–q3; min–max) | epoch speed-up vs {base} | "
+        f"job s median (min–max) | test acc median (min–max) | acc − {base}, same seed: median (min–max) |"
+    )
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['setup']} | {r['processes']} x {r['threads']} | {r['batch_per_process']} | {r['epoch_time']:.2f} "
-              f"({r['epoch_q1']:.2f}–{r['epoch_q3']:.2f}; {r['epoch_min']:.2f}–{r['epoch_max']:.2f}) | {r['speedup']:.2f} | "
-              f"{r['job_time']:.1f} ({r['job_min']:.1f}–{r['job_max']:.1f}) | {r['test_acc']:.4f} ({r['test_acc_min']:.4f}–{r['test_acc_max']:.4f}) | "
-              f"{r['acc_diff']:+.4f} ({r['acc_diff_min']:+.4f}–{r['acc_diff_max']:+.4f}) |")
+        print(
+            f"| {r['setup']} | {r['processes']} x {r['threads']} | {r['batch_per_process']} | {r['epoch_time']:.2f} "
+            f"({r['epoch_q1']:.2f}–{r['epoch_q3']:.2f}; {r['epoch_min']:.2f}–{r['epoch_max']:.2f}) | {r['speedup']:.2f} | "
+            f"{r['job_time']:.1f} ({r['job_min']:.1f}–{r['job_max']:.1f}) | {r['test_acc']:.4f} ({r['test_acc_min']:.4f}–{r['test_acc_max']:.4f}) | "
+            f"{r['acc_diff']:+.4f} ({r['acc_diff_min']:+.4f}–{r['acc_diff_max']:+.4f}) |"
+        )
 
 
 def _plot(raw: list[dict], rows: list[dict], meta: dict, path: Path) -> None:

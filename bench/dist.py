@@ -20,6 +20,7 @@ to DGL's pull, with quartiles. Writes
     python bench/dist.py [--num-nodes 50000] [--epochs 11] [--batch-size 1024] [--fanouts 10,5] [--out STEM or /path/STEM]
     dgl-zerocopy bench dist  (the same)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -67,40 +68,62 @@ def main(argv: list[str] | None = None) -> int:
             results = Path(tmp) / f"r{parts}"
             results.mkdir()
             start = time.perf_counter()
-            job = launch_local([sys.executable, __file__, "--worker", str(info.folder), str(results), "--epochs", str(args.epochs),
-                                "--batch-size", str(args.batch_size), "--fanouts", args.fanouts],
-                               info.part_config, parts, timeout=args.timeout)
-            print(f"{parts} partition(s): job took {time.perf_counter() - start:.1f} s, {job.trainer_threads} thread(s) per trainer",
-                  flush=True)
+            job = launch_local(
+                [
+                    sys.executable,
+                    __file__,
+                    "--worker",
+                    str(info.folder),
+                    str(results),
+                    "--epochs",
+                    str(args.epochs),
+                    "--batch-size",
+                    str(args.batch_size),
+                    "--fanouts",
+                    args.fanouts,
+                ],
+                info.part_config,
+                parts,
+                timeout=args.timeout,
+            )
+            print(f"{parts} partition(s): job took {time.perf_counter() - start:.1f} s, {job.trainer_threads} thread(s) per trainer", flush=True)
             for trainer in range(parts):
                 for row in json.loads((results / f"trainer{trainer}.json").read_text()):
                     raw.append({"parts": parts, "trainer": trainer, **row})
     rows = _summarize(raw)
-    meta = {"command": command_line(), "machine": machine(), "dataset": dataset.summary(), "fanouts": args.fanouts,
-            "batch_size": args.batch_size, "epochs_reported": args.epochs - 1,
-            "note": "prefetch=0: sample and fetch timed apart; fetch = DistFeatureSource.fetch and DGL pull = "
-                    "g.ndata['feat'][input_nodes] of the same batch, side by side in alternating order; "
-                    "trainers run launch-local's OpenMP thread count (threads column)"}
+    meta = {
+        "command": command_line(),
+        "machine": machine(),
+        "dataset": dataset.summary(),
+        "fanouts": args.fanouts,
+        "batch_size": args.batch_size,
+        "epochs_reported": args.epochs - 1,
+        "note": "prefetch=0: sample and fetch timed apart; fetch = DistFeatureSource.fetch and DGL pull = "
+        "g.ndata['feat'][input_nodes] of the same batch, side by side in alternating order; "
+        "trainers run launch-local's OpenMP thread count (threads column)",
+    }
     out = Path(args.out)
     folder, stem = (out.parent, out.name) if out.parent != Path(".") else (Path(__file__).resolve().parent / "results", args.out)
     csv_path, json_path = write_results(stem, rows, meta, folder=folder, extra={"raw": raw})
     png = folder / f"{stem}.png"
     _plot(rows, png, meta)
     for r in rows:
-        print(f"{r['parts']} part(s), trainer {r['trainer']}: {r['batches']} batches, rows/batch local {r['local_rows']:.0f} "
-              f"remote {r['remote_rows']:.0f} ({r['remote_fraction']:.1%}), s/batch sample {r['sample_s']:.4f} "
-              f"fetch {r['fetch_s']:.4f} (DGL pull {r['dgl_pull_s']:.4f}; ours/DGL per batch {r['fetch_over_pull']:.2f}, "
-              f"quartiles {r['fetch_over_pull_q1']:.2f}-{r['fetch_over_pull_q3']:.2f})")
+        print(
+            f"{r['parts']} part(s), trainer {r['trainer']}: {r['batches']} batches, rows/batch local {r['local_rows']:.0f} "
+            f"remote {r['remote_rows']:.0f} ({r['remote_fraction']:.1%}), s/batch sample {r['sample_s']:.4f} "
+            f"fetch {r['fetch_s']:.4f} (DGL pull {r['dgl_pull_s']:.4f}; ours/DGL per batch {r['fetch_over_pull']:.2f}, "
+            f"quartiles {r['fetch_over_pull_q1']:.2f}-{r['fetch_over_pull_q3']:.2f})"
+        )
     print(f"wrote {csv_path}, {json_path}, {png}")
     return 0
 
 
 def _worker(parts: Path, results: Path, epochs: int, batch_size: int, fanouts: list[int]) -> int:
     """One process of a job: a server serves in ``connect``; a trainer measures and writes its rows."""
+    import dgl
     import torch
 
     import dgl_zerocopy  # noqa: F401
-    import dgl
     from dgl_zerocopy.dist import DistFeatureSource, DistLoader, connect, installed
 
     graph, _ = connect(parts)
@@ -115,7 +138,7 @@ def _worker(parts: Path, results: Path, epochs: int, batch_size: int, fanouts: l
             # Both fetches of the batch's ids, side by side, in alternating order (the first after
             # sampling would otherwise always be the one that meets the servers' state first).
             seconds, rows_of = {}, {}
-            for name in (list(fetches) if batch % 2 == 0 else list(fetches)[::-1]):
+            for name in list(fetches) if batch % 2 == 0 else list(fetches)[::-1]:
                 start = time.perf_counter()
                 rows_of[name] = fetches[name](input_nodes)
                 seconds[name] = time.perf_counter() - start
@@ -124,9 +147,20 @@ def _worker(parts: Path, results: Path, epochs: int, batch_size: int, fanouts: l
             if epoch == 0:
                 continue
             s = loader.stats[batch]
-            rows.append({"epoch": epoch, "batch": batch, "seeds": s.seeds, "local_rows": s.local_rows, "remote_rows": s.remote_rows,
-                         "sample_s": s.sample_s, "loader_fetch_s": s.fetch_s, "threads": torch.get_num_threads(), **seconds,
-                         "fetch_over_pull": seconds["fetch_s"] / seconds["dgl_pull_s"]})
+            rows.append(
+                {
+                    "epoch": epoch,
+                    "batch": batch,
+                    "seeds": s.seeds,
+                    "local_rows": s.local_rows,
+                    "remote_rows": s.remote_rows,
+                    "sample_s": s.sample_s,
+                    "loader_fetch_s": s.fetch_s,
+                    "threads": torch.get_num_threads(),
+                    **seconds,
+                    "fetch_over_pull": seconds["fetch_s"] / seconds["dgl_pull_s"],
+                }
+            )
     (results / f"trainer{machine_id}.json").write_text(json.dumps(rows))
     feat.close()
     return 0
@@ -139,8 +173,15 @@ def _summarize(raw: list[dict]) -> list[dict]:
         local = statistics.median(r["local_rows"] for r in mine)
         remote = statistics.median(r["remote_rows"] for r in mine)
         fraction = statistics.median(r["remote_rows"] / max(r["local_rows"] + r["remote_rows"], 1) for r in mine)
-        row = {"parts": key[0], "trainer": key[1], "batches": len(mine), "threads": mine[0]["threads"], "local_rows": float(local),
-               "remote_rows": float(remote), "remote_fraction": fraction}
+        row = {
+            "parts": key[0],
+            "trainer": key[1],
+            "batches": len(mine),
+            "threads": mine[0]["threads"],
+            "local_rows": float(local),
+            "remote_rows": float(remote),
+            "remote_fraction": fraction,
+        }
         for k in ("sample_s", "fetch_s", "dgl_pull_s", "fetch_over_pull"):
             s = summarize([r[k] for r in mine])
             row[k], row[f"{k}_q1"], row[f"{k}_q3"] = s["median"], s["q1"], s["q3"]
@@ -170,8 +211,7 @@ def _plot(rows: list[dict], path: Path, meta: dict) -> None:
     b.set_xticks(list(x), labels)
     b.set_ylabel("ms per batch (median, quartiles)")
     b.legend(fontsize=8)
-    fig.suptitle(f"DistDGL on 127.0.0.1: {meta['dataset'].split(' nodes')[0]} nodes, "
-                 f"fanouts {meta['fanouts']}, batch {meta['batch_size']}", fontsize=10)
+    fig.suptitle(f"DistDGL on 127.0.0.1: {meta['dataset'].split(' nodes')[0]} nodes, fanouts {meta['fanouts']}, batch {meta['batch_size']}", fontsize=10)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

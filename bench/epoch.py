@@ -13,6 +13,7 @@ test accuracy. Writes CSV/JSON and a stacked-bar PNG. A route that raises become
     python bench/epoch.py [--num-nodes 200000] [--epochs 4] [--prefetch 2] [--sources cpu,zerocopy,gpu] [--feature-compression int8] [--out STEM or /path/STEM]
     dgl-zerocopy bench epoch  (the same)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -26,7 +27,6 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import command_line, machine, write_results  # noqa: E402
 
-
 NUMBERS = ("epoch_time", "epoch_min", "epoch_max", "sample", "gather", "transfer", "compute", "wait", "wait_share", "test_acc")
 
 
@@ -39,18 +39,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fanouts", default="15,10,5")
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--hidden", type=int, default=256)
-    parser.add_argument("--sources", help="comma-separated feature sources, in this order, the first the baseline of the ratios "
-                        "(default: dgl, dgl-storage, cpu, and on a GPU gpu and zerocopy)")
+    parser.add_argument(
+        "--sources",
+        help="comma-separated feature sources, in this order, the first the baseline of the ratios "
+        "(default: dgl, dgl-storage, cpu, and on a GPU gpu and zerocopy)",
+    )
     parser.add_argument("--feature-compression", default="none", help="none, fp16, bf16 or int8: how the FeatureStore routes hold the features")
     parser.add_argument("--out", default="epoch", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
 
-    from dgl_zerocopy.store.backends import zerocopy_available
-    from dgl_zerocopy.training.config import FEATURE_SOURCES, TrainConfig
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
-    from dgl_zerocopy.training.train import train
-
+    from dgl_zerocopy.store.backends import zerocopy_available
     from dgl_zerocopy.store.compression import check_codec_name
+    from dgl_zerocopy.training.config import FEATURE_SOURCES, TrainConfig
+    from dgl_zerocopy.training.train import train
 
     try:
         compression = check_codec_name(args.feature_compression) or "none"
@@ -65,21 +67,36 @@ def main(argv: list[str] | None = None) -> int:
         if unknown := [s for s in sources if s not in FEATURE_SOURCES]:
             parser.error(f"unknown source {unknown[0]!r}; choose from {', '.join(FEATURE_SOURCES)}")
     dataset = load_dataset("synthetic", synthetic=SyntheticSpec(num_nodes=args.num_nodes))
-    meta = {"command": command_line(), "machine": machine(), "device": torch.cuda.get_device_name() if cuda else "cpu (no GPU)",
-            "setup": f"synthetic {args.num_nodes:,} nodes, features {compression if compression != 'none' else 'float32'}, {args.model}, fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, "
-                     f"median (min-max) over epochs 1..{args.epochs - 1} (epoch 0 warms up); test accuracy after the last"}
+    meta = {
+        "command": command_line(),
+        "machine": machine(),
+        "device": torch.cuda.get_device_name() if cuda else "cpu (no GPU)",
+        "setup": f"synthetic {args.num_nodes:,} nodes, features {compression if compression != 'none' else 'float32'}, {args.model}, fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, "
+        f"median (min-max) over epochs 1..{args.epochs - 1} (epoch 0 warms up); test accuracy after the last",
+    }
     rows = []
     for source in sources:
         dgl_loader = source in ("dgl", "dgl-storage")  # DGL's DataLoader: its own prefetching, no prefetch knob
-        for prefetch in ([0] if dgl_loader else [0, args.prefetch]):
+        for prefetch in [0] if dgl_loader else [0, args.prefetch]:
             if dgl_loader and cuda:
                 from dgl_zerocopy.loading.dgl_options import dgl_has_cuda
 
                 if not dgl_has_cuda():
                     continue
-            cfg = TrainConfig(dataset="synthetic", model=args.model, fanouts=args.fanouts, batch_size=args.batch_size, hidden=args.hidden,
-                              epochs=args.epochs, eval_every=args.epochs, feature_source=source, prefetch=prefetch, seed=0, device="auto",
-                              feature_compression=compression)
+            cfg = TrainConfig(
+                dataset="synthetic",
+                model=args.model,
+                fanouts=args.fanouts,
+                batch_size=args.batch_size,
+                hidden=args.hidden,
+                epochs=args.epochs,
+                eval_every=args.epochs,
+                feature_source=source,
+                prefetch=prefetch,
+                seed=0,
+                device="auto",
+                feature_compression=compression,
+            )
             try:
                 history = train(cfg, dataset, progress=False)
             except Exception as e:  # noqa: BLE001 - a failing route becomes a row; the others still run
@@ -93,11 +110,24 @@ def main(argv: list[str] | None = None) -> int:
             times = [h.epoch_time for h in measured]
             stage = {s: float(np.median([h.stages.get(s, 0.0) for h in measured])) for s in ("sample", "gather", "transfer", "compute", "wait")}
             step = stage["wait"] + stage["compute"]
-            rows.append({"source": source, "prefetch": prefetch, "epoch_time": float(np.median(times)),
-                         "epoch_min": min(times), "epoch_max": max(times), **stage,
-                         "wait_share": stage["wait"] / step if step else float("nan"), "test_acc": history[-1].test_acc, "status": "ok"})
-            print(f"{source:>11} prefetch {prefetch}: epoch {rows[-1]['epoch_time']:.2f}s ({min(times):.2f}-{max(times):.2f}), "
-                  f"wait {stage['wait']:.2f}s, test acc {history[-1].test_acc:.4f}", flush=True)
+            rows.append(
+                {
+                    "source": source,
+                    "prefetch": prefetch,
+                    "epoch_time": float(np.median(times)),
+                    "epoch_min": min(times),
+                    "epoch_max": max(times),
+                    **stage,
+                    "wait_share": stage["wait"] / step if step else float("nan"),
+                    "test_acc": history[-1].test_acc,
+                    "status": "ok",
+                }
+            )
+            print(
+                f"{source:>11} prefetch {prefetch}: epoch {rows[-1]['epoch_time']:.2f}s ({min(times):.2f}-{max(times):.2f}), "
+                f"wait {stage['wait']:.2f}s, test acc {history[-1].test_acc:.4f}",
+                flush=True,
+            )
             _save(args.out, rows, meta)  # each route's row as it finishes: a run stopped at a time limit keeps them
     if not rows:
         parser.error(f"no route ran: sources {', '.join(sources)} (DGL's own loader needs a CUDA build of DGL on a GPU)")
@@ -105,12 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     _plot(rows, meta, csv_path.with_suffix(".png"))
     print(f"\n# {meta['command']}\n# {meta['device']}; {meta['machine']}; {meta['setup']}")
     ratio_key = "ratio_to_" + rows[0]["source"]
-    print(f"| source | prefetch | epoch s (min-max) | sample | gather | transfer | compute | wait | wait share of step | epoch / {rows[0]['source']} | test acc |")
+    print(
+        f"| source | prefetch | epoch s (min-max) | sample | gather | transfer | compute | wait | wait share of step | epoch / {rows[0]['source']} | test acc |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['source']} | {r['prefetch']} | {r['epoch_time']:.2f} ({r['epoch_min']:.2f}-{r['epoch_max']:.2f}) | {r['sample']:.2f} | {r['gather']:.2f} | {r['transfer']:.2f} | "
-              f"{r['compute']:.2f} | {r['wait']:.2f} | {100 * r['wait_share']:.1f} % | {r[ratio_key]:.2f} | {r['test_acc']:.4f} |"
-              + ("" if r["status"] == "ok" else f" {r['status']}"))
+        print(
+            f"| {r['source']} | {r['prefetch']} | {r['epoch_time']:.2f} ({r['epoch_min']:.2f}-{r['epoch_max']:.2f}) | {r['sample']:.2f} | {r['gather']:.2f} | {r['transfer']:.2f} | "
+            f"{r['compute']:.2f} | {r['wait']:.2f} | {100 * r['wait_share']:.1f} % | {r[ratio_key]:.2f} | {r['test_acc']:.4f} |"
+            + ("" if r["status"] == "ok" else f" {r['status']}")
+        )
     return 0 if all(r["status"] == "ok" for r in rows) else 1
 
 

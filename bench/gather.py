@@ -35,14 +35,15 @@ A line per configuration on stdout says how far the sweep got.
     python bench/gather.py [--rows 1000000] [--cols 100,128,256,602] [--batches 1024,16384,262144]
     dgl-zerocopy bench gather  (the same)
 """
+
 from __future__ import annotations
 
 import argparse
 import csv
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import numpy as np
 import torch
@@ -57,8 +58,23 @@ CEILINGS = ("h2d", "copy")
 #: The status of a configuration that ``--time-limit`` left out (not a failure of the code).
 TIME_LIMIT_STATUS = "skipped: time limit"
 #: The columns of the summary rows, in the CSV's order.
-SUMMARY_FIELDS = ("dtype", "dim", "row_bytes", "table_rows", "batch", "method", "gbps_median", "gbps_q1", "gbps_q3", "gbps_min",
-                  "gbps_max", "ratio_to_ceiling", "status", "hit_rate", "wall_s")
+SUMMARY_FIELDS = (
+    "dtype",
+    "dim",
+    "row_bytes",
+    "table_rows",
+    "batch",
+    "method",
+    "gbps_median",
+    "gbps_q1",
+    "gbps_q3",
+    "gbps_min",
+    "gbps_max",
+    "ratio_to_ceiling",
+    "status",
+    "hit_rate",
+    "wall_s",
+)
 #: ``--codecs`` names -> (codec, int8 axis) of the compressed zero-copy methods ``zerocopy-<name>``.
 CODECS = {"fp16": ("fp16", None), "bf16": ("bf16", None), "int8": ("int8", "column"), "int8-row": ("int8", "row")}
 STORE_METHODS = {  # method -> FeatureStore keyword arguments
@@ -108,24 +124,26 @@ def store_options(method: str) -> dict:
     elif option.startswith("cache=") and base in ("zerocopy", "cpu"):
         kwargs["cache_fraction"] = float(option.removeprefix("cache="))
     elif option:
-        raise ValueError(f"unknown option {option!r} in gather method {method!r}; use +sort_ids, +max_blocks=N "
-                         "or (zerocopy, cpu) +cache=F")
+        raise ValueError(f"unknown option {option!r} in gather method {method!r}; use +sort_ids, +max_blocks=N or (zerocopy, cpu) +cache=F")
     return kwargs
 
 
-def methods_for(cuda: bool, tune: bool, max_blocks: list[int], codecs: tuple[str, ...] = (),
-                cache_fracs: tuple[float, ...] = ()) -> list[str]:
+def methods_for(cuda: bool, tune: bool, max_blocks: list[int], codecs: tuple[str, ...] = (), cache_fracs: tuple[float, ...] = ()) -> list[str]:
     """The methods timed at one width, the ceiling first; ``tune`` adds the zero-copy options and
     the cached stores of ``cache_fracs``, ``codecs`` (GPU) the compressed zero-copy methods."""
     if not cuda:
         return list(CPU_METHODS)
-    tuning = ["zerocopy+sort_ids", *(f"zerocopy+max_blocks={b}" for b in max_blocks),
-              *(f"{base}+cache={f:g}" for f in cache_fracs for base in ("zerocopy", "cpu"))] if tune else []
+    tuning = (
+        ["zerocopy+sort_ids", *(f"zerocopy+max_blocks={b}" for b in max_blocks), *(f"{base}+cache={f:g}" for f in cache_fracs for base in ("zerocopy", "cpu"))]
+        if tune
+        else []
+    )
     return [*GPU_METHODS, *(f"zerocopy-{c}" for c in codecs), *tuning]
 
 
-def open_compressed(name: str, table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor,
-                    compressed_tables: dict | None = None) -> tuple[Callable[[], torch.Tensor], Callable[[], None], torch.Tensor]:
+def open_compressed(
+    name: str, table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, compressed_tables: dict | None = None
+) -> tuple[Callable[[], torch.Tensor], Callable[[], None], torch.Tensor]:
     """A compressed zero-copy method ``zerocopy-<codec>``: (one gather, release, the rows it must
     return: the reference decode of the same codes). ``compressed_tables`` keeps each compressed
     form of ``table`` for the next batch (the caller empties it for the next table)."""
@@ -154,7 +172,9 @@ def make_table(rng: np.random.Generator, rows: int, dim: int, dtype: torch.dtype
     return torch.from_numpy(rng.standard_normal((rows, dim), dtype=np.float32)).to(dtype)
 
 
-def open_method(name: str, table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, stores: list | None = None) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
+def open_method(
+    name: str, table: torch.Tensor, ids: torch.Tensor, out: torch.Tensor, stores: list | None = None
+) -> tuple[Callable[[], torch.Tensor], Callable[[], None]]:
     """(one gather of ``ids`` as a zero-argument callable, a function that releases it). Store
     methods write into ``out``; the ids stay on the CPU, as they come from the sampler. A store
     made here is appended to ``stores`` (for its cache counters)."""
@@ -176,8 +196,7 @@ def open_method(name: str, table: torch.Tensor, ids: torch.Tensor, out: torch.Te
 
         rows = round(options.pop("cache_fraction") * table.shape[0])
         order = torch.randperm(table.shape[0], generator=torch.Generator().manual_seed(rows))
-        options.update(cache_bytes=budget_for_rows(rows, table.shape[1] * table.element_size(), table.shape[0]),
-                       cache_policy=CachePolicy(order))
+        options.update(cache_bytes=budget_for_rows(rows, table.shape[1] * table.element_size(), table.shape[0]), cache_policy=CachePolicy(order))
     store = FeatureStore(table, device=out.device, **options)
     if stores is not None:
         stores.append(store)
@@ -193,9 +212,17 @@ def check_equal(got: torch.Tensor, want: torch.Tensor) -> None:
         raise AssertionError(f"wrong result: {bad.numel()} of {want.shape[0]} rows differ from table[ids], the first at position {int(bad[0])}")
 
 
-def time_method(name: str, table: torch.Tensor, ids: torch.Tensor, reference: torch.Tensor, out: torch.Tensor,
-                timer: Callable[[Callable[[], object], int], list[float]], repeats: int, compressed_tables: dict | None = None,
-                extra: dict | None = None) -> list[float]:
+def time_method(
+    name: str,
+    table: torch.Tensor,
+    ids: torch.Tensor,
+    reference: torch.Tensor,
+    out: torch.Tensor,
+    timer: Callable[[Callable[[], object], int], list[float]],
+    repeats: int,
+    compressed_tables: dict | None = None,
+    extra: dict | None = None,
+) -> list[float]:
     """Check ``name`` against ``reference`` (unless it is a ceiling; a compressed method against
     the reference decode), then time it. A cached store's hit rate over the timed gathers goes
     into ``extra["hit_rate"]``."""
@@ -252,9 +279,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=15)
     parser.add_argument("--tune-cols", type=int, default=128, help="GPU: the width at which the zero-copy options are timed too (0: none)")
     parser.add_argument("--max-blocks", default="0.5sm,1sm,2sm,4sm", help="GPU: grid caps timed at --tune-cols: integers or Nsm (N times the SM count)")
-    parser.add_argument("--cache-fracs", default="", help="GPU: shares of the rows cached by zerocopy+cache=F and cpu+cache=F at --tune-cols, e.g. 0.1,0.25,0.5")
-    parser.add_argument("--raw", choices=("files", "json", "none"), default="files",
-                        help="per-repeat rows: STEM_raw.csv/.json (files), inside STEM.json (json), or not kept (none)")
+    parser.add_argument(
+        "--cache-fracs", default="", help="GPU: shares of the rows cached by zerocopy+cache=F and cpu+cache=F at --tune-cols, e.g. 0.1,0.25,0.5"
+    )
+    parser.add_argument(
+        "--raw",
+        choices=("files", "json", "none"),
+        default="files",
+        help="per-repeat rows: STEM_raw.csv/.json (files), inside STEM.json (json), or not kept (none)",
+    )
     parser.add_argument("--time-limit", type=float, default=0, help="seconds: after this, widths not started yet become skipped rows (0: no limit)")
     parser.add_argument("--out", default="gather", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
@@ -282,9 +315,17 @@ def main(argv: list[str] | None = None) -> int:
     else:
         timer = lambda fn, n: time_repeated(fn, n, warmup=3)  # noqa: E731
     ceiling = "h2d" if cuda else "copy"
-    meta = {"command": command_line(), "machine": machine(), "device": torch.cuda.get_device_name(device) if cuda else "cpu (no GPU)",
-            "table_rows": args.rows, "table_gb": args.table_gb or "no cap", "repeats": args.repeats, "ceiling": ceiling,
-            "timer": "CUDA events, device synchronized before each call" if cuda else "perf_counter", "sm_count": sms}
+    meta = {
+        "command": command_line(),
+        "machine": machine(),
+        "device": torch.cuda.get_device_name(device) if cuda else "cpu (no GPU)",
+        "table_rows": args.rows,
+        "table_gb": args.table_gb or "no cap",
+        "repeats": args.repeats,
+        "ceiling": ceiling,
+        "timer": "CUDA events, device synchronized before each call" if cuda else "perf_counter",
+        "sm_count": sms,
+    }
     stem = Path(args.out) if Path(args.out).is_absolute() else RESULTS / args.out
     csv_path = stem.parent / f"{stem.name}.csv"
     begin_csv(csv_path, meta)
@@ -300,12 +341,17 @@ def main(argv: list[str] | None = None) -> int:
             failures.append({**key, "batch": batch, "method": name, "status": status})
         walls[(key["dtype"], key["dim"], batch, name)] = seconds
         point = (key["dtype"], key["dim"], batch)
-        rows = summarize_rows([r for r in raw if (r["dtype"], r["dim"], r["batch"]) == point],
-                              [f for f in failures if (f["dtype"], f["dim"], f["batch"]) == point], ceiling, walls)
+        rows = summarize_rows(
+            [r for r in raw if (r["dtype"], r["dim"], r["batch"]) == point],
+            [f for f in failures if (f["dtype"], f["dim"], f["batch"]) == point],
+            ceiling,
+            walls,
+        )
         row = next(r for r in rows if r["method"] == name)
         append_csv_row(csv_path, row)
         done = f"{row['gbps_median']:.2f} GB/s" if row["status"] == "ok" else row["status"]
         print(f"gather: {key['dtype']} {key['dim']} cols, batch {batch}, {name}: {done} ({seconds:.1f} s)", flush=True)
+
     for dtype_name in args.dtypes.split(","):
         dtype = DTYPES[dtype_name]
         for dim in dims:
@@ -361,8 +407,10 @@ def main(argv: list[str] | None = None) -> int:
     print("| dtype | dim | batch | method | GB/s median | q1–q3 | ratio to ceiling | cache hit rate | status |\n|---|---|---|---|---|---|---|---|---|")
     for s in summary:
         hit_rate = f"{s['hit_rate']:.3f}" if s["hit_rate"] == s["hit_rate"] else "–"
-        print(f"| {s['dtype']} | {s['dim']} | {s['batch']} | {s['method']} | {s['gbps_median']:.2f} | {s['gbps_q1']:.2f}–{s['gbps_q3']:.2f} | "
-              f"{s['ratio_to_ceiling']:.2f} | {hit_rate} | {s['status']} |")
+        print(
+            f"| {s['dtype']} | {s['dim']} | {s['batch']} | {s['method']} | {s['gbps_median']:.2f} | {s['gbps_q1']:.2f}–{s['gbps_q3']:.2f} | "
+            f"{s['ratio_to_ceiling']:.2f} | {hit_rate} | {s['status']} |"
+        )
     if skipped := sum(f["status"] == TIME_LIMIT_STATUS for f in failures):
         print(f"gather: {skipped} configurations {TIME_LIMIT_STATUS} (--time-limit {args.time_limit:g} s)", flush=True)
     return 1 if any(f["status"] != TIME_LIMIT_STATUS for f in failures) else 0
@@ -385,10 +433,21 @@ def summarize_rows(raw: list[dict], failures: list[dict], ceiling: str, walls: d
         for method, first in methods.items():
             values = [r["gbps"] for r in group if r["method"] == method]
             stats = summarize(values) if values else dict.fromkeys(("median", "q1", "q3", "min", "max"), nan)
-            summary.append({"dtype": dtype, "dim": dim, "row_bytes": first["row_bytes"], "table_rows": first["table_rows"], "batch": batch,
-                            "method": method, **{f"gbps_{k}": v for k, v in stats.items()},
-                            "ratio_to_ceiling": stats["median"] / top_median, "status": "ok" if values else first["status"],
-                            "hit_rate": first.get("hit_rate", nan), "wall_s": (walls or {}).get((dtype, dim, batch, method), nan)})
+            summary.append(
+                {
+                    "dtype": dtype,
+                    "dim": dim,
+                    "row_bytes": first["row_bytes"],
+                    "table_rows": first["table_rows"],
+                    "batch": batch,
+                    "method": method,
+                    **{f"gbps_{k}": v for k, v in stats.items()},
+                    "ratio_to_ceiling": stats["median"] / top_median,
+                    "status": "ok" if values else first["status"],
+                    "hit_rate": first.get("hit_rate", nan),
+                    "wall_s": (walls or {}).get((dtype, dim, batch, method), nan),
+                }
+            )
     return summary
 
 

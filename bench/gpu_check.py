@@ -36,6 +36,7 @@ after every step, so a run stopped from outside still leaves what it had).
 Testing aid: DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1 runs the steps on a machine without CUDA (the
 orchestration only: GPU tests skip, the benchmarks take their CPU paths, the figures mean nothing).
 """
+
 from __future__ import annotations
 
 import argparse
@@ -56,10 +57,20 @@ REPO = BENCH.parent
 sys.path.insert(0, str(BENCH))
 from common import command_line  # noqa: E402
 from gpu_check_pytest import LOG_VARIABLE, Progress, read_progress  # noqa: E402
-from gpu_check_report import (SAFE_NAME, TIME_LIMIT_STATUS, TRANSFER, epoch_figures, failure_digest, gather_figures,  # noqa: E402,F401
-                              render_markdown, result_rows, tail, transfer_problems, write_summary)
-from gpu_check_setup import (Part, Run, child_env, cuda_version_text, environment, header_lines, install_wheels,  # noqa: E402,F401
-                             last_line, pip_install_command, run_bounded)
+from gpu_check_report import (  # noqa: E402,F401
+    SAFE_NAME,
+    TIME_LIMIT_STATUS,
+    TRANSFER,
+    epoch_figures,
+    failure_digest,
+    gather_figures,
+    render_markdown,
+    result_rows,
+    tail,
+    transfer_problems,
+    write_summary,
+)
+from gpu_check_setup import Part, Run, child_env, cuda_version_text, environment, header_lines, install_wheels, last_line, pip_install_command, run_bounded  # noqa: E402,F401
 
 DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
 DEFAULT_SITE = Path("/tmp/dgl-zerocopy-site")
@@ -81,17 +92,58 @@ RESULT_FILES = ("gather.csv", "gather.json", "gather.png", "epoch.csv", "epoch.j
 # 512 B (128 columns: the zero-copy options, codecs and caches) and 1 KB rows first, so that a
 # time limit leaves out the least telling widths; the summary orders rows by width again.
 GATHER_ARGS = {
-    "full": ["--cols", "128,256,100,64,32,16,512,1024", "--dtypes", "fp32", "--batches", "262144", "--rows", "4000000",
-             "--table-gb", "2", "--repeats", "15", "--tune-cols", "128", "--max-blocks", "0.5sm,1sm,2sm,4sm",
-             "--codecs", "fp16,bf16,int8,int8-row", "--codec-cols", "100,128", "--cache-fracs", "0.1,0.25,0.5"],
-    "quick": ["--cols", "128,256,100,16", "--dtypes", "fp32", "--batches", "65536", "--rows", "500000",
-              "--table-gb", "0.25", "--repeats", "5", "--tune-cols", "128", "--max-blocks", "1sm,2sm",
-              "--codecs", "fp16,bf16,int8,int8-row", "--codec-cols", "128", "--cache-fracs", "0.25"],
+    "full": [
+        "--cols",
+        "128,256,100,64,32,16,512,1024",
+        "--dtypes",
+        "fp32",
+        "--batches",
+        "262144",
+        "--rows",
+        "4000000",
+        "--table-gb",
+        "2",
+        "--repeats",
+        "15",
+        "--tune-cols",
+        "128",
+        "--max-blocks",
+        "0.5sm,1sm,2sm,4sm",
+        "--codecs",
+        "fp16,bf16,int8,int8-row",
+        "--codec-cols",
+        "100,128",
+        "--cache-fracs",
+        "0.1,0.25,0.5",
+    ],
+    "quick": [
+        "--cols",
+        "128,256,100,16",
+        "--dtypes",
+        "fp32",
+        "--batches",
+        "65536",
+        "--rows",
+        "500000",
+        "--table-gb",
+        "0.25",
+        "--repeats",
+        "5",
+        "--tune-cols",
+        "128",
+        "--max-blocks",
+        "1sm,2sm",
+        "--codecs",
+        "fp16,bf16,int8,int8-row",
+        "--codec-cols",
+        "128",
+        "--cache-fracs",
+        "0.25",
+    ],
 }
 EPOCH_ARGS = {"full": ["--prefetch", "2", "--epochs", "4"], "quick": ["--prefetch", "2", "--epochs", "3", "--num-nodes", "50000"]}
 # The epoch part's graph (cached by then), 3 epochs evaluated once after the last.
-DDP_ARGS = {"full": ["--num-nodes", "200000", "--epochs", "3", "--eval-every", "3"],
-            "quick": ["--num-nodes", "50000", "--epochs", "2", "--eval-every", "2"]}
+DDP_ARGS = {"full": ["--num-nodes", "200000", "--epochs", "3", "--eval-every", "3"], "quick": ["--num-nodes", "50000", "--epochs", "2", "--eval-every", "2"]}
 
 
 def step_limit(cap: float, left: float, later: float) -> float:
@@ -111,6 +163,7 @@ def cache_entries(folder: Path | None) -> int:
 
 # -- the steps -------------------------------------------------------------------------------
 
+
 def parse_pytest_counts(text: str) -> dict[str, int]:
     """Counts from pytest's closing line (``3 failed, 41 passed, 2 skipped in 30.1s``)."""
     for line in reversed(text.splitlines()):
@@ -128,8 +181,22 @@ def pytest_short_summary(text: str, limit: int = 60) -> list[str]:
 
 def pytest_command(python: str) -> list[str]:
     """``pytest -m gpu`` with the progress plugin and the 15 slowest tests listed at the end."""
-    cmd = [python, "-m", "pytest", "-m", "gpu", "-q", "-rfEs", "--tb=short", "-p", "no:cacheprovider", "--continue-on-collection-errors",
-           "--durations=15", "-p", "gpu_check_pytest"]
+    cmd = [
+        python,
+        "-m",
+        "pytest",
+        "-m",
+        "gpu",
+        "-q",
+        "-rfEs",
+        "--tb=short",
+        "-p",
+        "no:cacheprovider",
+        "--continue-on-collection-errors",
+        "--durations=15",
+        "-p",
+        "gpu_check_pytest",
+    ]
     if importlib.util.find_spec("pytest_timeout") is not None:
         cmd.append(f"--timeout={PYTEST_TEST_TIMEOUT}")
     return cmd
@@ -155,19 +222,31 @@ def judge_pytest(run: Run, progress: Progress | None, limit: float) -> Part:
     part.details = {"counts": counts, "summary": pytest_short_summary(run.output)}
     if progress is None:  # the plugin wrote nothing: pytest did not start, or could not load it
         part.status = "failed"
-        part.reason = (f"stopped at its time limit ({limit:.0f} s) with no per-test record" if run.stopped
-                       else f"no per-test record ({LOG_VARIABLE}): {last_line(run.output, run.returncode)}")
+        part.reason = (
+            f"stopped at its time limit ({limit:.0f} s) with no per-test record"
+            if run.stopped
+            else f"no per-test record ({LOG_VARIABLE}): {last_line(run.output, run.returncode)}"
+        )
         return part
     bad = {t: o for t, o in progress.outcomes.items() if o in ("failed", "error")}
     cut = progress.in_flight if run.stopped else None
     ran_for = run.ended - progress.in_flight_since if cut and progress.in_flight_since else 0.0
     not_run = progress.not_run if run.stopped else []
-    part.details.update(counts={"passed": progress.count("passed"), "failed": progress.count("failed"), "errors": progress.count("error"),
-                                "skipped": progress.count("skipped"), "not run (time limit)": len(not_run) + bool(cut),
-                                "selected": len(progress.selected)},
-                        failures=[f"{t}: {o}: {progress.messages.get(t, '')}" for t, o in bad.items()],
-                        collect_errors=progress.collect_errors, not_run=not_run, in_flight=cut,
-                        slowest=[f"{t}: {s:.1f} s" for t, s in progress.slowest(10)])
+    part.details.update(
+        counts={
+            "passed": progress.count("passed"),
+            "failed": progress.count("failed"),
+            "errors": progress.count("error"),
+            "skipped": progress.count("skipped"),
+            "not run (time limit)": len(not_run) + bool(cut),
+            "selected": len(progress.selected),
+        },
+        failures=[f"{t}: {o}: {progress.messages.get(t, '')}" for t, o in bad.items()],
+        collect_errors=progress.collect_errors,
+        not_run=not_run,
+        in_flight=cut,
+        slowest=[f"{t}: {s:.1f} s" for t, s in progress.slowest(10)],
+    )
     shown = ", ".join(f"{n} {k}" for k, n in part.details["counts"].items() if n and k != "selected")
     if bad or progress.collect_errors or ran_for > PYTEST_TEST_TIMEOUT:
         part.status = "failed"
@@ -176,8 +255,9 @@ def judge_pytest(run: Run, progress: Progress | None, limit: float) -> Part:
         part.reason = f"{shown}: " + "; ".join(first + hung)
     elif not_run or cut:
         part.status = "partial"
-        part.reason = (f"time limit ({limit:.0f} s): {shown}" + (f"; {cut} cut off after {ran_for:.0f} s" if cut else "")
-                       + "; every test that finished passed or skipped")
+        part.reason = (
+            f"time limit ({limit:.0f} s): {shown}" + (f"; {cut} cut off after {ran_for:.0f} s" if cut else "") + "; every test that finished passed or skipped"
+        )
     elif not progress.finished and run.returncode:
         part.status, part.reason = "failed", f"pytest ended before its session did (exit {run.returncode}): {last_line(run.output)}"
     elif run.returncode == 5 or not progress.selected:
@@ -205,8 +285,12 @@ def gather_plan(mode: str, sms: int) -> dict[str, float]:
     caps = gather.parse_max_blocks(opt("--max-blocks"), sms)
     codecs, codec_dims = tuple(opt("--codecs").split(",")), gather.parse_ints(opt("--codec-cols"))
     fracs = tuple(float(f) for f in opt("--cache-fracs").split(","))
-    configs = [(d, b) for d in gather.parse_ints(opt("--cols")) for b in gather.parse_ints(opt("--batches"))
-               for _ in gather.methods_for(True, d == int(opt("--tune-cols")), caps, codecs if d in codec_dims else (), fracs)]
+    configs = [
+        (d, b)
+        for d in gather.parse_ints(opt("--cols"))
+        for b in gather.parse_ints(opt("--batches"))
+        for _ in gather.methods_for(True, d == int(opt("--tune-cols")), caps, codecs if d in codec_dims else (), fracs)
+    ]
     per = 1 + 3 + int(opt("--repeats"))
     return {"configurations": len(configs), "gathers": len(configs) * per, "gigabytes": sum(4 * d * b for d, b in configs) * per / 1e9}
 
@@ -233,14 +317,18 @@ def judge_gather(run: Run, rows: list[dict], limit: float) -> Part:
     elif run.returncode is None:
         after = [ln for ln in run.output.splitlines() if ln.startswith("gather: ")]
         part.status = "failed"
-        part.reason = (f"killed at its time limit ({limit:.0f} s) after {len(measured)} results: a configuration outran the "
-                       f"{GATHER_RESERVE} s kept for it (hung?); the last finished: {after[-1].removeprefix('gather: ') if after else 'none'}")
+        part.reason = (
+            f"killed at its time limit ({limit:.0f} s) after {len(measured)} results: a configuration outran the "
+            f"{GATHER_RESERVE} s kept for it (hung?); the last finished: {after[-1].removeprefix('gather: ') if after else 'none'}"
+        )
     elif run.returncode != 0 or not rows:
         part.status, part.reason = "failed", last_line(run.output, run.returncode)
     elif skipped:
         part.status = "partial"
-        part.reason = (f"{len(measured)} results, each equal to table[ids] before timing; {len(skipped)} configurations "
-                       f"{TIME_LIMIT_STATUS} (at {', '.join(dict.fromkeys(str(r['row_bytes']) + ' B' for r in skipped))})")
+        part.reason = (
+            f"{len(measured)} results, each equal to table[ids] before timing; {len(skipped)} configurations "
+            f"{TIME_LIMIT_STATUS} (at {', '.join(dict.fromkeys(str(r['row_bytes']) + ' B' for r in skipped))})"
+        )
     else:
         widths = len({r["dim"] for r in rows})
         part.status, part.reason = "ok", f"{len(rows)} results at {widths} widths, every method equal to table[ids] before timing"
@@ -292,8 +380,20 @@ def ddp_part(env: dict, timeout: float, mode: str, gpus: int) -> tuple[Part, str
     probe, dgl_version = probe_dgl(part, env, timeout)
     if dgl_version is None:
         return part, probe.output
-    cmd = [sys.executable, "-m", "dgl_zerocopy.cli", "train", "--nproc", str(gpus), "--device", "cuda", "--feature-source", "zerocopy",
-           *DDP_ARGS[mode], "--no-progress"]
+    cmd = [
+        sys.executable,
+        "-m",
+        "dgl_zerocopy.cli",
+        "train",
+        "--nproc",
+        str(gpus),
+        "--device",
+        "cuda",
+        "--feature-source",
+        "zerocopy",
+        *DDP_ARGS[mode],
+        "--no-progress",
+    ]
     run = run_bounded(cmd, timeout - probe.seconds, env)
     part.seconds = probe.seconds + run.seconds
     figures = parse_train_output(run.output)
@@ -304,8 +404,10 @@ def ddp_part(env: dict, timeout: float, mode: str, gpus: int) -> tuple[Part, str
     elif run.returncode == 0 and len(figures["epoch_times"]) == epochs and figures["test_acc"] is not None:
         times = figures["epoch_times"][1:] or figures["epoch_times"]
         part.status = "ok"
-        part.reason = (f"{gpus} GPUs (NCCL, zerocopy): epoch {statistics.median(times):.2f} s (median of epochs 1..; "
-                       f"{', '.join(f'{t:.2f}' for t in figures['epoch_times'])}), final test accuracy {figures['test_acc']:.4f}")
+        part.reason = (
+            f"{gpus} GPUs (NCCL, zerocopy): epoch {statistics.median(times):.2f} s (median of epochs 1..; "
+            f"{', '.join(f'{t:.2f}' for t in figures['epoch_times'])}), final test accuracy {figures['test_acc']:.4f}"
+        )
     else:
         part.status = "failed"
         part.reason = last_line(run.output, run.returncode) if run.returncode else f"{len(figures['epoch_times'])} of {epochs} epoch lines"
@@ -340,7 +442,9 @@ def no_cuda_line() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="results folder (default bench/results/gpu/)")
-    parser.add_argument("--wheels", type=Path, default=REPO / ".whl", help="folder of wheels to install offline first (default .whl/ of the checkout; skipped when empty)")
+    parser.add_argument(
+        "--wheels", type=Path, default=REPO / ".whl", help="folder of wheels to install offline first (default .whl/ of the checkout; skipped when empty)"
+    )
     parser.add_argument("--site", type=Path, default=DEFAULT_SITE, help="where those wheels are installed (put on the steps' PYTHONPATH)")
     parser.add_argument("--parts", default=",".join(PARTS), help="which steps to run, comma separated (default all: pytest,gather,epoch,ddp)")
     parser.add_argument("--quick", action="store_true", help="smaller benchmarks (a smoke run of a few minutes; figures not for the record)")
@@ -393,15 +497,32 @@ def main(argv: list[str] | None = None) -> int:
     parts = {name: Part(name) if name in chosen else Part(name, "not run", "not in --parts") for name in PARTS}
     if "ddp" in chosen and "ddp" not in steps:
         parts["ddp"] = Part("ddp", "not run", f"skipped: {gpus} CUDA GPU(s) here; the multi-GPU DDP run needs 2 or more")
-    summary = {"command": command_line(), "started": started.isoformat(timespec="seconds"), "seconds": 0.0, "out": str(out), "mode": mode,
-               "exit_code": 1, "finished": False, "ceiling": "h2d" if cuda else "copy", "environment": environment_, "header": header,
-               "time_limit_s": args.time_limit, "limits_s": LIMITS, "parts": [], "figures": {"gather": [], "epoch": []}}
+    summary = {
+        "command": command_line(),
+        "started": started.isoformat(timespec="seconds"),
+        "seconds": 0.0,
+        "out": str(out),
+        "mode": mode,
+        "exit_code": 1,
+        "finished": False,
+        "ceiling": "h2d" if cuda else "copy",
+        "environment": environment_,
+        "header": header,
+        "time_limit_s": args.time_limit,
+        "limits_s": LIMITS,
+        "parts": [],
+        "figures": {"gather": [], "epoch": []},
+    }
     logs: dict[str, str] = {}
 
     def record() -> None:
         every = [setup, *parts.values()]
-        summary.update(seconds=time.monotonic() - began, exit_code=exit_code(every), parts=[asdict(p) for p in every],
-                       figures={"gather": gather_figures(result_rows(out, "gather")), "epoch": epoch_figures(result_rows(out, "epoch"))})
+        summary.update(
+            seconds=time.monotonic() - began,
+            exit_code=exit_code(every),
+            parts=[asdict(p) for p in every],
+            figures={"gather": gather_figures(result_rows(out, "gather")), "epoch": epoch_figures(result_rows(out, "epoch"))},
+        )
         write_summary(out, summary, logs)
 
     record()
@@ -432,8 +553,11 @@ def main(argv: list[str] | None = None) -> int:
         except Exception as e:  # noqa: BLE001 - an error of the check itself fails this step; the others still run
             parts[name] = Part(name, "failed", f"gpu_check.py itself: {type(e).__name__}: {e}"[:300], time.monotonic() - begun, limit=limit)
         parts[name].details["kernels_compiled"] = cache_entries(kernel_cache) - compiled
-        print(f"gpu-check [{i}/{len(steps)}] {name}: {parts[name].status} in {parts[name].seconds:.1f} s "
-              f"({parts[name].details['kernels_compiled']} kernels compiled): {parts[name].reason}", flush=True)
+        print(
+            f"gpu-check [{i}/{len(steps)}] {name}: {parts[name].status} in {parts[name].seconds:.1f} s "
+            f"({parts[name].details['kernels_compiled']} kernels compiled): {parts[name].reason}",
+            flush=True,
+        )
         record()
     summary.update(finished=True, transfer_problems=transfer_problems(out))
     record()

@@ -9,6 +9,7 @@ ends, so a run stopped at its time limit would leave none; these lines stay what
 :func:`read_progress` turns the file back into one outcome per selected test, and names the
 tests that never ran (the time limit came first) and the one that was running when it came.
 """
+
 from __future__ import annotations
 
 import json
@@ -39,6 +40,7 @@ def _message(report) -> str:
 
 # -- the plugin's hooks (pytest calls them by name) --------------------------------------------
 
+
 def pytest_collectreport(report) -> None:
     if report.failed:
         _write({"event": "collect_error", "id": report.nodeid, "message": _message(report)})
@@ -53,8 +55,16 @@ def pytest_runtest_logstart(nodeid, location) -> None:
 
 
 def pytest_runtest_logreport(report) -> None:
-    _write({"event": "report", "id": report.nodeid, "when": report.when, "outcome": report.outcome,
-            "seconds": round(report.duration, 3), "message": _message(report) if report.outcome != "passed" else ""})
+    _write(
+        {
+            "event": "report",
+            "id": report.nodeid,
+            "when": report.when,
+            "outcome": report.outcome,
+            "seconds": round(report.duration, 3),
+            "message": _message(report) if report.outcome != "passed" else "",
+        }
+    )
 
 
 def pytest_sessionfinish(session, exitstatus) -> None:
@@ -62,6 +72,7 @@ def pytest_sessionfinish(session, exitstatus) -> None:
 
 
 # -- reading it back ---------------------------------------------------------------------------
+
 
 @dataclass
 class Progress:

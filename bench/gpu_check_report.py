@@ -5,6 +5,7 @@ feed them made-up rows. summary.md opens with the header the check printed first
 driver, CUDA, NVRTC, CuPy), then each step's status, time limit and seconds, what the time
 limits left out, and the figures.
 """
+
 from __future__ import annotations
 
 import csv
@@ -58,15 +59,13 @@ def failure_digest(rows: list[dict], key: str, limit: int = 3) -> str:
     return "; ".join(f"{where}: {status}" for status, where in list(seen.items())[:limit])
 
 
-
 def gather_figures(rows: list[dict]) -> list[dict]:
     """The key gather figures: per row size and method, GB/s median and quartiles and the ratio
     to the ceiling (h2d on a GPU), at the largest batch."""
     if not rows:
         return []
     batch = max(r["batch"] for r in rows)
-    keys = ("dtype", "dim", "row_bytes", "batch", "method", "gbps_median", "gbps_q1", "gbps_q3", "ratio_to_ceiling", "status", "hit_rate",
-            "wall_s")
+    keys = ("dtype", "dim", "row_bytes", "batch", "method", "gbps_median", "gbps_q1", "gbps_q3", "ratio_to_ceiling", "status", "hit_rate", "wall_s")
     return [{k: r.get(k) for k in keys} for r in rows if r["batch"] == batch]
 
 
@@ -117,8 +116,11 @@ def time_skips(summary: dict) -> list[str]:
     skipped = [g for g in summary["figures"]["gather"] if g["status"] == TIME_LIMIT_STATUS]
     if skipped:
         where = list(dict.fromkeys(f"{g['row_bytes']} B" for g in skipped))
-        lines.append(f"gather: {len(skipped)} configurations at {', '.join(where)}: "
-                     + ", ".join(f"{g['method']} at {g['row_bytes']} B" for g in skipped[:12]) + (" ..." if len(skipped) > 12 else ""))
+        lines.append(
+            f"gather: {len(skipped)} configurations at {', '.join(where)}: "
+            + ", ".join(f"{g['method']} at {g['row_bytes']} B" for g in skipped[:12])
+            + (" ..." if len(skipped) > 12 else "")
+        )
     elif any(p["name"] == "gather" and p["status"] == "partial" for p in summary["parts"]):
         lines.append(next(f"gather: {p['reason']}" for p in summary["parts"] if p["name"] == "gather"))
     return lines
@@ -133,21 +135,43 @@ def render_markdown(summary: dict) -> str:
         verdict += ", parts skipped for time (see below)"
     if not summary.get("finished", True):
         verdict = "UNFINISHED (still running, or stopped before the end)"
-    lines = [f"# gpu-check on {env.get('device', '?')}: {verdict}", "",
-             f"`{summary['command']}`, started {summary['started']}, {summary['seconds']:.0f} s in all "
-             f"(time limit {summary.get('time_limit_s', '?')} s); files in `{summary['out']}`.", ""]
+    lines = [
+        f"# gpu-check on {env.get('device', '?')}: {verdict}",
+        "",
+        f"`{summary['command']}`, started {summary['started']}, {summary['seconds']:.0f} s in all "
+        f"(time limit {summary.get('time_limit_s', '?')} s); files in `{summary['out']}`.",
+        "",
+    ]
     if summary.get("header"):
         lines += ["```", *summary["header"], "```", ""]
     lines += ["| what | value |", "|---|---|"]
-    names = {"device": "device", "compute_capability": "compute capability", "sm_count": "SMs", "memory_gib": "GPU memory GiB",
-             "gpu_count": "GPUs", "driver": "driver", "cuda_driver_api": "CUDA driver API", "cuda_runtime": "CUDA runtime (CuPy)",
-             "torch_cuda": "CUDA of torch", "nvrtc_cupy": "NVRTC (CuPy)", "nvrtc_check": "NVRTC (dgl_zerocopy lookup)",
-             "python": "python", "torch": "torch", "cupy": "cupy", "numpy": "numpy", "dgl": "dgl", "cpu_count": "CPUs",
-             "kernel_cache": "kernel cache"}
+    names = {
+        "device": "device",
+        "compute_capability": "compute capability",
+        "sm_count": "SMs",
+        "memory_gib": "GPU memory GiB",
+        "gpu_count": "GPUs",
+        "driver": "driver",
+        "cuda_driver_api": "CUDA driver API",
+        "cuda_runtime": "CUDA runtime (CuPy)",
+        "torch_cuda": "CUDA of torch",
+        "nvrtc_cupy": "NVRTC (CuPy)",
+        "nvrtc_check": "NVRTC (dgl_zerocopy lookup)",
+        "python": "python",
+        "torch": "torch",
+        "cupy": "cupy",
+        "numpy": "numpy",
+        "dgl": "dgl",
+        "cpu_count": "CPUs",
+        "kernel_cache": "kernel cache",
+    }
     lines += [f"| {label} | {_cell(env[key])} |" for key, label in names.items() if key in env]
     lines += ["", "## Parts", "", "| part | status | time limit s | seconds | kernels compiled | details |", "|---|---|---|---|---|---|"]
-    lines += [f"| {p['name']} | {p['status']} | {_num(p.get('limit'), '.0f')} | {p['seconds']:.1f} | "
-              f"{p.get('details', {}).get('kernels_compiled', '–')} | {_cell(p['reason'])} |" for p in parts]
+    lines += [
+        f"| {p['name']} | {p['status']} | {_num(p.get('limit'), '.0f')} | {p['seconds']:.1f} | "
+        f"{p.get('details', {}).get('kernels_compiled', '–')} | {_cell(p['reason'])} |"
+        for p in parts
+    ]
     if skips := time_skips(summary):
         lines += ["", "## Skipped for time (not failures)", "", *(f"- {_cell(s)}" for s in skips)]
 
@@ -155,8 +179,13 @@ def render_markdown(summary: dict) -> str:
     plain = [g for g in gather if "+" not in g["method"]]
     if plain:
         methods = list(dict.fromkeys(g["method"] for g in plain))
-        lines += ["", f"## Gather: GB/s median (ratio to {summary['ceiling']}), {plain[0]['dtype']}, {plain[0]['batch']:,} random rows", "",
-                  "| row bytes | cols | " + " | ".join(methods) + " |", "|---|---|" + "---|" * len(methods)]
+        lines += [
+            "",
+            f"## Gather: GB/s median (ratio to {summary['ceiling']}), {plain[0]['dtype']}, {plain[0]['batch']:,} random rows",
+            "",
+            "| row bytes | cols | " + " | ".join(methods) + " |",
+            "|---|---|" + "---|" * len(methods),
+        ]
         for dim in dict.fromkeys(g["dim"] for g in plain):
             at = {g["method"]: g for g in plain if g["dim"] == dim}
             first = next(iter(at.values()))
@@ -167,33 +196,58 @@ def render_markdown(summary: dict) -> str:
     cached = [g for g in gather if "+cache=" in g["method"]]
     if cached:
         plain_at = {g["method"]: g for g in gather if g["dim"] == cached[0]["dim"] and "+" not in g["method"]}
-        lines += ["", f"## Hot-row cache at {cached[0]['row_bytes']} B rows ({cached[0]['dim']} cols; uniform ids, random cached rows)", "",
-                  "| method | cached share | hit rate | GB/s median (q1–q3) | ratio to the same backend without cache | status |",
-                  "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## Hot-row cache at {cached[0]['row_bytes']} B rows ({cached[0]['dim']} cols; uniform ids, random cached rows)",
+            "",
+            "| method | cached share | hit rate | GB/s median (q1–q3) | ratio to the same backend without cache | status |",
+            "|---|---|---|---|---|---|",
+        ]
         for g in cached:
             base, share = g["method"].split("+cache=")
             ref = plain_at.get(base)
             rel = g["gbps_median"] / ref["gbps_median"] if ref and _finite(g["gbps_median"]) and _finite(ref["gbps_median"]) else None
-            lines.append(f"| {base} | {share} | {_num(g.get('hit_rate'), '.3f')} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | "
-                         f"{_num(rel)} | {_cell(g['status'])} |")
-    options = [g for g in gather if g["method"].split("+")[0] == "zerocopy" and "+cache=" not in g["method"]
-               and any("+" in h["method"] and "+cache=" not in h["method"] and h["dim"] == g["dim"] for h in gather)]
+            lines.append(
+                f"| {base} | {share} | {_num(g.get('hit_rate'), '.3f')} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | "
+                f"{_num(rel)} | {_cell(g['status'])} |"
+            )
+    options = [
+        g
+        for g in gather
+        if g["method"].split("+")[0] == "zerocopy"
+        and "+cache=" not in g["method"]
+        and any("+" in h["method"] and "+cache=" not in h["method"] and h["dim"] == g["dim"] for h in gather)
+    ]
     if options:
         default = next((g for g in options if g["method"] == "zerocopy"), None)
-        lines += ["", f"## Zero-copy options at {options[0]['row_bytes']} B rows ({options[0]['dim']} cols, SMs: {env.get('sm_count', '?')})", "",
-                  "| method | GB/s median (q1–q3) | ratio to " + summary["ceiling"] + " | ratio to default zerocopy | status |", "|---|---|---|---|---|"]
+        lines += [
+            "",
+            f"## Zero-copy options at {options[0]['row_bytes']} B rows ({options[0]['dim']} cols, SMs: {env.get('sm_count', '?')})",
+            "",
+            "| method | GB/s median (q1–q3) | ratio to " + summary["ceiling"] + " | ratio to default zerocopy | status |",
+            "|---|---|---|---|---|",
+        ]
         for g in options:
             rel = g["gbps_median"] / default["gbps_median"] if default and _finite(g["gbps_median"]) and _finite(default["gbps_median"]) else None
-            lines.append(f"| {g['method']} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | {_num(g['ratio_to_ceiling'])} | "
-                         f"{_num(rel)} | {_cell(g['status'])} |")
+            lines.append(
+                f"| {g['method']} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | {_num(g['ratio_to_ceiling'])} | "
+                f"{_num(rel)} | {_cell(g['status'])} |"
+            )
     epoch = summary["figures"]["epoch"]
     if epoch:
-        lines += ["", "## Epoch: GraphSAGE on the synthetic graph", "",
-                  "| source | prefetch | epoch s median (min–max) | wait share of step | test acc | status |", "|---|---|---|---|---|---|"]
+        lines += [
+            "",
+            "## Epoch: GraphSAGE on the synthetic graph",
+            "",
+            "| source | prefetch | epoch s median (min–max) | wait share of step | test acc | status |",
+            "|---|---|---|---|---|---|",
+        ]
         for e in epoch:
             share = f"{100 * e['wait_share']:.1f} %" if _finite(e["wait_share"]) else "–"
-            lines.append(f"| {e['source']} | {e['prefetch']} | {_spread(e['epoch_time'], e['epoch_min'], e['epoch_max'])} | {share} | "
-                         f"{_num(e['test_acc'], '.4f')} | {_cell(e['status'])} |")
+            lines.append(
+                f"| {e['source']} | {e['prefetch']} | {_spread(e['epoch_time'], e['epoch_min'], e['epoch_max'])} | {share} | "
+                f"{_num(e['test_acc'], '.4f')} | {_cell(e['status'])} |"
+            )
     if summary.get("transfer_problems"):
         lines += ["", "## Results folder", "", *(f"- {p}" for p in summary["transfer_problems"])]
     return "\n".join(lines) + "\n"

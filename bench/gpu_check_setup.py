@@ -3,6 +3,7 @@ install of the wheels the image lacks, and the versions the check's header print
 
 Without a GPU these run too (the header then reads "cpu"); tests drive them with stand-ins.
 """
+
 from __future__ import annotations
 
 import importlib.metadata
@@ -55,15 +56,25 @@ class Run:
 
 # -- running things --------------------------------------------------------------------------
 
-def run_bounded(cmd: list[str], timeout: float, env: dict | None = None, cwd: Path = REPO, echo: bool = True,
-                interrupt_at: float | None = None) -> Run:
+
+def run_bounded(cmd: list[str], timeout: float, env: dict | None = None, cwd: Path = REPO, echo: bool = True, interrupt_at: float | None = None) -> Run:
     """Run ``cmd`` with stdout and stderr merged, echoing its lines as they come. After
     ``interrupt_at`` seconds (if given) send SIGINT to it (not its children: pytest then ends
     its session and reports); after ``timeout`` seconds kill its whole process group (it runs in
     a session of its own), and whatever of the group is left once it has ended."""
     start = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            text=True, encoding="utf-8", errors="replace", start_new_session=True)
+    proc = subprocess.Popen(
+        cmd,
+        cwd=cwd,
+        env=env,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        start_new_session=True,
+    )
     lines: list[str] = []
 
     def pump() -> None:
@@ -105,8 +116,9 @@ def child_env(site: Path | None, kernel_cache: Path | None = None) -> dict:
     PYTHONPATH, CuPy's kernel cache in ``kernel_cache`` (where given)."""
     env = dict(os.environ)
     paths = [str(REPO), *([str(site)] if site else []), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
-    env.update(PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8", DGLBACKEND="pytorch", MPLBACKEND="Agg",
-               OUTDATED_IGNORE="1")  # ogb's PyPI check would only warn: the lent machine has no network
+    env.update(
+        PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8", DGLBACKEND="pytorch", MPLBACKEND="Agg", OUTDATED_IGNORE="1"
+    )  # ogb's PyPI check would only warn: the lent machine has no network
     if kernel_cache is not None:
         env["CUPY_CACHE_DIR"] = str(kernel_cache)
     return env
@@ -120,8 +132,22 @@ def last_line(text: str, returncode: int | None = None) -> str:
 
 def pip_install_command(python: str, wheels: list[Path], site: Path) -> list[str]:
     """Offline install of ``wheels`` into ``site``: no index, no dependencies, no network."""
-    return [python, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile", "--no-cache-dir", "--upgrade",
-            "--disable-pip-version-check", "--target", str(site), *map(str, wheels)]
+    return [
+        python,
+        "-m",
+        "pip",
+        "install",
+        "-q",
+        "--no-index",
+        "--no-deps",
+        "--no-compile",
+        "--no-cache-dir",
+        "--upgrade",
+        "--disable-pip-version-check",
+        "--target",
+        str(site),
+        *map(str, wheels),
+    ]
 
 
 def wheel_needed(wheel: Path) -> bool:
@@ -168,6 +194,7 @@ def install_wheels(wheels_dir: Path, site: Path, timeout: float) -> Part:
 
 # -- the header ------------------------------------------------------------------------------
 
+
 def cuda_version_text(number: int) -> str:
     """CUDA's integer version (13000) as text (13.0)."""
     return f"{number // 1000}.{number % 1000 // 10}"
@@ -188,13 +215,23 @@ def environment(cuda: bool) -> dict:
     import numpy
     import torch
 
-    env = {"python": platform.python_version(), "torch": torch.__version__, "torch_cuda": str(torch.version.cuda), "numpy": numpy.__version__,
-           "cpu_count": os.cpu_count()}
+    env = {
+        "python": platform.python_version(),
+        "torch": torch.__version__,
+        "torch_cuda": str(torch.version.cuda),
+        "numpy": numpy.__version__,
+        "cpu_count": os.cpu_count(),
+    }
     if cuda:
+
         def device() -> str:
             props = torch.cuda.get_device_properties(0)
-            env.update(compute_capability="%d.%d" % torch.cuda.get_device_capability(0), sm_count=props.multi_processor_count,
-                       memory_gib=round(props.total_memory / 2**30, 1), gpu_count=torch.cuda.device_count())
+            env.update(
+                compute_capability="%d.%d" % torch.cuda.get_device_capability(0),
+                sm_count=props.multi_processor_count,
+                memory_gib=round(props.total_memory / 2**30, 1),
+                gpu_count=torch.cuda.device_count(),
+            )
             return torch.cuda.get_device_name(0)
 
         _guarded(env, "device", device)
@@ -241,11 +278,13 @@ def header_lines(wheels: Part, env: dict, limits: dict[str, float | str], cache:
     if "sm_count" in env:
         gpu += f", compute capability {env['compute_capability']}, {env['sm_count']} SMs, {env['memory_gib']} GiB ({env['gpu_count']} GPU(s))"
     shown = ", ".join(f"{name} {v:.0f} s" if isinstance(v, (int, float)) else f"{name} {v}" for name, v in limits.items())
-    return [f"gpu-check: wheels installed: {wheels.reason}",
-            f"gpu-check: GPU: {gpu}",
-            f"gpu-check: driver {env.get('driver', '?')}, CUDA driver API {env.get('cuda_driver_api', '?')}; "
-            f"CUDA runtime {env.get('cuda_runtime', '?')} (CuPy), torch built with CUDA {env.get('torch_cuda', '?')}",
-            f"gpu-check: NVRTC {env.get('nvrtc_cupy', '?')} (CuPy); dgl_zerocopy's lookup: {env.get('nvrtc_check', '?')}",
-            f"gpu-check: CuPy {env.get('cupy', '?')}, torch {env['torch']}, NumPy {env['numpy']}, Python {env['python']}, DGL {env.get('dgl', '?')}",
-            f"gpu-check: kernel cache {cache}",
-            f"gpu-check: {mode} run into {out}; time limits: {shown}; {total:.0f} s in all"]
+    return [
+        f"gpu-check: wheels installed: {wheels.reason}",
+        f"gpu-check: GPU: {gpu}",
+        f"gpu-check: driver {env.get('driver', '?')}, CUDA driver API {env.get('cuda_driver_api', '?')}; "
+        f"CUDA runtime {env.get('cuda_runtime', '?')} (CuPy), torch built with CUDA {env.get('torch_cuda', '?')}",
+        f"gpu-check: NVRTC {env.get('nvrtc_cupy', '?')} (CuPy); dgl_zerocopy's lookup: {env.get('nvrtc_check', '?')}",
+        f"gpu-check: CuPy {env.get('cupy', '?')}, torch {env['torch']}, NumPy {env['numpy']}, Python {env['python']}, DGL {env.get('dgl', '?')}",
+        f"gpu-check: kernel cache {cache}",
+        f"gpu-check: {mode} run into {out}; time limits: {shown}; {total:.0f} s in all",
+    ]

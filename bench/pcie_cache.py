@@ -35,10 +35,13 @@ def run(columns: tuple[int, ...], hit_rates: tuple[float, ...], num_ids: int, nu
     for cols in columns:
         fp32_uncached = None
         for codec in CODEC_VARIANTS:
-            for hit_rate, m in compare_cached(cols, hit_rates, codec=codec, num_ids=num_ids, num_rows=num_rows,
-                                              seed=seed).items():
-                row = {**m.as_dict(), "target_hit_rate": hit_rate, "dataset": COLUMNS.get(cols, ""),
-                       "link_bytes_per_row": m.link_bytes / num_ids if num_ids else 0.0}
+            for hit_rate, m in compare_cached(cols, hit_rates, codec=codec, num_ids=num_ids, num_rows=num_rows, seed=seed).items():
+                row = {
+                    **m.as_dict(),
+                    "target_hit_rate": hit_rate,
+                    "dataset": COLUMNS.get(cols, ""),
+                    "link_bytes_per_row": m.link_bytes / num_ids if num_ids else 0.0,
+                }
                 if codec == "fp32" and hit_rate == hit_rates[0]:
                     fp32_uncached = m.uncached_link_bytes
                 row["vs_fp32_uncached"] = m.link_bytes / fp32_uncached if fp32_uncached else float("nan")
@@ -99,8 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         "command": command,
         "machine": machine(),
         "model": f"host loads only (cache reads are device memory); link bytes = fetched sectors + {TLP_OVERHEAD_BYTES} B * requests",
-        "tables": f"{args.num_rows} rows on a 128-B boundary, a random quarter cached (int32 slot map; int8/row pairs of cached rows "
-                  "on the device too)",
+        "tables": f"{args.num_rows} rows on a 128-B boundary, a random quarter cached (int32 slot map; int8/row pairs of cached rows on the device too)",
         "ids": f"{args.num_ids} distinct per gather (seed {args.seed}), round(h * num_ids) of them cached rows",
     }
     stem = Path(args.out)

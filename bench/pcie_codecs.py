@@ -24,14 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, command_line, machine, write_results  # noqa: E402
 
-from dgl_zerocopy.cuda.gather.pcie_model import (  # noqa: E402
-    CODEC_VARIANTS,
-    LINE_BYTES,
-    LINK_GBPS,
-    SECTOR_BYTES,
-    TLP_OVERHEAD_BYTES,
-    compare_codecs,
-)
+from dgl_zerocopy.cuda.gather.pcie_model import CODEC_VARIANTS, LINE_BYTES, LINK_GBPS, SECTOR_BYTES, TLP_OVERHEAD_BYTES, compare_codecs  # noqa: E402
 
 #: Widths of the plot; the headline ones are ogbn-products (100), ogbn-papers100M (128), reddit (602).
 COLUMNS = (16, 31, 32, 64, 100, 128, 200, 256, 300, 500, 512, 602, 1000, 1024)
@@ -48,15 +41,19 @@ def run(columns: tuple[int, ...], num_ids: int, num_rows: int, base_offset: int,
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["| columns | stored as | row B | vec B | requests/row | of which scale pairs | link B/row | fp32-equiv. GB/s | vs fp32 |",
-             "|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
+    lines = [
+        "| columns | stored as | row B | vec B | requests/row | of which scale pairs | link B/row | fp32-equiv. GB/s | vs fp32 |",
+        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
+    ]
     for r in rows:
         if r["columns"] not in HEADLINE:
             continue
         name = f" ({r['dataset']})" if r["codec"] == "fp32" else ""
-        lines.append(f"| {r['columns']}{name} | {r['codec']} | {r['stored_row_bytes']} | {r['vector_bytes']} | "
-                     f"{r['requests_per_row']:.2f} | {r['pair_requests_per_row']:.2f} | {r['link_bytes_per_row']:.0f} | "
-                     f"{r['fp32_equivalent_gbps']:.1f} | {r['vs_fp32']:.2f}x |")
+        lines.append(
+            f"| {r['columns']}{name} | {r['codec']} | {r['stored_row_bytes']} | {r['vector_bytes']} | "
+            f"{r['requests_per_row']:.2f} | {r['pair_requests_per_row']:.2f} | {r['link_bytes_per_row']:.0f} | "
+            f"{r['fp32_equivalent_gbps']:.1f} | {r['vs_fp32']:.2f}x |"
+        )
     return "\n".join(lines)
 
 
@@ -117,18 +114,19 @@ def main(argv: list[str] | None = None) -> int:
     meta = {
         "command": command,
         "machine": machine(),
-        "model": (f"requests = distinct {LINE_BYTES}-B lines per warp load instruction; fetched = distinct {SECTOR_BYTES}-B "
-                  f"sectors per instruction; link bytes = fetched + {TLP_OVERHEAD_BYTES} B * requests; fp32-equivalent GB/s = "
-                  f"{args.link_gbps:g} * 4 * columns / link bytes per row"),
+        "model": (
+            f"requests = distinct {LINE_BYTES}-B lines per warp load instruction; fetched = distinct {SECTOR_BYTES}-B "
+            f"sectors per instruction; link bytes = fetched + {TLP_OVERHEAD_BYTES} B * requests; fp32-equivalent GB/s = "
+            f"{args.link_gbps:g} * 4 * columns / link bytes per row"
+        ),
         "tables": f"{args.num_rows} rows, base {args.base_offset} B past a 128-B boundary; int8/column pairs in device memory "
-                  "(not on the link), int8/row pairs in pinned host memory (on the link)",
+        "(not on the link), int8/row pairs in pinned host memory (on the link)",
         "ids": f"{args.num_ids} uniform random (seed {args.seed}), the same for every stored form",
     }
     stem = Path(args.out)
     csv_path, json_path = write_results(stem.name, rows, meta, stem.parent)
     png_path = stem.with_suffix(".png")
-    plot(rows, png_path, f"PCIe request model, compressed rows decoded in the kernel ({args.num_ids} random ids, "
-                         f"table base +{args.base_offset} B)")
+    plot(rows, png_path, f"PCIe request model, compressed rows decoded in the kernel ({args.num_ids} random ids, table base +{args.base_offset} B)")
     print(f"command: {command}\n")
     print(markdown(rows))
     print("\n" + goal_lines(rows))

@@ -23,53 +23,15 @@ from dgl_zerocopy.cuda.gather.pcie_model import LINE_BYTES, SECTOR_BYTES, TLP_OV
 DOCS = Path(__file__).resolve().parent.parent / "docs"
 # fp32 columns: powers of two, odd counts, and the two headline datasets
 # (ogbn-products: 100 fp32 = 400 B, ogbn-papers100M: 128 fp32 = 512 B).
-COLUMNS = (
-    1,
-    2,
-    3,
-    4,
-    5,
-    7,
-    8,
-    13,
-    16,
-    25,
-    31,
-    32,
-    33,
-    47,
-    64,
-    100,
-    127,
-    128,
-    129,
-    200,
-    255,
-    256,
-    300,
-    500,
-    512,
-    777,
-    1000,
-    1024,
-)
+COLUMNS = (1, 2, 3, 4, 5, 7, 8, 13, 16, 25, 31, 32, 33, 47, 64, 100, 127, 128, 129, 200, 255, 256, 300, 500, 512, 777, 1000, 1024)
 HEADLINE = {400: "ogbn-products", 512: "ogbn-papers100M"}
 
 
-def run(
-    columns: tuple[int, ...], num_ids: int, num_rows: int, base_offset: int, seed: int
-) -> list[dict]:
+def run(columns: tuple[int, ...], num_ids: int, num_rows: int, base_offset: int, seed: int) -> list[dict]:
     rows = []
     for cols in columns:
         row_bytes = 4 * cols
-        result = compare(
-            row_bytes,
-            dtype="float32",
-            num_ids=num_ids,
-            num_rows=num_rows,
-            base_offset=base_offset,
-            seed=seed,
-        )
+        result = compare(row_bytes, dtype="float32", num_ids=num_ids, num_rows=num_rows, base_offset=base_offset, seed=seed)
         naive, aligned = result["naive"], result["aligned"]
         rows.append(
             {
@@ -94,9 +56,7 @@ def run(
 
 def markdown(rows: list[dict]) -> str:
     lines = [
-        "| row B | fp32 cols | vec B | requests/row naive | aligned "
-        "| fetched/useful naive | aligned "
-        "| link eff. naive | aligned | gain |",
+        "| row B | fp32 cols | vec B | requests/row naive | aligned | fetched/useful naive | aligned | link eff. naive | aligned | gain |",
         "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
     for r in rows:
@@ -122,13 +82,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     for variant, style in (("naive", "o--"), ("aligned", "s-")):
         per_kib = [r[f"{variant}_requests_per_row"] * 1024 / r["row_bytes"] for r in rows]
         ax_req.plot(x, per_kib, style, label=variant, markersize=4)
-        ax_eff.plot(
-            x,
-            [100 * r[f"{variant}_link_efficiency"] for r in rows],
-            style,
-            label=variant,
-            markersize=4,
-        )
+        ax_eff.plot(x, [100 * r[f"{variant}_link_efficiency"] for r in rows], style, label=variant, markersize=4)
     ax_req.axhline(1024 / LINE_BYTES, color="grey", lw=0.8, ls=":", label="one request per line")
     ax_req.set_ylabel("PCIe read requests per KiB of features")
     ax_eff.set_ylabel("modelled link efficiency (%)")
@@ -138,15 +92,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ax.set_xlabel("row width (bytes, fp32 table)")
         for row_bytes, name in HEADLINE.items():
             ax.axvline(row_bytes, color="tab:green", lw=0.8, alpha=0.6)
-            ax.text(
-                row_bytes,
-                ax.get_ylim()[1] * 0.97,
-                f" {name}",
-                rotation=90,
-                va="top",
-                fontsize=7,
-                color="tab:green",
-            )
+            ax.text(row_bytes, ax.get_ylim()[1] * 0.97, f" {name}", rotation=90, va="top", fontsize=7, color="tab:green")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="best")
     ax_req.set_yscale("log")
@@ -161,12 +107,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--num-ids", type=int, default=512, help="random ids per gather")
     parser.add_argument("--num-rows", type=int, default=4096, help="rows in the table")
-    parser.add_argument(
-        "--base-offset",
-        type=int,
-        default=0,
-        help="bytes past a 128-byte boundary where the table starts (0..127)",
-    )
+    parser.add_argument("--base-offset", type=int, default=0, help="bytes past a 128-byte boundary where the table starts (0..127)")
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
 
@@ -185,12 +126,7 @@ def main() -> None:
     }
     csv_path, json_path = write_results("pcie_model", rows, meta)
     png_path = DOCS / "pcie_model.png"
-    plot(
-        rows,
-        png_path,
-        f"PCIe request model, naive vs aligned gather ({args.num_ids} random "
-        f"ids, fp32, table base +{args.base_offset} B)",
-    )
+    plot(rows, png_path, f"PCIe request model, naive vs aligned gather ({args.num_ids} random ids, fp32, table base +{args.base_offset} B)")
     print(f"command: {command}\n")
     print(markdown(rows))
     print("\nwrote " + ", ".join(os.path.relpath(p) for p in (csv_path, json_path, png_path)))

@@ -19,6 +19,7 @@ answers whether the cost grows linearly with the bytes gathered. Writes CSV/JSON
     python bench/scaling.py [--nodes 100000,250000] [--widths 64,128] [--steps 5] [--out-dir DIR]
     dgl-zerocopy bench scaling  (the same)
 """
+
 from __future__ import annotations
 
 import argparse
@@ -54,8 +55,9 @@ def _ints(text: str) -> list[int]:
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--nodes", type=_ints, default=[100_000, 250_000, 500_000, 1_000_000, 2_000_000, 4_000_000],
-                        help="node counts of the node sweep (width 128)")
+    parser.add_argument(
+        "--nodes", type=_ints, default=[100_000, 250_000, 500_000, 1_000_000, 2_000_000, 4_000_000], help="node counts of the node sweep (width 128)"
+    )
     parser.add_argument("--widths", type=_ints, default=[64, 128, 256, 512, 1024], help="feature widths of the width sweep")
     parser.add_argument("--width-nodes", type=int, default=1_000_000, help="node count of the width sweep")
     parser.add_argument("--batches", type=int, default=8, help="sampled batches whose gather is timed")
@@ -65,8 +67,12 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default); on a busy machine "
-                        "1 avoids stalls where one thread of a parallel gather waits for a core")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=0,
+        help="torch intra-op threads (0: torch's default); on a busy machine 1 avoids stalls where one thread of a parallel gather waits for a core",
+    )
     parser.add_argument("--out", default="scaling", help="file stem of the results")
     parser.add_argument("--out-dir", default=str(RESULTS), help="folder of the results (default bench/results)")
     args = parser.parse_args(argv)
@@ -87,11 +93,20 @@ def main(argv: list[str] | None = None) -> None:
         start = time.perf_counter()
         dataset = load_dataset("synthetic", synthetic=spec)
         print(f"{num_nodes:>9,} nodes x {width:>4} wide: {dataset.num_edges:,} edges, loaded in {time.perf_counter() - start:.1f}s", flush=True)
-        row = {"sweep": sweep, "nodes": num_nodes, "width": width, "edges": dataset.num_edges,
-               "table_mb": dataset.features.nbytes / 1e6, **_measure(dataset, args)}
+        row = {
+            "sweep": sweep,
+            "nodes": num_nodes,
+            "width": width,
+            "edges": dataset.num_edges,
+            "table_mb": dataset.features.nbytes / 1e6,
+            **_measure(dataset, args),
+        }
         rows.append(row)
-        print(f"    gather {1e3 * row['gather_s']:.2f} ms for {row['gather_mb']:.1f} MB ({row['gather_gbps']:.2f} GB/s); "
-              f"step {row['step_s']:.3f} s, epoch ~{row['epoch_s_extrapolated']:.1f} s", flush=True)
+        print(
+            f"    gather {1e3 * row['gather_s']:.2f} ms for {row['gather_mb']:.1f} MB ({row['gather_gbps']:.2f} GB/s); "
+            f"step {row['step_s']:.3f} s, epoch ~{row['epoch_s_extrapolated']:.1f} s",
+            flush=True,
+        )
         del dataset
 
     gather_fit = fit_linear([r["gather_mb"] * 1e6 for r in rows], [r["gather_s"] for r in rows])
@@ -101,9 +116,11 @@ def main(argv: list[str] | None = None) -> None:
         "machine": machine(),
         "device": "cpu (FeatureStore backend cpu)",
         "torch_threads": torch.get_num_threads(),
-        "setup": (f"papers100M-like synthetic graphs, fanouts {','.join(map(str, args.fanouts))}, batch {args.batch_size}, "
-                  f"SAGE hidden {args.hidden}; gather: {args.batches} batches x {args.repeats} repeats; "
-                  f"step: {args.steps} steps after 1 warm-up, prefetch 0"),
+        "setup": (
+            f"papers100M-like synthetic graphs, fanouts {','.join(map(str, args.fanouts))}, batch {args.batch_size}, "
+            f"SAGE hidden {args.hidden}; gather: {args.batches} batches x {args.repeats} repeats; "
+            f"step: {args.steps} steps after 1 warm-up, prefetch 0"
+        ),
         "epoch_note": "epoch_s_extrapolated = median step time x full batches per epoch (not a measured epoch)",
         "gather_fit": gather_fit,
         "gather_verdict": verdict("gather time", gather_fit),
@@ -121,21 +138,33 @@ def _measure(dataset, args: argparse.Namespace) -> dict:
     import dgl
 
     from dgl_zerocopy.loading.loader import DataLoader
-    from dgl_zerocopy.training.models import build_model
-    from dgl_zerocopy.store.feature_store import FeatureStore
     from dgl_zerocopy.loading.timing import StageTimer
+    from dgl_zerocopy.store.feature_store import FeatureStore
+    from dgl_zerocopy.training.models import build_model
 
     train_idx = torch.from_numpy(dataset.train_idx)
     if len(train_idx) < args.batch_size:
-        raise ValueError(f"--batch-size {args.batch_size} exceeds the {len(train_idx)} training nodes of the "
-                         f"{dataset.num_nodes:,}-node graph; lower --batch-size or raise --nodes")
+        raise ValueError(
+            f"--batch-size {args.batch_size} exceeds the {len(train_idx)} training nodes of the "
+            f"{dataset.num_nodes:,}-node graph; lower --batch-size or raise --nodes"
+        )
     graph = dataset.to_dgl()
     feat = torch.from_numpy(dataset.features)
     row_bytes = feat.shape[1] * feat.element_size()
 
     def loader(**kw) -> DataLoader:
-        return DataLoader(graph, train_idx, dgl.dataloading.NeighborSampler(args.fanouts), device="cpu", batch_size=args.batch_size,
-                          shuffle=True, drop_last=True, prefetch=0, seed=args.seed, **kw)
+        return DataLoader(
+            graph,
+            train_idx,
+            dgl.dataloading.NeighborSampler(args.fanouts),
+            device="cpu",
+            batch_size=args.batch_size,
+            shuffle=True,
+            drop_last=True,
+            prefetch=0,
+            seed=args.seed,
+            **kw,
+        )
 
     # (a) gather: input-node ids from the real sampler, no features attached.
     id_batches = [input_nodes for input_nodes, _, _ in _take(loader(), args.batches)]
@@ -175,12 +204,19 @@ def _measure(dataset, args: argparse.Namespace) -> dict:
     gather_bytes = float(np.median(gather_rows)) * row_bytes
     batches_per_epoch = len(train_idx) // args.batch_size
     return {
-        "gather_rows": float(np.median(gather_rows)), "gather_mb": gather_bytes / 1e6,
-        "gather_s": g["median"], "gather_s_q1": g["q1"], "gather_s_q3": g["q3"], "gather_gbps": gather_bytes / g["median"] / 1e9,
+        "gather_rows": float(np.median(gather_rows)),
+        "gather_mb": gather_bytes / 1e6,
+        "gather_s": g["median"],
+        "gather_s_q1": g["q1"],
+        "gather_s_q3": g["q3"],
+        "gather_gbps": gather_bytes / g["median"] / 1e9,
         "step_mb": float(np.median(step_rows)) * row_bytes / 1e6,
-        "step_s": s["median"], "step_s_q1": s["q1"], "step_s_q3": s["q3"],
+        "step_s": s["median"],
+        "step_s_q1": s["q1"],
+        "step_s_q3": s["q3"],
         **{f"{k}_s_mean": stages.get(k, 0.0) / args.steps for k in ("sample", "gather", "transfer", "compute")},
-        "batches_per_epoch": batches_per_epoch, "epoch_s_extrapolated": s["median"] * batches_per_epoch,
+        "batches_per_epoch": batches_per_epoch,
+        "epoch_s_extrapolated": s["median"] * batches_per_epoch,
     }
 
 
@@ -215,8 +251,14 @@ def fit_linear(x: list[float], y: list[float]) -> dict[str, float]:
     ss_tot = float(np.sum((y - y.mean()) ** 2))
     r2 = 1.0 - float(np.sum(residual**2)) / ss_tot if ss_tot > 0 else nan
     exponent = float(np.polyfit(np.log(x), np.log(y), 1)[0])
-    return {"points": len(x), "slope_s_per_gb": float(b) * 1e9, "intercept_s": float(a), "r2": r2,
-            "max_rel_residual": float(np.max(np.abs(residual) / y)), "loglog_exponent": exponent}
+    return {
+        "points": len(x),
+        "slope_s_per_gb": float(b) * 1e9,
+        "intercept_s": float(a),
+        "r2": r2,
+        "max_rel_residual": float(np.max(np.abs(residual) / y)),
+        "loglog_exponent": exponent,
+    }
 
 
 def verdict(what: str, fit: dict[str, float]) -> str:
@@ -225,24 +267,39 @@ def verdict(what: str, fit: dict[str, float]) -> str:
         return f"{what}: too few distinct sizes ({fit['points']}) to fit a line"
     lo, hi = LINEAR_EXPONENT
     linear = fit["r2"] >= LINEAR_R2 and lo <= fit["loglog_exponent"] <= hi
-    shape = "linear" if linear else ("super-linear (cost per byte grows)" if fit["loglog_exponent"] > hi else
-                                     "sub-linear (fixed costs weigh at small sizes)" if fit["loglog_exponent"] < lo else "not linear (poor fit)")
-    return (f"{what} is {shape} in bytes gathered: R^2 {fit['r2']:.3f}, log-log exponent {fit['loglog_exponent']:.2f}, "
-            f"{fit['slope_s_per_gb']:.3f} s per GB ({1 / fit['slope_s_per_gb']:.2f} GB/s marginal) + {1e3 * fit['intercept_s']:.2f} ms, "
-            f"largest residual {100 * fit['max_rel_residual']:.0f} % of the time "
-            f"(linear means R^2 >= {LINEAR_R2} and exponent in {lo}-{hi})")
+    shape = (
+        "linear"
+        if linear
+        else (
+            "super-linear (cost per byte grows)"
+            if fit["loglog_exponent"] > hi
+            else "sub-linear (fixed costs weigh at small sizes)"
+            if fit["loglog_exponent"] < lo
+            else "not linear (poor fit)"
+        )
+    )
+    return (
+        f"{what} is {shape} in bytes gathered: R^2 {fit['r2']:.3f}, log-log exponent {fit['loglog_exponent']:.2f}, "
+        f"{fit['slope_s_per_gb']:.3f} s per GB ({1 / fit['slope_s_per_gb']:.2f} GB/s marginal) + {1e3 * fit['intercept_s']:.2f} ms, "
+        f"largest residual {100 * fit['max_rel_residual']:.0f} % of the time "
+        f"(linear means R^2 >= {LINEAR_R2} and exponent in {lo}-{hi})"
+    )
 
 
 def _print_table(rows: list[dict], meta: dict) -> None:
     print(f"\n# {meta['command']}\n# {meta['device']}; {meta['machine']}; {meta['torch_threads']} torch threads\n# {meta['setup']}")
-    print("| sweep | nodes | width | edges | gather MB/batch | gather ms (q1–q3) | GB/s | step MB | step s (q1–q3) | sample / gather / compute s | epoch s (extrapolated) |")
+    print(
+        "| sweep | nodes | width | edges | gather MB/batch | gather ms (q1–q3) | GB/s | step MB | step s (q1–q3) | sample / gather / compute s | epoch s (extrapolated) |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        print(f"| {r['sweep']} | {r['nodes']:,} | {r['width']} | {r['edges']:,} | {r['gather_mb']:.1f} | "
-              f"{1e3 * r['gather_s']:.2f} ({1e3 * r['gather_s_q1']:.2f}–{1e3 * r['gather_s_q3']:.2f}) | {r['gather_gbps']:.2f} | {r['step_mb']:.1f} | "
-              f"{r['step_s']:.3f} ({r['step_s_q1']:.3f}–{r['step_s_q3']:.3f}) | "
-              f"{r['sample_s_mean']:.3f} / {r['gather_s_mean']:.3f} / {r['compute_s_mean']:.3f} | "
-              f"{r['epoch_s_extrapolated']:.1f} ({r['batches_per_epoch']} x step) |")
+        print(
+            f"| {r['sweep']} | {r['nodes']:,} | {r['width']} | {r['edges']:,} | {r['gather_mb']:.1f} | "
+            f"{1e3 * r['gather_s']:.2f} ({1e3 * r['gather_s_q1']:.2f}–{1e3 * r['gather_s_q3']:.2f}) | {r['gather_gbps']:.2f} | {r['step_mb']:.1f} | "
+            f"{r['step_s']:.3f} ({r['step_s_q1']:.3f}–{r['step_s_q3']:.3f}) | "
+            f"{r['sample_s_mean']:.3f} / {r['gather_s_mean']:.3f} / {r['compute_s_mean']:.3f} | "
+            f"{r['epoch_s_extrapolated']:.1f} ({r['batches_per_epoch']} x step) |"
+        )
     print(f"\n{meta['gather_verdict']}.\n{meta['step_verdict']}.\n({meta['epoch_note']})")
 
 
@@ -253,8 +310,10 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
-    for ax, key, mb, fit, title in ((axes[0], "gather_s", "gather_mb", meta["gather_fit"], "FeatureStore cpu gather per batch"),
-                                    (axes[1], "step_s", "step_mb", meta["step_fit"], "training step (sample + gather + compute)")):
+    for ax, key, mb, fit, title in (
+        (axes[0], "gather_s", "gather_mb", meta["gather_fit"], "FeatureStore cpu gather per batch"),
+        (axes[1], "step_s", "step_mb", meta["step_fit"], "training step (sample + gather + compute)"),
+    ):
         for sweep, marker in (("nodes", "o"), ("width", "s"), ("both", "D")):
             sel = [r for r in rows if r["sweep"] == sweep]
             if not sel:
@@ -262,14 +321,20 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
             x = np.array([r[mb] for r in sel]) / 1e3
             y = np.array([r[key] for r in sel])
             err = np.array([y - [r[key + "_q1"] for r in sel], [r[key + "_q3"] for r in sel] - y])
-            ax.errorbar(x, y, yerr=err, fmt=marker, capsize=3, label={"nodes": "node sweep (width 128)", "width": "width sweep",
-                                                                       "both": "in both sweeps"}[sweep])
+            ax.errorbar(
+                x, y, yerr=err, fmt=marker, capsize=3, label={"nodes": "node sweep (width 128)", "width": "width sweep", "both": "in both sweeps"}[sweep]
+            )
             for r, xi, yi in zip(sel, x, y):
                 ax.annotate(f"{r['nodes'] / 1e6:g}M x {r['width']}", (xi, yi), fontsize=6, xytext=(3, -8), textcoords="offset points")
         if not math.isnan(fit["r2"]):
             xs = np.geomspace(min(r[mb] for r in rows), max(r[mb] for r in rows), 50) / 1e3
-            ax.plot(xs, fit["intercept_s"] + fit["slope_s_per_gb"] * xs, "k--", lw=1,
-                    label=f"fit: {fit['slope_s_per_gb']:.3g} s/GB, R² {fit['r2']:.3f}, exponent {fit['loglog_exponent']:.2f}")
+            ax.plot(
+                xs,
+                fit["intercept_s"] + fit["slope_s_per_gb"] * xs,
+                "k--",
+                lw=1,
+                label=f"fit: {fit['slope_s_per_gb']:.3g} s/GB, R² {fit['r2']:.3f}, exponent {fit['loglog_exponent']:.2f}",
+            )
         ax.set_xscale("log")
         ax.set_yscale("log")
         ax.set_xlabel("GB gathered per batch (median)")

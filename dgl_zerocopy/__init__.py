@@ -1,4 +1,5 @@
 """dgl-zerocopy: GNN minibatch training with node features gathered straight from pinned host memory."""
+
 import os
 import sys
 import types
@@ -20,8 +21,8 @@ import _dgl_zerocopy_graphbolt  # noqa: E402
 
 _dgl_zerocopy_graphbolt.install()
 
-from .store.compression import compress  # noqa: E402
 from .loading.loader import DataLoader  # noqa: E402
+from .store.compression import compress  # noqa: E402
 from .store.feature_store import FeatureStore  # noqa: E402
 
 __version__ = "0.1.0"

@@ -3,6 +3,7 @@
 User mistakes (unknown names, malformed values, bad config files) print one line saying what is
 wrong and what is allowed, and exit with code 2, without a traceback.
 """
+
 from __future__ import annotations
 
 import argparse
@@ -11,8 +12,8 @@ import runpy
 import sys
 from pathlib import Path
 
-from .training.config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml
 from .data import DATASETS, DatasetError
+from .training.config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml
 from .training.models import MODELS
 
 log = logging.getLogger("dgl_zerocopy")
@@ -59,17 +60,24 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--device", help="auto, cpu or cuda (default auto)")
     t.add_argument("--feature-source", help=f"one of: {', '.join(FEATURE_SOURCES)} (default cpu)")
     t.add_argument("--prefetch", type=int, help="batches prepared ahead on a background thread (0: serial; default 2)")
-    t.add_argument("--feature-compression", help="host features stored as none, fp16, bf16 or int8 (per-column min/max), "
-                   "decoded to float32 in the gather (default none)")
-    t.add_argument("--feature-cache", help="hot rows kept in device memory: a share of the rows (10%%) or a size "
-                                           "(512MiB, 2GB, bytes); 0: none (default)")
-    t.add_argument("--cache-policy", help="which rows the cache holds: degree (default: the degree sampling follows, "
-                   "out-degree for DGL's in-edge sampling), in_degree, out_degree or presample")
-    t.add_argument("--nproc", type=int, help="data-parallel processes (DDP): one per GPU on CUDA, gloo ranks on the CPU; "
-                   "--batch-size stays the global batch (default 1)")
+    t.add_argument(
+        "--feature-compression", help="host features stored as none, fp16, bf16 or int8 (per-column min/max), decoded to float32 in the gather (default none)"
+    )
+    t.add_argument("--feature-cache", help="hot rows kept in device memory: a share of the rows (10%%) or a size (512MiB, 2GB, bytes); 0: none (default)")
+    t.add_argument(
+        "--cache-policy",
+        help="which rows the cache holds: degree (default: the degree sampling follows, "
+        "out-degree for DGL's in-edge sampling), in_degree, out_degree or presample",
+    )
+    t.add_argument(
+        "--nproc", type=int, help="data-parallel processes (DDP): one per GPU on CUDA, gloo ranks on the CPU; --batch-size stays the global batch (default 1)"
+    )
     t.add_argument("--no-progress", action="store_true", help="no progress bars")
-    t.add_argument("--dist", metavar="OUT", help="train on DistDGL partitions written by `partition` (standalone for one "
-                   "partition; under DGL's launch tool or `launch-local` for more)")
+    t.add_argument(
+        "--dist",
+        metavar="OUT",
+        help="train on DistDGL partitions written by `partition` (standalone for one partition; under DGL's launch tool or `launch-local` for more)",
+    )
     t.add_argument("--ip-config", help="DGL's file of server addresses for --dist (default $DGL_IP_CONFIG, set by the launchers)")
 
     sub.add_parser("info", help="versions, CUDA/NVRTC availability, pinned-memory limit")
@@ -159,8 +167,10 @@ def _train(args: argparse.Namespace) -> int:
         from .training.ddp import share_dataset
 
         backend = "nccl, one GPU each" if device.type == "cuda" else "gloo on the CPU"
-        print(f"{cfg.nproc} processes (DDP, {backend}), batch {-(-cfg.batch_size // cfg.nproc)} per process; "
-              f"the lines below are rank 0's, loss and accuracy over all ranks")
+        print(
+            f"{cfg.nproc} processes (DDP, {backend}), batch {-(-cfg.batch_size // cfg.nproc)} per process; "
+            f"the lines below are rank 0's, loss and accuracy over all ranks"
+        )
         dataset = share_dataset(dataset)  # the arrays move to shared memory once; the private copies are freed here
     history = train(cfg, dataset, on_epoch=_print_epoch, progress=not args.no_progress)
     best = best_epoch(history)

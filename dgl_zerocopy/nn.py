@@ -26,11 +26,13 @@ torch device, without DGL: PyPI's DGL is a CPU build, so its own layers cannot r
   image has none), and DGL blocks and DeviceBlocks must fail alike. Code that catches DGL's error
   around a layer (``GraphConv``'s zero-in-degree check) catches ``ValueError`` here.
 """
+
 from __future__ import annotations
 
 import contextlib
 import operator
-from typing import Any, Callable, Optional, Union
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from torch import nn
@@ -40,8 +42,8 @@ from .loading.blocks import DeviceBlock
 SAGE_AGGREGATORS = ("mean",)
 GCN_NORMS = ("both", "right", "left", "none")
 
-BlockLike = Union[DeviceBlock, Any]  # Any: a DGL block, typed loosely so this module never imports DGL
-Features = Union[torch.Tensor, tuple[torch.Tensor, torch.Tensor]]  # feat, or a (src, dst) pair
+BlockLike = DeviceBlock | Any  # Any: a DGL block, typed loosely so this module never imports DGL
+Features = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # feat, or a (src, dst) pair
 
 
 class SAGEConv(nn.Module):
@@ -64,14 +66,12 @@ class SAGEConv(nn.Module):
         aggregator_type: str,
         feat_drop: float = 0.0,
         bias: bool = True,
-        norm: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
-        activation: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        norm: Callable[[torch.Tensor], torch.Tensor] | None = None,
+        activation: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         super().__init__()
         if aggregator_type not in SAGE_AGGREGATORS:
-            raise ValueError(
-                f"aggregator_type {aggregator_type!r} is not supported; choose from: {', '.join(SAGE_AGGREGATORS)}"
-            )
+            raise ValueError(f"aggregator_type {aggregator_type!r} is not supported; choose from: {', '.join(SAGE_AGGREGATORS)}")
         self.in_feats, self.out_feats = _positive("in_feats", in_feats), _positive("out_feats", out_feats)
         self.aggregator_type = aggregator_type
         # Attribute names as DGL's, so that a norm or activation module's parameters get DGL's
@@ -93,7 +93,7 @@ class SAGEConv(nn.Module):
             bound = 1.0 / self.in_feats**0.5
             nn.init.uniform_(self.fc_self.bias, -bound, bound)
 
-    def forward(self, graph: BlockLike, feat: Features, edge_weight: Optional[torch.Tensor] = None) -> torch.Tensor:
+    def forward(self, graph: BlockLike, feat: Features, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         """Destination features ``(num_dst_nodes, out_feats)`` from source features ``feat`` (or a
         ``(src, dst)`` pair). ``edge_weight`` is not supported (NotImplementedError)."""
         _refuse_edge_weight(edge_weight)
@@ -142,7 +142,7 @@ class GraphConv(nn.Module):
         norm: str = "both",
         weight: bool = True,
         bias: bool = True,
-        activation: Optional[Callable[[torch.Tensor], torch.Tensor]] = None,
+        activation: Callable[[torch.Tensor], torch.Tensor] | None = None,
         allow_zero_in_degree: bool = False,
     ) -> None:
         super().__init__()
@@ -168,13 +168,7 @@ class GraphConv(nn.Module):
         """Turn the zero-in-degree check off (``True``) or on (``False``), as DGL's method does."""
         self.allow_zero_in_degree = set_value
 
-    def forward(
-        self,
-        graph: BlockLike,
-        feat: Features,
-        weight: Optional[torch.Tensor] = None,
-        edge_weight: Optional[torch.Tensor] = None,
-    ) -> torch.Tensor:
+    def forward(self, graph: BlockLike, feat: Features, weight: torch.Tensor | None = None, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
         """Destination features ``(num_dst_nodes, out_feats)`` from source features ``feat`` (or a
         ``(src, dst)`` pair, whose ``dst`` is not read, as in DGL). ``weight``: an
         ``(in_feats, out_feats)`` tensor for a layer built with ``weight=False``. ``edge_weight``
@@ -204,7 +198,7 @@ class GraphConv(nn.Module):
             h = self._activation(h)
         return h
 
-    def _weight(self, given: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
+    def _weight(self, given: torch.Tensor | None) -> torch.Tensor | None:
         """The weight to multiply by: the layer's own, or ``given`` (checked), or None."""
         if given is None:
             if self.weight is None and self.bias is not None and self.in_feats != self.out_feats:
@@ -216,18 +210,14 @@ class GraphConv(nn.Module):
                 )
             return self.weight
         if self.weight is not None:
-            raise ValueError(
-                "a weight was passed to forward, but the layer has its own weight parameter; "
-                "build it with weight=False to pass one"
-            )
+            raise ValueError("a weight was passed to forward, but the layer has its own weight parameter; build it with weight=False to pass one")
         if not isinstance(given, torch.Tensor):
             raise TypeError(f"weight must be a torch tensor, but got {_describe(given)}")
         if given.dim() != 2 or given.shape[0] != self.in_feats:
             raise ValueError(f"weight must have shape (in_feats={self.in_feats}, out), but got {_describe(given)}")
         if self.bias is not None and given.shape[1] != self.out_feats:
             raise ValueError(
-                f"weight has {given.shape[1]} columns but the bias out_feats={self.out_feats}; "
-                f"pass a weight of shape ({self.in_feats}, {self.out_feats})"
+                f"weight has {given.shape[1]} columns but the bias out_feats={self.out_feats}; pass a weight of shape ({self.in_feats}, {self.out_feats})"
             )
         return given
 
@@ -256,9 +246,7 @@ def load_dgl_weights(ours: nn.Module, theirs: nn.Module) -> None:
                 f"build ours with aggregator_type={other._aggre_type!r}"
             )
         if isinstance(layer, GraphConv) and getattr(other, "_norm", layer.norm) != layer.norm:
-            raise ValueError(
-                f"{name or 'the layer'}: norm {other._norm!r} differs from ours {layer.norm!r}; build ours with norm={other._norm!r}"
-            )
+            raise ValueError(f"{name or 'the layer'}: norm {other._norm!r} differs from ours {layer.norm!r}; build ours with norm={other._norm!r}")
     # strict=True, so that a missing weight or bias is an error, not a silent half copy.
     state = theirs.state_dict()
     try:
@@ -270,7 +258,7 @@ def load_dgl_weights(ours: nn.Module, theirs: nn.Module) -> None:
 # -- aggregation ----------------------------------------------------------------------------------
 
 
-def _inputs(graph: BlockLike, feat: Features, in_feats: int) -> tuple[DeviceBlock, torch.Tensor, Optional[torch.Tensor]]:
+def _inputs(graph: BlockLike, feat: Features, in_feats: int) -> tuple[DeviceBlock, torch.Tensor, torch.Tensor | None]:
     """``(block, src, dst)``: ``graph`` as a DeviceBlock on the features' device, the source rows,
     and the destination rows of a ``(src, dst)`` pair (None for a single tensor), all checked."""
     if not isinstance(feat, tuple):
@@ -284,10 +272,7 @@ def _inputs(graph: BlockLike, feat: Features, in_feats: int) -> tuple[DeviceBloc
     if dst.device != src.device:
         raise ValueError(f"feat's src is on {src.device} but its dst on {dst.device}; put both on one device")
     if tuple(dst.shape) != (block.num_dst_nodes(), in_feats):
-        raise ValueError(
-            f"feat's dst must have shape (num_dst_nodes={block.num_dst_nodes()}, in_feats={in_feats}), "
-            f"but got {_describe(dst)}"
-        )
+        raise ValueError(f"feat's dst must have shape (num_dst_nodes={block.num_dst_nodes()}, in_feats={in_feats}), but got {_describe(dst)}")
     return block, src, dst
 
 
@@ -311,7 +296,7 @@ def _device_block(block: BlockLike, x: torch.Tensor, in_feats: int) -> DeviceBlo
     return block
 
 
-def _refuse_edge_weight(edge_weight: Optional[torch.Tensor]) -> None:
+def _refuse_edge_weight(edge_weight: torch.Tensor | None) -> None:
     # A DeviceBlock keeps its edges in CSC order without DGL's edge ids, so weights given in the
     # DGL block's edge order could not be matched to the edges: refuse rather than misapply them.
     if edge_weight is not None:
@@ -395,10 +380,7 @@ def _callable_or_none(name: str, value: Any) -> Any:
     # At construction rather than at the first forward: GraphConv's norm is a string, and one
     # passed to SAGEConv by mistake would otherwise fail only when called.
     if value is not None and not callable(value):
-        raise TypeError(
-            f"{name} must be a callable (a module such as torch.nn.LayerNorm, or a function) or None, "
-            f"but got {value!r}"
-        )
+        raise TypeError(f"{name} must be a callable (a module such as torch.nn.LayerNorm, or a function) or None, but got {value!r}")
     return value
 
 

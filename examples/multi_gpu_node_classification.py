@@ -12,6 +12,7 @@ process through shared memory, and each process's loader pins it for its own GPU
     python examples/multi_gpu_node_classification.py --gpu 0,1,2,3      # four GPUs
     python examples/multi_gpu_node_classification.py --cpu-procs 2      # two gloo ranks on the CPU
 """
+
 import argparse
 import os
 
@@ -22,8 +23,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
-from dgl.dataloading import DataLoader
-from dgl.dataloading import NeighborSampler
+from dgl.dataloading import DataLoader, NeighborSampler
 from torch.nn.parallel import DistributedDataParallel
 
 from dgl_zerocopy.data import SyntheticSpec, load_dataset
@@ -32,11 +32,9 @@ from dgl_zerocopy.data import SyntheticSpec, load_dataset
 class SAGE(nn.Module):
     def __init__(self, in_size, hid_size, out_size):
         super().__init__()
-        self.layers = nn.ModuleList([
-            dglnn.SAGEConv(in_size, hid_size, "mean"),
-            dglnn.SAGEConv(hid_size, hid_size, "mean"),
-            dglnn.SAGEConv(hid_size, out_size, "mean"),
-        ])
+        self.layers = nn.ModuleList(
+            [dglnn.SAGEConv(in_size, hid_size, "mean"), dglnn.SAGEConv(hid_size, hid_size, "mean"), dglnn.SAGEConv(hid_size, out_size, "mean")]
+        )
         self.dropout = nn.Dropout(0.5)
 
     def forward(self, blocks, x):
@@ -64,17 +62,19 @@ def run(proc_id, nprocs, devices, g, data, args):
     device = torch.device(f"cuda:{devices[proc_id]}" if devices else "cpu")
     if device.type == "cuda":
         torch.cuda.set_device(device)
-    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo",
-                            init_method=f"tcp://127.0.0.1:{args.port}", world_size=nprocs, rank=proc_id)
+    dist.init_process_group(backend="nccl" if device.type == "cuda" else "gloo", init_method=f"tcp://127.0.0.1:{args.port}", world_size=nprocs, rank=proc_id)
     num_classes, train_idx, val_idx, test_idx = data
     torch.manual_seed(args.seed)
     model = SAGE(g.ndata["feat"].shape[1], 256, num_classes).to(device)
     model = DistributedDataParallel(model, device_ids=[device] if device.type == "cuda" else None)
     sampler = NeighborSampler([10, 10, 10], prefetch_node_feats=["feat"], prefetch_labels=["label"])
     use_uva = device.type == "cuda"
-    loaders = {name: DataLoader(g, idx, sampler, device=device, batch_size=1024, shuffle=name == "train",
-                                drop_last=False, num_workers=0, use_ddp=True, use_uva=use_uva)
-               for name, idx in (("train", train_idx), ("val", val_idx), ("test", test_idx))}
+    loaders = {
+        name: DataLoader(
+            g, idx, sampler, device=device, batch_size=1024, shuffle=name == "train", drop_last=False, num_workers=0, use_ddp=True, use_uva=use_uva
+        )
+        for name, idx in (("train", train_idx), ("val", val_idx), ("test", test_idx))
+    }
     opt = torch.optim.Adam(model.parameters(), lr=0.001, weight_decay=5e-4)
     for epoch in range(args.epochs):
         model.train()
@@ -119,6 +119,5 @@ if __name__ == "__main__":
     g = dataset.to_dgl(with_data=True)
     g.create_formats_()  # once here rather than in every process
     os.environ["OMP_NUM_THREADS"] = str(max(1, mp.cpu_count() // nprocs))  # the ranks share the cores
-    data = (dataset.num_classes, torch.from_numpy(dataset.train_idx), torch.from_numpy(dataset.val_idx),
-            torch.from_numpy(dataset.test_idx))
+    data = (dataset.num_classes, torch.from_numpy(dataset.train_idx), torch.from_numpy(dataset.val_idx), torch.from_numpy(dataset.test_idx))
     mp.spawn(run, args=(nprocs, devices, g, data, args), nprocs=nprocs)

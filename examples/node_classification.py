@@ -11,6 +11,7 @@ On a GPU with PyPI's DGL (a CPU build, whose graphs cannot move to CUDA) change 
 
 tests/test_dropin.py runs all three versions and checks they reach the same accuracy.
 """
+
 import argparse
 
 import dgl
@@ -19,8 +20,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tqdm
-from dgl.dataloading import DataLoader
-from dgl.dataloading import MultiLayerFullNeighborSampler, NeighborSampler
+from dgl.dataloading import DataLoader, MultiLayerFullNeighborSampler, NeighborSampler
 
 from dgl_zerocopy.data import SyntheticSpec, load_dataset
 
@@ -28,11 +28,9 @@ from dgl_zerocopy.data import SyntheticSpec, load_dataset
 class SAGE(nn.Module):
     def __init__(self, in_size, hid_size, out_size):
         super().__init__()
-        self.layers = nn.ModuleList([
-            dglnn.SAGEConv(in_size, hid_size, "mean"),
-            dglnn.SAGEConv(hid_size, hid_size, "mean"),
-            dglnn.SAGEConv(hid_size, out_size, "mean"),
-        ])
+        self.layers = nn.ModuleList(
+            [dglnn.SAGEConv(in_size, hid_size, "mean"), dglnn.SAGEConv(hid_size, hid_size, "mean"), dglnn.SAGEConv(hid_size, out_size, "mean")]
+        )
         self.dropout = nn.Dropout(0.5)
         self.hid_size, self.out_size = hid_size, out_size
 
@@ -48,13 +46,13 @@ class SAGE(nn.Module):
         """Layer-wise inference over all nodes: one layer at a time, full neighbourhoods."""
         feat = g.ndata["feat"]
         sampler = MultiLayerFullNeighborSampler(1, prefetch_node_feats=["feat"])
-        dataloader = DataLoader(g, torch.arange(g.num_nodes()).to(g.device), sampler, device=device,
-                                batch_size=batch_size, shuffle=False, drop_last=False, num_workers=0)
+        dataloader = DataLoader(
+            g, torch.arange(g.num_nodes()).to(g.device), sampler, device=device, batch_size=batch_size, shuffle=False, drop_last=False, num_workers=0
+        )
         buffer_device = torch.device("cpu")
         pin_memory = buffer_device != device
         for i, layer in enumerate(self.layers):
-            y = torch.empty(g.num_nodes(), self.hid_size if i != len(self.layers) - 1 else self.out_size,
-                            device=buffer_device, pin_memory=pin_memory)
+            y = torch.empty(g.num_nodes(), self.hid_size if i != len(self.layers) - 1 else self.out_size, device=buffer_device, pin_memory=pin_memory)
             feat = feat.to(device)
             for input_nodes, output_nodes, blocks in tqdm.tqdm(dataloader, disable=None):
                 h = layer(blocks[0], feat[input_nodes])
@@ -89,10 +87,8 @@ def layerwise_infer(device, g, nid, model, batch_size):
 def train(args, device, g, train_idx, val_idx, model):
     sampler = NeighborSampler([15, 10, 5], prefetch_node_feats=["feat"], prefetch_labels=["label"])
     use_uva = args.mode == "mixed"
-    train_dataloader = DataLoader(g, train_idx, sampler, device=device, batch_size=1024, shuffle=True,
-                                  drop_last=False, num_workers=0, use_uva=use_uva)
-    val_dataloader = DataLoader(g, val_idx, sampler, device=device, batch_size=1024, shuffle=True,
-                                drop_last=False, num_workers=0, use_uva=use_uva)
+    train_dataloader = DataLoader(g, train_idx, sampler, device=device, batch_size=1024, shuffle=True, drop_last=False, num_workers=0, use_uva=use_uva)
+    val_dataloader = DataLoader(g, val_idx, sampler, device=device, batch_size=1024, shuffle=True, drop_last=False, num_workers=0, use_uva=use_uva)
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, weight_decay=5e-4)
     for epoch in range(args.epochs):
         model.train()
@@ -127,8 +123,7 @@ if __name__ == "__main__":
     dataset = load_dataset(args.dataset, synthetic=spec, root=args.data_root)
     g = dataset.to_dgl(with_data=True)
     device = torch.device("cpu" if args.mode == "cpu" else "cuda")
-    train_idx, val_idx, test_idx = (torch.from_numpy(dataset.train_idx), torch.from_numpy(dataset.val_idx),
-                                    torch.from_numpy(dataset.test_idx))
+    train_idx, val_idx, test_idx = (torch.from_numpy(dataset.train_idx), torch.from_numpy(dataset.val_idx), torch.from_numpy(dataset.test_idx))
 
     model = SAGE(g.ndata["feat"].shape[1], 256, dataset.num_classes).to(device)
     train(args, device, g, train_idx, val_idx, model)

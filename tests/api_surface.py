@@ -21,15 +21,16 @@ code base:
 
 Only chains under :data:`ROOTS` are collected.
 """
+
 from __future__ import annotations
 
 import ast
 import importlib
 from collections import deque
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
-from typing import Iterable, Mapping
 
 ROOTS = ("cupy", "cupyx", "torch.cuda")
 _SCOPES = (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)
@@ -106,8 +107,7 @@ class _Scanner:
             for inner in own:
                 if isinstance(inner, (ast.Import, ast.ImportFrom)):
                     self._bind_import(inner, env, record=False)
-            returned = {self.chain_of(r.value, env) if r.value is not None else None
-                        for r in own if isinstance(r, ast.Return)}
+            returned = {self.chain_of(r.value, env) if r.value is not None else None for r in own if isinstance(r, ast.Return)}
             if len(returned) == 1 and None not in returned:
                 self.accessors[stmt.name] = returned.pop()
 
@@ -148,8 +148,7 @@ class _Scanner:
         base = None
         if isinstance(node, ast.Name):
             base = "cupy" if node.id == "cupy" else env.get(node.id)
-        elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.accessors
-              and not node.args and not node.keywords):
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in self.accessors and not node.args and not node.keywords:
             base = self.accessors[node.func.id]
         if base is None:
             return None, node
@@ -165,8 +164,14 @@ class _Scanner:
             if start is not node:  # what the chain starts from: a call's arguments, say
                 self.visit(start, env)
             return
-        if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id in ("getattr", "hasattr")
-                and len(node.args) >= 2 and isinstance(node.args[1], ast.Constant) and isinstance(node.args[1].value, str)):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in ("getattr", "hasattr")
+            and len(node.args) >= 2
+            and isinstance(node.args[1], ast.Constant)
+            and isinstance(node.args[1].value, str)
+        ):
             owner = self.chain_of(node.args[0], env)
             if owner is not None:
                 self._record(f"{owner}.{node.args[1].value}", node, guarded=True)
@@ -253,14 +258,18 @@ def problems(refs: Iterable[Reference], optional: Mapping[str, str]) -> list[str
         opt = next((p for p in (".".join(parts[:i]) for i in range(len(parts), 0, -1)) if p in optional), None)
         if opt is not None:
             if not (ref.guarded and ref.chain == opt):
-                lines.append(f"{ref.where}: {ref.chain} needs {parts[0]} >= {optional[opt]}; reach it through "
-                             f"getattr(..., {opt.rsplit('.', 1)[1]!r}, None) and fall back when it is None")
+                lines.append(
+                    f"{ref.where}: {ref.chain} needs {parts[0]} >= {optional[opt]}; reach it through "
+                    f"getattr(..., {opt.rsplit('.', 1)[1]!r}, None) and fall back when it is None"
+                )
             continue
         missing = first_missing(ref.chain)
         if missing is not None:
             how = "getattr/hasattr of " if ref.guarded else ""
             which = "" if missing == ref.chain else f" ({missing} is missing)"
-            lines.append(f"{ref.where}: {how}{ref.chain} does not exist in {parts[0]} "
-                         f"{installed_version(ref.chain)}{which}; if only newer versions have it, list it in "
-                         f"OPTIONAL and reach it through getattr")
+            lines.append(
+                f"{ref.where}: {how}{ref.chain} does not exist in {parts[0]} "
+                f"{installed_version(ref.chain)}{which}; if only newer versions have it, list it in "
+                f"OPTIONAL and reach it through getattr"
+            )
     return lines

@@ -1,4 +1,5 @@
 """Shared fixtures: a small generated graph, a private dataset cache, and the `cuda` device gate."""
+
 from __future__ import annotations
 
 import os

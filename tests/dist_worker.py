@@ -7,6 +7,7 @@ DistFeatureSource and one epoch of DistLoader batches, compare each row with the
 ``python dist_worker.py loop PARTS ORIGINALS RESULTS``: write ``RESULTS/ready<machine>`` and iterate
 DistLoader epochs until a server is lost (then exit through the watchdog's error).
 """
+
 from __future__ import annotations
 
 import json
@@ -42,10 +43,21 @@ def main(mode: str, parts: str, originals: str, results: str) -> None:
     ids = nodes[torch.randperm(len(nodes), generator=torch.Generator().manual_seed(machine))]
     rows = feat.fetch(ids)
     counts = feat.reset_counts()
-    result = {"machine": machine, "part_id": feat.part_id, "local_rows": feat.num_local_rows, "all_local": counts.local,
-              "all_remote": counts.remote, "rows_equal": bool(torch.equal(rows, features[orig[ids]])),
-              "labels_equal": bool(torch.equal(label.fetch(ids), labels[orig[ids]])),
-              "owned": len(owned), "loader_equal": True, "batches": 0, "loader_local": 0, "loader_remote": 0, "counted": 0}
+    result = {
+        "machine": machine,
+        "part_id": feat.part_id,
+        "local_rows": feat.num_local_rows,
+        "all_local": counts.local,
+        "all_remote": counts.remote,
+        "rows_equal": bool(torch.equal(rows, features[orig[ids]])),
+        "labels_equal": bool(torch.equal(label.fetch(ids), labels[orig[ids]])),
+        "owned": len(owned),
+        "loader_equal": True,
+        "batches": 0,
+        "loader_local": 0,
+        "loader_remote": 0,
+        "counted": 0,
+    }
     for input_nodes, seeds, blocks in loader:
         result["batches"] += 1
         result["counted"] += len(input_nodes)
@@ -67,18 +79,19 @@ def mixes(feat: DistFeatureSource, label: DistFeatureSource, graph, features: to
     own = dgl_nodes_of(graph, feat.part_id)
     other = dgl_nodes_of(graph, 1 - feat.part_id)
     g = torch.Generator().manual_seed(feat.part_id)
-    cases = {"all_remote": other[torch.randperm(len(other), generator=g)[:300]],
-             "one_local": torch.cat([other[:50], own[7:8], other[50:90]]),
-             "one_remote": torch.cat([own[:50], other[3:4], own[50:90]]),
-             "duplicates": torch.cat([own[:5], other[:5], own[:5], other[:5]]).int(),
-             "empty": torch.empty(0, dtype=torch.int64)}
+    cases = {
+        "all_remote": other[torch.randperm(len(other), generator=g)[:300]],
+        "one_local": torch.cat([other[:50], own[7:8], other[50:90]]),
+        "one_remote": torch.cat([own[:50], other[3:4], own[50:90]]),
+        "duplicates": torch.cat([own[:5], other[:5], own[:5], other[:5]]).int(),
+        "empty": torch.empty(0, dtype=torch.int64),
+    }
     out = {}
     for name, ids in cases.items():
         rows, labs = feat.fetch(ids), label.fetch(ids)
         into = torch.full((len(ids), features.shape[1]), float("nan"))
         same = feat.fetch(ids, out=into) is into
-        out[f"{name}_equal"] = bool(torch.equal(rows, features[ids.long()]) and torch.equal(labs, labels[ids.long()])
-                                    and same and torch.equal(into, rows))
+        out[f"{name}_equal"] = bool(torch.equal(rows, features[ids.long()]) and torch.equal(labs, labels[ids.long()]) and same and torch.equal(into, rows))
     # A local gather or a pull that fails raises, after the pull has come back: the next fetch's
     # reply is its own (a pull left in flight would hand it the previous reply, or hang).
     mixed = torch.cat([own[:100], other[:100]])

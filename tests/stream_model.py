@@ -8,6 +8,7 @@ hand-over: otherwise it would overwrite features the training step may still be 
 records what the ring ``record_stream``-s, so a test can check that every tensor handed over
 outside a slot was recorded on the consumer's stream.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -30,7 +31,7 @@ class ModelEvent:
 
 
 class ModelStream:
-    def __init__(self, name: str, model: "CudaModel") -> None:
+    def __init__(self, name: str, model: CudaModel) -> None:
         self.name, self.model = name, model
 
     def wait_event(self, event: ModelEvent) -> None:
@@ -70,7 +71,7 @@ class CudaModel:
     def record_stream(self, obj, stream) -> None:
         self.recorded.append((obj, stream.name))
 
-    def install(self, monkeypatch) -> "CudaModel":
+    def install(self, monkeypatch) -> CudaModel:
         monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
         monkeypatch.setattr(torch.cuda, "Event", ModelEvent)
         monkeypatch.setattr(torch.cuda, "current_stream", self.current_stream)

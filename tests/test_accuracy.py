@@ -5,6 +5,7 @@ evaluated epoch of best validation accuracy, averaged over three seeds. The sett
 shipped configs' (configs/cora-gcn.yaml; Coauthor CS uses configs/coauthor-physics-sage.yaml's
 model and optimiser), so these tests also guard the configs.
 """
+
 from __future__ import annotations
 
 import numpy as np
@@ -13,14 +14,12 @@ import pytest
 pytest.importorskip("dgl")  # train() samples with DGL
 
 from conftest import REPO, SHARED_DATA
-from dgl_zerocopy.training.config import build_config, read_yaml
+
 from dgl_zerocopy.data import load_dataset
+from dgl_zerocopy.training.config import build_config, read_yaml
 from dgl_zerocopy.training.train import best_epoch, train
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"real datasets not present at {SHARED_DATA}"),
-]
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"real datasets not present at {SHARED_DATA}")]
 SEEDS = (0, 1, 2)
 
 

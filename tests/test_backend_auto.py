@@ -11,9 +11,9 @@ import warnings
 import pytest
 import torch
 
-from dgl_zerocopy.store import backends
 from dgl_zerocopy.cuda import nvrtc
 from dgl_zerocopy.cuda.gather import instantiations, launcher
+from dgl_zerocopy.store import backends
 from dgl_zerocopy.store.devices import resolve_backend
 
 
@@ -65,16 +65,21 @@ def test_kernel_compiles_so_auto_is_zerocopy_checked_once_per_device(fake_gpu):
 
 
 def test_compile_failure_falls_back_to_cpu_with_the_reason_and_the_fix(fake_gpu):
-    error = nvrtc.KernelCompileError(
-        "NVRTC could not compile gather.cu for sm_90 (NVRTC_ERROR_INVALID_OPTION):\nline two of the log")
+    error = nvrtc.KernelCompileError("NVRTC could not compile gather.cu for sm_90 (NVRTC_ERROR_INVALID_OPTION):\nline two of the log")
     fake_gpu.setattr(launcher, "compile_gather_module", FakeCompile(error))
     backend, caught = _resolve("auto")
     assert backend == "cpu"
     assert len(caught) == 1 and caught[0].category is RuntimeWarning
     message = str(caught[0].message)
-    for part in ("backend='auto' uses 'cpu'", "CUDA device 0 (sm_90)", "KernelCompileError",
-                 "NVRTC could not compile gather.cu for sm_90 (NVRTC_ERROR_INVALID_OPTION):",
-                 "pip install dgl-zerocopy[cuda", "CUDA_PATH", "dgl-zerocopy info"):
+    for part in (
+        "backend='auto' uses 'cpu'",
+        "CUDA device 0 (sm_90)",
+        "KernelCompileError",
+        "NVRTC could not compile gather.cu for sm_90 (NVRTC_ERROR_INVALID_OPTION):",
+        "pip install dgl-zerocopy[cuda",
+        "CUDA_PATH",
+        "dgl-zerocopy info",
+    ):
         assert part in message, part
     assert "line two" not in message
     assert not backends.zerocopy_available()

@@ -1,4 +1,5 @@
 """bench/ddp.py on a tiny graph, written to a temporary path (never bench/results/)."""
+
 import json
 import os
 import signal
@@ -6,19 +7,25 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
-TINY = ["--num-nodes", "3000", "--epochs", "2", "--repeats", "2", "--batch-size", "64", "--hidden", "16", "--fanouts", "4,4",
-        "--nproc", "2", "--threads", "2"]
+TINY = ["--num-nodes", "3000", "--epochs", "2", "--repeats", "2", "--batch-size", "64", "--hidden", "16", "--fanouts", "4,4", "--nproc", "2", "--threads", "2"]
 
 
 def _bench(*args, env=None):
     """``dgl-zerocopy bench ddp`` in a session of its own, killed with its ranks after 180 s."""
     if env is None:  # the bench refuses a set OMP_NUM_THREADS (the next test)
         env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    proc = subprocess.Popen([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "ddp", *args], stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, encoding="utf-8", cwd=REPO, env=env, start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "ddp", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=env,
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=180)
     except subprocess.TimeoutExpired:

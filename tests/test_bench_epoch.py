@@ -1,11 +1,11 @@
 """bench/epoch.py on a tiny graph, written to a temporary path (never bench/results/)."""
+
 import json
 import os
 import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 
@@ -13,9 +13,33 @@ from conftest import REPO
 def test_epoch_bench_reports_every_route_with_median_and_spread(tmp_path):
     pytest.importorskip("dgl")  # the bench samples with DGL (in a subprocess with the same environment)
     stem = tmp_path / "epoch_tiny"
-    r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "epoch", "--num-nodes", "1500", "--epochs", "3",
-                        "--batch-size", "128", "--hidden", "16", "--fanouts", "4,4", "--out", str(stem)],
-                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=600)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dgl_zerocopy.cli",
+            "bench",
+            "epoch",
+            "--num-nodes",
+            "1500",
+            "--epochs",
+            "3",
+            "--batch-size",
+            "128",
+            "--hidden",
+            "16",
+            "--fanouts",
+            "4,4",
+            "--out",
+            str(stem),
+        ],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=600,
+    )
     assert r.returncode == 0, r.stderr
     rows = json.loads(stem.with_suffix(".json").read_text())["rows"]
     routes = {(row["source"], row["prefetch"]) for row in rows}
@@ -30,7 +54,14 @@ def test_epoch_bench_reports_every_route_with_median_and_spread(tmp_path):
 
 
 def test_epoch_bench_sources_are_checked(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "epoch", "--sources", "cpu,magic", "--out", str(tmp_path / "e")],
-                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=120)
+    r = subprocess.run(
+        [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "epoch", "--sources", "cpu,magic", "--out", str(tmp_path / "e")],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=120,
+    )
     assert r.returncode == 2 and "unknown source 'magic'" in r.stderr, r.stderr
     assert not list(tmp_path.iterdir())

@@ -1,5 +1,6 @@
 """bench/gather.py on the CPU in a tiny configuration (written to a temporary path, never
 bench/results/), and its option parsing, summaries and plot on made-up GPU rows."""
+
 import json
 import math
 import os
@@ -8,7 +9,6 @@ import sys
 
 import pytest
 import torch
-
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -17,9 +17,32 @@ import gather  # noqa: E402
 
 def test_tiny_cpu_run_checks_times_and_writes_json_raw_rows(tmp_path):
     stem = tmp_path / "gather_tiny"
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "gather.py"), "--rows", "2000", "--cols", "16,100", "--dtypes", "fp32",
-                        "--batches", "300", "--repeats", "2", "--raw", "json", "--out", str(stem)],
-                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            str(REPO / "bench" / "gather.py"),
+            "--rows",
+            "2000",
+            "--cols",
+            "16,100",
+            "--dtypes",
+            "fp32",
+            "--batches",
+            "300",
+            "--repeats",
+            "2",
+            "--raw",
+            "json",
+            "--out",
+            str(stem),
+        ],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     data = json.loads(stem.with_suffix(".json").read_text())
     rows = data["rows"]
@@ -31,8 +54,15 @@ def test_tiny_cpu_run_checks_times_and_writes_json_raw_rows(tmp_path):
 
 
 def test_cols_is_the_dims_flag_and_bad_values_are_usage_errors(tmp_path):
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "gather.py"), "--dtypes", "fp64", "--out", str(tmp_path / "g")],
-                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "gather.py"), "--dtypes", "fp64", "--out", str(tmp_path / "g")],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=120,
+    )
     assert r.returncode == 2 and "unknown dtype 'fp64'" in r.stderr
 
 
@@ -62,8 +92,12 @@ def test_store_methods_map_to_feature_store_arguments():
     assert gather.store_options("cpu+cache=1") == {"backend": "cpu", "cache_fraction": 1.0}
     with pytest.raises(ValueError, match=r"\+cache=F"):
         gather.store_options("gpu+cache=0.5")
-    assert gather.methods_for(True, tune=True, max_blocks=[], cache_fracs=(0.1, 0.5))[-4:] == \
-        ["zerocopy+cache=0.1", "cpu+cache=0.1", "zerocopy+cache=0.5", "cpu+cache=0.5"]
+    assert gather.methods_for(True, tune=True, max_blocks=[], cache_fracs=(0.1, 0.5))[-4:] == [
+        "zerocopy+cache=0.1",
+        "cpu+cache=0.1",
+        "zerocopy+cache=0.5",
+        "cpu+cache=0.5",
+    ]
     assert gather.methods_for(True, tune=False, max_blocks=[], cache_fracs=(0.1,))[-1] == "gpu"
 
 
@@ -74,8 +108,9 @@ def test_a_cached_method_is_checked_timed_and_reports_its_hit_rate(fraction):
     reference = table[ids]
     out = torch.empty_like(reference)
     extra = {}
-    times = gather.time_method(f"cpu+cache={fraction:g}", table, ids, reference, out,
-                               lambda fn, n: [fn() is not None and 1.0 for _ in range(n)], 3, extra=extra)
+    times = gather.time_method(
+        f"cpu+cache={fraction:g}", table, ids, reference, out, lambda fn, n: [fn() is not None and 1.0 for _ in range(n)], 3, extra=extra
+    )
     assert times == [1.0, 1.0, 1.0] and torch.equal(out, reference)
     assert abs(extra["hit_rate"] - fraction) < 0.04  # uniform ids over a random choice of cached rows
     extra = {}
@@ -84,17 +119,35 @@ def test_a_cached_method_is_checked_timed_and_reports_its_hit_rate(fraction):
 
 
 def _raw(method, gbps, dim=128, batch=1024):
-    return [{"dtype": "fp32", "dim": dim, "row_bytes": 4 * dim, "table_rows": 1000, "batch": batch, "method": method, "seconds": 1.0, "gbps": g}
-            for g in (gbps * 0.9, gbps, gbps * 1.1)]
+    return [
+        {"dtype": "fp32", "dim": dim, "row_bytes": 4 * dim, "table_rows": 1000, "batch": batch, "method": method, "seconds": 1.0, "gbps": g}
+        for g in (gbps * 0.9, gbps, gbps * 1.1)
+    ]
 
 
 @pytest.mark.filterwarnings("ignore::DeprecationWarning")  # matplotlib's own pyparsing calls, on first import
 def test_summary_keeps_failures_as_rows_and_the_plot_draws_them(tmp_path):
     raw = _raw("h2d", 20.0) + _raw("zerocopy", 18.0) + _raw("zerocopy+sort_ids", 16.0) + _raw("h2d", 20.0, dim=16) + _raw("zerocopy", 9.0, dim=16)
-    failures = [{"dtype": "fp32", "dim": 128, "row_bytes": 512, "table_rows": 1000, "batch": 1024, "method": "zerocopy-naive",
-                 "status": "failed: TypeError: unexpected keyword argument 'variant'"},
-                {"dtype": "fp32", "dim": 128, "row_bytes": 512, "table_rows": 1000, "batch": 1024, "method": "zerocopy+max_blocks=66",
-                 "status": "failed: TypeError: unexpected keyword argument 'max_blocks'"}]
+    failures = [
+        {
+            "dtype": "fp32",
+            "dim": 128,
+            "row_bytes": 512,
+            "table_rows": 1000,
+            "batch": 1024,
+            "method": "zerocopy-naive",
+            "status": "failed: TypeError: unexpected keyword argument 'variant'",
+        },
+        {
+            "dtype": "fp32",
+            "dim": 128,
+            "row_bytes": 512,
+            "table_rows": 1000,
+            "batch": 1024,
+            "method": "zerocopy+max_blocks=66",
+            "status": "failed: TypeError: unexpected keyword argument 'max_blocks'",
+        },
+    ]
     summary = gather.summarize_rows(raw, failures, "h2d")
     by = {(s["dim"], s["method"]): s for s in summary}
     assert by[(128, "zerocopy")]["ratio_to_ceiling"] == pytest.approx(0.9) and by[(128, "zerocopy")]["status"] == "ok"
@@ -118,5 +171,7 @@ def test_a_failing_method_becomes_a_row_not_a_crash(monkeypatch):
     monkeypatch.setattr(gather, "open_method", lambda *a: ((lambda: out), lambda: None))  # a gather that writes nothing
     with pytest.raises(AssertionError, match="3 of 3 rows differ"):
         gather.time_method("cpu", table, ids, table[ids], out, lambda fn, n: [1.0] * n, 2)
-    assert gather.failure_text(TypeError("got an unexpected keyword argument 'variant'\nmore")) == \
-        "failed: TypeError: got an unexpected keyword argument 'variant'"
+    assert (
+        gather.failure_text(TypeError("got an unexpected keyword argument 'variant'\nmore"))
+        == "failed: TypeError: got an unexpected keyword argument 'variant'"
+    )

@@ -1,4 +1,5 @@
 """DeviceBlock: built from DGL blocks equal to DGL's own CSC view, moved between devices, validated."""
+
 from __future__ import annotations
 
 import subprocess
@@ -74,9 +75,7 @@ def test_adjacency_and_edge_dst_describe_the_edges():
     for block in _sampled_blocks():
         ours = DeviceBlock.from_dgl(block)
         src, dst = block.edges()
-        expected = torch.zeros(block.num_dst_nodes(), block.num_src_nodes()).index_put_(
-            (dst, src), torch.ones(block.num_edges()), accumulate=True
-        )
+        expected = torch.zeros(block.num_dst_nodes(), block.num_src_nodes()).index_put_((dst, src), torch.ones(block.num_edges()), accumulate=True)
         torch.testing.assert_close(ours.adjacency().to_dense(), expected, rtol=0, atol=0)
         torch.testing.assert_close(ours.adjacency(transpose=True).to_dense(), expected.T, rtol=0, atol=0)
         assert ours.adjacency(torch.float64).dtype == torch.float64
@@ -119,9 +118,7 @@ def test_to_moves_every_tensor(device):
     assert moved is not block and moved.device.type == target
     for t in (moved.indptr, moved.indices, *moved.srcdata.values(), *moved.dstdata.values()):
         assert t.device.type == target
-    assert (moved.num_src_nodes(), moved.num_dst_nodes(), moved.num_edges()) == (
-        block.num_src_nodes(), block.num_dst_nodes(), block.num_edges()
-    )
+    assert (moved.num_src_nodes(), moved.num_dst_nodes(), moved.num_edges()) == (block.num_src_nodes(), block.num_dst_nodes(), block.num_edges())
     if device == "cuda":
         back = moved.to("cpu")
         torch.testing.assert_close(back.indices, block.indices, rtol=0, atol=0)

@@ -1,6 +1,7 @@
 """The static hot-row cache (dgl_zerocopy/store/cache/): byte budgets, the two policies, the slot map and
 the hit/miss split, the CPU reference gather (== features[ids] for every mix), counters, errors,
 and bench/cache.py on a tiny graph."""
+
 from __future__ import annotations
 
 import json
@@ -14,8 +15,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO, SMALL, devices
+
 from dgl_zerocopy.store.cache import (
     CACHE_POLICIES,
     DEFAULT_CACHE_POLICY,
@@ -54,6 +55,7 @@ def small(dgl, small_dataset):
 
 
 # -- budget ------------------------------------------------------------------------------------
+
 
 def test_budget_counts_rows_and_the_int32_slot_map():
     n, row = 1000, 64
@@ -108,6 +110,7 @@ def test_budget_that_holds_no_row_makes_no_cache(small):
 
 
 # -- policies ----------------------------------------------------------------------------------
+
 
 def test_in_degree_picks_the_highest_in_degrees_ties_by_lower_id(dgl):
     # in-degrees: node 0: 1, 1: 3, 2: 0, 3: 3, 4: 2, 5: 1
@@ -229,8 +232,10 @@ def test_the_default_policy_beats_in_degree_on_a_directed_power_law_graph(dgl):
     table = torch.arange(n, dtype=torch.float32).unsqueeze(1).repeat(1, 8)
     budget = budget_for_rows(n // 10, table.shape[1] * table.element_size(), n)
     sampler = dgl.dataloading.NeighborSampler([5, 5])
-    caches = {"default": build_cache(table, budget, graph=graph, sampler=sampler),
-              **{p: build_cache(table, budget, p, graph=graph) for p in ("in_degree", "out_degree")}}
+    caches = {
+        "default": build_cache(table, budget, graph=graph, sampler=sampler),
+        **{p: build_cache(table, budget, p, graph=graph) for p in ("in_degree", "out_degree")},
+    }
     assert all(c.num_cached == n // 10 for c in caches.values())
     seeds = torch.from_numpy(np.random.default_rng(1).permutation(n)[:1280])
     counts = torch.zeros(n, dtype=torch.int64)
@@ -261,8 +266,9 @@ def test_presample_counts_the_input_nodes_of_each_batch(dgl):
     # counts 2, 2 (nodes 2, 3; out-degree 1 each: lower id first), then the counts-1 nodes by the degree the sampler
     # follows, out-degree (1 and 5 have 1, 4 has none; in-degree would put 4 first), then id
     assert policy.order.tolist() == [2, 3, 1, 5, 4, 0]
-    out = make_policy("presample", graph, sampler=dgl.dataloading.NeighborSampler([-1, -1], edge_dir="out"),
-                      seeds=torch.tensor([0]), batch_size=1)  # 0 -> 1 -> 2 along out-edges: counts [1, 1, 1, 0, 0, 0]
+    out = make_policy(
+        "presample", graph, sampler=dgl.dataloading.NeighborSampler([-1, -1], edge_dir="out"), seeds=torch.tensor([0]), batch_size=1
+    )  # 0 -> 1 -> 2 along out-edges: counts [1, 1, 1, 0, 0, 0]
     assert out.counts.tolist() == [1, 1, 1, 0, 0, 0] and out.order.tolist() == [1, 2, 0, 4, 3, 5]  # ties by in-degree
 
 
@@ -316,6 +322,7 @@ def test_presample_ranks_by_counts_then_the_degree_sampling_follows(dgl, small):
 
 
 # -- slot map, split, reference gather ----------------------------------------------------------
+
 
 def _cache_of(table, row_ids, device="cpu"):
     return HotRowCache(table, torch.tensor(row_ids, dtype=torch.int64), device)
@@ -414,6 +421,7 @@ def test_split_and_gather_check_their_input():
 
 # -- statistics --------------------------------------------------------------------------------
 
+
 def test_stats_arithmetic_and_reset():
     stats = CacheStats()
     assert stats.as_dict() == {"hits": 0, "misses": 0, "hit_rate": 0.0}
@@ -445,19 +453,20 @@ def test_stats_count_every_batch_from_several_threads():
 
 # -- errors ------------------------------------------------------------------------------------
 
+
 def test_unknown_policy_lists_the_valid_ones(small):
     graph, table, _ = small
     for bytes_ in (0, 10**6):  # a typo fails even without a cache
-        with pytest.raises(ValueError, match="cache_policy must be one of 'degree', 'in_degree', 'out_degree', 'presample', "
-                                             "but got 'in-degree'"):
+        with pytest.raises(ValueError, match="cache_policy must be one of 'degree', 'in_degree', 'out_degree', 'presample', but got 'in-degree'"):
             build_cache(table, bytes_, "in-degree", graph=graph)
     with pytest.raises(ValueError, match="'degree', 'in_degree', 'out_degree', 'presample'"):
         make_policy("lru", graph)
     assert CACHE_POLICIES == ("degree", "in_degree", "out_degree", "presample")
 
 
-@pytest.mark.parametrize("budget, error, match", [(-1, ValueError, ">= 0"), (1.5, TypeError, "integer"), (True, TypeError, "integer"),
-                                                  ("1GB", TypeError, "integer")])
+@pytest.mark.parametrize(
+    "budget, error, match", [(-1, ValueError, ">= 0"), (1.5, TypeError, "integer"), (True, TypeError, "integer"), ("1GB", TypeError, "integer")]
+)
 def test_bad_budgets(small, budget, error, match):
     graph, table, _ = small
     with pytest.raises(error, match=match):
@@ -503,8 +512,9 @@ def test_presample_checks_its_seeds_and_batches(dgl, small):
 def test_presample_cache_end_to_end(dgl, small):
     graph, table, seeds = small
     row = table.shape[1] * table.element_size()
-    cache = build_cache(table, budget_for_rows(300, row, table.shape[0]), "presample", graph=graph,
-                        sampler=dgl.dataloading.NeighborSampler([4, 4]), seeds=seeds, batch_size=128)
+    cache = build_cache(
+        table, budget_for_rows(300, row, table.shape[0]), "presample", graph=graph, sampler=dgl.dataloading.NeighborSampler([4, 4]), seeds=seeds, batch_size=128
+    )
     assert cache.num_cached == 300 and cache.policy == "presample"
     input_nodes = dgl.dataloading.NeighborSampler([4, 4]).sample(graph, seeds[:128])[0]
     assert torch.equal(cache.gather(input_nodes, table), table[input_nodes])
@@ -513,13 +523,39 @@ def test_presample_cache_end_to_end(dgl, small):
 
 # -- bench/cache.py ----------------------------------------------------------------------------
 
+
 @pytest.mark.slow
 def test_cache_bench_on_a_tiny_graph(dgl, tmp_path):
     stem = tmp_path / "cache_tiny"
-    r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "cache", "--graphs", "products,directed",
-                        "--products-nodes", str(SMALL.num_nodes), "--directed-nodes", "3000", "--sizes", "5,50", "--repeats", "2",
-                        "--feature-compression", "int8", "--out", str(stem)],
-                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dgl_zerocopy.cli",
+            "bench",
+            "cache",
+            "--graphs",
+            "products,directed",
+            "--products-nodes",
+            str(SMALL.num_nodes),
+            "--directed-nodes",
+            "3000",
+            "--sizes",
+            "5,50",
+            "--repeats",
+            "2",
+            "--feature-compression",
+            "int8",
+            "--out",
+            str(stem),
+        ],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     result = json.loads(stem.with_suffix(".json").read_text())
     everything = result["rows"]
@@ -555,8 +591,7 @@ def test_cache_bench_on_a_tiny_graph(dgl, tmp_path):
         assert by[("degree", 5)]["hit_rate"] < by[("degree", 50)]["hit_rate"]
     summary = {(s["graph"], s["stored"], s["policy"], s["cache_pct"]): s for s in result["summary"]}
     for (graph, stored, policy, pct), s in summary.items():
-        rates = sorted(row["hit_rate"] for row in everything if (row["graph"], row["stored"], row["policy"], row["cache_pct"]) ==
-                       (graph, stored, policy, pct))
+        rates = sorted(row["hit_rate"] for row in everything if (row["graph"], row["stored"], row["policy"], row["cache_pct"]) == (graph, stored, policy, pct))
         assert s["repeats"] == 2 and (s["hit_rate_min"], s["hit_rate_max"]) == (rates[0], rates[-1])
         assert s["hit_rate_median"] == pytest.approx(sum(rates) / 2)
     assert stem.with_suffix(".png").stat().st_size > 0 and "| products | presample |" in r.stdout and "| directed | degree |" in r.stdout
@@ -573,9 +608,26 @@ def test_cache_bench_reads_an_amazon_graph_as_stored(dgl, tmp_path):
     if not (SHARED_DATA / "graphdata" / "amazon_photo.npz").is_file():
         pytest.skip(f"needs {SHARED_DATA}/graphdata/amazon_photo.npz")
     stem = tmp_path / "cache_stored"
-    r = subprocess.run([sys.executable, "bench/cache.py", "--graphs", "amazon-photo-stored,amazon-photo", "--sizes", "10",
-                        "--data-root", str(SHARED_DATA), "--out", str(stem)],
-                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "bench/cache.py",
+            "--graphs",
+            "amazon-photo-stored,amazon-photo",
+            "--sizes",
+            "10",
+            "--data-root",
+            str(SHARED_DATA),
+            "--out",
+            str(stem),
+        ],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     rows = {(row["graph"], row["policy"]): row for row in json.loads(stem.with_suffix(".json").read_text())["rows"]}
     stored, symmetric = rows[("amazon-photo-stored", "degree")], rows[("amazon-photo", "degree")]
@@ -586,7 +638,14 @@ def test_cache_bench_reads_an_amazon_graph_as_stored(dgl, tmp_path):
 
 @pytest.mark.slow
 def test_cache_bench_refuses_the_same_seed_twice(tmp_path):
-    r = subprocess.run([sys.executable, "bench/cache.py", "--presample-seed", "3", "--eval-seed", "3", "--out", str(tmp_path / "c")],
-                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=120)
+    r = subprocess.run(
+        [sys.executable, "bench/cache.py", "--presample-seed", "3", "--eval-seed", "3", "--out", str(tmp_path / "c")],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=120,
+    )
     assert r.returncode == 2 and "must differ" in r.stderr, r.stderr
     assert not list(tmp_path.iterdir())

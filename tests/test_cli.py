@@ -1,18 +1,20 @@
 """The console script, run as a user would: a subprocess, exit codes, one-line errors."""
+
 import os
 import subprocess
 import sys
 
 import pytest
 import torch
-
 from conftest import REPO
 
 TINY = ["--num-nodes", "1500", "--fanouts", "4,4", "--batch-size", "128", "--hidden", "16", "--epochs", "1", "--no-progress"]
 
 
 def run_cli(*args, cwd=REPO):
-    return subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", *args], capture_output=True, text=True, encoding="utf-8", cwd=cwd, env=os.environ.copy(), timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "dgl_zerocopy.cli", *args], capture_output=True, text=True, encoding="utf-8", cwd=cwd, env=os.environ.copy(), timeout=300
+    )
 
 
 # "dgl" in the slow tier: the same run through another source; test_train checks the sources give the same batches.
@@ -40,8 +42,9 @@ def test_config_file_and_flags_override(tmp_path):
 def test_all_neighbour_fanouts_can_be_written_with_a_minus():
     """``--fanouts -1,-1`` (full neighbourhoods) must not be taken for an unknown option."""
     pytest.importorskip("dgl")  # training samples with DGL
-    r = run_cli("train", "--num-nodes", "1000", "--fanouts", "-1,-1", "--batch-size", "256", "--hidden", "8",
-                "--epochs", "1", "--no-progress", "--device", "cpu")
+    r = run_cli(
+        "train", "--num-nodes", "1000", "--fanouts", "-1,-1", "--batch-size", "256", "--hidden", "8", "--epochs", "1", "--no-progress", "--device", "cpu"
+    )
     assert r.returncode == 0, r.stderr
     assert "fanouts [-1, -1]" in r.stdout
 
@@ -148,11 +151,14 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
 
 
-@pytest.mark.parametrize("text,message", [
-    ("model: [unclosed\n", "not valid YAML at line"),
-    ("- a\n- b\n", "must hold a mapping"),
-    ("model: sage\nbogus_key: 1\n", "unknown config key 'bogus_key'; allowed keys: dataset"),
-])
+@pytest.mark.parametrize(
+    "text,message",
+    [
+        ("model: [unclosed\n", "not valid YAML at line"),
+        ("- a\n- b\n", "must hold a mapping"),
+        ("model: sage\nbogus_key: 1\n", "unknown config key 'bogus_key'; allowed keys: dataset"),
+    ],
+)
 def test_bad_config_file_is_one_line_and_exit_2(tmp_path, text, message):
     r = run_cli("train", "--config", _write(tmp_path, "c.yaml", text))
     assert r.returncode == 2

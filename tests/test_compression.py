@@ -2,6 +2,7 @@
 
 The reference is :meth:`Codec.decode`; fp16/bf16 codes must equal torch's own casts bit for bit,
 int8 must decode within half a step (``scale / 2``) of every value."""
+
 import json
 import os
 import tracemalloc
@@ -144,10 +145,7 @@ def test_fp16_table_as_fp16_is_not_copied():
     assert table.codes.data_ptr() == x.ctypes.data and table.array is x
 
 
-@pytest.mark.parametrize("bad, error, words", [
-    ("zip", ValueError, "none, fp16, bf16, int8"),
-    (None, ValueError, "needs a codec"),
-])
+@pytest.mark.parametrize("bad, error, words", [("zip", ValueError, "none, fp16, bf16, int8"), (None, ValueError, "needs a codec")])
 def test_unknown_codec_lists_the_valid_ones(bad, error, words):
     with pytest.raises(error, match=words):
         compress(_table(), bad)
@@ -194,8 +192,7 @@ def test_codec_contract_errors():
         Codec("int4")
 
 
-@pytest.mark.parametrize("codec, form", [("fp16", {}), ("bf16", {}), ("int8", {}), ("int8", {"axis": "row"}),
-                                         ("int8", {"method": "absmax"})])
+@pytest.mark.parametrize("codec, form", [("fp16", {}), ("bf16", {}), ("int8", {}), ("int8", {"axis": "row"}), ("int8", {"method": "absmax"})])
 def test_save_and_load_round_trip(tmp_path, codec, form):
     x = _table(rows=500, cols=33)
     src = tmp_path / "features.npy"
@@ -209,8 +206,10 @@ def test_save_and_load_round_trip(tmp_path, codec, form):
     loaded = load_compressed(out)
     for table in (saved, loaded):
         assert isinstance(table.array, np.memmap) and not table.array.flags.writeable
-        assert torch.equal(table.codes.view(torch.int8) if codec == "int8" else table.codes.view(torch.int16),
-                           in_memory.codes.view(torch.int8) if codec == "int8" else in_memory.codes.view(torch.int16))
+        assert torch.equal(
+            table.codes.view(torch.int8) if codec == "int8" else table.codes.view(torch.int16),
+            in_memory.codes.view(torch.int8) if codec == "int8" else in_memory.codes.view(torch.int16),
+        )
         assert torch.equal(table.decode(), in_memory.decode())
         assert table.nbytes == in_memory.nbytes
     assert sorted(os.listdir(out)) == sorted(["codes.npy", "compression.json"] + (["offset.npy", "scale.npy"] if codec == "int8" else []))

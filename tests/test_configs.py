@@ -1,12 +1,12 @@
 """The shipped configs/*.yaml: each one validates, the expected ones exist, and their settings are the published ones."""
-import pytest
 
+import pytest
 from conftest import REPO
+
 from dgl_zerocopy.training.config import build_config, read_yaml
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
-EXPECTED = {"ogbn-products-sage", "ogbn-products-gcn", "ogbn-arxiv-sage", "ogbn-papers100m-sage",
-            "synthetic-sage", "cora-gcn", "coauthor-physics-sage"}
+EXPECTED = {"ogbn-products-sage", "ogbn-products-gcn", "ogbn-arxiv-sage", "ogbn-papers100m-sage", "synthetic-sage", "cora-gcn", "coauthor-physics-sage"}
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])

@@ -5,16 +5,16 @@ No GPU ever runs most of this code in CI, so a call such as ``cupy.cuda.runtime.
 names up needs no GPU, so this runs everywhere CuPy is installed. See ``api_surface.py`` for the
 scan's conventions.
 """
+
 from __future__ import annotations
 
 import textwrap
 
 import pytest
 import torch
-from packaging.version import Version
-
 from api_surface import first_missing, installed_version, problems, scan_source, scan_tree
 from conftest import REPO
+from packaging.version import Version
 
 pytest.importorskip("cupy", reason="CuPy is not installed: nothing to check the package's CuPy calls against")
 
@@ -24,7 +24,7 @@ FOLDERS = ("dgl_zerocopy", "bench")
 # The package must reach them through getattr(owner, "name", None) and fall back when it is None.
 OPTIONAL = {
     # CuPy 14: Stream.from_external(obj) with obj.__cuda_stream__(); CuPy 13 has only ExternalStream.
-    "cupy.cuda.Stream.from_external": "14",
+    "cupy.cuda.Stream.from_external": "14"
 }
 
 # Attributes of objects that the scan cannot type (a method called on a stream, an event, a tensor
@@ -34,9 +34,18 @@ USED_ON_OBJECTS = {
     "torch.cuda.Stream": ("wait_event", "wait_stream", "record_event", "synchronize", "query", "cuda_stream"),
     "torch.cuda.Event": ("record", "synchronize", "elapsed_time", "query", "wait"),
     "torch.Tensor": ("record_stream", "pin_memory", "is_pinned", "data_ptr", "element_size", "is_cuda"),
-    "cupy.cuda.runtime": ("pointerGetAttributes", "PointerAttributes", "hostRegister", "hostUnregister",
-                          "deviceGetAttribute", "cudaDevAttrHostRegisterReadOnlySupported", "CUDARuntimeError",
-                          "getDevice", "getDeviceCount", "memoryTypeHost"),
+    "cupy.cuda.runtime": (
+        "pointerGetAttributes",
+        "PointerAttributes",
+        "hostRegister",
+        "hostUnregister",
+        "deviceGetAttribute",
+        "cudaDevAttrHostRegisterReadOnlySupported",
+        "CUDARuntimeError",
+        "getDevice",
+        "getDeviceCount",
+        "memoryTypeHost",
+    ),
     # A property of the class, so the lookup works without an instance (and without a GPU).
     "cupy.cuda.runtime.PointerAttributes": ("devicePointer", "type"),
     "cupy.cuda": ("UnownedMemory", "MemoryPointer", "Device", "Stream", "ExternalStream"),
@@ -65,27 +74,38 @@ def test_the_scan_of_the_package_finds_its_cuda_calls(package_refs):
     """Guards against a scan that passes because it finds nothing."""
     chains = {r.chain for r in package_refs}
     assert len(chains) > 10, f"only {len(chains)} distinct references found: {sorted(chains)}"
-    expected = {"cupy.cuda.runtime.hostRegister", "cupy.cuda.runtime.hostUnregister", "cupy.cuda.Device",
-                "cupy.RawModule", "torch.cuda.Event", "torch.cuda.Stream", "torch.cuda.current_stream"}
+    expected = {
+        "cupy.cuda.runtime.hostRegister",
+        "cupy.cuda.runtime.hostUnregister",
+        "cupy.cuda.Device",
+        "cupy.RawModule",
+        "torch.cuda.Event",
+        "torch.cuda.Stream",
+        "torch.cuda.current_stream",
+    }
     assert expected <= chains, f"not found: {sorted(expected - chains)}"
     files = {r.path for r in package_refs}
     assert {"dgl_zerocopy/store/pinning.py", "dgl_zerocopy/cuda/gather/launcher.py", "dgl_zerocopy/loading/loader.py"} <= files, sorted(files)
 
 
 def test_missing_runtime_function_reached_through_from_import_is_reported():
-    refs = _scan("""
+    refs = _scan(
+        """
         def pin(p):
             from cupy.cuda import runtime
             runtime.hostRegister(p, 8, 0)
             return int(runtime.hostGetDevicePointer(p, 0))
-    """, "pin.py")
+    """,
+        "pin.py",
+    )
     bad = problems(refs, OPTIONAL)
     assert len(bad) == 1, bad
     assert bad[0].startswith("pin.py:5: cupy.cuda.runtime.hostGetDevicePointer does not exist in cupy "), bad[0]
 
 
 def test_missing_runtime_function_reached_through_an_accessor_is_reported():
-    refs = _scan("""
+    refs = _scan(
+        """
         def _runtime():
             from cupy.cuda import runtime
             return runtime
@@ -95,9 +115,15 @@ def test_missing_runtime_function_reached_through_an_accessor_is_reported():
             runtime.hostRegister(p, 8, 0)
             _runtime().hostUnregister(p)
             return int(runtime.hostGetDevicePointer(p, 0))
-    """, "pin.py")
-    assert {r.chain for r in refs} == {"cupy.cuda.runtime", "cupy.cuda.runtime.hostRegister",
-                                       "cupy.cuda.runtime.hostUnregister", "cupy.cuda.runtime.hostGetDevicePointer"}
+    """,
+        "pin.py",
+    )
+    assert {r.chain for r in refs} == {
+        "cupy.cuda.runtime",
+        "cupy.cuda.runtime.hostRegister",
+        "cupy.cuda.runtime.hostUnregister",
+        "cupy.cuda.runtime.hostGetDevicePointer",
+    }
     bad = problems(refs, OPTIONAL)
     assert len(bad) == 1 and bad[0].startswith("pin.py:10: cupy.cuda.runtime.hostGetDevicePointer does not exist in cupy"), bad
 
@@ -107,14 +133,18 @@ def test_missing_name_in_a_direct_chain_is_reported():
     assert len(bad) == 1 and bad[0].startswith("direct.py:2: cupy.cuda.runtime.hostGetDevicePointer does not exist in cupy"), bad
 
 
-@pytest.mark.parametrize("source", [
-    "from cupy.cuda.runtime import hostGetDevicePointer\n",
-    "import cupy.cuda.nosuchmodule\n",
-    "from torch.cuda import NoSuchEvent\n",
-    "import torch\ntorch.cuda.NoSuchEvent()\n",
-    "import cupy.cuda.runtime as rt\nrt.nosuch\n",
-    "def f(cupy):\n    return cupy.nosuch.Device\n",
-], ids=["from-import", "submodule", "torch-from-import", "torch-chain", "import-as", "parameter"])
+@pytest.mark.parametrize(
+    "source",
+    [
+        "from cupy.cuda.runtime import hostGetDevicePointer\n",
+        "import cupy.cuda.nosuchmodule\n",
+        "from torch.cuda import NoSuchEvent\n",
+        "import torch\ntorch.cuda.NoSuchEvent()\n",
+        "import cupy.cuda.runtime as rt\nrt.nosuch\n",
+        "def f(cupy):\n    return cupy.nosuch.Device\n",
+    ],
+    ids=["from-import", "submodule", "torch-from-import", "torch-chain", "import-as", "parameter"],
+)
 def test_every_way_to_reach_a_missing_name_is_reported(source):
     bad = problems(_scan(source), OPTIONAL)
     assert len(bad) == 1 and " does not exist in " in bad[0], bad
@@ -172,22 +202,28 @@ def test_binding_conventions():
 
 
 def test_optional_name_used_without_getattr_is_reported():
-    refs = _scan("""
+    refs = _scan(
+        """
         import cupy
         def stream_of(handle):
             make = getattr(cupy.cuda.Stream, "from_external", None)
             return cupy.cuda.Stream.from_external(handle)
-    """, "s.py")
+    """,
+        "s.py",
+    )
     bad = problems(refs, OPTIONAL)
     assert len(bad) == 1 and bad[0].startswith("s.py:5: cupy.cuda.Stream.from_external needs cupy >= 14"), bad
 
 
 def test_guarded_name_outside_the_table_must_resolve():
-    refs = _scan("""
+    refs = _scan(
+        """
         from cupy.cuda import runtime
         new = getattr(runtime, "hostGetDevicePointer", None)
         ok = hasattr(runtime, "pointerGetAttributes")
-    """, "g.py")
+    """,
+        "g.py",
+    )
     bad = problems(refs, OPTIONAL)
     assert len(bad) == 1 and bad[0].startswith("g.py:3: getattr/hasattr of cupy.cuda.runtime.hostGetDevicePointer does not exist in cupy"), bad
 
@@ -198,8 +234,7 @@ def test_optional_name_resolves_or_the_installed_version_is_older(name, version)
     assert first_missing(owner) is None, f"{owner} (the object getattr looks {name} up on) does not resolve"
     installed = Version(installed_version(name))
     missing = first_missing(name)
-    assert missing is None or installed < Version(version), (
-        f"{name} is listed as new in {version}, but {missing} is missing in the installed {installed}")
+    assert missing is None or installed < Version(version), f"{name} is listed as new in {version}, but {missing} is missing in the installed {installed}"
 
 
 def test_attributes_used_on_cuda_objects_exist():
@@ -211,7 +246,6 @@ def test_attributes_used_on_cuda_objects_exist():
 
 
 def test_the_object_check_can_fail():
-    assert first_missing("cupy.cuda.runtime.PointerAttributes.hostGetDevicePointer") == \
-        "cupy.cuda.runtime.PointerAttributes.hostGetDevicePointer"
+    assert first_missing("cupy.cuda.runtime.PointerAttributes.hostGetDevicePointer") == "cupy.cuda.runtime.PointerAttributes.hostGetDevicePointer"
     assert first_missing("torch.cuda.Event.no_such_method") == "torch.cuda.Event.no_such_method"
     assert first_missing("cupy.no_such_module.x") == "cupy.no_such_module"

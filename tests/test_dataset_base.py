@@ -1,4 +1,5 @@
 """GraphDataset helpers and the dataset registry's errors (no files needed)."""
+
 import numpy as np
 import pytest
 
@@ -15,7 +16,7 @@ def _tiny() -> GraphDataset:
 
 def test_with_self_loops_adds_exactly_one_per_node():
     data = _tiny().with_self_loops()
-    edges = {(int(d), int(s)) for d in range(3) for s in data.indices[data.indptr[d]:data.indptr[d + 1]]}
+    edges = {(int(d), int(s)) for d in range(3) for s in data.indices[data.indptr[d] : data.indptr[d + 1]]}
     assert edges == {(0, 0), (0, 1), (0, 2), (1, 1), (2, 2)}
     assert data.num_edges == 5
     assert data.indices.dtype == np.int64 and data.indptr.dtype == np.int64

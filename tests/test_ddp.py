@@ -6,6 +6,7 @@ bounded: in this process by a watchdog that kills the test's children after ``LI
 hung ``launch`` then fails, as its ranks died, instead of hanging the suite), for the command line
 by subprocess timeouts; and every such test checks that no process is left behind.
 """
+
 from __future__ import annotations
 
 import collections
@@ -31,6 +32,7 @@ dgl = pytest.importorskip("dgl")
 psutil = pytest.importorskip("psutil")  # a dependency of DGL
 
 from conftest import REPO  # noqa: E402
+
 from dgl_zerocopy.training import ddp  # noqa: E402
 from dgl_zerocopy.training.config import ConfigError, TrainConfig, build_config  # noqa: E402
 from dgl_zerocopy.training.ddp import SharedDataset, launch, share_dataset  # noqa: E402
@@ -42,6 +44,7 @@ SMAPS = Path("/proc/self/smaps")
 
 
 # -- bounds and clean-up -------------------------------------------------------------------------
+
 
 def _children() -> set[int]:
     return {p.pid for p in psutil.Process().children(recursive=True)}
@@ -88,6 +91,7 @@ def _gone(pid: int) -> bool:
 
 # -- what a rank measures --------------------------------------------------------------------------
 
+
 def _mapping(address: int) -> dict:
     """The mapping of this process that holds ``address``: path, device, inode, Rss and Pss (kB)."""
     found = None
@@ -125,9 +129,17 @@ def _rank_report(rank: int, world_size: int, shared: SharedDataset, cfg: TrainCo
     dataset = shared.open()
     table = torch.from_numpy(dataset.features)
     store = FeatureStore(dataset.features, backend="cpu", device="cpu")
-    loader = DataLoader(dataset.to_dgl(), torch.from_numpy(dataset.train_idx), dgl.dataloading.NeighborSampler([3, 3]),
-                        use_ddp=True, ddp_seed=7, batch_size=16, shuffle=True, features={"feat": store},
-                        labels={"label": torch.from_numpy(dataset.labels)})
+    loader = DataLoader(
+        dataset.to_dgl(),
+        torch.from_numpy(dataset.train_idx),
+        dgl.dataloading.NeighborSampler([3, 3]),
+        use_ddp=True,
+        ddp_seed=7,
+        batch_size=16,
+        shuffle=True,
+        features={"feat": store},
+        labels={"label": torch.from_numpy(dataset.labels)},
+    )
     epochs = []
     for _ in range(2):
         batches = []
@@ -142,10 +154,15 @@ def _rank_report(rank: int, world_size: int, shared: SharedDataset, cfg: TrainCo
     mapping = _mapping(store._table.data_ptr())
     dist.barrier()  # ... and both have measured before either goes on
     history, model = _fit(cfg, dataset, torch.device("cpu"), None, False, rank, world_size)
-    report = {"pid": os.getpid(), "batches_per_epoch": len(loader), "epochs": epochs, "mapping": mapping,
-              "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
-              "history": [(h.loss, h.train_acc, h.val_acc, h.test_acc) for h in history],
-              "addresses": _inet_addresses()}  # while the process group is up
+    report = {
+        "pid": os.getpid(),
+        "batches_per_epoch": len(loader),
+        "epochs": epochs,
+        "mapping": mapping,
+        "params": {k: v.detach().clone() for k, v in model.state_dict().items()},
+        "history": [(h.loss, h.train_acc, h.val_acc, h.test_acc) for h in history],
+        "addresses": _inet_addresses(),
+    }  # while the process group is up
     loader.close()
     store.close()
     # Nothing may hold the rank's exit (ogb's PyPI check, for one, ran in such threads).
@@ -157,11 +174,11 @@ def _wide(dataset, width: int = 1024):
     """``dataset`` with a ``width``-column table (its features repeated): 12 MB at 3,000 nodes, so that
     page counts are clear; an odd training set, so that the DDP split pads."""
     features = np.ascontiguousarray(np.tile(dataset.features, (1, width // dataset.features.shape[1])))
-    return dataclasses.replace(dataset, features=features, train_idx=dataset.train_idx[:-1] if len(dataset.train_idx) % 2 == 0
-                               else dataset.train_idx)
+    return dataclasses.replace(dataset, features=features, train_idx=dataset.train_idx[:-1] if len(dataset.train_idx) % 2 == 0 else dataset.train_idx)
 
 
 # -- the tests -----------------------------------------------------------------------------------
+
 
 @pytest.mark.skipif(not SMAPS.exists(), reason="reads /proc/self/smaps (Linux)")
 def test_two_ranks_split_the_seeds_train_in_step_over_one_shared_table(small_dataset):
@@ -274,9 +291,11 @@ def _cuda_rank(rank: int, world_size: int, shared: SharedDataset, cfg: TrainConf
     with FeatureStore(dataset.features, backend="zerocopy", device=f"cuda:{rank}") as store:  # this rank's GPU reads the shared pages
         gathered = store.gather(ids).cpu()
     history, model = _fit(cfg, dataset, torch.device("cuda", rank), None, False, rank, world_size)
-    return {"gathered": torch.equal(gathered, torch.from_numpy(dataset.features)[ids]),
-            "params": {k: v.detach().cpu() for k, v in model.state_dict().items()},
-            "history": [(h.loss, h.test_acc) for h in history]}
+    return {
+        "gathered": torch.equal(gathered, torch.from_numpy(dataset.features)[ids]),
+        "params": {k: v.detach().cpu() for k, v in model.state_dict().items()},
+        "history": [(h.loss, h.test_acc) for h in history],
+    }
 
 
 @pytest.mark.gpu
@@ -293,14 +312,38 @@ def test_two_gpus_train_in_step_over_one_pinned_host_table(small_dataset):
 
 # -- the command line ---------------------------------------------------------------------------
 
-CLI = ["train", "--device", "cpu", "--num-nodes", "20000", "--fanouts", "5,5", "--hidden", "64", "--batch-size", "256",
-       "--lr", "0.01", "--epochs", "2", "--no-progress"]
+CLI = [
+    "train",
+    "--device",
+    "cpu",
+    "--num-nodes",
+    "20000",
+    "--fanouts",
+    "5,5",
+    "--hidden",
+    "64",
+    "--batch-size",
+    "256",
+    "--lr",
+    "0.01",
+    "--epochs",
+    "2",
+    "--no-progress",
+]
 
 
 def _cli(*args: str) -> subprocess.CompletedProcess:
     """``dgl-zerocopy`` in a session of its own: on a timeout its whole process group is killed."""
-    proc = subprocess.Popen([sys.executable, "-m", "dgl_zerocopy.cli", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), start_new_session=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dgl_zerocopy.cli", *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=os.environ.copy(),
+        start_new_session=True,
+    )
     try:
         out, err = proc.communicate(timeout=LIMIT)
     except subprocess.TimeoutExpired:
@@ -344,6 +387,7 @@ def test_train_with_two_processes_on_the_cpu_matches_one():
 
 # -- bad input and sharing (no process started) ------------------------------------------------
 
+
 def _noop(rank: int, world_size: int) -> int:
     return rank
 
@@ -356,8 +400,7 @@ def test_bad_process_counts_and_devices_fail_at_once(monkeypatch, capsys):
     for nproc in (0, -1, 1.5, "2", True, None):
         with pytest.raises(ValueError, match="nproc must be a positive integer"):
             launch(_noop, nproc)
-    for kwargs, match in (({"backend": "mpi"}, "backend must be 'nccl' or 'gloo'"), ({"threads": 0}, "threads must be"),
-                          ({"timeout": 0}, "timeout must be")):
+    for kwargs, match in (({"backend": "mpi"}, "backend must be 'nccl' or 'gloo'"), ({"threads": 0}, "threads must be"), ({"timeout": 0}, "timeout must be")):
         with pytest.raises(ValueError, match=match):
             launch(_noop, 2, **kwargs)
     if not torch.cuda.is_available():

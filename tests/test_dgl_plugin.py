@@ -1,5 +1,6 @@
 """The DGL-native route: DGL's own DataLoader, ``with_features`` and ``attach``, against DGL's
 ``prefetch_node_feats`` path and ``g.ndata`` as the reference."""
+
 import os
 import subprocess
 import sys
@@ -9,8 +10,8 @@ import warnings
 import numpy as np
 import pytest
 import torch
-
 from conftest import REPO, requires_cuda
+
 from dgl_zerocopy import FeatureStore
 from dgl_zerocopy.training.config import TrainConfig
 from dgl_zerocopy.training.train import train
@@ -22,10 +23,7 @@ from dgl_zerocopy.loading.dgl import ZeroCopyStorage, attach, with_features  # n
 warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not enabled")
 
 BATCH = 200
-SAMPLERS = {
-    "neighbor": lambda **kw: dgl.dataloading.NeighborSampler([4, 3], **kw),
-    "full": lambda **kw: dgl.dataloading.MultiLayerFullNeighborSampler(2, **kw),
-}
+SAMPLERS = {"neighbor": lambda **kw: dgl.dataloading.NeighborSampler([4, 3], **kw), "full": lambda **kw: dgl.dataloading.MultiLayerFullNeighborSampler(2, **kw)}
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +43,7 @@ def seeds(small_dataset):
 
 
 def dgl_loader(graph, seeds, sampler, mode: str = "serial", **kw):
-    loader = dgl.dataloading.DataLoader(graph, seeds, sampler, batch_size=BATCH, shuffle=True,
-                                        num_workers=1 if mode == "workers" else 0, **kw)
+    loader = dgl.dataloading.DataLoader(graph, seeds, sampler, batch_size=BATCH, shuffle=True, num_workers=1 if mode == "workers" else 0, **kw)
     if mode == "thread":
         # DGL refuses use_prefetch_thread=True at construction unless device is CUDA; the flag is
         # read per epoch, so setting it afterwards runs DGL's prefetch thread on the CPU.
@@ -235,8 +232,15 @@ def test_dgl_storage_source_trains(small_dataset):
 @pytest.mark.slow  # the console script in a process; the source trains in-process in the test above
 def test_cli_trains_with_dgl_storage():
     args = ["--num-nodes", "1500", "--fanouts", "4,4", "--batch-size", "128", "--hidden", "16", "--epochs", "1", "--no-progress"]
-    r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "train", *args, "--feature-source", "dgl-storage", "--device", "cpu"],
-                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, env=os.environ.copy(), timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "dgl_zerocopy.cli", "train", *args, "--feature-source", "dgl-storage", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "feature source dgl-storage" in r.stdout and "final test accuracy" in r.stdout
 

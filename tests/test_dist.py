@@ -1,6 +1,7 @@
 """dgl_zerocopy.dist in this process: partitioning, the single-host helpers, and DGL's standalone
 mode (DGL_DIST_MODE unset, one partition, no server process): rows equal the original dataset's
 through the partition's id mapping, the local/remote split is counted, the loader's batches carry them."""
+
 from __future__ import annotations
 
 import json
@@ -11,12 +12,21 @@ import threading
 import numpy as np
 import pytest
 import torch
-
 from conftest import SMALL, devices
+
 from dgl_zerocopy.data import load_dataset
-from dgl_zerocopy.dist import (DistFeatureSource, DistLoader, ServerLostError, Watchdog, launch_local, load_partition_info,
-                               partition_dataset, remove_segments, trainer_threads)
-from dgl_zerocopy.dist import single_host
+from dgl_zerocopy.dist import (
+    DistFeatureSource,
+    DistLoader,
+    ServerLostError,
+    Watchdog,
+    launch_local,
+    load_partition_info,
+    partition_dataset,
+    remove_segments,
+    single_host,
+    trainer_threads,
+)
 from dgl_zerocopy.loading.prefetch import Prefetcher
 
 
@@ -42,6 +52,7 @@ def standalone_graph(one_part):
 
 
 # -- partitions ------------------------------------------------------------------------------------
+
 
 def test_two_partitions_keep_a_permutation_of_the_nodes(dataset, tmp_path):
     info = partition_dataset(dataset, 2, tmp_path / "p", method="metis")
@@ -75,12 +86,12 @@ def test_partition_refuses_bad_input_with_the_fix(dataset, tmp_path):
 
 # -- standalone mode ---------------------------------------------------------------------------------
 
+
 @pytest.mark.parametrize("device", devices())
 def test_standalone_rows_equal_the_original_features(standalone_graph, one_part, dataset, device):
     orig = torch.from_numpy(one_part.orig_nids())
     ids = torch.randint(0, dataset.num_nodes, (777,), generator=torch.Generator().manual_seed(0))
-    with DistFeatureSource(standalone_graph.ndata["feat"], device=device) as feat, \
-            DistFeatureSource(standalone_graph.ndata["label"], device=device) as label:
+    with DistFeatureSource(standalone_graph.ndata["feat"], device=device) as feat, DistFeatureSource(standalone_graph.ndata["label"], device=device) as label:
         assert feat.store.backend == ("zerocopy" if device == "cuda" else "cpu")
         rows = feat.fetch(ids)
         assert rows.device.type == device
@@ -123,12 +134,10 @@ def test_standalone_loader_batches_carry_the_original_rows(standalone_graph, one
     orig = torch.from_numpy(one_part.orig_nids())
     feats, labels = torch.from_numpy(dataset.features), torch.from_numpy(dataset.labels)
     seeds = torch.arange(0, dataset.num_nodes, 3)
-    with DistFeatureSource(standalone_graph.ndata["feat"], device=device) as feat, \
-            DistFeatureSource(standalone_graph.ndata["label"], device=device) as label:
-        loader = DistLoader(standalone_graph, seeds, [4, 4], features={"feat": feat}, labels={"label": label},
-                            batch_size=256, shuffle=True, prefetch=prefetch)
+    with DistFeatureSource(standalone_graph.ndata["feat"], device=device) as feat, DistFeatureSource(standalone_graph.ndata["label"], device=device) as label:
+        loader = DistLoader(standalone_graph, seeds, [4, 4], features={"feat": feat}, labels={"label": label}, batch_size=256, shuffle=True, prefetch=prefetch)
         seen, rows = [], 0
-        for epoch in range(2):
+        for _epoch in range(2):
             for input_nodes, output_nodes, blocks in loader:
                 x, y = blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
                 assert x.device.type == y.device.type == device
@@ -153,11 +162,18 @@ def test_loader_hands_batches_over_by_the_ring_protocol(standalone_graph, monkey
 
     from dgl_zerocopy.loading.ring import SlotRing
 
-    with DistFeatureSource(standalone_graph.ndata["feat"], device="cpu") as feat, \
-            DistFeatureSource(standalone_graph.ndata["label"], device="cpu") as label:
+    with DistFeatureSource(standalone_graph.ndata["feat"], device="cpu") as feat, DistFeatureSource(standalone_graph.ndata["label"], device="cpu") as label:
         model = CudaModel().install(monkeypatch)
-        loader = DistLoader(standalone_graph, torch.arange(0, standalone_graph.num_nodes(), 3), [4, 4],
-                            features={"feat": feat}, labels={"label": label}, batch_size=100, shuffle=True, prefetch=2)
+        loader = DistLoader(
+            standalone_graph,
+            torch.arange(0, standalone_graph.num_nodes(), 3),
+            [4, 4],
+            features={"feat": feat},
+            labels={"label": label},
+            batch_size=100,
+            shuffle=True,
+            prefetch=2,
+        )
         assert type(loader._ring) is SlotRing  # the one mechanism, not a copy
         loader._ring.side = ModelStream("side", model)  # what a CUDA device gets
         taken = 0
@@ -182,8 +198,7 @@ def test_an_epoch_replaced_by_a_newer_one_stops_and_leaves_the_newer_alone(stand
 
     orig, feats = torch.from_numpy(one_part.orig_nids()), torch.from_numpy(dataset.features)
     with DistFeatureSource(standalone_graph.ndata["feat"], device="cpu") as feat:
-        loader = DistLoader(standalone_graph, torch.arange(0, dataset.num_nodes, 3), [4], features={"feat": feat},
-                            batch_size=100, prefetch=prefetch)
+        loader = DistLoader(standalone_graph, torch.arange(0, dataset.num_nodes, 3), [4], features={"feat": feat}, batch_size=100, prefetch=prefetch)
         first = iter(loader)
         next(first)
         second = iter(loader)
@@ -195,7 +210,7 @@ def test_an_epoch_replaced_by_a_newer_one_stops_and_leaves_the_newer_alone(stand
         with pytest.warns(UserWarning, match="batch 0 is still referenced"):  # batches[0]: its slot was reused
             batches += list(second)
         assert len(batches) == len(loader)
-        for input_nodes, _, blocks in batches[-len(loader._ring) + 1:]:  # the ones whose slots were not reused since
+        for input_nodes, _, blocks in batches[-len(loader._ring) + 1 :]:  # the ones whose slots were not reused since
             assert torch.equal(blocks[0].srcdata["feat"], feats[orig[input_nodes]])
 
 
@@ -212,8 +227,8 @@ def test_loader_refuses_bad_arguments(standalone_graph):
 
 
 def test_standalone_training_learns(one_part, standalone_graph):
-    from dgl_zerocopy.training.config import TrainConfig
     from dgl_zerocopy.dist import train_dist
+    from dgl_zerocopy.training.config import TrainConfig
 
     cfg = TrainConfig(fanouts=[5, 5], batch_size=256, hidden=32, epochs=3, lr=0.01, device="cpu", prefetch=2)
     history, info = train_dist(cfg, one_part.folder)
@@ -222,12 +237,13 @@ def test_standalone_training_learns(one_part, standalone_graph):
     assert history[-1].test_acc > 2.0 / SMALL.num_classes  # well above chance (1/5)
 
 
-
-@pytest.mark.parametrize("update, flag", [({"feature_compression": "int8"}, "--feature-compression int8"),
-                                          ({"feature_cache": "10%"}, "--feature-cache 10%"), ({"nproc": 2}, "--nproc 2")])
+@pytest.mark.parametrize(
+    "update, flag",
+    [({"feature_compression": "int8"}, "--feature-compression int8"), ({"feature_cache": "10%"}, "--feature-cache 10%"), ({"nproc": 2}, "--nproc 2")],
+)
 def test_options_that_do_not_apply_with_dist_are_refused(one_part, update, flag):
-    from dgl_zerocopy.training.config import ConfigError, TrainConfig
     from dgl_zerocopy.dist import train_dist
+    from dgl_zerocopy.training.config import ConfigError, TrainConfig
 
     cfg = TrainConfig(device="cpu").model_copy(update=update)
     with pytest.raises(ConfigError, match=f"^{flag} does not apply with --dist"):
@@ -235,6 +251,7 @@ def test_options_that_do_not_apply_with_dist_are_refused(one_part, update, flag)
 
 
 # -- the watchdog ------------------------------------------------------------------------------------
+
 
 def test_watchdog_fails_within_its_poll_when_a_server_is_gone():
     import subprocess
@@ -271,6 +288,7 @@ def test_watchdog_reads_its_settings_from_the_environment(monkeypatch):
 
 
 # -- single-host helpers (installing them is tested in the 2-partition jobs: it patches DGL for good) --
+
 
 def test_shared_memory_segments_are_found_and_removed_by_prefix(tmp_path):
     if not single_host.SHM_DIR.is_dir():

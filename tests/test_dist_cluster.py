@@ -6,6 +6,7 @@ These run the two single-host fixes (machine id per process, shared-memory names
 without them both trainers would see partition 0 as local and the servers would overwrite each
 other's shared memory, and the rows would not equal the originals.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,8 +21,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-
 from conftest import REPO, SHARED_DATA, SMALL
+
 from dgl_zerocopy.data import load_dataset
 from dgl_zerocopy.dist import ClusterError, launch_local, partition_dataset, trainer_threads
 
@@ -75,8 +76,9 @@ def test_two_partitions_rows_equal_the_originals_and_the_split_is_counted(two_pa
     info, originals = two_parts
     results = tmp_path / "results"
     results.mkdir()
-    job = launch_local([sys.executable, str(WORKER), "fetch", str(info.folder), str(originals), str(results)],
-                       info.part_config, 2, timeout=LIMIT, log_dir=tmp_path / "logs")
+    job = launch_local(
+        [sys.executable, str(WORKER), "fetch", str(info.folder), str(originals), str(results)], info.part_config, 2, timeout=LIMIT, log_dir=tmp_path / "logs"
+    )
     assert job.trainer_codes == [0, 0] and job.server_codes == [0, 0]
     config = json.loads(info.part_config.read_text())
     sizes = [b - a for a, b in config["node_map"]["_N"]]
@@ -125,8 +127,9 @@ def test_a_server_that_dies_fails_the_trainers_within_seconds(two_parts, tmp_pat
     try:
         killer.start()
         with pytest.raises(ClusterError) as error:
-            launch_local([sys.executable, str(WORKER), "loop", str(info.folder), str(originals), str(results)],
-                         info.part_config, 2, timeout=LIMIT, log_dir=logs)
+            launch_local(
+                [sys.executable, str(WORKER), "loop", str(info.folder), str(originals), str(results)], info.part_config, 2, timeout=LIMIT, log_dir=logs
+            )
     finally:
         cluster._start = real_start
     failed_after = time.monotonic() - killed_at[0]
@@ -143,8 +146,7 @@ def _cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
     """``dgl-zerocopy ARGS``, bounded: past ``LIMIT`` it gets SIGTERM (launch-local then stops its
     servers and trainers and removes their shared memory), SIGKILL 15 s later, and the test fails."""
     command = [sys.executable, "-m", "dgl_zerocopy.cli", *args]
-    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
-                          env={**os.environ, **(env or {})}) as proc:
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO, env={**os.environ, **(env or {})}) as proc:
         try:
             out, err = proc.communicate(timeout=LIMIT)
         except subprocess.TimeoutExpired:
@@ -163,8 +165,23 @@ def _accuracy(stdout: str) -> float:
     return float(found.group(1))
 
 
-CORA = ["--fanouts", "10,10", "--batch-size", "140", "--epochs", "20", "--hidden", "64", "--lr", "0.01", "--eval-every", "5",
-        "--device", "cpu", "--no-progress"]
+CORA = [
+    "--fanouts",
+    "10,10",
+    "--batch-size",
+    "140",
+    "--epochs",
+    "20",
+    "--hidden",
+    "64",
+    "--lr",
+    "0.01",
+    "--eval-every",
+    "5",
+    "--device",
+    "cpu",
+    "--no-progress",
+]
 
 
 @pytest.mark.skipif(not (SHARED_DATA / "planetoid").is_dir(), reason="needs ../shared/data/planetoid")

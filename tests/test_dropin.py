@@ -1,5 +1,6 @@
 """dgl_zerocopy.DataLoader as a drop-in for DGL 2.1's: the signature, DGL's keywords, the sampler's
 prefetch lists, int32 graphs, worker processes, and DGL's own example switched by one line."""
+
 from __future__ import annotations
 
 import difflib
@@ -17,6 +18,7 @@ import torch
 dgl = pytest.importorskip("dgl")
 
 from conftest import REPO  # noqa: E402
+
 from dgl_zerocopy import DataLoader, FeatureStore  # noqa: E402
 from dgl_zerocopy.loading import dgl_options  # noqa: E402
 
@@ -46,7 +48,7 @@ def test_signature_is_dgls_up_to_its_last_argument():
     positional = [p for p in theirs if p.kind is not p.VAR_KEYWORD]
     assert [(p.name, p.default) for p in ours[: len(positional)]] == [(p.name, p.default) for p in positional]
     assert ours[-1].kind is inspect.Parameter.VAR_KEYWORD
-    extras = [p for p in ours[len(positional):-1]]
+    extras = [p for p in ours[len(positional) : -1]]
     assert all(p.kind is p.KEYWORD_ONLY for p in extras) and {"features", "labels", "prefetch"} <= {p.name for p in extras}
 
 
@@ -54,10 +56,26 @@ def test_dgls_call_with_every_keyword_runs_and_matches_the_graph(graph, train_id
     """The call of DGL's examples, verbatim, plus the torch keywords DGL forwards."""
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # use_uva warns; tested below
-        loader = DataLoader(graph, train_idx, _prefetching_sampler(), device="cpu", use_ddp=False, ddp_seed=0,
-                            batch_size=256, drop_last=False, shuffle=True, use_prefetch_thread=None,
-                            use_alternate_streams=None, pin_prefetcher=None, use_uva=False, gpu_cache=None,
-                            num_workers=0, persistent_workers=False, timeout=0, worker_init_fn=None)
+        loader = DataLoader(
+            graph,
+            train_idx,
+            _prefetching_sampler(),
+            device="cpu",
+            use_ddp=False,
+            ddp_seed=0,
+            batch_size=256,
+            drop_last=False,
+            shuffle=True,
+            use_prefetch_thread=None,
+            use_alternate_streams=None,
+            pin_prefetcher=None,
+            use_uva=False,
+            gpu_cache=None,
+            num_workers=0,
+            persistent_workers=False,
+            timeout=0,
+            worker_init_fn=None,
+        )
     seen = []
     for input_nodes, output_nodes, blocks in loader:
         torch.testing.assert_close(blocks[0].srcdata["feat"], graph.ndata["feat"][input_nodes])
@@ -82,10 +100,7 @@ def test_unknown_keywords_fail_like_a_python_call(graph, train_idx):
         DataLoader(graph, train_idx, dgl.dataloading.NeighborSampler([2]), collate_fn=lambda x: x)
 
 
-@pytest.mark.parametrize("kw,phrase", [
-    (dict(use_uva=True), "sampling runs on the CPU"),
-    (dict(pin_prefetcher=True), "has no effect"),
-])
+@pytest.mark.parametrize("kw,phrase", [(dict(use_uva=True), "sampling runs on the CPU"), (dict(pin_prefetcher=True), "has no effect")])
 def test_options_that_cannot_apply_warn_once(graph, train_idx, kw, phrase):
     with pytest.warns(UserWarning, match=phrase):
         DataLoader(graph, train_idx, dgl.dataloading.NeighborSampler([2]), device="cpu", **kw)
@@ -161,8 +176,7 @@ def test_ddp_split_follows_dgls_padding_and_drop_rules(graph, n, world, drop_las
     seeds = torch.arange(n) * 7 % graph.num_nodes()
     ranks = []
     for rank in range(world):
-        loader = DataLoader(graph, seeds, dgl.dataloading.NeighborSampler([2]), batch_size=4, shuffle=True,
-                            drop_last=drop_last, ddp_seed=11)
+        loader = DataLoader(graph, seeds, dgl.dataloading.NeighborSampler([2]), batch_size=4, shuffle=True, drop_last=drop_last, ddp_seed=11)
         loader.use_ddp, loader.rank, loader.world_size = True, rank, world
         ranks.append(loader)
     per_rank = n // world if drop_last else -(-n // world)
@@ -192,8 +206,9 @@ def _psutil_children():
 @pytest.mark.parametrize("persistent", [False, True])
 def test_worker_processes_sample_the_same_seeds(graph, train_idx, persistent):
     serial = DataLoader(graph, train_idx, _prefetching_sampler(), batch_size=100, shuffle=True, seed=5)
-    workers = DataLoader(graph, train_idx, _prefetching_sampler(), batch_size=100, shuffle=True, seed=5,
-                         num_workers=2, persistent_workers=persistent, timeout=60)
+    workers = DataLoader(
+        graph, train_idx, _prefetching_sampler(), batch_size=100, shuffle=True, seed=5, num_workers=2, persistent_workers=persistent, timeout=60
+    )
     before = _children()
     for epoch in range(2):
         expected = [output_nodes for _, output_nodes, _ in serial]
@@ -228,17 +243,29 @@ def _variant(tmp_path, *changes) -> tuple:
         text = text.replace(old, new)
     path = tmp_path / f"example_{len(changes)}.py"
     path.write_text(text)
-    changed = [line for line in difflib.unified_diff(EXAMPLE.read_text().splitlines(), text.splitlines(), lineterm="", n=0)
-               if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+    changed = [
+        line
+        for line in difflib.unified_diff(EXAMPLE.read_text().splitlines(), text.splitlines(), lineterm="", n=0)
+        if line[:1] in "+-" and not line.startswith(("+++", "---"))
+    ]
     return path, changed
 
 
 def _test_accuracies(scripts) -> list[float]:
     """Run the scripts side by side (seed 0, CPU) and read their test accuracies."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}  # three processes share the cores
-    runs = [subprocess.Popen([sys.executable, str(script), "--num-nodes", "20000", "--seed", "0", "--mode", "cpu"],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8", env=env, cwd=REPO)
-            for script in scripts]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, str(script), "--num-nodes", "20000", "--seed", "0", "--mode", "cpu"],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            env=env,
+            cwd=REPO,
+        )
+        for script in scripts
+    ]
     accuracies = []
     try:
         for run in runs:
@@ -283,11 +310,19 @@ def test_dgls_multi_gpu_example_switched_by_one_line_trains_with_ddp(tmp_path):
     switched = tmp_path / "multi_switched.py"
     switched.write_text(text.replace(*ONE_LINE))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    runs = [subprocess.Popen([sys.executable, str(script), "--cpu-procs", "2", "--num-nodes", "20000", "--epochs", "5",
-                              "--port", str(_free_port())],
-                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8", env=env, cwd=REPO,
-                             start_new_session=True)
-            for script in (MULTI, switched)]
+    runs = [
+        subprocess.Popen(
+            [sys.executable, str(script), "--cpu-procs", "2", "--num-nodes", "20000", "--epochs", "5", "--port", str(_free_port())],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+            encoding="utf-8",
+            env=env,
+            cwd=REPO,
+            start_new_session=True,
+        )
+        for script in (MULTI, switched)
+    ]
     accuracies = []
     try:
         for run in runs:

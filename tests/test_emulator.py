@@ -31,9 +31,7 @@ def assert_same_bytes(actual: np.ndarray, expected: np.ndarray, context: str) ->
 def mixed_ids(num_rows: int, seed: int = 1) -> np.ndarray:
     """Unsorted, with duplicates and both ends of the table."""
     rng = np.random.default_rng(seed)
-    return np.concatenate(
-        [[num_rows - 1, 0, 3 % num_rows], rng.integers(0, num_rows, 40), [0, num_rows - 1]]
-    )
+    return np.concatenate([[num_rows - 1, 0, 3 % num_rows], rng.integers(0, num_rows, 40), [0, num_rows - 1]])
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -56,9 +54,7 @@ def test_every_dtype_width_and_alignment(dtype, variant):
         # element-aligned offsets (what real tables have) and a few that are not
         for offset in sorted({0, itemsize, 16 + itemsize, 64, 120, 1, 3, 66}):
             out = emulate_gather(table, ids, variant=variant, base_offset=offset)
-            assert_same_bytes(
-                out, table[ids], f"{dtype} {variant} columns={columns} offset={offset}"
-            )
+            assert_same_bytes(out, table[ids], f"{dtype} {variant} columns={columns} offset={offset}")
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -126,9 +122,7 @@ def test_trace_loads_every_useful_byte_once_inside_the_table(variant):
         assert (trace.address + trace.nbytes).max() <= trace.table_address + table.nbytes
         # per row: each byte exactly once
         relative = np.sort(trace.address - trace.table_address)
-        expected = np.sort(
-            (ids[:, None] * 400 + np.arange(0, 400, trace.plan.vector_bytes)[None, :]).reshape(-1)
-        )
+        expected = np.sort((ids[:, None] * 400 + np.arange(0, 400, trace.plan.vector_bytes)[None, :]).reshape(-1))
         np.testing.assert_array_equal(relative, expected)
 
 

@@ -8,12 +8,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-
-from dgl_zerocopy.store.cache import HotRowCache, cached_gather
-from dgl_zerocopy.cuda.gather.emulator import emulate_decode, emulate_gather
-from dgl_zerocopy.cuda.gather.pcie_model import analyze
 from test_emulator import assert_same_bytes, make_table
 from test_emulator_decode import CODECS, OUT_DTYPES, TORCH_CODES, assert_same, make_codec, out_format
+
+from dgl_zerocopy.cuda.gather.emulator import emulate_decode, emulate_gather
+from dgl_zerocopy.cuda.gather.pcie_model import analyze
+from dgl_zerocopy.store.cache import HotRowCache, cached_gather
 
 SLOT_DTYPES = (np.int32, np.int64)
 ID_DTYPES = (np.int32, np.int64)
@@ -78,11 +78,9 @@ def test_every_mix_width_and_alignment(dtype, slot_dtype):
     for columns in (1, 3, 7, 25, 100, 128, 129):
         table = make_table(ROWS, columns * itemsize, dtype, seed=columns)
         cache_rows = cache_rows_for(table, slot_map, faithful=False, seed=columns + 1)
-        for i, (offset, cache_offset) in enumerate([(0, 0), (itemsize, 0), (0, 4 * itemsize), (64, 100 - 100 % itemsize),
-                                                   (16 + itemsize, 16)]):
+        for i, (offset, cache_offset) in enumerate([(0, 0), (itemsize, 0), (0, 4 * itemsize), (64, 100 - 100 % itemsize), (16 + itemsize, 16)]):
             for name, ids in id_mixes(ROWS, CACHED, ID_DTYPES[i % 2]).items():
-                out = emulate_gather(table, ids, base_offset=offset, cache_rows=cache_rows, slot_map=slot_map,
-                                     cache_offset=cache_offset)
+                out = emulate_gather(table, ids, base_offset=offset, cache_rows=cache_rows, slot_map=slot_map, cache_offset=cache_offset)
                 context = f"{dtype} {columns} cols, table +{offset}, cache +{cache_offset}, {ids.dtype} ids, {name}"
                 assert_same_bytes(out, mixed_reference(table, cache_rows, slot_map, ids), context)
 
@@ -107,8 +105,7 @@ def test_padded_cache_stride_capped_grid_and_permutation():
     ids = np.random.default_rng(5).integers(0, 50, 3000)
     for stride in (400, 404, 408, 416, 512):
         cache_rows = cache_rows_for(table, slot_map, faithful=False)
-        out, trace = emulate_gather(table, ids, cache_rows=cache_rows, slot_map=slot_map, cache_stride=stride,
-                                    max_blocks=2, trace=True)
+        out, trace = emulate_gather(table, ids, cache_rows=cache_rows, slot_map=slot_map, cache_stride=stride, max_blocks=2, trace=True)
         assert_same_bytes(out, mixed_reference(table, cache_rows, slot_map, ids), f"stride {stride}")
         assert trace.plan.vector_bytes == {400: 16, 404: 4, 408: 8, 416: 16, 512: 16}[stride]
     order = np.argsort(ids, kind="stable")
@@ -121,8 +118,7 @@ def test_the_cache_alignment_limits_the_vector():
     slot_map = make_cache(8, [1, 2], np.int32)
     cache_rows = cache_rows_for(table, slot_map, faithful=True)
     for cache_offset, vector in ((0, 16), (8, 8), (4, 4), (64, 16)):
-        _, trace = emulate_gather(table, np.array([1, 5]), cache_rows=cache_rows, slot_map=slot_map,
-                                  cache_offset=cache_offset, trace=True)
+        _, trace = emulate_gather(table, np.array([1, 5]), cache_rows=cache_rows, slot_map=slot_map, cache_offset=cache_offset, trace=True)
         assert trace.plan.vector_bytes == vector, cache_offset
         assert trace.plan.cached and trace.plan.slot_bytes == 4
 
@@ -207,8 +203,7 @@ def emulate_cached_decode(codes, codec, ids, out_dtype, cache_rows, slot_map, **
     affine = {}
     if codec.name == "int8":
         affine = dict(scale=codec.scale.numpy(), offset=codec.offset.numpy(), affine=codec.axis)
-    out = np.array(emulate_decode(codes, ids, code=codec.name, out_format=out_format(out_dtype), cache_rows=cache_rows,
-                                  slot_map=slot_map, **affine, **kw))
+    out = np.array(emulate_decode(codes, ids, code=codec.name, out_format=out_format(out_dtype), cache_rows=cache_rows, slot_map=slot_map, **affine, **kw))
     if out_dtype == torch.bfloat16:
         return torch.from_numpy(out.view(np.int16)).view(torch.bfloat16)
     return torch.from_numpy(out)
@@ -226,8 +221,7 @@ def test_every_codec_and_mix_decodes_hits_like_misses(codec_name, out_dtype):
         cache_rows = cache_rows_for(codes, slot_map, faithful=False, seed=columns)
         for i, (name, ids) in enumerate(id_mixes(ROWS, CACHED, np.int32).items()):
             ids = ids.astype(ID_DTYPES[i % 2])
-            got = emulate_cached_decode(codes, codec, ids, out_dtype, cache_rows, slot_map, base_offset=offset,
-                                        cache_offset=cache_offset)
+            got = emulate_cached_decode(codes, codec, ids, out_dtype, cache_rows, slot_map, base_offset=offset, cache_offset=cache_offset)
             want = decoded(mixed_reference(codes, cache_rows, slot_map, ids), codec, ids, out_dtype)
             assert_same(got, want, f"{codec_name} -> {out_format(out_dtype)}, {columns} cols, +{offset}/+{cache_offset}, {name}")
 
@@ -299,5 +293,4 @@ def test_bad_cache_inputs_are_rejected():
     with pytest.raises(ValueError, match="aligned"):
         emulate_gather(table, ids, variant="naive", cache_rows=rows, slot_map=slot_map)
     with pytest.raises(ValueError, match="cache_address must be a multiple of 2"):
-        emulate_decode(np.zeros((10, 8), np.uint16), ids, code="fp16", cache_rows=np.zeros((2, 8), np.uint16),
-                       slot_map=slot_map, cache_offset=1)
+        emulate_decode(np.zeros((10, 8), np.uint16), ids, code="fp16", cache_rows=np.zeros((2, 8), np.uint16), slot_map=slot_map, cache_offset=1)

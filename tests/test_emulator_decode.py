@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from dgl_zerocopy.cuda.gather import instantiations
-from dgl_zerocopy.store.compression import Codec
-from dgl_zerocopy.store.compression.encode import encode_into
 from dgl_zerocopy.cuda.gather.emulator import emulate_decode
 from dgl_zerocopy.cuda.gather.emulator_build import convert, emulator_flushes_subnormals, float_op
 from dgl_zerocopy.cuda.kernel_source import gpu_flushes_subnormals
+from dgl_zerocopy.store.compression import Codec
+from dgl_zerocopy.store.compression.encode import encode_into
 
 COLUMNS = (1, 2, 3, 31, 32, 100, 128, 602, 4099)
 CODECS = ("fp16", "bf16", "int8/column", "int8/row")
@@ -70,8 +70,7 @@ def assert_same(got: torch.Tensor, want: torch.Tensor, context: str) -> None:
     differ = (got.view(bits) != want.view(bits)) & ~nan
     if differ.any():
         row, col = (int(i) for i in differ.nonzero()[0])
-        pytest.fail(f"{context}: {int(differ.sum())} values differ, first at [{row}, {col}]: "
-                    f"{float(got[row, col])!r} != {float(want[row, col])!r}")
+        pytest.fail(f"{context}: {int(differ.sum())} values differ, first at [{row}, {col}]: {float(got[row, col])!r} != {float(want[row, col])!r}")
 
 
 def mixed_ids(rows: int, count: int, dtype, seed: int) -> np.ndarray:
@@ -114,8 +113,28 @@ def _boundary_floats(target_bits_as_float: np.ndarray) -> np.ndarray:
     around = np.concatenate([np.nextafter(values, np.float32(np.inf)), np.nextafter(values, np.float32(-np.inf))])
     rng = np.random.default_rng(0)
     random = rng.integers(0, 2**32, 200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
-    specials = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504, 65519.996, 65520, -65520, 2.0**-24, 2.0**-25,
-                         1.5 * 2.0**-25, 2.0**-26, 3.4028235e38, 1e-45, -1e-45, 1.17549435e-38], dtype=np.float32)
+    specials = np.array(
+        [
+            0.0,
+            -0.0,
+            np.inf,
+            -np.inf,
+            np.nan,
+            65504,
+            65519.996,
+            65520,
+            -65520,
+            2.0**-24,
+            2.0**-25,
+            1.5 * 2.0**-25,
+            2.0**-26,
+            3.4028235e38,
+            1e-45,
+            -1e-45,
+            1.17549435e-38,
+        ],
+        dtype=np.float32,
+    )
     return np.concatenate([values, around, random, specials]).astype(np.float32)
 
 
@@ -155,7 +174,7 @@ def test_the_emulator_flushes_where_the_gpu_does():
     tiny = (rng.uniform(-1, 1, 1000) * 2.0**-126).astype(np.float32)  # subnormal (or zero)
     normal = (10.0 ** rng.uniform(-20, 20, 1000) * rng.choice([-1, 1], 1000)).astype(np.float32)
     a = np.concatenate([tiny, normal, normal, np.float32([2.0**-63, 2.0**-100])])
-    b = np.concatenate([normal, tiny, normal[::-1], np.float32([-2.0**-64, 2.0**-30])])
+    b = np.concatenate([normal, tiny, normal[::-1], np.float32([-(2.0**-64), 2.0**-30])])
     with np.errstate(over="ignore", under="ignore"):
         product, total = a * b, a + b
     for name, exact in (("zc_mul_rn", product), ("zc_add_rn", total)):
@@ -194,8 +213,9 @@ def test_subnormal_features_decode_exactly(axis, out_dtype):
     subnormal = (decoded != 0) & (np.abs(decoded) < SMALLEST_NORMAL)
     assert subnormal.sum() > 500, "the reference must hold subnormal values"
     for offset in (0, 1, 4, 16):
-        assert_same(emulate(codes, codec, ids, out_dtype, base_offset=offset), want,
-                    f"int8/{axis} -> {out_format(out_dtype)} with subnormal values, base +{offset}")
+        assert_same(
+            emulate(codes, codec, ids, out_dtype, base_offset=offset), want, f"int8/{axis} -> {out_format(out_dtype)} with subnormal values, base +{offset}"
+        )
 
 
 # ------------------------------------------------------------------ the kernel against Codec.decode
@@ -214,8 +234,11 @@ def test_every_codec_width_and_alignment(codec_name, out_dtype):
             id_dtype = (np.int32, np.int64)[i % 2]
             ids = mixed_ids(ROWS, 20, id_dtype, seed=offset)
             got = emulate(codes, codec, ids, out_dtype, base_offset=offset)
-            assert_same(got, reference(codes, codec, ids, out_dtype),
-                        f"{codec_name} -> {out_format(out_dtype)}, {columns} columns, base +{offset}, {id_dtype.__name__} ids")
+            assert_same(
+                got,
+                reference(codes, codec, ids, out_dtype),
+                f"{codec_name} -> {out_format(out_dtype)}, {columns} columns, base +{offset}, {id_dtype.__name__} ids",
+            )
 
 
 @pytest.mark.parametrize("codec_name", ["fp16", "int8/row"])
@@ -286,8 +309,7 @@ def test_trace_reads_each_code_once_and_each_row_pair_once_per_lane():
     assert int(outside.sum()) == 50 * trace.plan.threads_per_row  # every lane of the row's group
     # per column: the pairs live in device memory and are not traced
     codes, codec = make_codec("int8/column", 64, 100, seed=9)
-    _, trace = emulate_decode(codes, ids, code="int8", scale=codec.scale.numpy(), offset=codec.offset.numpy(),
-                              affine="column", base_offset=4, trace=True)
+    _, trace = emulate_decode(codes, ids, code="int8", scale=codec.scale.numpy(), offset=codec.offset.numpy(), affine="column", base_offset=4, trace=True)
     assert int(trace.nbytes.sum()) == 50 * 100
 
 

@@ -13,10 +13,10 @@ pytestmark = pytest.mark.gpu
 # this module for the same reason.
 from test_gpu_decode import CODECS, assert_same, make_codec  # noqa: E402
 
+from dgl_zerocopy.cuda.gather.launcher import DeviceCache, launch_decode, launch_gather  # noqa: E402
 from dgl_zerocopy.store.backends import GatherOptions  # noqa: E402
 from dgl_zerocopy.store.backends.zerocopy import ZeroCopyBackend  # noqa: E402
 from dgl_zerocopy.store.cache import HotRowCache  # noqa: E402
-from dgl_zerocopy.cuda.gather.launcher import DeviceCache, launch_decode, launch_gather  # noqa: E402
 
 DEVICE = torch.device("cuda", 0)
 ROWS = 1000
@@ -40,12 +40,10 @@ def id_mixes(id_dtype: torch.dtype) -> dict[str, torch.Tensor]:
     return {name: ids.to(id_dtype) for name, ids in mixes.items()}
 
 
-def device_cache(cache: HotRowCache, rows: torch.Tensor | None = None, slot_dtype: torch.dtype = torch.int32,
-                 pairs: torch.Tensor | None = None) -> DeviceCache:
+def device_cache(cache: HotRowCache, rows: torch.Tensor | None = None, slot_dtype: torch.dtype = torch.int32, pairs: torch.Tensor | None = None) -> DeviceCache:
     """``cache`` as the launcher takes it (optionally with other rows, to see where hits come from)."""
     rows = cache.rows if rows is None else rows
-    return DeviceCache(rows.data_ptr(), rows.stride(0) * rows.element_size(), cache.slot_map.to(slot_dtype),
-                       0 if pairs is None else pairs.data_ptr())
+    return DeviceCache(rows.data_ptr(), rows.stride(0) * rows.element_size(), cache.slot_map.to(slot_dtype), 0 if pairs is None else pairs.data_ptr())
 
 
 def mixed_rows(table: torch.Tensor, cache: HotRowCache, rows: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
@@ -73,9 +71,17 @@ def test_launch_gather_reads_hits_from_the_cache_and_misses_from_the_host(dtype,
                     device_ids, on_device = ids.to(DEVICE), device_cache(cache, rows, slot_dtype)
                     side = torch.cuda.Stream()
                     side.wait_stream(torch.cuda.current_stream())
-                    plan = launch_gather(table.data_ptr(), tuple(table.shape), table.element_size(),
-                                         table.stride(0) * table.element_size(), device_ids, out, stream=side,
-                                         sort=name == "random", cache=on_device)
+                    plan = launch_gather(
+                        table.data_ptr(),
+                        tuple(table.shape),
+                        table.element_size(),
+                        table.stride(0) * table.element_size(),
+                        device_ids,
+                        out,
+                        stream=side,
+                        sort=name == "random",
+                        cache=on_device,
+                    )
                     side.synchronize()
                     assert plan.cached or plan.grid == 0
                     assert torch.equal(out.cpu(), want), f"{dtype} {columns} cols, {id_dtype} ids, {name}"
@@ -101,8 +107,18 @@ def test_launch_decode_decodes_hits_like_misses(codec_name):
                 device_ids, on_device = ids.to(DEVICE), device_cache(cache, pairs=pairs)
                 side = torch.cuda.Stream()
                 side.wait_stream(torch.cuda.current_stream())
-                launch_decode(codes.data_ptr(), tuple(codes.shape), codec.name, codes.stride(0) * codes.element_size(),
-                              device_ids, out, affine=codec.axis, affine_ptr=pairs_ptr, stream=side, cache=on_device)
+                launch_decode(
+                    codes.data_ptr(),
+                    tuple(codes.shape),
+                    codec.name,
+                    codes.stride(0) * codes.element_size(),
+                    device_ids,
+                    out,
+                    affine=codec.axis,
+                    affine_ptr=pairs_ptr,
+                    stream=side,
+                    cache=on_device,
+                )
                 side.synchronize()
                 assert_same(out, codec.decode(codes[ids], ids), f"{codec_name} {columns} cols, {name}, pairs cached: {pairs is not None}")
         del keep

@@ -1,6 +1,7 @@
 """bench/gpu_check.py without a GPU: the one line and exit 2 (with make and without), the header
 it prints first, its time limits (a step that overruns keeps what it finished and reports the rest
 as skipped for time, with stand-ins for the GPU steps), and the pure parts that read and write results."""
+
 import json
 import os
 import re
@@ -13,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from conftest import CUDA, REPO
+
 from dgl_zerocopy.cuda.gather import instantiations
 
 sys.path.insert(0, str(REPO / "bench"))
@@ -22,8 +23,8 @@ import gpu_check  # noqa: E402
 import gpu_check_pytest  # noqa: E402
 from gpu_check import Part  # noqa: E402
 
-
 # -- without CUDA, with make and without ---------------------------------------------------------
+
 
 def _env_without_pythonpath() -> dict:
     env = {k: v for k, v in os.environ.items() if k not in ("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "PYTHONPATH")}
@@ -34,8 +35,15 @@ def _env_without_pythonpath() -> dict:
 @pytest.mark.skipif(CUDA, reason="checks the machine without a GPU")
 def test_without_cuda_it_prints_one_line_and_exits_2_from_any_folder(tmp_path):
     """``python3 bench/gpu_check.py`` needs neither make nor PYTHONPATH nor the checkout as its folder."""
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--out", str(tmp_path / "res")],
-                       capture_output=True, text=True, encoding="utf-8", cwd=tmp_path, env=_env_without_pythonpath(), timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--out", str(tmp_path / "res")],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=tmp_path,
+        env=_env_without_pythonpath(),
+        timeout=120,
+    )
     assert r.returncode == 2, r.stdout + r.stderr
     lines = (r.stdout + r.stderr).strip().splitlines()
     assert lines == ["gpu-check: no CUDA GPU here (torch.cuda.is_available() is False); run it on a machine with one"]
@@ -44,10 +52,19 @@ def test_without_cuda_it_prints_one_line_and_exits_2_from_any_folder(tmp_path):
 
 @pytest.mark.skipif(CUDA or shutil.which("make") is None, reason="checks make on a machine without a GPU")
 def test_make_gpu_check_without_cuda_is_one_line_and_exit_2():
-    for python, why in ((sys.executable, "no CUDA GPU here (torch.cuda.is_available() is False)"),
-                        ("/nonexistent/python3", "gpu-check: /nonexistent/python3 could not run (exit 127)")):
-        r = subprocess.run(["make", "--no-print-directory", "gpu-check", f"PYTHON={python}"], capture_output=True, text=True,
-                           encoding="utf-8", cwd=REPO, env=_env_without_pythonpath(), timeout=120)
+    for python, why in (
+        (sys.executable, "no CUDA GPU here (torch.cuda.is_available() is False)"),
+        ("/nonexistent/python3", "gpu-check: /nonexistent/python3 could not run (exit 127)"),
+    ):
+        r = subprocess.run(
+            ["make", "--no-print-directory", "gpu-check", f"PYTHON={python}"],
+            capture_output=True,
+            text=True,
+            encoding="utf-8",
+            cwd=REPO,
+            env=_env_without_pythonpath(),
+            timeout=120,
+        )
         lines = (r.stdout + r.stderr).strip().splitlines()
         assert r.returncode == 2 and len(lines) == 1, (python, lines)
         assert why in lines[0] and "Error" not in lines[0], lines
@@ -57,8 +74,14 @@ def test_make_gpu_check_without_cuda_is_one_line_and_exit_2():
 def test_make_runs_what_the_docs_say_to_run_without_make():
     """make adds nothing to ``python3 bench/gpu_check.py ARGS`` but its CUDA probe: no PYTHONPATH,
     no venv, no network; docs/gpu.md and the Makefile both say python3."""
-    r = subprocess.run(["make", "-n", "--no-print-directory", "gpu-check", "GPU_CHECK_PROBE=true", "GPU_CHECK_ARGS=--out /x --quick"],
-                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, timeout=60)
+    r = subprocess.run(
+        ["make", "-n", "--no-print-directory", "gpu-check", "GPU_CHECK_PROBE=true", "GPU_CHECK_ARGS=--out /x --quick"],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        timeout=60,
+    )
     assert r.returncode == 0, r.stderr
     assert r.stdout.strip().splitlines() == ["python3 bench/gpu_check.py --out /x --quick"]
     makefile = (REPO / "Makefile").read_text()
@@ -77,20 +100,29 @@ def test_make_runs_what_the_docs_say_to_run_without_make():
 
 @pytest.mark.skipif(CUDA, reason="checks the machine without a GPU")
 def test_probe_prints_the_line_and_exits_0():
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--probe"], capture_output=True, text=True,
-                       encoding="utf-8", env=_env_without_pythonpath(), timeout=120)
+    r = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--probe"],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        env=_env_without_pythonpath(),
+        timeout=120,
+    )
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout.startswith("gpu-check: no CUDA GPU here")
 
 
 def test_pytest_counts_and_summary_lines():
-    text = "\n".join([
-        "..s.F", "=========================== short test summary info ============================",
-        "FAILED tests/test_store_gpu.py::test_x[zerocopy] - RuntimeError: boom",
-        "SKIPPED [2] tests/test_nn.py:55: needs a CUDA GPU",
-        "ERROR tests/test_dgl_plugin.py - ModuleNotFoundError: No module named 'dgl'",
-        "1 failed, 41 passed, 2 skipped, 500 deselected, 1 error, 3 warnings in 35.20s",
-    ])
+    text = "\n".join(
+        [
+            "..s.F",
+            "=========================== short test summary info ============================",
+            "FAILED tests/test_store_gpu.py::test_x[zerocopy] - RuntimeError: boom",
+            "SKIPPED [2] tests/test_nn.py:55: needs a CUDA GPU",
+            "ERROR tests/test_dgl_plugin.py - ModuleNotFoundError: No module named 'dgl'",
+            "1 failed, 41 passed, 2 skipped, 500 deselected, 1 error, 3 warnings in 35.20s",
+        ]
+    )
     assert gpu_check.parse_pytest_counts(text) == {"failed": 1, "passed": 41, "skipped": 2, "deselected": 500, "errors": 1, "warnings": 3}
     assert gpu_check.parse_pytest_counts("no tests ran in 0.01s") == {}
     assert gpu_check.pytest_short_summary(text) == [
@@ -105,24 +137,60 @@ def _made_up_summary(out):
     gather = []
     for dim, gbps in ((16, 10.0), (100, 18.0), (128, 20.0), (1024, 24.0)):
         for method, factor in (("h2d", 1.0), ("zerocopy", 0.9), ("zerocopy-naive", 0.7), ("cpu", 0.3), ("gpu", 50.0)):
-            gather.append({"dtype": "fp32", "dim": dim, "row_bytes": 4 * dim, "table_rows": 1000, "batch": 262144, "method": method,
-                           "gbps_median": gbps * factor, "gbps_q1": gbps * factor * 0.95, "gbps_q3": gbps * factor * 1.05, "ratio_to_ceiling": factor,
-                           "status": "ok"})
-    gather[2].update(gbps_median=nan, gbps_q1=nan, gbps_q3=nan, ratio_to_ceiling=nan,
-                     status="failed: TypeError: FeatureStore.__init__() got an unexpected keyword argument 'variant'")
+            gather.append(
+                {
+                    "dtype": "fp32",
+                    "dim": dim,
+                    "row_bytes": 4 * dim,
+                    "table_rows": 1000,
+                    "batch": 262144,
+                    "method": method,
+                    "gbps_median": gbps * factor,
+                    "gbps_q1": gbps * factor * 0.95,
+                    "gbps_q3": gbps * factor * 1.05,
+                    "ratio_to_ceiling": factor,
+                    "status": "ok",
+                }
+            )
+    gather[2].update(
+        gbps_median=nan,
+        gbps_q1=nan,
+        gbps_q3=nan,
+        ratio_to_ceiling=nan,
+        status="failed: TypeError: FeatureStore.__init__() got an unexpected keyword argument 'variant'",
+    )
     for option, factor in (("zerocopy+sort_ids", 0.8), ("zerocopy+max_blocks=132", 0.85)):
         gather.append({**gather[11], "method": option, "gbps_median": 20.0 * factor, "ratio_to_ceiling": factor})
-    epoch = [{"source": s, "prefetch": p, "epoch_time": t, "epoch_min": t * 0.9, "epoch_max": t * 1.1, "wait_share": 0.05, "test_acc": 0.99, "status": "ok"}
-             for s, p, t in (("cpu", 0, 3.0), ("cpu", 2, 2.5), ("zerocopy", 0, 1.5), ("zerocopy", 2, 1.0))]
-    epoch.append({"source": "gpu", "prefetch": 0, **dict.fromkeys(("epoch_time", "epoch_min", "epoch_max", "wait_share", "test_acc"), nan),
-                  "status": "failed: RuntimeError: CUDA out of memory"})
-    parts = [Part("wheels", "ok", "6 wheels", 2.0), Part("pytest", "ok", "41 passed, 2 skipped", 60.0),
-             Part("gather", "failed", "1 of 42 results failed", 150.0), Part("epoch", "skipped", "import dgl failed: ModuleNotFoundError", 3.0)]
-    return {"command": "python3 bench/gpu_check.py", "started": "2026-01-01T00:00:00+00:00", "seconds": 215.0, "out": str(out),
-            "mode": "full", "exit_code": gpu_check.exit_code(parts), "ceiling": "h2d",
-            "environment": {"device": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "sm_count": 132, "torch": "2.11.0", "cupy": "14.2.0"},
-            "parts": [gpu_check.asdict(p) for p in parts],
-            "figures": {"gather": gpu_check.gather_figures(gather), "epoch": gpu_check.epoch_figures(epoch)}}
+    epoch = [
+        {"source": s, "prefetch": p, "epoch_time": t, "epoch_min": t * 0.9, "epoch_max": t * 1.1, "wait_share": 0.05, "test_acc": 0.99, "status": "ok"}
+        for s, p, t in (("cpu", 0, 3.0), ("cpu", 2, 2.5), ("zerocopy", 0, 1.5), ("zerocopy", 2, 1.0))
+    ]
+    epoch.append(
+        {
+            "source": "gpu",
+            "prefetch": 0,
+            **dict.fromkeys(("epoch_time", "epoch_min", "epoch_max", "wait_share", "test_acc"), nan),
+            "status": "failed: RuntimeError: CUDA out of memory",
+        }
+    )
+    parts = [
+        Part("wheels", "ok", "6 wheels", 2.0),
+        Part("pytest", "ok", "41 passed, 2 skipped", 60.0),
+        Part("gather", "failed", "1 of 42 results failed", 150.0),
+        Part("epoch", "skipped", "import dgl failed: ModuleNotFoundError", 3.0),
+    ]
+    return {
+        "command": "python3 bench/gpu_check.py",
+        "started": "2026-01-01T00:00:00+00:00",
+        "seconds": 215.0,
+        "out": str(out),
+        "mode": "full",
+        "exit_code": gpu_check.exit_code(parts),
+        "ceiling": "h2d",
+        "environment": {"device": "NVIDIA H100 80GB HBM3", "compute_capability": "9.0", "sm_count": 132, "torch": "2.11.0", "cupy": "14.2.0"},
+        "parts": [gpu_check.asdict(p) for p in parts],
+        "figures": {"gather": gpu_check.gather_figures(gather), "epoch": gpu_check.epoch_figures(epoch)},
+    }
 
 
 def test_summary_files_from_made_up_rows(tmp_path):
@@ -217,8 +285,18 @@ def test_the_ddp_part_needs_two_gpus_and_reads_the_train_output():
         assert part.reason == f"skipped: {gpus} CUDA GPU(s) here; the multi-GPU DDP run needs 2 or more"
         assert gpu_check.exit_code([Part("pytest", "ok"), part]) == 0, "a machine with one GPU still passes"
     lines = [EpochStats(e, 3.0, 0.5, 0.9, 0.91, t, 0.2, {"sample": 0.1}).line() for e, t in ((0, 2.5), (1, 1.25))]
-    text = "\n".join(["synthetic: 50,000 nodes", *lines, "", "stage times per epoch (s)", "epoch  sample", "    0    0.10",
-                      "", "final test accuracy 0.9712 (best val 0.9000 at epoch 1, test 0.9100)"])
+    text = "\n".join(
+        [
+            "synthetic: 50,000 nodes",
+            *lines,
+            "",
+            "stage times per epoch (s)",
+            "epoch  sample",
+            "    0    0.10",
+            "",
+            "final test accuracy 0.9712 (best val 0.9000 at epoch 1, test 0.9100)",
+        ]
+    )
     assert gpu_check.parse_train_output(text) == {"epoch_times": [2.5, 1.25], "test_acc": 0.9712}
     assert gpu_check.parse_train_output("Traceback ...\nRuntimeError: NCCL error") == {"epoch_times": [], "test_acc": None}
     assert "ddp" in gpu_check.PARTS and gpu_check.LIMITS["ddp"] >= 45
@@ -229,8 +307,10 @@ def test_cached_methods_get_their_own_table_with_hit_rates(tmp_path):
     rows = summary["figures"]["gather"]
     at = next(g for g in rows if g["method"] == "zerocopy" and g["dim"] == 128)
     cpu = next(g for g in rows if g["method"] == "cpu" and g["dim"] == 128)
-    rows += [{**at, "method": "zerocopy+cache=0.25", "gbps_median": 2 * at["gbps_median"], "hit_rate": 0.2501},
-             {**cpu, "method": "cpu+cache=0.25", "gbps_median": float("nan"), "status": "failed: RuntimeError: x", "hit_rate": None}]
+    rows += [
+        {**at, "method": "zerocopy+cache=0.25", "gbps_median": 2 * at["gbps_median"], "hit_rate": 0.2501},
+        {**cpu, "method": "cpu+cache=0.25", "gbps_median": float("nan"), "status": "failed: RuntimeError: x", "hit_rate": None},
+    ]
     md = gpu_check.render_markdown(summary)
     assert "## Hot-row cache at 512 B rows (128 cols; uniform ids, random cached rows)" in md
     assert f"| zerocopy | 0.25 | 0.250 | {2 * at['gbps_median']:.2f} (" in md and "| 2.00 | ok |" in md
@@ -243,13 +323,17 @@ def test_cached_methods_get_their_own_table_with_hit_rates(tmp_path):
 
 # -- the header, printed first ---------------------------------------------------------------------
 
+
 def _tiny_wheel(folder, name="gpucheckdemo", version="1.0"):
     """A real pure-Python wheel, to be installed offline as the check installs DGL's."""
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{name}-{version}-py3-none-any.whl"
     info = f"{name}-{version}.dist-info"
-    files = {f"{name}.py": "VALUE = 1\n", f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
-             f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n"}
+    files = {
+        f"{name}.py": "VALUE = 1\n",
+        f"{info}/METADATA": f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n",
+        f"{info}/WHEEL": "Wheel-Version: 1.0\nGenerator: test\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
     with zipfile.ZipFile(path, "w") as z:
         for arcname, text in files.items():
             z.writestr(arcname, text)
@@ -262,6 +346,7 @@ def _fake_step(name, status="ok", reason="fake"):
         print(f"step {name} runs with a limit of {limit:.0f} s", flush=True)
         part = gpu_check.Part(name, status, reason, 1.0, limit=limit)
         return (part, "log", "2.1.0") if name == "epoch" else (part, "log")
+
     return step
 
 
@@ -289,6 +374,7 @@ def test_the_header_comes_first_and_names_the_wheels_installed(on_cpu, tmp_path,
     assert lines[3].startswith("gpu-check: NVRTC ") and "(CuPy)" in lines[3]
     import cupy
     import numpy
+
     assert lines[4].startswith(f"gpu-check: CuPy {cupy.__version__}, torch {torch.__version__}, NumPy {numpy.__version__}")
     assert lines[5].startswith("gpu-check: kernel cache ") and lines[5].endswith("cold (empty)")
     assert lines[6].startswith("gpu-check: full run into ") and "pytest 230 s" in lines[6]
@@ -304,6 +390,7 @@ def test_without_wheels_the_header_says_none(on_cpu, tmp_path, capsys):
 
 
 # -- time limits ----------------------------------------------------------------------------------
+
 
 def test_step_limits_keep_the_later_steps_their_time():
     assert gpu_check.step_limit(230, left=530, later=260) == 230
@@ -324,15 +411,19 @@ def test_kernels_compiled_are_counted_from_cupys_cache(tmp_path):
 
 def test_a_step_left_without_time_is_reported_not_failed(on_cpu, tmp_path, capsys):
     on_cpu.setattr(gpu_check, "LIMITS", {**gpu_check.LIMITS, "pytest": 100, "gather": 10, "epoch": 10})
-    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--time-limit", "200",
-                           "--parts", "pytest,gather,epoch"])
+    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--time-limit", "200", "--parts", "pytest,gather,epoch"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert "step pytest runs with a limit of 100 s" in out and "step gather" not in out
     assert "gpu-check [2/3] gather: skipped: time limit" in out
     data = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert [(p["name"], p["status"]) for p in data["parts"]] == [("wheels", "ok"), ("pytest", "ok"), ("gather", "partial"),
-                                                                 ("epoch", "partial"), ("ddp", "not run")]
+    assert [(p["name"], p["status"]) for p in data["parts"]] == [
+        ("wheels", "ok"),
+        ("pytest", "ok"),
+        ("gather", "partial"),
+        ("epoch", "partial"),
+        ("ddp", "not run"),
+    ]
     assert data["parts"][-1]["reason"] == "not in --parts"
     md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
     assert ": passed, parts skipped for time (see below)" in md.splitlines()[0]
@@ -341,7 +432,8 @@ def test_a_step_left_without_time_is_reported_not_failed(on_cpu, tmp_path, capsy
 
 def _fake_pytest_tests(folder, slow_test_body):
     folder.mkdir()
-    (folder / "test_fake.py").write_text(textwrap.dedent(f"""
+    (folder / "test_fake.py").write_text(
+        textwrap.dedent(f"""
         import signal, time
         import pytest
         pytestmark = pytest.mark.gpu
@@ -350,12 +442,14 @@ def _fake_pytest_tests(folder, slow_test_body):
         def test_slow():
             {slow_test_body}
         def test_after(): pass
-    """))
+    """)
+    )
     return folder
 
 
-@pytest.mark.parametrize("slow_test_body, stop", [("time.sleep(60)", "interrupted"),
-                                                  ("signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)", "killed")])
+@pytest.mark.parametrize(
+    "slow_test_body, stop", [("time.sleep(60)", "interrupted"), ("signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)", "killed")]
+)
 def test_pytest_stopped_at_its_limit_keeps_what_finished(tmp_path, monkeypatch, slow_test_body, stop):
     """pytest interrupted at its limit (or killed, when it ignores SIGINT): the tests that finished
     keep their outcomes, the one cut off and those after it are not run for time, the step is
@@ -375,6 +469,7 @@ def test_pytest_stopped_at_its_limit_keeps_what_finished(tmp_path, monkeypatch, 
     summary = {"parts": [gpu_check.asdict(part)], "figures": {"gather": []}}
     assert gpu_check.render_markdown.__module__ == "gpu_check_report"
     from gpu_check_report import time_skips
+
     assert time_skips(summary) == ["pytest: 1 tests not run: test_fake.py::test_after; cut off while running: test_fake.py::test_slow"]
 
 
@@ -427,14 +522,19 @@ def test_gather_skips_for_time_and_appends_each_row_as_it_comes(tmp_path, monkey
 
     monkeypatch.setattr(gather, "time", clock)
     monkeypatch.setattr(gather, "time_method", configuration)
-    code = gather.main(["--rows", "100", "--cols", "16,32", "--dtypes", "fp32", "--batches", "50", "--repeats", "2", "--raw", "json",
-                        "--time-limit", "25", "--out", str(stem)])
+    code = gather.main(
+        ["--rows", "100", "--cols", "16,32", "--dtypes", "fp32", "--batches", "50", "--repeats", "2", "--raw", "json", "--time-limit", "25", "--out", str(stem)]
+    )
     assert code == 0, "rows skipped for time are no failure"
     assert seen == [1, 2, 3], "the CSV holds its header and every configuration measured before the next starts"
     rows = gpu_check.result_rows(tmp_path, "g")
     assert [(r["dim"], r["method"], r["status"]) for r in rows] == [
-        (16, "copy", "ok"), (16, "cpu", "ok"), (16, "index_select", "ok"), (16, "fancy", gather.TIME_LIMIT_STATUS),
-        *((32, m, gather.TIME_LIMIT_STATUS) for m in gather.CPU_METHODS)]
+        (16, "copy", "ok"),
+        (16, "cpu", "ok"),
+        (16, "index_select", "ok"),
+        (16, "fancy", gather.TIME_LIMIT_STATUS),
+        *((32, m, gather.TIME_LIMIT_STATUS) for m in gather.CPU_METHODS),
+    ]
     assert [r["wall_s"] for r in rows[:3]] == [10, 10, 10]
     stem.with_suffix(".json").unlink()  # as if killed before the end: the CSV alone has them
     assert [r["status"] for r in gpu_check.result_rows(tmp_path, "g")] == [r["status"] for r in rows]
@@ -443,6 +543,7 @@ def test_gather_skips_for_time_and_appends_each_row_as_it_comes(tmp_path, monkey
     assert gpu_check.exit_code([part]) == 0
     summary = {"parts": [gpu_check.asdict(part)], "figures": {"gather": gpu_check.gather_figures(rows)}}
     from gpu_check_report import time_skips
+
     assert time_skips(summary)[0].startswith("gather: 5 configurations at 64 B, 128 B: fancy at 64 B, copy at 128 B")
 
 
@@ -482,27 +583,72 @@ def test_the_sweep_is_sized_as_docs_gpu_md_says():
 # -- NumPy 2 ----------------------------------------------------------------------------------------
 
 #: Names NumPy 2.0 removed, or deprecated for removal in 2.x (the GPU image runs NumPy 2.5).
-NUMPY_1_ONLY = ["float_", "complex_", "NaN", "PINF", "NINF", "Inf", "product", "cumproduct", "alltrue", "sometrue", "in1d",
-                "row_stack", "trapz", "round_", "asfarray", "find_common_type", "msort", "int0", "uint0", "bool8", "string_",
-                "unicode_", "sctypes", "issubsctype", "maximum_sctype", "cast", "core", "compat", "safe_eval", "lookfor",
-                "set_string_function", "byte_bounds", "fastCopyAndTranspose", "DataSource", "longfloat", "singlecomplex",
-                "cfloat", "longcomplex", "clongfloat", "tracemalloc_domain", "recfromcsv", "recfromtxt", "disp", "deprecate"]
+NUMPY_1_ONLY = [
+    "float_",
+    "complex_",
+    "NaN",
+    "PINF",
+    "NINF",
+    "Inf",
+    "product",
+    "cumproduct",
+    "alltrue",
+    "sometrue",
+    "in1d",
+    "row_stack",
+    "trapz",
+    "round_",
+    "asfarray",
+    "find_common_type",
+    "msort",
+    "int0",
+    "uint0",
+    "bool8",
+    "string_",
+    "unicode_",
+    "sctypes",
+    "issubsctype",
+    "maximum_sctype",
+    "cast",
+    "core",
+    "compat",
+    "safe_eval",
+    "lookfor",
+    "set_string_function",
+    "byte_bounds",
+    "fastCopyAndTranspose",
+    "DataSource",
+    "longfloat",
+    "singlecomplex",
+    "cfloat",
+    "longcomplex",
+    "clongfloat",
+    "tracemalloc_domain",
+    "recfromcsv",
+    "recfromtxt",
+    "disp",
+    "deprecate",
+]
 
 
 def test_the_code_the_check_runs_uses_no_numpy_1_only_api():
     pattern = re.compile(r"\b(?:np|numpy)\.(" + "|".join(NUMPY_1_ONLY) + r")\b(?!\w)")
     here = Path(__file__).resolve()
-    found = [f"{p.relative_to(REPO)}:{i}: {m.group(0)}"
-             for folder in ("bench", "dgl_zerocopy", "tests") for p in sorted((REPO / folder).rglob("*.py")) if p != here
-             for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) for m in pattern.finditer(line)
-             if "_reconstruct" not in line]  # numpy.core.multiarray._reconstruct: the name old pickles carry, kept by NumPy 2
+    found = [
+        f"{p.relative_to(REPO)}:{i}: {m.group(0)}"
+        for folder in ("bench", "dgl_zerocopy", "tests")
+        for p in sorted((REPO / folder).rglob("*.py"))
+        if p != here
+        for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1)
+        for m in pattern.finditer(line)
+        if "_reconstruct" not in line
+    ]  # numpy.core.multiarray._reconstruct: the name old pickles carry, kept by NumPy 2
     assert not found, found
     assert pattern.search("x = np.in1d(a, b)") and pattern.search("numpy.float_") and not pattern.search("np.float32")
 
 
 def _epoch_row(source, prefetch, status="ok"):
-    return {"source": source, "prefetch": prefetch, "epoch_time": 1.0, "epoch_min": 0.9, "epoch_max": 1.1, "wait_share": 0.1,
-            "test_acc": 0.9, "status": status}
+    return {"source": source, "prefetch": prefetch, "epoch_time": 1.0, "epoch_min": 0.9, "epoch_max": 1.1, "wait_share": 0.1, "test_acc": 0.9, "status": status}
 
 
 @pytest.mark.parametrize("finished, status", [([("cpu", 0), ("cpu", 2)], "partial"), ([], "partial"), ([("cpu", 0, "failed: boom")], "failed")])
@@ -513,6 +659,7 @@ def test_an_epoch_step_stopped_at_its_limit_keeps_the_routes_that_finished(tmp_p
 
     def killed_at_the_limit(cmd, timeout, env=None, **kwargs):
         from common import write_results
+
         write_results(cmd[cmd.index("--out") + 1], [_epoch_row(*f) for f in finished], {"command": "epoch"})
         return gpu_check.Run(None, "", timeout)
 
@@ -539,12 +686,15 @@ def test_the_epoch_bench_writes_each_route_as_it_finishes(tmp_path, monkeypatch)
         if len(calls) == 2:
             assert [r["source"] for r in gpu_check.result_rows(tmp_path, "e")] == ["cpu"]
             raise Stop  # as a kill: nothing after this point runs
-        return [EpochStats(epoch=e, loss=1.0, train_acc=0.5, val_acc=0.5, test_acc=0.5, epoch_time=1.0 + e, eval_time=0.0,
-                           stages={"compute": 1.0}) for e in range(3)]
+        return [
+            EpochStats(epoch=e, loss=1.0, train_acc=0.5, val_acc=0.5, test_acc=0.5, epoch_time=1.0 + e, eval_time=0.0, stages={"compute": 1.0})
+            for e in range(3)
+        ]
 
     import dgl_zerocopy.data
     import dgl_zerocopy.training.train
     from dgl_zerocopy.training.train import EpochStats
+
     monkeypatch.setattr(dgl_zerocopy.training.train, "train", train)  # epoch.main imports them when it runs
     monkeypatch.setattr(dgl_zerocopy.data, "load_dataset", lambda *a, **k: None)
     with pytest.raises(Stop):

@@ -15,11 +15,11 @@ cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x 
 if cupy.cuda.runtime.getDeviceCount() == 0:
     pytest.skip("CuPy sees no CUDA device", allow_module_level=True)
 
+from dgl_zerocopy.cuda.gather.launcher import launch_decode  # noqa: E402
 from dgl_zerocopy.store.backends import GatherOptions  # noqa: E402
 from dgl_zerocopy.store.backends.zerocopy import ZeroCopyBackend  # noqa: E402
 from dgl_zerocopy.store.compression import Codec  # noqa: E402
 from dgl_zerocopy.store.compression.encode import encode_into  # noqa: E402
-from dgl_zerocopy.cuda.gather.launcher import launch_decode  # noqa: E402
 
 CODECS = ("fp16", "bf16", "int8/column", "int8/row")
 OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -52,8 +52,16 @@ def assert_same(got: torch.Tensor, want: torch.Tensor, context: str) -> None:
     assert not differ.any(), f"{context}: {int(differ.sum())} values differ"
 
 
-def decode_on_side_stream(codes: torch.Tensor, codec: Codec, ids: torch.Tensor, out_dtype: torch.dtype, *,
-                          base_address: int | None = None, sort: bool = False, max_blocks: int | None = None) -> torch.Tensor:
+def decode_on_side_stream(
+    codes: torch.Tensor,
+    codec: Codec,
+    ids: torch.Tensor,
+    out_dtype: torch.dtype,
+    *,
+    base_address: int | None = None,
+    sort: bool = False,
+    max_blocks: int | None = None,
+) -> torch.Tensor:
     """launch_decode on a non-default stream over pinned ``codes``; the rows on the CPU."""
     pairs_ptr, keep = 0, None
     if codec.name == "int8":
@@ -63,9 +71,20 @@ def decode_on_side_stream(codes: torch.Tensor, codec: Codec, ids: torch.Tensor, 
     out = torch.zeros((ids.numel(), codes.shape[1]), dtype=out_dtype, device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
-    launch_decode(codes.data_ptr() if base_address is None else base_address, tuple(codes.shape), codec.name,
-                  codes.stride(0) * codes.element_size(), ids, out, out_format=str(out_dtype).removeprefix("torch."),
-                  affine=codec.axis, affine_ptr=pairs_ptr, stream=side, sort=sort, max_blocks=max_blocks)
+    launch_decode(
+        codes.data_ptr() if base_address is None else base_address,
+        tuple(codes.shape),
+        codec.name,
+        codes.stride(0) * codes.element_size(),
+        ids,
+        out,
+        out_format=str(out_dtype).removeprefix("torch."),
+        affine=codec.axis,
+        affine_ptr=pairs_ptr,
+        stream=side,
+        sort=sort,
+        max_blocks=max_blocks,
+    )
     side.synchronize()
     del keep
     return out.cpu()
@@ -120,13 +139,12 @@ def test_misaligned_bases_and_capped_grid(codec_name):
         flat = backing.reshape(-1).pin_memory()
         for offset in (0, 1, 2, 4, 8, 16, 100):  # in codes
             rows = 300
-            codes = flat[offset: offset + rows * columns].view(rows, columns)
+            codes = flat[offset : offset + rows * columns].view(rows, columns)
             if codec.name == "int8" and codec.axis == "row":
                 codec = Codec("int8", codec.scale[:rows].contiguous(), codec.offset[:rows].contiguous(), "row")
             ids = torch.randint(0, rows, (333,), device="cuda")
             for max_blocks in (None, 1):
-                got = decode_on_side_stream(codes, codec, ids, torch.float32, base_address=flat.data_ptr() + offset * size,
-                                            max_blocks=max_blocks)
+                got = decode_on_side_stream(codes, codec, ids, torch.float32, base_address=flat.data_ptr() + offset * size, max_blocks=max_blocks)
                 assert_same(got, codec.decode(codes[ids.cpu()], ids.cpu()), f"{codec_name} +{offset * size} B, {columns} cols")
 
 

@@ -16,17 +16,7 @@ if cupy.cuda.runtime.getDeviceCount() == 0:
 
 from dgl_zerocopy.cuda.gather.launcher import compile_gather_module, launch_gather  # noqa: E402
 
-DTYPES = [
-    torch.float32,
-    torch.float16,
-    torch.bfloat16,
-    torch.float64,
-    torch.int8,
-    torch.uint8,
-    torch.int16,
-    torch.int32,
-    torch.int64,
-]
+DTYPES = [torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64]
 COLUMNS = [1, 3, 100, 128, 129, 1025]
 
 
@@ -36,9 +26,7 @@ def pinned_table(rows: int, columns: int, dtype: torch.dtype, seed: int = 0) -> 
     return raw.view(dtype).reshape(rows, columns).pin_memory()
 
 
-def gather_on_side_stream(
-    table, ids, *, variant="aligned", sort=False, max_blocks=None, base_address=None, shape=None
-):
+def gather_on_side_stream(table, ids, *, variant="aligned", sort=False, max_blocks=None, base_address=None, shape=None):
     """Run launch_gather on a non-default stream and return the rows on the CPU."""
     shape = tuple(table.shape) if shape is None else shape
     row_bytes = table.element_size() * shape[1]
@@ -97,9 +85,7 @@ def test_matches_torch_indexing(dtype, variant):
             ids[:2] = torch.tensor([0, 256])
             for sort in (False, True):
                 got = gather_on_side_stream(table, ids.cuda(), variant=variant, sort=sort)
-                assert torch.equal(got.view(torch.uint8), table[ids.long()].view(torch.uint8)), (
-                    f"{dtype} columns={columns} ids={id_dtype} sort={sort}"
-                )
+                assert torch.equal(got.view(torch.uint8), table[ids.long()].view(torch.uint8)), f"{dtype} columns={columns} ids={id_dtype} sort={sort}"
 
 
 @pytest.mark.parametrize("variant", ["aligned", "naive"])
@@ -111,23 +97,14 @@ def test_misaligned_bases_and_capped_grid(variant):
             table = backing[0, offset : offset + rows * width].reshape(rows, width)
             ids = torch.randint(0, rows, (333,), device="cuda")
             for max_blocks in (None, 1):
-                got = gather_on_side_stream(
-                    table,
-                    ids,
-                    variant=variant,
-                    max_blocks=max_blocks,
-                    base_address=backing.data_ptr() + offset,
-                    shape=(rows, width),
-                )
+                got = gather_on_side_stream(table, ids, variant=variant, max_blocks=max_blocks, base_address=backing.data_ptr() + offset, shape=(rows, width))
                 assert torch.equal(got, table[ids.cpu()]), (offset, width, max_blocks)
 
 
 def test_empty_ids_launch_nothing():
     table = pinned_table(10, 4, torch.float32)
     out = torch.empty((0, 4), device="cuda")
-    plan = launch_gather(
-        table.data_ptr(), table.shape, 4, 16, torch.empty(0, dtype=torch.int64, device="cuda"), out
-    )
+    plan = launch_gather(table.data_ptr(), table.shape, 4, 16, torch.empty(0, dtype=torch.int64, device="cuda"), out)
     assert plan.grid == 0
 
 

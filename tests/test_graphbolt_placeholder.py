@@ -3,6 +3,7 @@
 Each case runs in a fresh interpreter (``import dgl`` can happen once per process). The "missing"
 case is made by pointing the hook at a torch version DGL has no library for.
 """
+
 from __future__ import annotations
 
 import os
@@ -20,8 +21,7 @@ REPO = Path(__file__).resolve().parents[1]
 
 def _run(code: str) -> str:
     env = {**os.environ, "PYTHONIOENCODING": "utf-8", "DGLBACKEND": "pytorch", "PYTHONPATH": str(REPO)}
-    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, encoding="utf-8",
-                            env=env, cwd=REPO, timeout=240)
+    result = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, encoding="utf-8", env=env, cwd=REPO, timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout
 
@@ -120,7 +120,6 @@ def test_a_script_whose_first_line_is_import_dgl_works():
         print(hook.needs_placeholder() == hook.active(), hasattr(dgl.dataloading, "DataLoader"))
     """)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}  # only site-packages, as for a user's script
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, encoding="utf-8", env=env,
-                            cwd="/", timeout=240)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, encoding="utf-8", env=env, cwd="/", timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split("\n")[:2] == ["True []", "True True"]

@@ -13,8 +13,7 @@ import pytest
 
 from dgl_zerocopy.cuda import nvrtc
 from dgl_zerocopy.cuda.gather import instantiations, launcher
-from dgl_zerocopy.cuda.kernel_source import (flush_to_zero, gpu_flushes_subnormals, kernel_dir, kernel_options,
-                                        kernel_sources_digest, nvrtc_options, read_kernel)
+from dgl_zerocopy.cuda.kernel_source import flush_to_zero, gpu_flushes_subnormals, kernel_dir, kernel_options, kernel_sources_digest, nvrtc_options, read_kernel
 
 
 def _nvrtc_archs() -> tuple[str, ...]:
@@ -25,10 +24,7 @@ def _nvrtc_archs() -> tuple[str, ...]:
 
 
 ARCHS = _nvrtc_archs()
-requires_nvrtc = pytest.mark.skipif(
-    not ARCHS,
-    reason="no NVRTC found (torch's CUDA wheels bring it; or pip install dgl-zerocopy[cuda12] or [cuda13])",
-)
+requires_nvrtc = pytest.mark.skipif(not ARCHS, reason="no NVRTC found (torch's CUDA wheels bring it; or pip install dgl-zerocopy[cuda12] or [cuda13])")
 
 
 # The fast tier compiles every instantiation for one architecture, sm_90 (H100/H200, the GPUs this is
@@ -110,8 +106,7 @@ def _options_cupy_passes(monkeypatch, user_options: tuple[str, ...], arch: str) 
     monkeypatch.setattr(compiler, "_get_arch_for_options_for_nvrtc", lambda arch=None: (f"-arch=sm_{arch}", "cubin"))
     with pytest.raises(Captured):
         # What cupy.RawModule(code=..., options=..., name_expressions=...) calls (cupy/_core/raw.pyx).
-        core.compile_with_cache(read_kernel("gather.cu"), user_options, prepend_cupy_headers=False,
-                                name_expressions=["gather_aligned<uint4, long long>"])
+        core.compile_with_cache(read_kernel("gather.cu"), user_options, prepend_cupy_headers=False, name_expressions=["gather_aligned<uint4, long long>"])
     assert len(seen) == 1
     return seen[0]
 
@@ -192,7 +187,7 @@ def test_both_aligned_kernels_take_the_optional_hot_row_cache():
     source = read_kernel("gather.cu")
     for name in ("gather_aligned", "gather_decode"):
         start = source.index(f"__global__ void {name}(")
-        signature = source[start: source.index("{", start)]
+        signature = source[start : source.index("{", start)]
         assert "const void* __restrict__ slot_map, int slot_bytes" in signature, name
         assert "const char* __restrict__ cache_rows, long long cache_stride" in signature, name
     assert source.count("zc_row_source(") == 3  # defined once, called by both kernels

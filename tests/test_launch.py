@@ -7,13 +7,7 @@ import itertools
 
 import pytest
 
-from dgl_zerocopy.cuda.gather.instantiations import (
-    CODE_FORMATS,
-    OUT_FORMATS,
-    all_name_expressions,
-    decode_name_expression,
-    name_expression,
-)
+from dgl_zerocopy.cuda.gather.instantiations import CODE_FORMATS, OUT_FORMATS, all_name_expressions, decode_name_expression, name_expression
 from dgl_zerocopy.cuda.gather.launch import LINE_BYTES, GatherPlan, kernel_arguments, plan_decode, plan_gather
 
 
@@ -69,9 +63,7 @@ def test_row_that_fits_one_window_is_not_shifted():
     assert (plan.window_bytes, plan.align_bytes, plan.steps_per_row) == (512, 16, 1)
 
 
-@pytest.mark.parametrize(
-    "row_bytes", [1, 2, 3, 7, 12, 48, 100, 127, 128, 129, 400, 512, 528, 4096, 4099]
-)
+@pytest.mark.parametrize("row_bytes", [1, 2, 3, 7, 12, 48, 100, 127, 128, 129, 400, 512, 528, 4096, 4099])
 @pytest.mark.parametrize("address", [0, 1, 2, 4, 8, 16])
 def test_windows_cover_the_row_at_every_alignment(row_bytes, address):
     """The kernel's steps reach the row end wherever in an aligned block the row starts."""
@@ -126,16 +118,11 @@ def test_every_plan_uses_a_compiled_instantiation():
     # raw: 2 variants x 5 widths x 2 id types; decode (id width an argument): fp16 and bf16
     # codes: 4 widths x 2 outputs; int8: 5 widths x 3 outputs
     assert len(names) == len(all_name_expressions()) == 20 + 2 * 4 * 2 + 5 * 3
-    for variant, row_bytes, address, id_bytes in itertools.product(
-        ("aligned", "naive"), (1, 2, 4, 8, 16, 400), (0, 1, 2, 4, 8), (4, 8)
-    ):
+    for variant, row_bytes, address, id_bytes in itertools.product(("aligned", "naive"), (1, 2, 4, 8, 16, 400), (0, 1, 2, 4, 8), (4, 8)):
         plan = plan_gather(row_bytes, address, 5, variant=variant, elem_size=1, id_bytes=id_bytes)
         assert plan.kernel in names
-    for code, out, columns, address, id_bytes in itertools.product(
-        CODE_FORMATS, OUT_FORMATS, (1, 3, 100, 128, 602), (0, 2, 4, 8, 16), (4, 8)
-    ):
-        plan = plan_decode(columns, address, 5, code=code, out_format=out, id_bytes=id_bytes,
-                           affine="row" if code == "int8" else None)
+    for code, out, columns, address, id_bytes in itertools.product(CODE_FORMATS, OUT_FORMATS, (1, 3, 100, 128, 602), (0, 2, 4, 8, 16), (4, 8)):
+        plan = plan_decode(columns, address, 5, code=code, out_format=out, id_bytes=id_bytes, affine="row" if code == "int8" else None)
         assert plan.kernel in names, plan.kernel
 
 
@@ -166,14 +153,7 @@ def test_negative_sizes_raise_value_error():
 
 
 def test_kernel_arguments_follow_the_kernel_signatures():
-    common = dict(
-        table_address=1024,
-        row_stride=400,
-        ids_address=2048,
-        perm_address=0,
-        out_address=4096,
-        out_stride=400,
-    )
+    common = dict(table_address=1024, row_stride=400, ids_address=2048, perm_address=0, out_address=4096, out_stride=400)
     plan = aligned(400, num_ids=5, elem_size=4)
     args = kernel_arguments(plan, **common)
     assert [kind for kind, _ in args] == [
@@ -193,23 +173,7 @@ def test_kernel_arguments_follow_the_kernel_signatures():
         "i64",
         "i64",
     ]
-    assert [value for _, value in args] == [
-        1024,
-        400,
-        400,
-        2048,
-        0,
-        5,
-        4096,
-        400,
-        0,
-        0,
-        0,
-        0,
-        plan.threads_per_row,
-        plan.align_bytes,
-        plan.steps_per_row,
-    ]
+    assert [value for _, value in args] == [1024, 400, 400, 2048, 0, 5, 4096, 400, 0, 0, 0, 0, plan.threads_per_row, plan.align_bytes, plan.steps_per_row]
     naive = plan_gather(400, 0, 5, variant="naive", elem_size=4)
     assert len(kernel_arguments(naive, **common)) == 8
 
@@ -242,7 +206,13 @@ def test_decode_reads_codes_with_the_aligned_scheme(columns, code, address, vect
     assert plan.kernel == decode_name_expression(code, "float32", vector) and plan.decodes
     # the loads are exactly the raw gather's over the code row: same lanes, windows and steps
     assert (plan.vector_bytes, plan.threads_per_row, plan.window_bytes, plan.align_bytes, plan.steps_per_row, plan.grid) == (
-        raw.vector_bytes, raw.threads_per_row, raw.window_bytes, raw.align_bytes, raw.steps_per_row, raw.grid)
+        raw.vector_bytes,
+        raw.threads_per_row,
+        raw.window_bytes,
+        raw.align_bytes,
+        raw.steps_per_row,
+        raw.grid,
+    )
     assert (plan.row_bytes, plan.out_row_bytes) == (columns * code_bytes, columns * 4)
 
 
@@ -287,11 +257,30 @@ def test_decode_kernel_arguments():
     common = dict(table_address=1024, row_stride=100, ids_address=2048, perm_address=0, out_address=4096, out_stride=400)
     plan = decode(100, affine="row")
     args = kernel_arguments(plan, **common, affine_address=8192)
-    assert [kind for kind, _ in args] == ["ptr", "i64", "i64", "ptr", "ptr", "i64", "ptr", "i64", "ptr", "i32", "ptr", "i64",
-                                          "ptr", "i32", "ptr", "i32", "i32", "i32", "i64", "i64"]
+    assert [kind for kind, _ in args] == [
+        "ptr",
+        "i64",
+        "i64",
+        "ptr",
+        "ptr",
+        "i64",
+        "ptr",
+        "i64",
+        "ptr",
+        "i32",
+        "ptr",
+        "i64",
+        "ptr",
+        "i32",
+        "ptr",
+        "i32",
+        "i32",
+        "i32",
+        "i64",
+        "i64",
+    ]
     assert [value for _, value in args][8:12] == [0, 0, 0, 0]  # no cache
-    assert [value for _, value in args][12:] == [8192, 1, 0, plan.store_bytes, 8, plan.threads_per_row, plan.align_bytes,
-                                                 plan.steps_per_row]
+    assert [value for _, value in args][12:] == [8192, 1, 0, plan.store_bytes, 8, plan.threads_per_row, plan.align_bytes, plan.steps_per_row]
     assert kernel_arguments(decode(100, id_bytes=4), **common, affine_address=8192)[16] == ("i32", 4)
     assert [value for _, value in kernel_arguments(decode(100), **common, affine_address=8192)][12:14] == [8192, 0]
     assert [value for _, value in kernel_arguments(decode(100, code="fp16"), **common)][12:14] == [0, 0]
@@ -360,5 +349,4 @@ def test_cached_kernel_arguments():
     assert args[8:15] == (("ptr", 12288), ("i32", 8), ("ptr", 8192), ("i64", 416), ("ptr", 1 << 20), ("i32", 1), ("ptr", 1 << 21))
     # per-column pairs are device memory already: no cached copy is passed
     column = decode(100, cache_address=8192)
-    assert kernel_arguments(column, **dict(common, row_stride=100), affine_address=1 << 20, cache_affine_address=1 << 21,
-                            **cache)[14] == ("ptr", 0)
+    assert kernel_arguments(column, **dict(common, row_stride=100), affine_address=1 << 20, cache_affine_address=1 << 21, **cache)[14] == ("ptr", 0)

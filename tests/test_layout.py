@@ -5,6 +5,7 @@ shipped as ``dgl_zerocopy.kernels``): at module level and inside functions alike
 import is still a dependency. A package's implicit import by its submodules is not an edge; an
 explicit ``from . import name`` of the package is.
 """
+
 from __future__ import annotations
 
 import ast
@@ -18,14 +19,16 @@ PACKAGE = "dgl_zerocopy"
 
 #: Layers, lowest first: a module may import its own layer and the ones below it, never one above.
 LAYERS = {
-    "cuda": 0, "kernels": 0,  # the GPU kernel layer (kernels/ holds its sources)
-    "store": 1,               # where rows live
-    "data": 2,                # datasets (their tables are files the store maps)
-    "loading": 3,             # batches
-    "nn": 4,                  # layers over device blocks
-    "training": 5,            # loop, sources, config, models, DDP
-    "dist": 6,                # DistDGL training, built on training
-    "cli": 7, "": 7,          # the command line and the package's public names
+    "cuda": 0,
+    "kernels": 0,  # the GPU kernel layer (kernels/ holds its sources)
+    "store": 1,  # where rows live
+    "data": 2,  # datasets (their tables are files the store maps)
+    "loading": 3,  # batches
+    "nn": 4,  # layers over device blocks
+    "training": 5,  # loop, sources, config, models, DDP
+    "dist": 6,  # DistDGL training, built on training
+    "cli": 7,
+    "": 7,  # the command line and the package's public names
 }
 MAX_LINES = 500
 
@@ -84,7 +87,7 @@ def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
         path.append(node)
         for target in sorted(graph[node]):
             if state.get(target) == 1:
-                return path[path.index(target):] + [target]
+                return path[path.index(target) :] + [target]
             if target not in state and (found := visit(target)):
                 return found
         path.pop()
@@ -115,8 +118,7 @@ def test_no_import_circle_in_the_package():
 
 
 def test_imports_flow_down_the_layers():
-    upward = [f"{name} -> {target}" for name, targets in sorted(GRAPH.items()) for target in sorted(targets)
-              if _layer(target) > _layer(name)]
+    upward = [f"{name} -> {target}" for name, targets in sorted(GRAPH.items()) for target in sorted(targets) if _layer(target) > _layer(name)]
     assert upward == [], "modules importing a layer above their own:\n" + "\n".join(upward)
 
 
@@ -127,8 +129,7 @@ def test_every_subpackage_is_a_layer_the_list_names():
 
 
 def test_no_module_is_over_500_lines():
-    long = {str(path.relative_to(ROOT)): n for path in MODULES.values()
-            if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
+    long = {str(path.relative_to(ROOT)): n for path in MODULES.values() if (n := len(path.read_text(encoding="utf-8").splitlines())) > MAX_LINES}
     assert long == {}, f"split these by concept: {long}"
 
 

@@ -1,9 +1,9 @@
 """DataLoader: DGL-shaped batches with features and labels filled; overlap on == overlap off."""
+
 import gc
 import threading
 import time
 
-import numpy as np
 import pytest
 import torch
 
@@ -25,8 +25,9 @@ def _loader(setup, sampler, prefetch, **kw):
     graph, features, labels, train_idx = setup
     store = FeatureStore(features, backend="cpu", device="cpu")
     kw.setdefault("shuffle", True)
-    return DataLoader(graph, train_idx, sampler, features={"feat": store}, labels={"label": labels},
-                      device="cpu", batch_size=100, prefetch=prefetch, seed=3, **kw)
+    return DataLoader(
+        graph, train_idx, sampler, features={"feat": store}, labels={"label": labels}, device="cpu", batch_size=100, prefetch=prefetch, seed=3, **kw
+    )
 
 
 def _threads():
@@ -46,8 +47,7 @@ def _epoch(loader):
             dst = torch.repeat_interleave(b.dstdata[dgl.NID], indptr.diff())
             key = torch.sort(src * 10**7 + dst).values
             edges.append(key)
-        out.append((input_nodes[order], output_nodes.clone(), edges,
-                    blocks[0].srcdata["feat"][order], blocks[-1].dstdata["label"].clone()))
+        out.append((input_nodes[order], output_nodes.clone(), edges, blocks[0].srcdata["feat"][order], blocks[-1].dstdata["label"].clone()))
     return out
 
 
@@ -148,8 +148,15 @@ def test_ring_buffers_are_reused_not_reallocated(setup):
 
 def test_labels_as_a_feature_store(setup):
     graph, features, labels, train_idx = setup
-    loader = DataLoader(graph, train_idx, dgl.dataloading.NeighborSampler([2]), features={"feat": features},
-                        labels={"label": FeatureStore(labels[:, None], backend="cpu", device="cpu")}, batch_size=64, prefetch=1)
+    loader = DataLoader(
+        graph,
+        train_idx,
+        dgl.dataloading.NeighborSampler([2]),
+        features={"feat": features},
+        labels={"label": FeatureStore(labels[:, None], backend="cpu", device="cpu")},
+        batch_size=64,
+        prefetch=1,
+    )
     for _, output_nodes, blocks in loader:
         torch.testing.assert_close(blocks[-1].dstdata["label"], labels[output_nodes])
 
@@ -191,7 +198,7 @@ def test_device_blocks_on_the_cpu_carry_the_same_batches_and_train_the_same(setu
     ours = _loader(setup, dgl.dataloading.MultiLayerFullNeighborSampler(2), 1, blocks="device")
     theirs = _loader(setup, dgl.dataloading.MultiLayerFullNeighborSampler(2), 0)
     batches = 0
-    for (inp, out, blocks), (inp_d, out_d, blocks_d) in zip(ours, theirs):
+    for (inp, out, blocks), (_inp_d, out_d, blocks_d) in zip(ours, theirs):
         assert all(isinstance(b, DeviceBlock) for b in blocks)
         torch.testing.assert_close(blocks[0].srcdata["feat"], features[inp], rtol=0, atol=0)
         torch.testing.assert_close(blocks[-1].dstdata["label"], labels[out], rtol=0, atol=0)
@@ -288,8 +295,15 @@ def test_gathers_skip_the_range_check_only_for_ids_dgls_own_sampler_drew(setup, 
 
     def epoch(sampler):
         flags.clear()
-        loader = DataLoader(graph, train_idx, sampler, features={"feat": FeatureStore(features, backend="cpu", device="cpu")},
-                            labels={"label": FeatureStore(labels[:, None], backend="cpu", device="cpu")}, batch_size=500, prefetch=prefetch)
+        loader = DataLoader(
+            graph,
+            train_idx,
+            sampler,
+            features={"feat": FeatureStore(features, backend="cpu", device="cpu")},
+            labels={"label": FeatureStore(labels[:, None], backend="cpu", device="cpu")},
+            batch_size=500,
+            prefetch=prefetch,
+        )
         for _, output_nodes, blocks in loader:
             assert torch.equal(blocks[-1].dstdata["label"], labels[output_nodes])
         assert len(flags) == 2 * len(loader)  # one feature and one label gather per batch
@@ -319,8 +333,15 @@ def test_an_epoch_ends_by_reading_the_stores_deferred_id_checks(setup, monkeypat
             raise pending.pop(name)
 
     monkeypatch.setattr(FeatureStore, "raise_deferred_errors", read_checks)
-    loader = DataLoader(graph, train_idx, dgl.dataloading.NeighborSampler([3, 2]), features={"feat": stores["feat"]},
-                        labels={"label": stores["label"]}, batch_size=500, prefetch=prefetch)
+    loader = DataLoader(
+        graph,
+        train_idx,
+        dgl.dataloading.NeighborSampler([3, 2]),
+        features={"feat": stores["feat"]},
+        labels={"label": stores["label"]},
+        batch_size=500,
+        prefetch=prefetch,
+    )
     with pytest.raises(IndexError, match="999"):
         for _ in loader:
             assert calls == []  # read once, at the end, not per batch

@@ -5,6 +5,7 @@ At every hand-over the model checks that each feature tensor lives in one ring s
 everything else handed over (node ids, labels, 1-D node data, blocks) was ``record_stream``-ed on
 the consumer's stream; the worker may reuse a slot only after its release was recorded.
 """
+
 from __future__ import annotations
 
 import itertools
@@ -14,12 +15,12 @@ import torch
 
 dgl = pytest.importorskip("dgl")
 
+from conftest import requires_cuda  # noqa: E402
+from stream_model import CudaModel, ModelStream  # noqa: E402
+
 from dgl_zerocopy import FeatureStore  # noqa: E402
 from dgl_zerocopy.loading import ring as ring_module  # noqa: E402
 from dgl_zerocopy.loading.loader import DataLoader  # noqa: E402
-
-from conftest import requires_cuda  # noqa: E402
-from stream_model import CudaModel, ModelStream  # noqa: E402
 
 
 @pytest.fixture
@@ -30,9 +31,17 @@ def model(monkeypatch):
 def _loader(small_dataset, model, prefetch=2, sampler=None, graph=None):
     graph = graph if graph is not None else small_dataset.to_dgl()
     store = FeatureStore(torch.from_numpy(small_dataset.features), backend="cpu", device="cpu")
-    loader = DataLoader(graph, torch.from_numpy(small_dataset.train_idx), sampler or dgl.dataloading.NeighborSampler([4, 2]),
-                        features={"feat": store}, labels={"label": torch.from_numpy(small_dataset.labels)},
-                        device="cpu", batch_size=20, prefetch=prefetch, seed=0)
+    loader = DataLoader(
+        graph,
+        torch.from_numpy(small_dataset.train_idx),
+        sampler or dgl.dataloading.NeighborSampler([4, 2]),
+        features={"feat": store},
+        labels={"label": torch.from_numpy(small_dataset.labels)},
+        device="cpu",
+        batch_size=20,
+        prefetch=prefetch,
+        seed=0,
+    )
     loader._ring.side = ModelStream("side", model)  # what a CUDA device gets: the worker's own stream
     return loader
 
@@ -47,8 +56,13 @@ def _take(iterator, loader, model, n=None) -> int:
             input_nodes, output_nodes, blocks = next(iterator)
         except StopIteration:
             return count
-        outside = [input_nodes, output_nodes, *blocks, *(blocks[0].srcdata[k] for k in loader.features if k not in in_slot),
-                   *(blocks[-1].dstdata[k] for k in loader.labels)]
+        outside = [
+            input_nodes,
+            output_nodes,
+            *blocks,
+            *(blocks[0].srcdata[k] for k in loader.features if k not in in_slot),
+            *(blocks[-1].dstdata[k] for k in loader.labels),
+        ]
         model.take(loader._ring, [blocks[0].srcdata[k] for k in in_slot], outside)
 
 
@@ -85,7 +99,7 @@ def test_one_d_node_data_and_labels_are_recorded_on_the_consumer_stream(small_da
     sampler = dgl.dataloading.NeighborSampler([4, 2], prefetch_node_feats=["degree"], prefetch_labels=["label"])
     loader = _loader(small_dataset, model, sampler=sampler, graph=graph)
     assert set(loader.features) == {"feat", "degree"} and not isinstance(loader.features["degree"], FeatureStore)
-    for epoch in range(2):
+    for _epoch in range(2):
         iterator = iter(loader)
         assert _take(iterator, loader, model) == len(loader)
     assert model.violations == []
@@ -112,6 +126,7 @@ def test_record_stream_reaches_every_cuda_tensor_and_skips_host_ones():
 
 # -- on a GPU -------------------------------------------------------------------------------------
 
+
 @pytest.mark.gpu
 @requires_cuda
 def test_features_held_past_a_break_are_not_overwritten_by_the_next_epoch(small_dataset):
@@ -122,11 +137,20 @@ def test_features_held_past_a_break_are_not_overwritten_by_the_next_epoch(small_
     features = torch.from_numpy(small_dataset.features).clone()
     labels_host = torch.from_numpy(small_dataset.labels)
     blocks_kind = "dgl" if dgl_has_cuda() else "device"
-    loader = DataLoader(graph, torch.from_numpy(small_dataset.train_idx), dgl.dataloading.NeighborSampler([4, 2]),
-                        features={"feat": features}, labels={"label": labels_host},
-                        device="cuda", batch_size=20, prefetch=2, seed=0, blocks=blocks_kind)
+    loader = DataLoader(
+        graph,
+        torch.from_numpy(small_dataset.train_idx),
+        dgl.dataloading.NeighborSampler([4, 2]),
+        features={"feat": features},
+        labels={"label": labels_host},
+        device="cuda",
+        batch_size=20,
+        prefetch=2,
+        seed=0,
+        blocks=blocks_kind,
+    )
     for _ in range(3):
-        for input_nodes, output_nodes, blocks in loader:
+        for input_nodes, output_nodes, blocks in loader:  # noqa: B007 (the last batch is read after the loop)
             torch.cuda._sleep(100_000_000)  # the step is still running when the next epoch starts
             kept = blocks[0].srcdata["feat"].clone()  # queued behind the sleep
             labels = blocks[-1].dstdata["label"].clone()

@@ -3,11 +3,11 @@ import torch
 from conftest import requires_cuda
 
 from dgl_zerocopy.loading.blocks import DeviceBlock
-from dgl_zerocopy.training.models import GCN, GraphSAGE, _BlockGNN, build_model
 from dgl_zerocopy.nn import load_dgl_weights
+from dgl_zerocopy.training.models import GCN, GraphSAGE, _BlockGNN, build_model
 
 dgl = pytest.importorskip("dgl")  # every test here needs DGL, which the GPU image lacks
-import dgl.nn  # noqa: E402
+import dgl.nn  # noqa: E402, F811 (the submodule, on the module importorskip gave)
 
 
 def _blocks(dataset, fanouts):
@@ -87,7 +87,7 @@ def test_gcn_output_does_not_depend_on_the_batch(small_dataset):
     def outputs(batch):
         rows = {}
         for start in range(0, len(seeds), batch):
-            input_nodes, output_nodes, blocks = sampler.sample(graph, seeds[start:start + batch])
+            input_nodes, output_nodes, blocks = sampler.sample(graph, seeds[start : start + batch])
             for node, row in zip(output_nodes.tolist(), model(blocks, features[input_nodes])):
                 rows[node] = row
         return torch.stack([rows[n] for n in seeds.tolist()])

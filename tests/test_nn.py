@@ -1,6 +1,7 @@
 """Our SAGEConv and GraphConv against dgl.nn's with the same weights: outputs and every gradient,
 on sampled blocks with zero-in-degree destinations, given DGL blocks and DeviceBlocks; the same
 constructor and forward signatures as dgl.nn's, and each of their arguments doing what DGL's does."""
+
 import inspect
 
 import pytest
@@ -13,16 +14,13 @@ from dgl_zerocopy import nn as ours_nn
 from dgl_zerocopy.loading.blocks import DeviceBlock
 
 dgl = pytest.importorskip("dgl")  # every test here needs DGL, which the GPU image lacks
-import dgl.nn  # noqa: E402
+import dgl.nn  # noqa: E402, F811 (the submodule, on the module importorskip gave)
 from test_blocks import _graph, _sampled_blocks  # noqa: E402
 
 # name -> (our layer, DGL's layer), built with the same options
 LAYERS = {
     "sage": (lambda i, o: ours_nn.SAGEConv(i, o, "mean"), lambda i, o: dgl.nn.SAGEConv(i, o, "mean")),
-    "sage-nobias": (
-        lambda i, o: ours_nn.SAGEConv(i, o, "mean", bias=False),
-        lambda i, o: dgl.nn.SAGEConv(i, o, "mean", bias=False),
-    ),
+    "sage-nobias": (lambda i, o: ours_nn.SAGEConv(i, o, "mean", bias=False), lambda i, o: dgl.nn.SAGEConv(i, o, "mean", bias=False)),
     # Modules with parameters of their own (their state-dict keys must match DGL's too), applied in
     # DGL's order: activation, then norm (the two do not commute).
     "sage-prelu-layernorm": (
@@ -124,7 +122,7 @@ def _params(function) -> list:
 def test_signatures_equal_dgls():
     """Names, order, kinds and defaults, parameter by parameter: a script's dgl.nn calls work unchanged."""
     dgl = pytest.importorskip("dgl")  # the module skips without DGL too; this test must stand alone
-    import dgl.nn
+    import dgl.nn  # noqa: F811 (the submodule, on the module importorskip gave)
 
     for ours, theirs, methods in (
         (ours_nn.SAGEConv, dgl.nn.SAGEConv, ("__init__", "forward")),
@@ -328,9 +326,7 @@ def test_int32_blocks_give_the_same_result():
     x = torch.randn(block.num_src_nodes(), 4)
     for name in ("sage", "gcn-both"):
         ours, _ = _pair(name, 4, 3)
-        torch.testing.assert_close(
-            ours(DeviceBlock.from_dgl(block, id_dtype=torch.int32), x), ours(DeviceBlock.from_dgl(block), x)
-        )
+        torch.testing.assert_close(ours(DeviceBlock.from_dgl(block, id_dtype=torch.int32), x), ours(DeviceBlock.from_dgl(block), x))
 
 
 def test_input_errors_name_the_fix():

@@ -39,8 +39,13 @@ def _cu13_pip(site: Path) -> Path:
 
 def _toolkit(root: Path, major: int) -> Path:
     """The layout of a CUDA toolkit: lib64 -> targets/x86_64-linux/lib, sonames as links."""
-    lib = _touch(root / "targets" / "x86_64-linux" / "lib", f"libnvrtc.so.{major}.4.127",
-                 f"libnvrtc-builtins.so.{major}.4", f"libnvrtc.alt.so.{major}.4.127", "libnvrtc_static.a")
+    lib = _touch(
+        root / "targets" / "x86_64-linux" / "lib",
+        f"libnvrtc.so.{major}.4.127",
+        f"libnvrtc-builtins.so.{major}.4",
+        f"libnvrtc.alt.so.{major}.4.127",
+        "libnvrtc_static.a",
+    )
     (lib / f"libnvrtc.so.{major}").symlink_to(f"libnvrtc.so.{major}.4.127")
     (lib / "libnvrtc.so").symlink_to(f"libnvrtc.so.{major}")
     (root / "lib64").symlink_to("targets/x86_64-linux/lib")
@@ -85,16 +90,13 @@ def test_default_toolkit_and_search_order(tmp_path):
         {"CUDA_PATH": str(tmp_path / "path"), "CUDA_HOME": str(tmp_path / "home")},
         str(tmp_path / "default"),
     )
-    assert [(c.source, c.major) for c in found] == [
-        ("cu13 pip", 13), ("cu12 pip", 12), ("CUDA_PATH", 12), ("CUDA_HOME", 13), (str(tmp_path / "default"), 12),
-    ]
+    assert [(c.source, c.major) for c in found] == [("cu13 pip", 13), ("cu12 pip", 12), ("CUDA_PATH", 12), ("CUDA_HOME", 13), (str(tmp_path / "default"), 12)]
 
 
 def test_the_same_file_twice_is_one_candidate(tmp_path):
     _toolkit(tmp_path / "cuda", 12)
     os.symlink(tmp_path / "cuda", tmp_path / "cuda-link")
-    found = nvrtc_candidates([], {"CUDA_PATH": str(tmp_path / "cuda"), "CUDA_HOME": str(tmp_path / "cuda-link")},
-                             str(tmp_path / "cuda"))
+    found = nvrtc_candidates([], {"CUDA_PATH": str(tmp_path / "cuda"), "CUDA_HOME": str(tmp_path / "cuda-link")}, str(tmp_path / "cuda"))
     assert [c.source for c in found] == ["CUDA_PATH"]
 
 
@@ -113,12 +115,15 @@ CU13_PIP = NvrtcLibrary("/site/nvidia/cu13/lib/libnvrtc.so.13", 13, "cu13 pip")
 CU12_TOOLKIT = NvrtcLibrary("/usr/local/cuda/lib64/libnvrtc.so.12", 12, "CUDA_PATH")
 
 
-@pytest.mark.parametrize("cuda_major,expected", [
-    (12, CU12_PIP),  # torch cu12: its own NVRTC, although a newer one exists
-    (13, CU13_PIP),
-    (None, CU13_PIP),  # CPU torch: the newest
-    (11, CU13_PIP),  # no match: the newest
-])
+@pytest.mark.parametrize(
+    "cuda_major,expected",
+    [
+        (12, CU12_PIP),  # torch cu12: its own NVRTC, although a newer one exists
+        (13, CU13_PIP),
+        (None, CU13_PIP),  # CPU torch: the newest
+        (11, CU13_PIP),  # no match: the newest
+    ],
+)
 def test_choice_prefers_torchs_cuda_major_then_the_newest(cuda_major, expected):
     assert choose_nvrtc([CU12_PIP, CU13_PIP, CU12_TOOLKIT], cuda_major) == expected
 
@@ -138,14 +143,24 @@ def fresh_lookup():
 
 def test_not_found_names_every_place_and_the_fix(monkeypatch, fresh_lookup):
     monkeypatch.setattr(nvrtc, "nvrtc_candidates", lambda *args, **kwargs: [])
-    monkeypatch.setattr(nvrtc, "_nvrtc_from_loaders",
-                        lambda major: (None, ["CuPy's lookup (cuda-pathfinder: not installed)", "the dynamic linker (...)"]))
+    monkeypatch.setattr(nvrtc, "_nvrtc_from_loaders", lambda major: (None, ["CuPy's lookup (cuda-pathfinder: not installed)", "the dynamic linker (...)"]))
     with pytest.raises(FileNotFoundError) as error:
         nvrtc.find_nvrtc()
     message = str(error.value)
-    for place in ("nvidia/cuda_nvrtc/lib", "nvidia/cu13/lib", "sys.path", "$CUDA_PATH", "$CUDA_HOME",
-                  "/usr/local/cuda", "lib64", "cuda-pathfinder", "dynamic linker",
-                  "pip install dgl-zerocopy[cuda12]", "dgl-zerocopy[cuda13]", "set CUDA_PATH"):
+    for place in (
+        "nvidia/cuda_nvrtc/lib",
+        "nvidia/cu13/lib",
+        "sys.path",
+        "$CUDA_PATH",
+        "$CUDA_HOME",
+        "/usr/local/cuda",
+        "lib64",
+        "cuda-pathfinder",
+        "dynamic linker",
+        "pip install dgl-zerocopy[cuda12]",
+        "dgl-zerocopy[cuda13]",
+        "set CUDA_PATH",
+    ):
         assert place in message, place
 
 
@@ -165,8 +180,7 @@ requires_nvrtc = pytest.mark.skipif(INSTALLED is None, reason="no NVRTC installe
 
 
 def _run(code: str, **env: str) -> dict:
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8",
-                            env={**os.environ, **env}, timeout=120)
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8", env={**os.environ, **env}, timeout=120)
     assert result.returncode == 0, result.stderr
     return json.loads(result.stdout.strip().splitlines()[-1])
 

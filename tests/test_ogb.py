@@ -4,6 +4,7 @@ ogb accepts a ``meta_dict`` (its ``master.csv`` column with ``dir_path``) for a 
 outside its download folder; the tests write CSV datasets (as ogbn-arxiv/products) and a binary
 one (as ogbn-papers100M, with NaN labels) and check what :func:`load_ogb` makes of them.
 """
+
 import builtins
 import gzip
 import os
@@ -14,12 +15,12 @@ import numpy as np
 import pandas as pd
 import pytest
 import torch
-
 from conftest import REPO
-from dgl_zerocopy.training.config import build_config
+
 from dgl_zerocopy.data import DatasetError, load_dataset
 from dgl_zerocopy.data import ogb as ogb_data
-from dgl_zerocopy.data.ogb import load_ogb, bidirected_csc
+from dgl_zerocopy.data.ogb import bidirected_csc, load_ogb
+from dgl_zerocopy.training.config import build_config
 
 # DGL is the reference for the graphs and samples the training runs; the GPU image has none.
 dgl = pytest.importorskip("dgl")
@@ -66,8 +67,14 @@ def write_ogb(folder, name: str, data: dict) -> dict:
     (folder / f"RELEASE_v{meta['version']}.txt").write_text("tiny test dataset\n")
     year = np.full((NUM_NODES, 1), 2020)
     if meta["binary"] == "True":
-        np.savez_compressed(folder / "raw" / "data.npz", edge_index=np.stack([data["src"], data["dst"]]), node_feat=data["feat"],
-                            node_year=year, num_nodes_list=np.array([NUM_NODES]), num_edges_list=np.array([len(data["src"])]))
+        np.savez_compressed(
+            folder / "raw" / "data.npz",
+            edge_index=np.stack([data["src"], data["dst"]]),
+            node_feat=data["feat"],
+            node_year=year,
+            num_nodes_list=np.array([NUM_NODES]),
+            num_edges_list=np.array([len(data["src"])]),
+        )
         np.savez_compressed(folder / "raw" / "node-label.npz", node_label=data["label"][:, None].astype(np.float32))
     else:
         raw = folder / "raw"
@@ -128,7 +135,7 @@ def test_first_load_equals_the_written_files(tmp_path, name, no_prompt):
         assert (7, 7) in expected and expected.count((4, 3)) == 1
     assert _edge_pairs(ds.indptr, ds.indices) == expected
     for v in range(NUM_NODES):  # sources sorted within each column
-        col = ds.indices[ds.indptr[v]:ds.indptr[v + 1]]
+        col = ds.indices[ds.indptr[v] : ds.indptr[v + 1]]
         assert np.all(np.diff(col) >= 0)
 
 
@@ -212,8 +219,15 @@ def test_folder_without_release_file_is_refused_not_prompted(tmp_path, no_prompt
 
 @pytest.mark.slow  # a process; in-process: test_missing_dataset_names_url_and_layout, test_real_graphs::test_cli_reports_missing_dataset_in_one_line
 def test_cli_missing_dataset_exits_2_with_one_line(tmp_path):
-    r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "train", "--dataset", "ogbn-arxiv", "--data-root", str(tmp_path),
-                        "--device", "cpu", "--no-progress"], capture_output=True, text=True, encoding="utf-8", cwd=REPO, stdin=subprocess.DEVNULL, timeout=300)
+    r = subprocess.run(
+        [sys.executable, "-m", "dgl_zerocopy.cli", "train", "--dataset", "ogbn-arxiv", "--data-root", str(tmp_path), "--device", "cpu", "--no-progress"],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -229,8 +243,20 @@ def test_training_accuracy_is_ogb_evaluators(tmp_path, monkeypatch, no_prompt):
     models = []
     build = train_mod.build_model
     monkeypatch.setattr(train_mod, "build_model", lambda *a, **k: models.append(build(*a, **k)) or models[-1])
-    cfg = build_config({}, {"dataset": "ogbn-arxiv", "fanouts": [-1, -1], "batch_size": 8, "eval_batch_size": 16, "hidden": 8,
-                            "epochs": 2, "device": "cpu", "feature_source": "cpu", "prefetch": 0})
+    cfg = build_config(
+        {},
+        {
+            "dataset": "ogbn-arxiv",
+            "fanouts": [-1, -1],
+            "batch_size": 8,
+            "eval_batch_size": 16,
+            "hidden": 8,
+            "epochs": 2,
+            "device": "cpu",
+            "feature_source": "cpu",
+            "prefetch": 0,
+        },
+    )
     history = train_mod.train(cfg, ds, progress=False)
     assert len(history) == 2 and np.isfinite(history[-1].loss)
 
@@ -248,9 +274,35 @@ def test_training_accuracy_is_ogb_evaluators(tmp_path, monkeypatch, no_prompt):
 def test_cli_trains_on_ogbs_own_folder_layout(tmp_path):
     # no meta_dict: ogb's master.csv and its <root>/ogbn_arxiv folder, first load through the command
     write_ogb(tmp_path / "ogbn_arxiv", "ogbn-arxiv", _raw_data())
-    r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "train", "--dataset", "ogbn-arxiv", "--data-root", str(tmp_path),
-                        "--device", "cpu", "--no-progress", "--fanouts", "3,3", "--batch-size", "8", "--hidden", "8", "--epochs", "1"],
-                       capture_output=True, text=True, encoding="utf-8", cwd=REPO, stdin=subprocess.DEVNULL, timeout=300)
+    r = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "dgl_zerocopy.cli",
+            "train",
+            "--dataset",
+            "ogbn-arxiv",
+            "--data-root",
+            str(tmp_path),
+            "--device",
+            "cpu",
+            "--no-progress",
+            "--fanouts",
+            "3,3",
+            "--batch-size",
+            "8",
+            "--hidden",
+            "8",
+            "--epochs",
+            "1",
+        ],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        stdin=subprocess.DEVNULL,
+        timeout=300,
+    )
     assert r.returncode == 0, r.stderr
     assert "ogbn-arxiv: 60 nodes" in r.stdout and "40 classes" in r.stdout  # ogb's class count for arxiv
     assert "final test accuracy" in r.stdout

@@ -1,11 +1,11 @@
 """An installed (non-editable) wheel carries the CUDA sources and finds them."""
+
 import os
 import subprocess
 import sys
 import zipfile
 
 import pytest
-
 from conftest import REPO
 
 
@@ -13,7 +13,10 @@ from conftest import REPO
 def test_wheel_ships_kernels_and_finds_them(tmp_path):
     build = subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(REPO)],
-        capture_output=True, text=True, encoding="utf-8", timeout=300,
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=300,
     )
     assert build.returncode == 0, build.stderr
     (wheel,) = (tmp_path / "dist").glob("dgl_zerocopy-*.whl")
@@ -22,12 +25,27 @@ def test_wheel_ships_kernels_and_finds_them(tmp_path):
     assert "dgl_zerocopy_graphbolt.pth" in names and "_dgl_zerocopy_graphbolt.py" in names
 
     target = tmp_path / "site"
-    install = subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)], capture_output=True, text=True, encoding="utf-8", timeout=300)
+    install = subprocess.run(
+        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=300,
+    )
     assert install.returncode == 0, install.stderr
     env = {**os.environ, "PYTHONPATH": str(target)}
     probe = subprocess.run(
-        [sys.executable, "-c", "from dgl_zerocopy.cuda.kernel_source import kernel_dir, read_kernel; print(kernel_dir()); print(len(read_kernel('gather.cu')))"],
-        capture_output=True, text=True, encoding="utf-8", cwd=tmp_path, env=env, timeout=120,
+        [
+            sys.executable,
+            "-c",
+            "from dgl_zerocopy.cuda.kernel_source import kernel_dir, read_kernel; print(kernel_dir()); print(len(read_kernel('gather.cu')))",
+        ],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=tmp_path,
+        env=env,
+        timeout=120,
     )
     assert probe.returncode == 0, probe.stderr
     where, size = probe.stdout.split()
@@ -36,10 +54,19 @@ def test_wheel_ships_kernels_and_finds_them(tmp_path):
 
     # Python runs the wheel's .pth at start-up (site.addsitedir does what site-packages gets): the hook is
     # in place and nothing heavy was imported.
-    code = ("import site, sys; site.addsitedir(sys.argv[1])\n"
-            "print(sum(type(f).__name__ == '_Finder' for f in sys.meta_path), [m for m in ('torch', 'dgl', 'numpy') if m in sys.modules])")
-    hooked = subprocess.run([sys.executable, "-c", code, str(target)], capture_output=True, text=True, encoding="utf-8",
-                            cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""}, timeout=120)
+    code = (
+        "import site, sys; site.addsitedir(sys.argv[1])\n"
+        "print(sum(type(f).__name__ == '_Finder' for f in sys.meta_path), [m for m in ('torch', 'dgl', 'numpy') if m in sys.modules])"
+    )
+    hooked = subprocess.run(
+        [sys.executable, "-c", code, str(target)],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": ""},
+        timeout=120,
+    )
     assert hooked.returncode == 0, hooked.stderr
     assert hooked.stdout.split() == ["1", "[]"], hooked.stdout
 
@@ -65,10 +92,12 @@ def test_the_documented_api_is_importable_without_dgl():
     import subprocess
     import sys
 
-    code = ("import sys; sys.modules['dgl'] = None\n"
-            "import dgl_zerocopy\n"
-            "assert {'FeatureStore', 'DataLoader'} <= set(dgl_zerocopy.__all__)\n"
-            "from dgl_zerocopy import DataLoader, FeatureStore\n"
-            "import dgl_zerocopy.nn, dgl_zerocopy.training.models\n")
+    code = (
+        "import sys; sys.modules['dgl'] = None\n"
+        "import dgl_zerocopy\n"
+        "assert {'FeatureStore', 'DataLoader'} <= set(dgl_zerocopy.__all__)\n"
+        "from dgl_zerocopy import DataLoader, FeatureStore\n"
+        "import dgl_zerocopy.nn, dgl_zerocopy.training.models\n"
+    )
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8")
     assert run.returncode == 0, run.stderr

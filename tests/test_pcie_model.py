@@ -7,15 +7,7 @@ import pytest
 
 from dgl_zerocopy.cuda.gather import launch
 from dgl_zerocopy.cuda.gather.emulator import Trace, emulate_gather
-from dgl_zerocopy.cuda.gather.pcie_model import (
-    CODEC_VARIANTS,
-    LINK_GBPS,
-    TLP_OVERHEAD_BYTES,
-    analyze,
-    compare,
-    compare_cached,
-    compare_codecs,
-)
+from dgl_zerocopy.cuda.gather.pcie_model import CODEC_VARIANTS, LINK_GBPS, TLP_OVERHEAD_BYTES, analyze, compare, compare_cached, compare_codecs
 
 
 def one_row(row_bytes: int, offset: int, variant: str, dtype: str = "float32"):
@@ -77,10 +69,7 @@ def test_aligned_fetches_no_more_sectors_than_naive_at_any_width():
     for row_bytes in (4, 8, 12, 20, 36, 64, 100, 124):
         for offset in (0, 4, 16, 60):
             result = compare(row_bytes, num_ids=32, num_rows=128, base_offset=offset)
-            assert result["aligned"].fetched_bytes <= result["naive"].fetched_bytes, (
-                row_bytes,
-                offset,
-            )
+            assert result["aligned"].fetched_bytes <= result["naive"].fetched_bytes, (row_bytes, offset)
 
 
 def test_metrics_are_consistent():
@@ -89,9 +78,7 @@ def test_metrics_are_consistent():
     for metrics in result.values():
         assert metrics.useful_bytes == 64 * 400
         assert metrics.requests_per_row == metrics.requests / 64
-        assert metrics.link_efficiency == pytest.approx(
-            metrics.useful_bytes / (metrics.fetched_bytes + TLP_OVERHEAD_BYTES * metrics.requests)
-        )
+        assert metrics.link_efficiency == pytest.approx(metrics.useful_bytes / (metrics.fetched_bytes + TLP_OVERHEAD_BYTES * metrics.requests))
         assert metrics.as_dict()["variant"] == metrics.variant
 
 
@@ -203,8 +190,7 @@ def test_cached_gather_costs_the_link_only_its_misses(codec):
     assert list(result) == [0.0, 0.1, 0.5, 1.0]
     none, _, half, every = result.values()
     # all misses: exactly the uncached kernel; all hits: nothing over the link
-    assert (none.requests, none.fetched_bytes, none.link_bytes) == (none.uncached_requests, none.uncached_fetched_bytes,
-                                                                    none.uncached_link_bytes)
+    assert (none.requests, none.fetched_bytes, none.link_bytes) == (none.uncached_requests, none.uncached_fetched_bytes, none.uncached_link_bytes)
     assert none.link_bytes_saved == 0.0 and none.hits == 0
     assert (every.requests, every.fetched_bytes, every.link_bytes, every.miss_bytes) == (0, 0, 0, 0)
     assert every.link_bytes_saved == 1.0 and every.hits == 200

@@ -4,6 +4,7 @@ The stand-in has the names of the real ``cupy.cuda.runtime`` (checked below), so
 CuPy lacks fails here too, and the failure paths (registration refused, pointer query failing)
 can be shown without a GPU: nothing may stay registered after a failure.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -18,9 +19,9 @@ import torch
 
 cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x), importable without a GPU")
 
+from dgl_zerocopy.cuda.gather.launcher import cupy_stream  # noqa: E402
 from dgl_zerocopy.store import pinning  # noqa: E402
 from dgl_zerocopy.store.table_input import as_table  # noqa: E402
-from dgl_zerocopy.cuda.gather.launcher import cupy_stream  # noqa: E402
 
 
 class _Error(Exception):
@@ -39,8 +40,14 @@ class FakeRuntime:
     cudaDevAttrHostRegisterReadOnlySupported = 113
     memoryTypeHost = 1
 
-    def __init__(self, register_error: str | None = None, pointer_error: bool = False, read_only_supported: int = 1,
-                 page_locked: tuple[tuple[int, int], ...] = (), touch_pages: bool = False) -> None:
+    def __init__(
+        self,
+        register_error: str | None = None,
+        pointer_error: bool = False,
+        read_only_supported: int = 1,
+        page_locked: tuple[tuple[int, int], ...] = (),
+        touch_pages: bool = False,
+    ) -> None:
         self.touch_pages = touch_pages  # do to real pages what a writable registration does (see _write_fault_every_page)
         self.registered: dict[int, tuple[int, int]] = {}
         self.page_locked = list(page_locked)  # (start, bytes) pinned by someone else
@@ -177,7 +184,7 @@ def test_empty_range_registers_nothing(runtime):
 
 def test_read_only_support_is_asked_of_the_device(monkeypatch):
     for answer in (0, 1):
-        fake = use(monkeypatch, FakeRuntime(read_only_supported=answer))
+        use(monkeypatch, FakeRuntime(read_only_supported=answer))
         assert pinning.read_only_register_supported(0) is bool(answer)
 
 
@@ -217,6 +224,7 @@ def test_flag_only_read_only_array_is_pinned_as_it_is(tmp_path):
 
 # -- a range page-locked already (issue 21, item 3) ----------------------------------------------
 
+
 def test_a_range_page_locked_already_is_used_as_it_is(monkeypatch):
     # As from tensor.pin_memory() or cudaHostAlloc: registering it again would fail.
     fake = use(monkeypatch, FakeRuntime(page_locked=((0x60000, 8192),)))
@@ -248,6 +256,7 @@ def test_a_range_only_partly_page_locked_is_refused(monkeypatch):
 
 
 # -- file maps are never written (issue 21, item 12) ---------------------------------------------
+
 
 @pytest.mark.parametrize("supported", [1, 0], ids=["read-only-supported", "read-only-unsupported"])
 @pytest.mark.parametrize("mode", ["r", "r+", "w+", "c"])
@@ -307,6 +316,7 @@ def test_a_slice_of_a_shared_map_is_remapped_at_its_own_offset(tmp_path):
 
 
 # -- what a failure means (issue 21, item 13) ---------------------------------------------------
+
 
 def test_out_of_memory_says_what_it_means_with_the_numbers(monkeypatch, tmp_path):
     use(monkeypatch, FakeRuntime(register_error="cudaErrorMemoryAllocation: out of memory"))

@@ -1,5 +1,6 @@
 """Prefetcher lifecycle: order, errors with their traceback, shutdown within a second, and the wait
 for a worker that is inside a long step."""
+
 import gc
 import logging
 import threading

@@ -1,5 +1,6 @@
 """The six real graphs (Planetoid Cora/Citeseer, GraphData Amazon/Coauthor): counts, structure,
 splits, and features against independent references (DGL's own Planetoid parser, SciPy)."""
+
 from __future__ import annotations
 
 import collections
@@ -11,8 +12,8 @@ import shutil
 import numpy as np
 import pytest
 import scipy.sparse as sp
-
 from conftest import SHARED_DATA
+
 from dgl_zerocopy.data import DatasetError, load_dataset
 from dgl_zerocopy.data.graphdata import GRAPHDATA_FILES, TRAIN_PER_CLASS, VAL_PER_CLASS
 from dgl_zerocopy.data.planetoid import PLANETOID_FILES, restricted_load

@@ -1,5 +1,6 @@
 """bench/scaling.py in a tiny configuration, written to a temporary folder (never bench/results/),
 and its least-squares fit on known lines."""
+
 import json
 import math
 import os
@@ -8,20 +9,46 @@ import sys
 
 import numpy as np
 import pytest
-
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench"))
 from scaling import fit_linear, verdict  # noqa: E402
 
-TINY = ["--nodes", "2000,4000", "--widths", "16,64", "--width-nodes", "3000", "--batches", "3", "--repeats", "2",
-        "--steps", "2", "--batch-size", "16", "--fanouts", "5,5", "--hidden", "16", "--threads", "1"]
+TINY = [
+    "--nodes",
+    "2000,4000",
+    "--widths",
+    "16,64",
+    "--width-nodes",
+    "3000",
+    "--batches",
+    "3",
+    "--repeats",
+    "2",
+    "--steps",
+    "2",
+    "--batch-size",
+    "16",
+    "--fanouts",
+    "5,5",
+    "--hidden",
+    "16",
+    "--threads",
+    "1",
+]
 STEM = "scaling_test_tiny"
 
 
 def run_bench(*args):
-    return subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", "bench", "scaling", *args], capture_output=True, text=True, encoding="utf-8",
-                          cwd=REPO, env=os.environ.copy(), timeout=300)
+    return subprocess.run(
+        [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "scaling", *args],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=300,
+    )
 
 
 @pytest.fixture(scope="module")

@@ -4,6 +4,7 @@ that has one; the counters, the byte budget, the policies, pickling and the erro
 
 Device ``cpu`` runs the hit/miss logic with the cached rows in a separate CPU tensor; ``cuda``
 (the ``cpu`` backend's misses-only copy and the ``zerocopy`` fused kernel) where a GPU exists."""
+
 from __future__ import annotations
 
 import pickle
@@ -12,8 +13,8 @@ from multiprocessing.reduction import ForkingPickler
 
 import pytest
 import torch
-
 from conftest import requires_cuda
+
 from dgl_zerocopy import FeatureStore, compress
 from dgl_zerocopy.store.cache import budget_for_rows, slot_map_nbytes
 
@@ -22,9 +23,11 @@ dgl = pytest.importorskip("dgl")
 ROWS = 400
 CODECS = [("fp16", {}), ("bf16", {}), ("int8", {}), ("int8", {"axis": "row"})]
 # (backend, device): the cpu backend on both devices, the zero-copy kernel on CUDA.
-PATHS = [("cpu", "cpu"),
-         pytest.param("cpu", "cuda", marks=[pytest.mark.gpu, requires_cuda]),
-         pytest.param("zerocopy", "cuda", marks=[pytest.mark.gpu, requires_cuda])]
+PATHS = [
+    ("cpu", "cpu"),
+    pytest.param("cpu", "cuda", marks=[pytest.mark.gpu, requires_cuda]),
+    pytest.param("zerocopy", "cuda", marks=[pytest.mark.gpu, requires_cuda]),
+]
 
 
 @pytest.fixture(scope="module")
@@ -79,8 +82,7 @@ def test_every_mix_of_hits_and_misses_equals_features_ids(graph, backend, device
         got = store.gather(ids)
         assert got.device.type == device and torch.equal(got.cpu(), table[ids.long()]), name
         hits = _expected_hits(ids, cached)
-        assert store.cache_stats() == {"hits": hits, "misses": ids.numel() - hits,
-                                       "hit_rate": hits / ids.numel() if ids.numel() else 0.0}, name
+        assert store.cache_stats() == {"hits": hits, "misses": ids.numel() - hits, "hit_rate": hits / ids.numel() if ids.numel() else 0.0}, name
         out = torch.full((ids.numel(), cols), float("nan"), device=device)  # into a caller's buffer, ids on the device
         assert store.gather(ids.to(device), out=out) is out and torch.equal(out.cpu(), table[ids.long()]), name
     store.close()
@@ -94,8 +96,7 @@ def test_a_compressed_table_caches_its_codes_and_decodes_hits_as_misses(graph, b
     codes = compress(table, codec, **form)
     plain = FeatureStore(codes, backend="cpu", device="cpu", out_dtype=out_dtype)
     row_bytes = 45 * codes.codes.element_size()
-    store = FeatureStore(codes, backend=backend, device=device, out_dtype=out_dtype, graph=graph,
-                         cache_bytes=budget_for_rows(70, row_bytes, ROWS))
+    store = FeatureStore(codes, backend=backend, device=device, out_dtype=out_dtype, graph=graph, cache_bytes=budget_for_rows(70, row_bytes, ROWS))
     assert store.cache.num_cached == 70 and store.cache.rows.dtype == store.stored_dtype  # codes, not decoded rows
     for name, ids in _mixes(70).items():
         got = store.gather(ids)
@@ -155,8 +156,17 @@ def test_presample_caches_the_rows_the_sampler_gathers_most(graph):
     sampler = dgl.dataloading.NeighborSampler([3])
     options = {"batch_size": 20, "epochs": 1.0, "seed": 3}
     dgl.seed(5)
-    store = FeatureStore(table, backend="cpu", device="cpu", cache_bytes=_budget(table, 30), cache_policy="presample",
-                         graph=graph, sampler=sampler, seeds=seeds, presample_options=options)
+    store = FeatureStore(
+        table,
+        backend="cpu",
+        device="cpu",
+        cache_bytes=_budget(table, 30),
+        cache_policy="presample",
+        graph=graph,
+        sampler=sampler,
+        seeds=seeds,
+        presample_options=options,
+    )
     dgl.seed(5)
     counts = presample_counts(graph, sampler, seeds, **options)
     assert store.cache_policy == "presample" and store.cache.num_cached == 30
@@ -166,16 +176,22 @@ def test_presample_caches_the_rows_the_sampler_gathers_most(graph):
     assert torch.equal(store.gather(ids), table[ids])
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"cache_bytes": -1}, ValueError, r"cache_bytes must be >= 0"),
-    ({"cache_bytes": 1.5}, TypeError, r"cache_bytes must be an integer"),
-    ({"cache_bytes": 10**6, "cache_policy": "lru"}, ValueError,
-     r"cache_policy must be one of 'degree', 'in_degree', 'out_degree', 'presample', but got 'lru'"),
-    ({"cache_bytes": 10**6}, ValueError, r"needs graph="),
-    ({"cache_bytes": 10**6, "graph": "other"}, ValueError, r"graph has 7 nodes but the feature table has 400 rows"),
-    ({"cache_bytes": 10**6, "cache_policy": "presample", "graph": "own"}, ValueError, r"needs sampler= and seeds="),
-    ({"cache_bytes": 10**6, "graph": "own", "presample_options": {"batchsize": 3}}, TypeError, r"presample_options takes batch_size"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"cache_bytes": -1}, ValueError, r"cache_bytes must be >= 0"),
+        ({"cache_bytes": 1.5}, TypeError, r"cache_bytes must be an integer"),
+        (
+            {"cache_bytes": 10**6, "cache_policy": "lru"},
+            ValueError,
+            r"cache_policy must be one of 'degree', 'in_degree', 'out_degree', 'presample', but got 'lru'",
+        ),
+        ({"cache_bytes": 10**6}, ValueError, r"needs graph="),
+        ({"cache_bytes": 10**6, "graph": "other"}, ValueError, r"graph has 7 nodes but the feature table has 400 rows"),
+        ({"cache_bytes": 10**6, "cache_policy": "presample", "graph": "own"}, ValueError, r"needs sampler= and seeds="),
+        ({"cache_bytes": 10**6, "graph": "own", "presample_options": {"batchsize": 3}}, TypeError, r"presample_options takes batch_size"),
+    ],
+)
 def test_bad_cache_arguments_fail_before_anything_is_made(graph, monkeypatch, kwargs, error, match):
     import dgl_zerocopy.store.feature_store as store_module
 
@@ -260,20 +276,32 @@ def test_the_store_ranks_by_out_degree_by_default_and_by_what_it_is_told(recwarn
     graph = dgl.graph((torch.tensor(src), torch.tensor(dst)), num_nodes=40)
     table = torch.randn(40, 5)
     budget = budget_for_rows(10, 20, 40)
-    rows = {policy: FeatureStore(table, backend="cpu", device="cpu", cache_bytes=budget, graph=graph, **kw).cache.row_ids.tolist()
-            for policy, kw in [("default", {}), ("in_degree", {"cache_policy": "in_degree"}),
-                               ("out_degree", {"cache_policy": "out_degree"}),
-                               ("degree, out-edges", {"sampler": dgl.dataloading.NeighborSampler([2], edge_dir="out")})]}
-    assert rows == {"default": list(range(10)), "in_degree": list(range(39, 29, -1)), "out_degree": list(range(10)),
-                    "degree, out-edges": list(range(39, 29, -1))}
+    rows = {
+        policy: FeatureStore(table, backend="cpu", device="cpu", cache_bytes=budget, graph=graph, **kw).cache.row_ids.tolist()
+        for policy, kw in [
+            ("default", {}),
+            ("in_degree", {"cache_policy": "in_degree"}),
+            ("out_degree", {"cache_policy": "out_degree"}),
+            ("degree, out-edges", {"sampler": dgl.dataloading.NeighborSampler([2], edge_dir="out")}),
+        ]
+    }
+    assert rows == {
+        "default": list(range(10)),
+        "in_degree": list(range(39, 29, -1)),
+        "out_degree": list(range(10)),
+        "degree, out-edges": list(range(39, 29, -1)),
+    }
 
 
-@pytest.mark.parametrize("gpu_cache, match", [
-    ({"node": {"feat": -3}}, r"gpu_cache\['node'\]\['feat'\] must be a number of rows in \[0, 400\]"),
-    ({"node": {"feat": 401}}, r"gpu_cache\['node'\]\['feat'\] must be a number of rows in \[0, 400\]"),
-    ({"edge": {"w": 10}}, r"edge features are not cached"),
-    ({"node": {"nope": 10}}, r"gpu_cache names node feature 'nope'"),
-])
+@pytest.mark.parametrize(
+    "gpu_cache, match",
+    [
+        ({"node": {"feat": -3}}, r"gpu_cache\['node'\]\['feat'\] must be a number of rows in \[0, 400\]"),
+        ({"node": {"feat": 401}}, r"gpu_cache\['node'\]\['feat'\] must be a number of rows in \[0, 400\]"),
+        ({"edge": {"w": 10}}, r"edge features are not cached"),
+        ({"node": {"nope": 10}}, r"gpu_cache names node feature 'nope'"),
+    ],
+)
 def test_the_loader_rejects_a_bad_gpu_cache(graph, gpu_cache, match):
     from dgl_zerocopy import DataLoader
 
@@ -321,11 +349,21 @@ def test_the_cpu_backend_on_cuda_copies_only_the_misses(graph):
     assert torch.equal(out.cpu(), table[ids])
 
 
-
 # -- training: config, sources, CLI ----------------------------------------------------------
 
-@pytest.mark.parametrize("text, parsed", [("10%", ("rows", 0.1)), ("0", ("bytes", 0)), (0, ("bytes", 0)), ("512MiB", ("bytes", 2**29)),
-                                          ("2GB", ("bytes", 2 * 10**9)), ("1.5 KiB", ("bytes", 1536)), ("1000", ("bytes", 1000))])
+
+@pytest.mark.parametrize(
+    "text, parsed",
+    [
+        ("10%", ("rows", 0.1)),
+        ("0", ("bytes", 0)),
+        (0, ("bytes", 0)),
+        ("512MiB", ("bytes", 2**29)),
+        ("2GB", ("bytes", 2 * 10**9)),
+        ("1.5 KiB", ("bytes", 1536)),
+        ("1000", ("bytes", 1000)),
+    ],
+)
 def test_feature_cache_sizes_parse(text, parsed):
     from dgl_zerocopy.training.config import build_config, parse_cache_size
 
@@ -354,8 +392,8 @@ def test_a_cache_needs_a_featurestore_source_and_a_known_policy():
 @pytest.mark.parametrize("source_name", ["cpu", "dgl-storage"])
 @pytest.mark.parametrize("policy, compression", [("in_degree", None), ("presample", None), ("in_degree", "int8")])
 def test_sources_with_a_cache_yield_features_ids_and_count_every_row(small_dataset, source_name, policy, compression):
-    from dgl_zerocopy.training.sources import CacheRequest, make_source
     from dgl_zerocopy.loading.timing import StageTimer
+    from dgl_zerocopy.training.sources import CacheRequest, make_source
 
     nodes = torch.from_numpy(small_dataset.train_idx)
     features = torch.from_numpy(small_dataset.features)
@@ -388,8 +426,31 @@ def test_training_reports_the_cache_hit_rate_per_epoch(small_dataset, capsys):
     assert history[-1].test_acc > 1 / small_dataset.num_classes + 0.4
     assert "cache hits" in history[-1].line()
     assert train(cfg.model_copy(update={"feature_cache": "0", "epochs": 1}), small_dataset, progress=False)[0].cache_hit_rate is None
-    assert main(["train", "--num-nodes", "3000", "--epochs", "1", "--fanouts", "5,5", "--batch-size", "256", "--hidden", "16",
-                 "--device", "cpu", "--no-progress", "--feature-cache", "10%", "--cache-policy", "presample"]) == 0
+    assert (
+        main(
+            [
+                "train",
+                "--num-nodes",
+                "3000",
+                "--epochs",
+                "1",
+                "--fanouts",
+                "5,5",
+                "--batch-size",
+                "256",
+                "--hidden",
+                "16",
+                "--device",
+                "cpu",
+                "--no-progress",
+                "--feature-cache",
+                "10%",
+                "--cache-policy",
+                "presample",
+            ]
+        )
+        == 0
+    )
     out = capsys.readouterr().out
     assert "cache 10% (presample)" in out and "| cache hits " in out and "final test accuracy" in out
 

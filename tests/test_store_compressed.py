@@ -3,19 +3,19 @@
 Reference: ``codec.decode(codes[ids], ids, out_dtype)``; for fp16/bf16 also torch's own
 ``features[ids].to(fp16 or bf16).to(out_dtype)``. Every mix of codec, int8 form, output dtype, id
 dtype and row width (1 to 4099 columns) on the ``cpu`` backend; the CUDA paths where a GPU exists."""
+
 import pickle
 
 import numpy as np
 import pytest
 import torch
-
 from conftest import SMALL, devices
+
 from dgl_zerocopy import FeatureStore, compress
 from dgl_zerocopy.store.compression import CompressedTable, compressed_beside
 from dgl_zerocopy.training.config import ConfigError, build_config
 
-CASES = [("fp16", {}), ("bf16", {}), ("int8", {}), ("int8", {"axis": "row"}), ("int8", {"method": "absmax"}),
-         ("int8", {"axis": "row", "method": "absmax"})]
+CASES = [("fp16", {}), ("bf16", {}), ("int8", {}), ("int8", {"axis": "row"}), ("int8", {"method": "absmax"}), ("int8", {"axis": "row", "method": "absmax"})]
 OUT_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
 WIDTHS = [1, 3, 100, 129, 4099]
 SIXTEEN = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -182,8 +182,8 @@ def test_a_mapped_npy_is_compressed_beside_it_once(tmp_path, small_dataset):
 
 @pytest.mark.parametrize("source", ["cpu", "dgl-storage"])
 def test_training_sources_gather_decoded_rows(small_dataset, source):
-    from dgl_zerocopy.training.sources import make_source
     from dgl_zerocopy.loading.timing import StageTimer
+    from dgl_zerocopy.training.sources import make_source
 
     src = make_source(source, small_dataset, [5, 5], torch.device("cpu"), compression="int8")
     try:
@@ -208,8 +208,28 @@ def test_config_and_cli_flag(capsys):
 
     from dgl_zerocopy.cli import main
 
-    code = main(["train", "--num-nodes", str(SMALL.num_nodes), "--epochs", "1", "--fanouts", "3,3", "--batch-size", "512",
-                 "--hidden", "16", "--device", "cpu", "--prefetch", "0", "--no-progress", "--feature-compression", "int8"])
+    code = main(
+        [
+            "train",
+            "--num-nodes",
+            str(SMALL.num_nodes),
+            "--epochs",
+            "1",
+            "--fanouts",
+            "3,3",
+            "--batch-size",
+            "512",
+            "--hidden",
+            "16",
+            "--device",
+            "cpu",
+            "--prefetch",
+            "0",
+            "--no-progress",
+            "--feature-compression",
+            "int8",
+        ]
+    )
     out = capsys.readouterr().out
     assert code == 0 and "features stored as int8" in out
     assert main(["train", "--feature-compression", "zip"]) == 2

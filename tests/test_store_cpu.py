@@ -1,6 +1,6 @@
 """FeatureStore on the cpu backend (and its input checks), always equal to ``data[ids]``."""
+
 import gc
-import warnings
 
 import numpy as np
 import pytest
@@ -149,12 +149,15 @@ def test_garbage_collection_closes():
     assert not finalizer.alive
 
 
-@pytest.mark.parametrize("kwargs, error, match", [
-    ({"variant": "fast"}, ValueError, r"variant must be one of \('aligned', 'naive'\), but got 'fast'"),
-    ({"max_blocks": 0}, ValueError, "max_blocks must be a positive integer or None"),
-    ({"max_blocks": 2.5}, ValueError, "max_blocks must be a positive integer or None"),
-    ({"sort_ids": "yes"}, TypeError, "sort_ids must be True or False"),
-])
+@pytest.mark.parametrize(
+    "kwargs, error, match",
+    [
+        ({"variant": "fast"}, ValueError, r"variant must be one of \('aligned', 'naive'\), but got 'fast'"),
+        ({"max_blocks": 0}, ValueError, "max_blocks must be a positive integer or None"),
+        ({"max_blocks": 2.5}, ValueError, "max_blocks must be a positive integer or None"),
+        ({"sort_ids": "yes"}, TypeError, "sort_ids must be True or False"),
+    ],
+)
 def test_bad_kernel_options_are_named(kwargs, error, match):
     with pytest.raises(error, match=match):
         FeatureStore(_table(), backend="cpu", device="cpu", **kwargs)

@@ -1,11 +1,11 @@
 """FeatureStore on CUDA: every backend equals ``data[ids]`` on the device. Skipped without a GPU."""
+
 import numpy as np
 import pytest
 import torch
+from conftest import requires_cuda
 
 from dgl_zerocopy import FeatureStore
-
-from conftest import requires_cuda
 
 pytestmark = [pytest.mark.gpu, requires_cuda]
 
@@ -198,6 +198,7 @@ def test_a_failed_store_leaves_the_table_registrable(monkeypatch):
 
 
 # -- issue 21: page-locked tables (item 3), files never written (item 12) ------------------------
+
 
 def test_a_table_pinned_by_torch_is_read_as_it_is():
     table = _table(1000, 33, torch.float32).pin_memory()

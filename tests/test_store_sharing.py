@@ -3,6 +3,7 @@
 Children are spawned (as ``torch.multiprocessing.spawn`` does), report through a queue, and are
 terminated when a test fails or runs out of time: no test waits on a child forever.
 """
+
 import gc
 import pickle
 import queue
@@ -17,10 +18,9 @@ import numpy as np
 import pytest
 import torch
 import torch.multiprocessing as mp
+from conftest import requires_cuda
 
 from dgl_zerocopy import FeatureStore
-
-from conftest import requires_cuda
 
 _CTX = mp.get_context("spawn")
 TIMEOUT = 90  # seconds for a group of children: starting Python and importing torch takes a few on 2 cores
@@ -97,8 +97,7 @@ def _gather_in_child(rank: int, store: FeatureStore, ids: list) -> dict:
     for name in ("int32", "int64"):
         report[name] = store.gather(torch.tensor(ids, dtype=getattr(torch, name))).numpy().copy()  # the buffer is reused
     options = store.options
-    report.update(device=str(store.device), backend=store.backend, closed=store.closed,
-                  options=(options.variant, options.sort_ids, options.max_blocks))
+    report.update(device=str(store.device), backend=store.backend, closed=store.closed, options=(options.variant, options.sort_ids, options.max_blocks))
     return report
 
 
@@ -122,6 +121,7 @@ def _mapping(address: int) -> dict:
 
 
 # -- shared memory -------------------------------------------------------------------------
+
 
 def test_a_shared_table_round_trips_through_spawn():
     table = torch.randn(1000, 16).share_memory_()
@@ -198,19 +198,16 @@ def test_two_children_hold_the_table_once_in_host_memory():
 
 # -- file maps -----------------------------------------------------------------------------
 
+
 def _npy(tmp_path: Path) -> tuple[Path, np.ndarray]:
     data = np.arange(1000 * 16, dtype=np.float32).reshape(1000, 16)
     np.save(tmp_path / "feat.npy", data)
     return tmp_path / "feat.npy", data
 
 
-@pytest.mark.parametrize("source, rows", [
-    ("path", slice(None)),
-    ("mmap_r", slice(None)),
-    ("mmap_r_slice", slice(100, 600)),
-    ("mmap_c", slice(None)),
-    ("mmap_r+", slice(None)),
-])
+@pytest.mark.parametrize(
+    "source, rows", [("path", slice(None)), ("mmap_r", slice(None)), ("mmap_r_slice", slice(100, 600)), ("mmap_c", slice(None)), ("mmap_r+", slice(None))]
+)
 def test_a_file_map_pickles_as_a_file_reference(tmp_path, source, rows):
     path, data = _npy(tmp_path)
     data = data[rows]
@@ -244,11 +241,16 @@ def test_a_file_map_round_trips_through_spawn(tmp_path):
 
 # -- private memory ------------------------------------------------------------------------
 
-@pytest.mark.parametrize("make", [
-    lambda: torch.zeros(1000, 16),
-    lambda: np.zeros((1000, 16), np.float32),
-    lambda: torch.zeros(16, 1000).share_memory_().t(),  # shared, but the store keeps a contiguous (private) copy
-], ids=["tensor", "numpy", "non-contiguous"])
+
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: torch.zeros(1000, 16),
+        lambda: np.zeros((1000, 16), np.float32),
+        lambda: torch.zeros(16, 1000).share_memory_().t(),  # shared, but the store keeps a contiguous (private) copy
+    ],
+    ids=["tensor", "numpy", "non-contiguous"],
+)
 def test_a_private_table_refuses_to_pickle_at_once(make):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", UserWarning)  # "not contiguous": the store copies that one
@@ -276,6 +278,7 @@ def test_spawning_with_a_private_table_fails_in_the_parent():
 
 
 # -- binding and closing -------------------------------------------------------------------
+
 
 def test_an_unpickled_store_binds_once(tmp_path, monkeypatch):
     path, data = _npy(tmp_path)
@@ -311,6 +314,7 @@ def test_closing_an_unbound_store(tmp_path):
 
 
 # -- CUDA (skipped without a GPU) ----------------------------------------------------------
+
 
 def _bind_in_child(rank: int, store: FeatureStore, ids: list) -> dict:
     torch.cuda.set_device(torch.cuda.device_count() - 1)  # after unpickling, as in mp.spawn's workers

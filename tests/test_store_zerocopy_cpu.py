@@ -14,6 +14,7 @@ What it shows without a GPU (issue 21):
 The stand-in device is the host: ids stay on the CPU, and ``checked_on_device`` is made to answer
 yes for them, so they take the device ids' path. The backend's own output device is the CPU.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -23,18 +24,16 @@ import threading
 import warnings
 from contextlib import contextmanager
 
+import cupy  # noqa: E402
 import numpy as np
 import pytest
 import torch
+from test_pinning import FakeRuntime, mapping_of, use  # noqa: E402 - also skips without CuPy
 from torch.overrides import TorchFunctionMode
 
-from test_pinning import FakeRuntime, mapping_of, use  # noqa: E402 - also skips without CuPy
-
-import cupy  # noqa: E402
-
 from dgl_zerocopy import FeatureStore  # noqa: E402
-from dgl_zerocopy.store import id_check  # noqa: E402
 from dgl_zerocopy.cuda.gather import launcher  # noqa: E402
+from dgl_zerocopy.store import id_check  # noqa: E402
 from dgl_zerocopy.store.backends import zerocopy as zerocopy_backend  # noqa: E402
 
 ROWS, DIM = 10, 4
@@ -131,8 +130,7 @@ class Device:
 class SyncWatch(TorchFunctionMode):
     """Fails on every torch call that makes the host read a tensor's values (a host sync on a GPU)."""
 
-    READS = {"item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__index__", "__float__", "nonzero", "unique",
-             "masked_select", "synchronize"}
+    READS = {"item", "tolist", "cpu", "numpy", "__bool__", "__int__", "__index__", "__float__", "nonzero", "unique", "masked_select", "synchronize"}
 
     def __init__(self) -> None:
         super().__init__()
@@ -219,6 +217,7 @@ def _table():
 
 
 # -- item 6: device ids checked on the device, reported later -------------------------------------
+
 
 def test_device_ids_are_checked_with_no_host_sync_and_never_read_outside_the_table(device, ids_on_device):
     table = _table()
@@ -319,6 +318,7 @@ def test_unchecked_device_ids_are_not_touched(device, ids_on_device):
 
 # -- item 8: events reused ----------------------------------------------------------------------
 
+
 def test_each_stream_gets_one_event_for_all_its_gathers(device):
     table = _table()
     store = zerocopy_store(table)
@@ -345,6 +345,7 @@ def test_checked_gathers_reuse_their_check_events_once_read(device, ids_on_devic
 
 # -- item 3: a table page-locked already ---------------------------------------------------------
 
+
 def test_a_page_locked_table_is_read_as_it_is(device):
     table = _table()
     nbytes = table.numel() * table.element_size()
@@ -359,6 +360,7 @@ def test_a_page_locked_table_is_read_as_it_is(device):
 
 
 # -- item 12: a file map is never written --------------------------------------------------------
+
 
 @pytest.mark.parametrize("supported", [1, 0], ids=["read-only-supported", "read-only-unsupported"])
 @pytest.mark.parametrize("source", ["path", "r", "r+", "c", "compressed"])

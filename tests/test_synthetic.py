@@ -1,10 +1,9 @@
 import numpy as np
 import pytest
+from conftest import SMALL
 
 from dgl_zerocopy.data import SyntheticSpec, load_dataset
 from dgl_zerocopy.data.synthetic import generate
-
-from conftest import SMALL
 
 ARRAYS = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")
 

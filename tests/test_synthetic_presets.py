@@ -1,5 +1,6 @@
 """The papers100M-shaped preset keeps the real graph's ratios at a small node count, and the chunked
 feature generation is bit-for-bit the one-shot formula (the default dataset must not change)."""
+
 import hashlib
 
 import numpy as np

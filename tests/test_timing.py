@@ -3,11 +3,10 @@ import time
 
 import pytest
 import torch
+from conftest import requires_cuda
 
 from dgl_zerocopy.loading import timing
 from dgl_zerocopy.loading.timing import StageTimer
-
-from conftest import requires_cuda
 
 
 def test_stage_accumulates_and_reset_clears():

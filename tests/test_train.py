@@ -4,9 +4,9 @@ import torch
 
 pytest.importorskip("dgl")  # train() and the 'dgl' source sample with DGL
 
+from dgl_zerocopy.loading.timing import StageTimer
 from dgl_zerocopy.training.config import TrainConfig
 from dgl_zerocopy.training.sources import make_source
-from dgl_zerocopy.loading.timing import StageTimer
 from dgl_zerocopy.training.train import timing_table, train
 
 

@@ -5,6 +5,7 @@ DGL is hidden from a subprocess by a ``dgl`` package first on PYTHONPATH whose i
 missing module does (``ModuleNotFoundError``: since pytest 9, ``pytest.importorskip`` skips on that
 alone and lets any other ImportError through).
 """
+
 from __future__ import annotations
 
 import os
@@ -13,14 +14,19 @@ import subprocess
 import sys
 
 import pytest
-
 from conftest import REPO
 
 # Modules whose every test needs DGL: each must be skipped as a whole, not fail to collect.
 DGL_MODULES = ("test_dgl_plugin", "test_loader", "test_models", "test_nn", "test_ogb", "test_train", "test_accuracy")
 # DGL-free tests that must stay collected, so that a module-level skip cannot creep over them.
-DGL_FREE = ("tests/test_blocks.py::test_constructor_checks_are_clear", "tests/test_blocks.py::test_to_moves_every_tensor[cpu]",
-            "tests/test_store_cpu.py::", "tests/test_cuda_api_surface.py::", "tests/test_launch.py::", "tests/test_cli.py::test_info")
+DGL_FREE = (
+    "tests/test_blocks.py::test_constructor_checks_are_clear",
+    "tests/test_blocks.py::test_to_moves_every_tensor[cpu]",
+    "tests/test_store_cpu.py::",
+    "tests/test_cuda_api_surface.py::",
+    "tests/test_launch.py::",
+    "tests/test_cli.py::test_info",
+)
 
 
 @pytest.fixture(scope="module")
@@ -33,14 +39,12 @@ def env_without_dgl(tmp_path_factory):
 
 
 def _python(env, *args, timeout):
-    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True,
-                          encoding="utf-8", timeout=timeout)
+    return subprocess.run([sys.executable, *args], cwd=REPO, env=env, capture_output=True, text=True, encoding="utf-8", timeout=timeout)
 
 
 @pytest.mark.slow  # collects every test file; the package itself imports without DGL in the test below
 def test_the_suite_collects_without_dgl(env_without_dgl):
-    r = _python(env_without_dgl, "-m", "pytest", "--collect-only", "-q", "-rs", "-p", "no:cacheprovider", "tests",
-                timeout=300)
+    r = _python(env_without_dgl, "-m", "pytest", "--collect-only", "-q", "-rs", "-p", "no:cacheprovider", "tests", timeout=300)
     out = r.stdout + r.stderr
     tail = out[-6000:]
     assert r.returncode == 0, f"collection failed (exit {r.returncode}):\n{tail}"

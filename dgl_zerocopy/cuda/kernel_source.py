@@ -114,11 +114,7 @@ def kernel_options() -> tuple[str, ...]:
     """The options this project gives CuPy's ``RawModule`` for ``gather.cu``: C++17, the include
     path of :func:`kernel_dir`, and a digest define that makes every compile cache key (CuPy keys on
     source text and options) change when an included header changes, not only the main source."""
-    return (
-        "--std=c++17",
-        f"--include-path={kernel_dir()}",
-        f"-DZC_KERNEL_DIGEST=0x{kernel_sources_digest()[:15]}",
-    )
+    return ("--std=c++17", f"--include-path={kernel_dir()}", f"-DZC_KERNEL_DIGEST=0x{kernel_sources_digest()[:15]}")
 
 
 def _with_cupy_includes(options: tuple[str, ...]) -> tuple[str, ...]:
@@ -140,8 +136,7 @@ def nvrtc_options(arch: str) -> tuple[str, ...]:
     Args:
         arch: ``"sm_XX"`` (a cubin, what CuPy builds) or ``"compute_XX"`` (PTX).
     """
-    return (*_with_cupy_includes(kernel_options()), *CUPY_OPTIONS_BEFORE_ARCH, f"-arch={arch}",
-            *CUPY_OPTIONS_AFTER_ARCH)
+    return (*_with_cupy_includes(kernel_options()), *CUPY_OPTIONS_BEFORE_ARCH, f"-arch={arch}", *CUPY_OPTIONS_AFTER_ARCH)
 
 
 def flush_to_zero(options: Sequence[str]) -> bool:

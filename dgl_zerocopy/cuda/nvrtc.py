@@ -44,6 +44,7 @@ _ARCH_PATTERN = re.compile(r"^(sm_|compute_)?(\d{2,3})$")
 class KernelCompileError(RuntimeError):
     """A kernel failed to compile; the message holds the compiler log."""
 
+
 # --------------------------------------------------------------------------- NVRTC (no GPU)
 
 #: Where each lookup looks, in search order (documented in :func:`find_nvrtc`).
@@ -84,8 +85,7 @@ def _libraries_in(folder: str, source: str) -> list[NvrtcLibrary]:
     return list(found.values())
 
 
-def nvrtc_candidates(search_path: Sequence[str], environ: Mapping[str, str],
-                     default_toolkit: str = TOOLKIT_DEFAULT) -> list[NvrtcLibrary]:
+def nvrtc_candidates(search_path: Sequence[str], environ: Mapping[str, str], default_toolkit: str = TOOLKIT_DEFAULT) -> list[NvrtcLibrary]:
     """Every NVRTC library in the file layouts, in search order, each real file once (first wins).
 
     1. pip wheels, for each folder of ``search_path`` (``sys.path``): ``nvidia/cuda_nvrtc/lib``
@@ -96,8 +96,7 @@ def nvrtc_candidates(search_path: Sequence[str], environ: Mapping[str, str],
 
     Reads only directory listings (no library is loaded), so tests can pass fake trees.
     """
-    folders = [(source, os.path.join(entry, layout)) for entry in search_path if entry
-               for source, layout in PIP_LAYOUTS]
+    folders = [(source, os.path.join(entry, layout)) for entry in search_path if entry for source, layout in PIP_LAYOUTS]
     roots = [(name, environ[name]) for name in TOOLKIT_VARIABLES if environ.get(name)]
     for source, root in [*roots, (default_toolkit, default_toolkit)]:
         for lib_dir in TOOLKIT_LIB_DIRS:
@@ -123,8 +122,7 @@ def choose_nvrtc(candidates: Sequence[NvrtcLibrary], cuda_major: int | None) -> 
 
 
 class _DlInfo(ctypes.Structure):
-    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
-                ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+    _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p), ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
 
 
 def _defining_file(function: Any) -> str | None:
@@ -155,8 +153,7 @@ def _nvrtc_from_loaders(cuda_major: int | None) -> tuple[NvrtcLibrary | None, li
         else:
             match = _LIBRARY_NAME.match(os.path.basename(os.path.realpath(loaded.abs_path or "")))
             if loaded.abs_path and match:
-                return NvrtcLibrary(loaded.abs_path, int(match.group(1)),
-                                    f"CuPy's lookup (cuda-pathfinder: {loaded.found_via})"), tried
+                return NvrtcLibrary(loaded.abs_path, int(match.group(1)), f"CuPy's lookup (cuda-pathfinder: {loaded.found_via})"), tried
             tried.append(f"CuPy's lookup (cuda-pathfinder found {loaded.abs_path!r}, not a libnvrtc.so.N)")
     # The dynamic linker knows sonames only: torch's major first, then the newest.
     majors = sorted({12, 13, cuda_major or 13}, key=lambda major: (major != cuda_major, -major))
@@ -224,14 +221,7 @@ def _open_nvrtc(path: str) -> ctypes.CDLL:
     lib.nvrtcVersion.argtypes = [i, i]
     lib.nvrtcGetNumSupportedArchs.argtypes = [i]
     lib.nvrtcGetSupportedArchs.argtypes = [i]
-    lib.nvrtcCreateProgram.argtypes = [
-        ctypes.POINTER(p),
-        c,
-        c,
-        ctypes.c_int,
-        ctypes.POINTER(c),
-        ctypes.POINTER(c),
-    ]
+    lib.nvrtcCreateProgram.argtypes = [ctypes.POINTER(p), c, c, ctypes.c_int, ctypes.POINTER(c), ctypes.POINTER(c)]
     lib.nvrtcDestroyProgram.argtypes = [ctypes.POINTER(p)]
     lib.nvrtcAddNameExpression.argtypes = [p, c]
     lib.nvrtcCompileProgram.argtypes = [p, ctypes.c_int, ctypes.POINTER(c)]
@@ -310,7 +300,6 @@ def _program_log(lib: ctypes.CDLL, program: ctypes.c_void_p) -> str:
     return buffer.value.decode(errors="replace")
 
 
-
 def compile_program(source: str, arch: str, name_expressions: Sequence[str]) -> bytes:
     """Compile the instantiations ``name_expressions`` of the kernel source file ``source`` (a name
     in ``kernels/``, e.g. ``"gather.cu"``) for ``arch`` with NVRTC, with the options CuPy compiles
@@ -347,29 +336,13 @@ def compile_program(source: str, arch: str, name_expressions: Sequence[str]) -> 
     if f"sm_{number}" not in supported:
         major, minor = _version_of(lib)
         raise ValueError(
-            f"sm_{number} is not supported by NVRTC {major}.{minor} ({find_nvrtc().source}: "
-            f"{find_nvrtc().path}); it compiles for {', '.join(supported)}"
+            f"sm_{number} is not supported by NVRTC {major}.{minor} ({find_nvrtc().source}: {find_nvrtc().path}); it compiles for {', '.join(supported)}"
         )
     program = ctypes.c_void_p()
-    _nvrtc_call(
-        lib,
-        "nvrtcCreateProgram",
-        lib.nvrtcCreateProgram(
-            ctypes.byref(program),
-            read_kernel(source).encode(),
-            source.encode(),
-            0,
-            None,
-            None,
-        ),
-    )
+    _nvrtc_call(lib, "nvrtcCreateProgram", lib.nvrtcCreateProgram(ctypes.byref(program), read_kernel(source).encode(), source.encode(), 0, None, None))
     try:
         for name in names:
-            _nvrtc_call(
-                lib,
-                f"nvrtcAddNameExpression({name})",
-                lib.nvrtcAddNameExpression(program, name.encode()),
-            )
+            _nvrtc_call(lib, f"nvrtcAddNameExpression({name})", lib.nvrtcAddNameExpression(program, name.encode()))
         options = nvrtc_options(target)
         option_array = (ctypes.c_char_p * len(options))(*[o.encode() for o in options])
         status = lib.nvrtcCompileProgram(program, len(options), option_array)
@@ -381,11 +354,7 @@ def compile_program(source: str, arch: str, name_expressions: Sequence[str]) -> 
             logger.warning("NVRTC log for %s:\n%s", target, log)
         for name in names:
             lowered = ctypes.c_char_p()
-            _nvrtc_call(
-                lib,
-                f"nvrtcGetLoweredName({name})",
-                lib.nvrtcGetLoweredName(program, name.encode(), ctypes.byref(lowered)),
-            )
+            _nvrtc_call(lib, f"nvrtcGetLoweredName({name})", lib.nvrtcGetLoweredName(program, name.encode(), ctypes.byref(lowered)))
         kind = "PTX" if ptx else "CUBIN"
         size = ctypes.c_size_t()
         _nvrtc_call(lib, f"nvrtcGet{kind}Size", getattr(lib, f"nvrtcGet{kind}Size")(program, ctypes.byref(size)))

@@ -1,4 +1,5 @@
 """Datasets by name, each loaded into a :class:`GraphDataset`; generated ones cached on disk."""
+
 from __future__ import annotations
 
 import logging
@@ -30,11 +31,7 @@ def cache_dir() -> Path:
 
 
 def load_dataset(
-    name: str,
-    synthetic: SyntheticSpec | None = None,
-    cache: Path | None = None,
-    root: str | Path | None = None,
-    split_seed: int = 0,
+    name: str, synthetic: SyntheticSpec | None = None, cache: Path | None = None, root: str | Path | None = None, split_seed: int = 0
 ) -> GraphDataset:
     """Load dataset ``name``.
 
@@ -47,7 +44,9 @@ def load_dataset(
     if name == "synthetic":
         return _load_synthetic(synthetic or SyntheticSpec(), cache or cache_dir())
     if root is None:
-        raise DatasetError(f"dataset {name!r} is read from a folder: pass --data-root DIR (data_root in a config), the folder holding planetoid/, graphdata/ or ogbn_*/")
+        raise DatasetError(
+            f"dataset {name!r} is read from a folder: pass --data-root DIR (data_root in a config), the folder holding planetoid/, graphdata/ or ogbn_*/"
+        )
     root = Path(root)
     if name in PLANETOID:
         from .planetoid import load_planetoid

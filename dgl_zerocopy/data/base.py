@@ -1,4 +1,5 @@
 """The in-memory form every dataset loads into: a CSC graph, a host feature table, labels, splits."""
+
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
@@ -58,7 +59,7 @@ class GraphDataset:
     def num_edges(self) -> int:
         return int(self.indices.shape[0])
 
-    def with_self_loops(self) -> "GraphDataset":
+    def with_self_loops(self) -> GraphDataset:
         """The same dataset with one self-loop per node (GCN's A + I); existing self-loops are kept once."""
         n = self.num_nodes
         dst = np.repeat(np.arange(n, dtype=np.int64), np.diff(self.indptr))
@@ -74,10 +75,7 @@ class GraphDataset:
         import dgl
         import torch
 
-        graph = dgl.graph(
-            ("csc", (tensor_view(self.indptr), tensor_view(self.indices), torch.tensor([], dtype=torch.int64))),
-            num_nodes=self.num_nodes,
-        )
+        graph = dgl.graph(("csc", (tensor_view(self.indptr), tensor_view(self.indices), torch.tensor([], dtype=torch.int64))), num_nodes=self.num_nodes)
         if with_data:
             graph.ndata["feat"] = tensor_view(np.ascontiguousarray(self.features))
             graph.ndata["label"] = tensor_view(self.labels)

@@ -6,6 +6,7 @@ graphs store one direction per edge), sparse node features (``attr_indptr``, ``a
 Graph Neural Network Evaluation", 20 training and 30 validation nodes are drawn per class from a
 seed, and every other node is a test node.
 """
+
 from __future__ import annotations
 
 import zipfile
@@ -68,9 +69,7 @@ def per_class_split(labels: np.ndarray, num_classes: int, seed: int, name: str =
     for c in range(num_classes):
         members = np.flatnonzero(labels == c)
         if len(members) < TRAIN_PER_CLASS + VAL_PER_CLASS:
-            raise DatasetError(
-                f"{name}: class {c} has {len(members)} nodes, fewer than the {TRAIN_PER_CLASS} + {VAL_PER_CLASS} the split draws"
-            )
+            raise DatasetError(f"{name}: class {c} has {len(members)} nodes, fewer than the {TRAIN_PER_CLASS} + {VAL_PER_CLASS} the split draws")
         members = rng.permutation(members)
         train.append(members[:TRAIN_PER_CLASS])
         val.append(members[TRAIN_PER_CLASS : TRAIN_PER_CLASS + VAL_PER_CLASS])

@@ -16,6 +16,7 @@ slab of rows at a time, into a folder beside it (``features.int8-column-minmax/`
 ``FeatureStore(folder)`` maps; later calls, and ``train --feature-compression``, reuse it. It lives
 inside the cache, so a rebuilt cache drops it with the old arrays.
 """
+
 from __future__ import annotations
 
 import contextlib
@@ -25,8 +26,8 @@ import json
 import logging
 import shutil
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 
@@ -75,8 +76,9 @@ def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None) -> Grap
     return _open_cache(cache, name)
 
 
-def compressed_features(name: str, root: str | Path, codec: str = "int8", meta_dict: dict | None = None, *,
-                        axis: str | None = None, method: str | None = None) -> Path:
+def compressed_features(
+    name: str, root: str | Path, codec: str = "int8", meta_dict: dict | None = None, *, axis: str | None = None, method: str | None = None
+) -> Path:
     """The folder of ``name``'s features compressed with ``codec`` (``"fp16"``, ``"bf16"``,
     ``"int8"``; int8's ``axis``/``method`` as in :func:`dgl_zerocopy.compress`), kept in the cache
     beside ``features.npy``: written on first use (loading the dataset first if it is not cached),
@@ -189,8 +191,15 @@ def _write_arrays(name: str, folder: Path, meta: dict, local: bool, out: Path) -
     del src, dst
     np.save(out / "indptr.npy", indptr)
     np.save(out / "indices.npy", indices)
-    info = {"format": CACHE_FORMAT, "name": name, "num_classes": int(meta["num classes"]), "num_nodes": num_nodes,
-            "num_edges": int(len(indices)), "feature_shape": list(feat_shape), "bidirected": name in SYMMETRISED}
+    info = {
+        "format": CACHE_FORMAT,
+        "name": name,
+        "num_classes": int(meta["num classes"]),
+        "num_nodes": num_nodes,
+        "num_edges": int(len(indices)),
+        "feature_shape": list(feat_shape),
+        "bidirected": name in SYMMETRISED,
+    }
     (out / "meta.json").write_text(json.dumps(info, indent=1) + "\n")  # written last: marks a whole cache
     log.info("%s: cached %s nodes, %s edges, features %s", name, f"{num_nodes:,}", f"{len(indices):,}", feat_shape)
 
@@ -225,7 +234,7 @@ def _save_float32(path: Path, features: np.ndarray) -> None:
     out = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=features.shape)
     step = max(1, _CHUNK_BYTES // max(1, features.shape[1] * 4))
     for start in range(0, len(features), step):
-        out[start:start + step] = features[start:start + step]
+        out[start : start + step] = features[start : start + step]
     out.flush()
     del out
 

@@ -9,6 +9,7 @@ The result follows the standard Planetoid setup (Kipf & Welling 2017): train = t
 ``len(y)`` nodes, validation = the next 500, test = the nodes listed in ``test.index``; features
 row-normalised; the graph symmetric, without duplicate edges or self-loops.
 """
+
 from __future__ import annotations
 
 import io

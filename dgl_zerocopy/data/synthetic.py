@@ -6,6 +6,7 @@ edges are homophilous (an endpoint keeps its partner's class with probability ``
 features are noisy class centroids. Features alone separate the classes only partly, so a GNN
 that aggregates neighbours scores clearly higher than a per-node model: accuracy proves training.
 """
+
 from __future__ import annotations
 
 import logging
@@ -54,7 +55,7 @@ class SyntheticSpec:
         return "synthetic-" + "-".join(p.replace("_", "") for p in parts)
 
     @classmethod
-    def papers100m_like(cls, num_nodes: int = 4_000_000, feat_dim: int = 128, seed: int = 0) -> "SyntheticSpec":
+    def papers100m_like(cls, num_nodes: int = 4_000_000, feat_dim: int = 128, seed: int = 0) -> SyntheticSpec:
         """ogbn-papers100M's shape with fewer nodes: its average degree once bidirected, feature
         width, class count and split fractions (see :data:`PAPERS100M`). ``feat_dim`` may be
         changed for width sweeps (the graph and labels stay the same; the split is redrawn).
@@ -76,8 +77,7 @@ class SyntheticSpec:
 
 # ogbn-papers100M as OGB ships it: directed citation edges, 128-dim features, arXiv-subject labels
 # on the ~1.4 % of papers that have one.
-PAPERS100M = {"nodes": 111_059_956, "edges": 1_615_685_872, "feat_dim": 128, "classes": 172,
-              "train": 1_207_179, "val": 125_265, "test": 214_338}
+PAPERS100M = {"nodes": 111_059_956, "edges": 1_615_685_872, "feat_dim": 128, "classes": 172, "train": 1_207_179, "val": 125_265, "test": 214_338}
 
 # Rows of features drawn per step: bounds the temporaries at one chunk instead of two full tables.
 _FEATURE_CHUNK_ROWS = 65_536
@@ -120,8 +120,7 @@ def generate(spec: SyntheticSpec = SyntheticSpec()) -> GraphDataset:
     return GraphDataset("synthetic", indptr, indices, features, labels, train_idx, val_idx, test_idx, c)
 
 
-def _noisy_centroids(rng: np.random.Generator, centroids: np.ndarray, labels: np.ndarray, noise: float,
-                     chunk_rows: int = _FEATURE_CHUNK_ROWS) -> np.ndarray:
+def _noisy_centroids(rng: np.random.Generator, centroids: np.ndarray, labels: np.ndarray, noise: float, chunk_rows: int = _FEATURE_CHUNK_ROWS) -> np.ndarray:
     """``centroids[labels] + noise * rng.standard_normal((n, dim), dtype=float32)``, bit for bit,
     built in place chunk by chunk: the generator fills the rows in order whatever the chunk size,
     and ``noise * z + centroid`` rounds as ``centroid + noise * z`` does."""

@@ -9,10 +9,11 @@ the destination features are ``x[:num_dst_nodes()]`` of the source features ``x`
 
 This module does not import DGL; only :meth:`DeviceBlock.from_dgl` does, when called.
 """
+
 from __future__ import annotations
 
 import warnings
-from typing import Any, Optional, Union
+from typing import Any
 
 import torch
 
@@ -20,7 +21,7 @@ ID_DTYPES = (torch.int32, torch.int64)
 # DGL's key for the parent graph's node ids (``dgl.NID``), written here so DGL need not be imported.
 NID = "_ID"
 
-Device = Union[torch.device, str, int]
+Device = torch.device | str | int
 
 
 class DeviceBlock:
@@ -46,8 +47,8 @@ class DeviceBlock:
         indptr: torch.Tensor,
         indices: torch.Tensor,
         num_src: int,
-        srcdata: Optional[dict[str, torch.Tensor]] = None,
-        dstdata: Optional[dict[str, torch.Tensor]] = None,
+        srcdata: dict[str, torch.Tensor] | None = None,
+        dstdata: dict[str, torch.Tensor] | None = None,
     ) -> None:
         for name, t in (("indptr", indptr), ("indices", indices)):
             if not isinstance(t, torch.Tensor) or t.dim() != 1:
@@ -62,9 +63,7 @@ class DeviceBlock:
             raise ValueError("indptr must hold num_dst + 1 >= 1 offsets, but it is empty; use torch.zeros(1) for no destinations")
         num_src = int(num_src)
         if num_src < indptr.numel() - 1:
-            raise ValueError(
-                f"num_src ({num_src}) must be at least num_dst ({indptr.numel() - 1}): destinations are the first sources"
-            )
+            raise ValueError(f"num_src ({num_src}) must be at least num_dst ({indptr.numel() - 1}): destinations are the first sources")
         self.indptr = indptr
         self.indices = indices
         self._num_src = num_src
@@ -159,11 +158,7 @@ class DeviceBlock:
             return t.to(device, non_blocking=non_blocking)
 
         return DeviceBlock(
-            move(self.indptr),
-            move(self.indices),
-            self._num_src,
-            {k: move(v) for k, v in self.srcdata.items()},
-            {k: move(v) for k, v in self.dstdata.items()},
+            move(self.indptr), move(self.indices), self._num_src, {k: move(v) for k, v in self.srcdata.items()}, {k: move(v) for k, v in self.dstdata.items()}
         )
 
     @classmethod
@@ -197,13 +192,7 @@ class DeviceBlock:
         srcdata = {NID: to_device(block.srcdata[NID], device)} if NID in block.srcdata else {}
         dstdata = {NID: to_device(block.dstdata[NID], device)} if NID in block.dstdata else {}
         # Cast on the host first, so an int32 block also moves half the bytes.
-        return cls(
-            to_device(indptr.to(id_dtype), device),
-            to_device(indices.to(id_dtype), device),
-            block.num_src_nodes(),
-            srcdata,
-            dstdata,
-        )
+        return cls(to_device(indptr.to(id_dtype), device), to_device(indices.to(id_dtype), device), block.num_src_nodes(), srcdata, dstdata)
 
     def record_stream(self, stream: torch.cuda.Stream) -> None:
         """Mark every CUDA tensor of this block as used on ``stream`` (``Tensor.record_stream``), so
@@ -253,9 +242,7 @@ def _same_device(a: torch.device, b: torch.device) -> bool:
     if a.type != b.type:
         return False
     if a.type == "cuda" and (a.index is None or b.index is None):
-        return (a.index if a.index is not None else torch.cuda.current_device()) == (
-            b.index if b.index is not None else torch.cuda.current_device()
-        )
+        return (a.index if a.index is not None else torch.cuda.current_device()) == (b.index if b.index is not None else torch.cuda.current_device())
     return a.index == b.index
 
 

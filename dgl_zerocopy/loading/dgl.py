@@ -17,11 +17,12 @@ to the device. ``g.ndata`` cannot hold a custom storage (the frame wants a tenso
 storages attached with ``loader.attach_data`` first, then from ``g.ndata``. The user's graph, the
 sampler's graph and every other loader option are untouched.
 """
+
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping
 
 import dgl
 import torch
@@ -59,8 +60,9 @@ class ZeroCopyStorage(FeatureStorage):
     def fetch(self, indices, device, pin_memory: bool = False, **kwargs):
         device = resolve_device(device)
         if device != self.store.device:
-            raise ValueError(f"the DataLoader's device is {device} but this store gathers on {self.store.device}; "
-                             f"create the FeatureStore with device={str(device)!r}")
+            raise ValueError(
+                f"the DataLoader's device is {device} but this store gathers on {self.store.device}; create the FeatureStore with device={str(device)!r}"
+            )
         with self._lock:
             if self._stream is None:
                 out = torch.empty((len(indices), self.store.shape[1]), dtype=self.store.dtype)
@@ -100,8 +102,10 @@ class AttachedName:
     name: str
 
     def __repr__(self) -> str:
-        return (f"{self.name!r}: the sampler takes this feature from a storage attached to the DataLoader; "
-                f"call dgl_zerocopy.loading.dgl.attach(loader, {{{self.name!r}: store}}) after creating the loader")
+        return (
+            f"{self.name!r}: the sampler takes this feature from a storage attached to the DataLoader; "
+            f"call dgl_zerocopy.loading.dgl.attach(loader, {{{self.name!r}: store}}) after creating the loader"
+        )
 
 
 class FeatureSampler(dgl.dataloading.Sampler):
@@ -121,8 +125,10 @@ class FeatureSampler(dgl.dataloading.Sampler):
     def sample(self, g, indices, *args, **kwargs):
         result = self.sampler.sample(g, indices, *args, **kwargs)
         if not (isinstance(result, tuple) and len(result) == 3 and isinstance(result[2], list) and result[2]):
-            raise TypeError(f"{type(self.sampler).__name__}.sample() must return (input_nodes, output_nodes, blocks) "
-                            "like DGL's block samplers; with_features wraps block samplers only")
+            raise TypeError(
+                f"{type(self.sampler).__name__}.sample() must return (input_nodes, output_nodes, blocks) "
+                "like DGL's block samplers; with_features wraps block samplers only"
+            )
         blocks = result[2]
         if len(blocks[0].srctypes) != 1 or len(blocks[-1].dsttypes) != 1:
             raise ValueError("with_features supports homogeneous graphs only; for heterographs use the sampler's prefetch_node_feats")
@@ -147,8 +153,10 @@ class _AttachedGraph(dgl.DGLGraph):
         if isinstance(key, AttachedName):
             if key.name not in self._storages:
                 attached = ", ".join(map(repr, self._storages)) or "none"
-                raise KeyError(f"no storage attached as {key.name!r} (attached: {attached}); "
-                               f"call dgl_zerocopy.loading.dgl.attach(loader, {{{key.name!r}: store}}) or loader.attach_data({key.name!r}, ZeroCopyStorage(store))")
+                raise KeyError(
+                    f"no storage attached as {key.name!r} (attached: {attached}); "
+                    f"call dgl_zerocopy.loading.dgl.attach(loader, {{{key.name!r}: store}}) or loader.attach_data({key.name!r}, ZeroCopyStorage(store))"
+                )
             return self._storages[key.name]
         if key in self._storages:
             return self._storages[key]

@@ -2,18 +2,18 @@
 the torch keywords it forwards, its prefetcher, UVA and ``gpu_cache`` options, the sampler's own
 prefetch lists, and what the installed DGL can do (CUDA graphs or not). CPU only.
 """
+
 from __future__ import annotations
 
 import copy
 import warnings
-from typing import Mapping
+from collections.abc import Mapping
 
 import numpy as np
 import torch
 
 #: torch DataLoader keywords that DGL forwards and that apply to the sampling workers here.
-WORKER_KWARGS = ("num_workers", "persistent_workers", "worker_init_fn", "prefetch_factor", "timeout",
-                 "multiprocessing_context", "generator")
+WORKER_KWARGS = ("num_workers", "persistent_workers", "worker_init_fn", "prefetch_factor", "timeout", "multiprocessing_context", "generator")
 #: torch DataLoader keywords that have a nearest equivalent (or none) here; accepted, see apply_dgl_options.
 OTHER_TORCH_KWARGS = ("pin_memory", "pin_memory_device", "in_order")
 
@@ -35,8 +35,10 @@ def without_prefetch_lists(sampler) -> tuple:
     labels = list(getattr(sampler, "prefetch_labels", None) or [])
     edge_feats = list(getattr(sampler, "prefetch_edge_feats", None) or [])
     if edge_feats:
-        raise ValueError(f"the sampler prefetches edge features {edge_feats}, which dgl_zerocopy.DataLoader does not gather; "
-                         "index graph.edata[name] with each block's edata[dgl.EID] yourself, or use DGL's DataLoader")
+        raise ValueError(
+            f"the sampler prefetches edge features {edge_feats}, which dgl_zerocopy.DataLoader does not gather; "
+            "index graph.edata[name] with each block's edata[dgl.EID] yourself, or use DGL's DataLoader"
+        )
     if not feats and not labels:
         return sampler, ([], [])
     sampler = copy.copy(sampler)  # the caller's sampler may also serve DGL's own loader: leave it as it is
@@ -44,8 +46,7 @@ def without_prefetch_lists(sampler) -> tuple:
     return sampler, (feats, labels)
 
 
-def apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread, pin_prefetcher, use_uva, gpu_cache,
-                       kwargs: Mapping) -> int:
+def apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread, pin_prefetcher, use_uva, gpu_cache, kwargs: Mapping) -> int:
     """Map DGL's prefetcher, UVA and cache options to what happens here; warn once where one cannot
     apply. Returns the prefetch depth."""
     if use_prefetch_thread is False:
@@ -54,11 +55,17 @@ def apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread, 
         prefetch = 1
     pin = pin_prefetcher if pin_prefetcher is not None else kwargs.get("pin_memory")
     if pin is not None and (pin is False) == (device.type == "cuda"):
-        warn_once("pin", f"pin_prefetcher/pin_memory={pin} has no effect here: on a CUDA device the rows are read from pinned "
-                          "host memory or staged in a pinned buffer always; on the CPU nothing needs pinning")
+        warn_once(
+            "pin",
+            f"pin_prefetcher/pin_memory={pin} has no effect here: on a CUDA device the rows are read from pinned "
+            "host memory or staged in a pinned buffer always; on the CPU nothing needs pinning",
+        )
     if use_uva:
-        warn_once("uva", "use_uva=True: sampling runs on the CPU here (as with use_uva=False in DGL); the features are read "
-                          "by the GPU straight from pinned host memory, which is what UVA does for them")
+        warn_once(
+            "uva",
+            "use_uva=True: sampling runs on the CPU here (as with use_uva=False in DGL); the features are read "
+            "by the GPU straight from pinned host memory, which is what UVA does for them",
+        )
     return prefetch
 
 
@@ -72,8 +79,7 @@ def gpu_cache_rows(gpu_cache: Mapping | None, num_nodes: int) -> dict[str, int]:
     if not isinstance(gpu_cache, Mapping) or set(gpu_cache) - {"node", "edge"}:
         raise ValueError(f"gpu_cache must be a dict like {{'node': {{'feat': 100000}}}}, but got {gpu_cache!r}")
     if any(rows for rows in (gpu_cache.get("edge") or {}).values()):
-        raise ValueError(f"gpu_cache={dict(gpu_cache)}: edge features are not cached (the loader gathers node features "
-                         "only); leave out the 'edge' entry")
+        raise ValueError(f"gpu_cache={dict(gpu_cache)}: edge features are not cached (the loader gathers node features only); leave out the 'edge' entry")
     rows = {}
     for name, count in (gpu_cache.get("node") or {}).items():
         if isinstance(count, bool) or not isinstance(count, (int, np.integer)) or not 0 <= count <= num_nodes:

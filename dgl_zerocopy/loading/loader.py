@@ -23,31 +23,30 @@ Ids: the feature and label stores are gathered with ``unchecked=True`` when the 
 DGL's own classes (its ids are nodes of the graph, and every store has one row per node); a
 sampler of one's own is range-checked by the store.
 """
+
 from __future__ import annotations
 
 import logging
 import weakref
-from typing import Iterator, Mapping, NamedTuple
+from collections.abc import Iterator, Mapping
+from typing import NamedTuple
 
 import numpy as np
 import torch
 
-from ..store.cache import budget_for_rows
 from ..data.base import tensor_view
+from ..store.cache import budget_for_rows
+from ..store.feature_store import FeatureStore, resolve_device
+from ..store.transfer import to_device
+from .dgl_options import OTHER_TORCH_KWARGS, WORKER_KWARGS, apply_dgl_options, dgl_has_cuda, gpu_cache_rows, is_dgl_sampler, warn_once, without_prefetch_lists
 from .prefetch import Prefetcher
 from .ring import Fill, Slot, SlotRing
-from ..store.feature_store import FeatureStore, resolve_device
-from .dgl_options import (OTHER_TORCH_KWARGS, WORKER_KWARGS, apply_dgl_options, dgl_has_cuda, gpu_cache_rows, is_dgl_sampler,
-                          warn_once, without_prefetch_lists)
+from .shared_stores import remember_store, shared_store
 from .timing import StageTimer
-from ..store.transfer import to_device
 
 log = logging.getLogger(__name__)
 
 BLOCK_KINDS = ("dgl", "device")
-# One store per (tensor, device) in this process, so two loaders over the same tensor (train and
-# val) share it and the same memory is never pinned twice (CUDA refuses a second registration).
-_SHARED_STORES: "weakref.WeakValueDictionary[tuple, FeatureStore]" = weakref.WeakValueDictionary()
 
 
 class DataLoader:
@@ -76,17 +75,39 @@ class DataLoader:
     ``store_options`` (keyword arguments for the FeatureStores the loader makes).
     """
 
-    def __init__(self, graph, indices, graph_sampler, device=None, use_ddp: bool = False, ddp_seed: int = 0,
-                 batch_size: int = 1, drop_last: bool = False, shuffle: bool = False, use_prefetch_thread: bool | None = None,
-                 use_alternate_streams: bool | None = None, pin_prefetcher: bool | None = None, use_uva: bool = False,
-                 gpu_cache: Mapping | None = None, *, features: Mapping | None = None, labels: Mapping | None = None,
-                 prefetch: int = 2, seed: int = 0, blocks: str | None = None, timer: StageTimer | None = None,
-                 store_options: Mapping | None = None, **kwargs) -> None:
+    def __init__(
+        self,
+        graph,
+        indices,
+        graph_sampler,
+        device=None,
+        use_ddp: bool = False,
+        ddp_seed: int = 0,
+        batch_size: int = 1,
+        drop_last: bool = False,
+        shuffle: bool = False,
+        use_prefetch_thread: bool | None = None,
+        use_alternate_streams: bool | None = None,
+        pin_prefetcher: bool | None = None,
+        use_uva: bool = False,
+        gpu_cache: Mapping | None = None,
+        *,
+        features: Mapping | None = None,
+        labels: Mapping | None = None,
+        prefetch: int = 2,
+        seed: int = 0,
+        blocks: str | None = None,
+        timer: StageTimer | None = None,
+        store_options: Mapping | None = None,
+        **kwargs,
+    ) -> None:
         unknown = sorted(set(kwargs) - set(WORKER_KWARGS) - set(OTHER_TORCH_KWARGS))
         if unknown:
-            raise TypeError(f"DataLoader got unexpected keyword argument(s) {unknown}: it takes DGL's arguments, torch "
-                            f"DataLoader's {list(WORKER_KWARGS + OTHER_TORCH_KWARGS)} and features=, labels=, prefetch=, "
-                            f"seed=, blocks=, timer=, store_options= (it makes its own batches, sampler and collate_fn)")
+            raise TypeError(
+                f"DataLoader got unexpected keyword argument(s) {unknown}: it takes DGL's arguments, torch "
+                f"DataLoader's {list(WORKER_KWARGS + OTHER_TORCH_KWARGS)} and features=, labels=, prefetch=, "
+                f"seed=, blocks=, timer=, store_options= (it makes its own batches, sampler and collate_fn)"
+            )
         if use_uva and device is None and torch.cuda.is_available():
             device = torch.cuda.current_device()  # DGL's default with UVA
         self.device = resolve_device(device if device is not None else graph.device)
@@ -99,8 +120,10 @@ class DataLoader:
         if not isinstance(batch_size, int) or batch_size <= 0:
             raise ValueError(f"batch_size must be a positive integer, but got {batch_size!r}")
         if blocks == "dgl" and self.device.type == "cuda" and not dgl_has_cuda():
-            raise ValueError("blocks='dgl' on a CUDA device needs a CUDA build of DGL, and the installed DGL is a CPU build; "
-                             "pass blocks='device' (the default) to get device-side blocks for dgl_zerocopy.nn / dgl_zerocopy.training.models")
+            raise ValueError(
+                "blocks='dgl' on a CUDA device needs a CUDA build of DGL, and the installed DGL is a CPU build; "
+                "pass blocks='device' (the default) to get device-side blocks for dgl_zerocopy.nn / dgl_zerocopy.training.models"
+            )
         num_workers = kwargs.get("num_workers", 0)
         if not isinstance(num_workers, int) or num_workers < 0:
             raise ValueError(f"num_workers must be an integer >= 0, but got {num_workers!r}")
@@ -108,14 +131,17 @@ class DataLoader:
             import torch.distributed as dist
 
             if not (dist.is_available() and dist.is_initialized()):
-                raise RuntimeError("use_ddp=True needs torch.distributed's process group: call "
-                                   "torch.distributed.init_process_group(...) in each process before making the DataLoader")
+                raise RuntimeError(
+                    "use_ddp=True needs torch.distributed's process group: call "
+                    "torch.distributed.init_process_group(...) in each process before making the DataLoader"
+                )
             self.rank, self.world_size = dist.get_rank(), dist.get_world_size()
         else:
             self.rank, self.world_size = 0, 1
         if graph.device.type != "cpu":
-            raise ValueError(f"the graph must be on the CPU (sampling runs there), but it is on {graph.device}; "
-                             "keep it on the CPU and pass device= for where the batches go")
+            raise ValueError(
+                f"the graph must be on the CPU (sampling runs there), but it is on {graph.device}; keep it on the CPU and pass device= for where the batches go"
+            )
         self.graph = graph
         self.num_nodes = int(graph.num_nodes())
         self.indices = _node_ids(indices, self.num_nodes, graph.idtype)
@@ -129,8 +155,10 @@ class DataLoader:
         self._add_prefetched(*prefetched)
         for name in self._cached_rows:
             if name not in self.features:
-                raise ValueError(f"gpu_cache names node feature {name!r}, but the loader gathers {sorted(self.features)}: "
-                                 "name a feature of features= or of the sampler's prefetch_node_feats")
+                raise ValueError(
+                    f"gpu_cache names node feature {name!r}, but the loader gathers {sorted(self.features)}: "
+                    "name a feature of features= or of the sampler's prefetch_node_feats"
+                )
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.use_ddp, self.ddp_seed = bool(use_ddp), ddp_seed
         self.seed, self.blocks = seed, blocks
@@ -160,15 +188,22 @@ class DataLoader:
         if isinstance(store, (torch.Tensor, np.ndarray)):
             options = dict(self._store_options)
             if cached and store.ndim == 2:  # DGL's gpu_cache counts rows: the budget that holds that many
-                options.update(cache_bytes=budget_for_rows(cached, store.shape[1] * store.dtype.itemsize, store.shape[0]),
-                               cache_policy="degree", graph=self.graph, sampler=self.graph_sampler)
+                options.update(
+                    cache_bytes=budget_for_rows(cached, store.shape[1] * store.dtype.itemsize, store.shape[0]),
+                    cache_policy="degree",
+                    graph=self.graph,
+                    sampler=self.graph_sampler,
+                )
             store = shared_store(store, self.device, **options)
             if cached and store.cache is None and store.backend != "gpu":
-                warn_once("gpu_cache_shared", f"gpu_cache for {name!r}: the store over this tensor was made before without a "
-                                               "cache and is shared, so no rows are cached")
+                warn_once(
+                    "gpu_cache_shared",
+                    f"gpu_cache for {name!r}: the store over this tensor was made before without a cache and is shared, so no rows are cached",
+                )
         elif cached and isinstance(store, FeatureStore) and store.cache_policy is None:
-            warn_once("gpu_cache_store", f"gpu_cache for {name!r} does not apply to a FeatureStore you pass: give it "
-                                          "cache_bytes= (and graph=) when you make it")
+            warn_once(
+                "gpu_cache_store", f"gpu_cache for {name!r} does not apply to a FeatureStore you pass: give it cache_bytes= (and graph=) when you make it"
+            )
         if not isinstance(store, FeatureStore):
             raise TypeError(f"features[{name!r}] must be a FeatureStore or a tensor, but got {type(store).__name__}")
         if len(store) != self.num_nodes:
@@ -176,9 +211,10 @@ class DataLoader:
         try:
             store.bind(self.device)  # a store received from another process binds here, to this loader's device
         except ValueError as error:
-            raise ValueError(f"features[{name!r}] gathers on {store.device} but the loader's device is {self.device}; "
-                             f"create the store with device={str(self.device)!r}") from error
-        _SHARED_STORES.setdefault(_memory_key(store._table, store.device), store)  # later loaders over that memory use it
+            raise ValueError(
+                f"features[{name!r}] gathers on {store.device} but the loader's device is {self.device}; create the store with device={str(self.device)!r}"
+            ) from error
+        remember_store(store)  # later loaders over that memory use it
         return store
 
     def _add_prefetched(self, node_feats: list, labels: list) -> None:
@@ -261,8 +297,7 @@ class DataLoader:
             self.graph.create_formats_()  # once here, not once per worker
             self._order = order.clone().share_memory_()  # the workers see every epoch's order through it
             dataset = _SampleBatches(self.graph, self.graph_sampler, self._order, self.batch_size, len(self))
-            self._workers = torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, collate_fn=_identity,
-                                                        **self._worker_kwargs)
+            self._workers = torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, collate_fn=_identity, **self._worker_kwargs)
         else:
             self._order.copy_(order)
         return _timed(enumerate(self._workers), self.timer)
@@ -282,7 +317,7 @@ class DataLoader:
         checked at construction) and it has one row per node of that graph."""
         return self._sampler_is_dgls and isinstance(store, FeatureStore) and len(store) == self.num_nodes
 
-    def _produce(self, task) -> "_Batch":
+    def _produce(self, task) -> _Batch:
         """Sample (unless a worker process did) and gather one batch into its ring slot (runs on the
         worker thread when prefetching). ``task``: (index, seeds) or (index, (input_nodes, output_nodes, blocks))."""
         index, work = task
@@ -343,7 +378,7 @@ class _EpochIterator:
         else:
             self._source = map(loader._produce, tasks)
 
-    def __iter__(self) -> "_EpochIterator":
+    def __iter__(self) -> _EpochIterator:
         return self
 
     def __next__(self):
@@ -416,24 +451,6 @@ def _node_ids(indices, num_nodes: int, idtype: torch.dtype = torch.int64) -> tor
         bad = indices[(indices < 0) | (indices >= num_nodes)][0]
         raise IndexError(f"indices contain node {int(bad)}, outside the graph's {num_nodes} nodes (valid: 0 to {num_nodes - 1})")
     return indices.to(idtype)
-
-
-def shared_store(tensor, device: torch.device, **options) -> FeatureStore:
-    """The FeatureStore over ``tensor``'s memory on ``device``: the one made before in this
-    process if it is still open, else a new one (``backend="auto"`` on CUDA, ``"cpu"`` on the CPU).
-    ``options`` apply to a new store only."""
-    if isinstance(tensor, np.ndarray):
-        tensor = tensor_view(tensor)
-    key = _memory_key(tensor, device)
-    store = _SHARED_STORES.get(key)
-    if store is None or store.closed:
-        store = FeatureStore(tensor, backend="auto" if device.type == "cuda" else "cpu", device=device, **options)
-        _SHARED_STORES[key] = store
-    return store
-
-
-def _memory_key(tensor: torch.Tensor, device: torch.device) -> tuple:
-    return (tensor.data_ptr(), tuple(tensor.shape), tuple(tensor.stride()), tensor.dtype, str(device))
 
 
 class _SampleBatches(torch.utils.data.Dataset):

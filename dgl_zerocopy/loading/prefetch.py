@@ -8,6 +8,7 @@ worker within about ``poll`` seconds when it is blocked on a full queue; a worke
 for that up to ``join_timeout`` seconds and goes on; whoever must not run beside the old worker
 (a new epoch that reuses its buffers) waits with :func:`wait_stopped`, which says when it waits long.
 """
+
 from __future__ import annotations
 
 import logging
@@ -16,7 +17,8 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Callable, Generic, Iterable, TypeVar
+from collections.abc import Callable, Iterable
+from typing import Generic, TypeVar
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -44,8 +46,15 @@ class Prefetcher(Generic[R]):
     ``join_timeout``: seconds :meth:`close` waits for the worker (default :data:`JOIN_TIMEOUT`).
     """
 
-    def __init__(self, tasks: Iterable[T], produce: Callable[[T], R], depth: int, name: str = "dgl-zerocopy-prefetch",
-                 poll: float = 0.05, join_timeout: float | None = None) -> None:
+    def __init__(
+        self,
+        tasks: Iterable[T],
+        produce: Callable[[T], R],
+        depth: int,
+        name: str = "dgl-zerocopy-prefetch",
+        poll: float = 0.05,
+        join_timeout: float | None = None,
+    ) -> None:
         if depth < 1:
             raise ValueError(f"depth must be at least 1, but got {depth}")
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
@@ -54,7 +63,7 @@ class Prefetcher(Generic[R]):
         self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._queue, self._thread, join_timeout)
         self._thread.start()
 
-    def __iter__(self) -> "Prefetcher[R]":
+    def __iter__(self) -> Prefetcher[R]:
         return self
 
     def __next__(self) -> R:
@@ -120,8 +129,7 @@ def _shutdown(stop: threading.Event, out: queue.Queue, thread: threading.Thread,
         timeout = JOIN_TIMEOUT if join_timeout is None else join_timeout
         thread.join(timeout=timeout)
         if thread.is_alive():
-            log.info("%s is still in its current step %.1f s after it was asked to stop; it ends when the step does",
-                     thread.name, timeout)
+            log.info("%s is still in its current step %.1f s after it was asked to stop; it ends when the step does", thread.name, timeout)
     while True:  # drop produced items so their buffers are released now
         try:
             out.get_nowait()
@@ -141,10 +149,14 @@ def wait_stopped(thread: threading.Thread, what: str, warn_after: float | None =
     thread.join(limit)
     if not thread.is_alive():
         return
-    warnings.warn(f"{what} ({thread.name}) is still in its current step (sampling or gathering a batch) after {limit:g} s; "
-                  "waiting for it to end before going on, since it would write the same buffers. A first batch that "
-                  "compiles kernels or samples a huge graph can take this long; if it never ends, what it waits on is "
-                  "stuck (a sampler, a lost server): Ctrl-C interrupts the wait", RuntimeWarning, stacklevel=4)  # the caller of the loader that waits
+    warnings.warn(
+        f"{what} ({thread.name}) is still in its current step (sampling or gathering a batch) after {limit:g} s; "
+        "waiting for it to end before going on, since it would write the same buffers. A first batch that "
+        "compiles kernels or samples a huge graph can take this long; if it never ends, what it waits on is "
+        "stuck (a sampler, a lost server): Ctrl-C interrupts the wait",
+        RuntimeWarning,
+        stacklevel=4,
+    )  # the caller of the loader that waits
     next_line = 2 * max(limit, 1e-3)  # then a log line each time the wait doubles
     while True:
         thread.join(max(next_line - (time.monotonic() - start), 0.0))

@@ -23,14 +23,15 @@ Without a side stream (a CPU device, ``prefetch=0``, or ``use_alternate_streams=
 used: the worker's work is queued on the stream current on its thread, which for the CPU and for
 the serial loader is the consumer's own order.
 """
+
 from __future__ import annotations
 
 import threading
 import warnings
 import weakref
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Iterable, Iterator
 
 import torch
 
@@ -161,7 +162,9 @@ class SlotRing:
         warnings.warn(
             f"a feature tensor of batch {index - len(self.slots)} is still referenced, but its buffer was reused for batch "
             f"{index}: it now holds that batch's rows. The loader reuses {len(self.slots)} buffers (prefetch + 2); "
-            f"to keep a batch's features, keep x.clone()", stacklevel=4)
+            f"to keep a batch's features, keep x.clone()",
+            stacklevel=4,
+        )
 
 
 def record_stream(obj, stream: torch.cuda.Stream) -> None:

@@ -6,13 +6,15 @@ with a pair of CUDA events recorded on ``s``: no synchronisation happens while t
 are read when the totals are asked for (:meth:`StageTimer.reset`, :attr:`StageTimer.totals`),
 which waits for the recorded work: do that between epochs, not per batch.
 """
+
 from __future__ import annotations
 
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
-from typing import Iterable, Iterator, TypeVar
+from typing import TypeVar
 
 import torch
 

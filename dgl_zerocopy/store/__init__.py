@@ -12,6 +12,7 @@
 This layer imports the kernel layer (:mod:`dgl_zerocopy.cuda`) and nothing above it: loading and
 the DGL-native route (:mod:`dgl_zerocopy.loading.dgl`, ``ZeroCopyStorage(store)``) build on it.
 """
+
 from .feature_store import FeatureStore
 
 __all__ = ["FeatureStore"]

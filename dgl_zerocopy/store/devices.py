@@ -1,4 +1,5 @@
 """Which device and backend a store gathers on: ``backend="auto"`` resolved, ``device`` checked."""
+
 from __future__ import annotations
 
 import warnings

@@ -21,6 +21,7 @@ Streams (CUDA devices; the protocol is in docs/architecture.md): ``gather(ids, s
 is ready on ``s`` and recorded on the caller's stream, so the caller may free it after making its
 stream wait for ``s``. ``close()`` waits for the gathers still in flight before it unpins the table.
 """
+
 from __future__ import annotations
 
 import logging
@@ -34,17 +35,19 @@ import torch
 
 from .backends import Backend, GatherOptions, make_backend
 from .cache import CachePolicy, HotRowCache, budget_for_rows, check_cache_args, choose_rows, policy_name
-from .compression import Codec, check_codec_name, load_compressed
+from .compression import Codec, check_codec_name
 from .compression.table import params_nbytes
 from .devices import resolve_backend, resolve_device, resolve_store_device
 from .host_files import file_ref
 from .id_check import DeviceIdCheck, check_host_ids, checked_on_device
+from .sharing import reduce_store
 from .table_input import ArrayLike, as_table, check_out_dtype, codes_view, compressed_table, human_size, num_rows
 
 log = logging.getLogger(__name__)
 
 _CLOSED = "this FeatureStore is closed; create a new one to gather again"
 BACKENDS = ("auto", "zerocopy", "cpu", "gpu")
+
 
 class FeatureStore:
     """Gathers rows of a 2-D host table for batches of node ids.
@@ -106,11 +109,24 @@ class FeatureStore:
     ``.npy`` file, or create a store in each process. The sender's store stays usable.
     """
 
-    def __init__(self, data: ArrayLike, backend: str = "auto", device: str | torch.device | None = None, *,
-                 compression: str | None = None, out_dtype: torch.dtype | None = None,
-                 variant: str = "aligned", sort_ids: bool = False, max_blocks: int | None = None,
-                 cache_bytes: int = 0, cache_policy: str | CachePolicy = "degree", graph=None, sampler=None, seeds=None,
-                 presample_options: dict | None = None) -> None:
+    def __init__(
+        self,
+        data: ArrayLike,
+        backend: str = "auto",
+        device: str | torch.device | None = None,
+        *,
+        compression: str | None = None,
+        out_dtype: torch.dtype | None = None,
+        variant: str = "aligned",
+        sort_ids: bool = False,
+        max_blocks: int | None = None,
+        cache_bytes: int = 0,
+        cache_policy: str | CachePolicy = "degree",
+        graph=None,
+        sampler=None,
+        seeds=None,
+        presample_options: dict | None = None,
+    ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
         options = GatherOptions(variant, sort_ids, max_blocks)  # checked before anything is pinned
@@ -130,16 +146,37 @@ class FeatureStore:
         device = resolve_store_device(device, backend)
         cache_rows = _rank_cache_rows(table, backend, cache_bytes, cache_policy, graph, sampler, seeds, presample_options)
         file = file_ref(read_only_array if read_only_array is not None else data, table)
-        self._init_unbound(table, read_only_array, file, backend, device.type, options,
-                           compressed.codec if compressed is not None else None, out_dtype,
-                           compressed.method if compressed is not None else None, compressed.path if compressed is not None else None,
-                           cache_rows, policy_name(cache_policy) if cache_rows is not None else None)
+        self._init_unbound(
+            table,
+            read_only_array,
+            file,
+            backend,
+            device.type,
+            options,
+            compressed.codec if compressed is not None else None,
+            out_dtype,
+            compressed.method if compressed is not None else None,
+            compressed.path if compressed is not None else None,
+            cache_rows,
+            policy_name(cache_policy) if cache_rows is not None else None,
+        )
         self.bind(device)
 
-    def _init_unbound(self, table: torch.Tensor, read_only_array: np.ndarray | None, file: tuple | None,
-                      backend: str, device_type: str, options: GatherOptions, codec: Codec | None = None,
-                      out_dtype: torch.dtype | None = None, method: str | None = None, path: Path | None = None,
-                      cache_rows: torch.Tensor | None = None, cache_policy: str | None = None) -> None:
+    def _init_unbound(
+        self,
+        table: torch.Tensor,
+        read_only_array: np.ndarray | None,
+        file: tuple | None,
+        backend: str,
+        device_type: str,
+        options: GatherOptions,
+        codec: Codec | None = None,
+        out_dtype: torch.dtype | None = None,
+        method: str | None = None,
+        path: Path | None = None,
+        cache_rows: torch.Tensor | None = None,
+        cache_policy: str | None = None,
+    ) -> None:
         """The state of a store whose backend is not made yet (:meth:`bind` makes it)."""
         self._cache_rows = cache_rows  # the rows to cache, ranked (int64 CPU), or None: no cache
         self._cache_policy = cache_policy
@@ -162,7 +199,7 @@ class FeatureStore:
         # Unpin even if the user never calls close(): at garbage collection or interpreter exit.
         self._finalizer = weakref.finalize(self, _close_all, self._made)
 
-    def bind(self, device: str | int | torch.device | None = None) -> "FeatureStore":
+    def bind(self, device: str | int | torch.device | None = None) -> FeatureStore:
         """Make the backend on ``device`` (the zero-copy backend pins the table) unless done; returns self.
 
         ``device=None``: the device already bound, else the current CUDA device for a store made on
@@ -174,8 +211,9 @@ class FeatureStore:
                 raise RuntimeError(_CLOSED)
             if self._device is not None:
                 if device is not None and resolve_device(device) != self._device:
-                    raise ValueError(f"this FeatureStore is bound to {self._device}, so it cannot bind to {resolve_device(device)}; "
-                                     f"make (or send) one store per device")
+                    raise ValueError(
+                        f"this FeatureStore is bound to {self._device}, so it cannot bind to {resolve_device(device)}; make (or send) one store per device"
+                    )
                 return self
             device = resolve_store_device(device if device is not None else self._device_type, self.backend)
             table, read_only = self._table, False
@@ -188,8 +226,9 @@ class FeatureStore:
             cache = None
             if self._cache_rows is not None:
                 cache = HotRowCache(table, self._cache_rows, device, policy=self._cache_policy)
-            backend = make_backend(self.backend, table, device, read_only=read_only, options=self.options,
-                                   codec=self._codec, out_dtype=self._out_dtype, cache=cache)
+            backend = make_backend(
+                self.backend, table, device, read_only=read_only, options=self.options, codec=self._codec, out_dtype=self._out_dtype, cache=cache
+            )
             self._made.append(backend)
             self._table, self._backend, self._device, self._read_only_array = table, backend, device, None
             self._cache = cache
@@ -199,26 +238,7 @@ class FeatureStore:
         """Pickle by reference to the table's memory, never a copy of it (see the class docstring)."""
         if self.closed:
             raise RuntimeError("this FeatureStore is closed; create a new one to send to another process")
-        if self._file is not None:
-            table = self._file
-        elif self._table.is_shared():
-            table = self._table  # torch.multiprocessing's reduction sends a handle to its shared memory
-        else:
-            # We never share_memory_() the table ourselves, nor hand a private tensor to torch's
-            # ForkingPickler (whose reduction does the same): torch moves the storage into shared
-            # memory in place and frees the old pages, which a zero-copy store has registered with
-            # cudaHostRegister: the kernel would read freed memory and the registration would leak.
-            raise TypeError(_private_table_message(self._table, self._codec))
-        device_type = self._device.type if self._device is not None else self._device_type
-        options = (self.options.variant, self.options.sort_ids, self.options.max_blocks)
-        compressed = None
-        if self._codec is not None:
-            params = (None, None) if self._path is not None or self._codec.scale is None else \
-                (_param_ref(self._codec.scale), _param_ref(self._codec.offset))
-            compressed = {"name": self._codec.name, "axis": self._codec.axis, "method": self._method, "path": self._path,
-                          "scale": params[0], "offset": params[1], "out_dtype": self._out_dtype}
-        cache = (self._cache_rows, self._cache_policy) if self._cache_rows is not None else None
-        return _rebuild_store, (type(self), table, self.backend, device_type, options, compressed, cache)
+        return reduce_store(self)
 
     # -- properties ------------------------------------------------------------------------
     @property
@@ -388,8 +408,7 @@ class FeatureStore:
             raise TypeError(f"out must be a torch.Tensor, but got {type(out).__name__}")
         if tuple(out.shape) != want or out.dtype != self.dtype or out.device != self.device or not out.is_contiguous():
             raise ValueError(
-                f"out must be a contiguous {self.dtype} tensor of shape {want} on {self.device}, "
-                f"but got {out.dtype} {tuple(out.shape)} on {out.device}"
+                f"out must be a contiguous {self.dtype} tensor of shape {want} on {self.device}, but got {out.dtype} {tuple(out.shape)} on {out.device}"
             )
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -409,15 +428,16 @@ class FeatureStore:
                 raise
             log.warning("closing a FeatureStore while an exception propagates; a bad id found earlier: %s", error)
 
-    def __enter__(self) -> "FeatureStore":
+    def __enter__(self) -> FeatureStore:
         return self
 
     def __exit__(self, *exc) -> None:
         self._close(report=exc[0] is None)  # an exception already on its way is not replaced
 
 
-def _rank_cache_rows(table: torch.Tensor, backend: str, cache_bytes: int, cache_policy: str | CachePolicy, graph, sampler, seeds,
-                     presample_options: dict | None) -> torch.Tensor | None:
+def _rank_cache_rows(
+    table: torch.Tensor, backend: str, cache_bytes: int, cache_policy: str | CachePolicy, graph, sampler, seeds, presample_options: dict | None
+) -> torch.Tensor | None:
     """The rows the cache holds, best first (int64 CPU), or None for no cache. ``table`` holds what
     the cache copies (a compressed table's codes), so its row width decides how many rows fit."""
     options = dict(presample_options or {})
@@ -425,73 +445,22 @@ def _rank_cache_rows(table: torch.Tensor, backend: str, cache_bytes: int, cache_
     if unknown:
         raise TypeError(f"presample_options takes batch_size, epochs and seed, but got {unknown}")
     if check_cache_args(cache_bytes, cache_policy, table.shape[0], graph, sampler, seeds) and backend == "gpu":
-        warnings.warn(f"cache_bytes={cache_bytes} is ignored with backend='gpu': that backend holds every row in device "
-                      "memory already", stacklevel=3)
+        warnings.warn(f"cache_bytes={cache_bytes} is ignored with backend='gpu': that backend holds every row in device memory already", stacklevel=3)
         return None
-    rows = choose_rows(table.shape[0], table.shape[1] * table.element_size(), cache_bytes, cache_policy, graph=graph,
-                       sampler=sampler, seeds=seeds, stacklevel=4, **options)
+    rows = choose_rows(
+        table.shape[0], table.shape[1] * table.element_size(), cache_bytes, cache_policy, graph=graph, sampler=sampler, seeds=seeds, stacklevel=4, **options
+    )
     if rows is not None:
-        log.info("cache: %d of %d rows (%s), %s of device memory", rows.numel(), table.shape[0], policy_name(cache_policy),
-                 human_size(rows.numel() * table.shape[1] * table.element_size()))
+        log.info(
+            "cache: %d of %d rows (%s), %s of device memory",
+            rows.numel(),
+            table.shape[0],
+            policy_name(cache_policy),
+            human_size(rows.numel() * table.shape[1] * table.element_size()),
+        )
     return rows
-
-
-def _rebuild_store(cls: type, table, backend: str, device_type: str, options: tuple, compressed: dict | None = None,
-                   cache: tuple | None = None) -> FeatureStore:
-    """A pickled store in the receiving process: unbound, over the same shared memory or file."""
-    file = table if isinstance(table, tuple) else None
-    if file is not None:
-        table = _open_file_ref(file)
-    table, read_only_array = as_table(table)
-    codec = out_dtype = method = path = None
-    if compressed is not None:
-        method, path, out_dtype = compressed["method"], compressed["path"], compressed["out_dtype"]
-        if path is not None:
-            codec = load_compressed(path).codec  # the scales map the folder's files again
-        elif compressed["scale"] is not None:
-            scale, offset = (_open_param(compressed[k]) for k in ("scale", "offset"))
-            codec = Codec(compressed["name"], scale, offset, compressed["axis"])
-        else:
-            codec = Codec(compressed["name"])
-        table = codes_view(table, codec)
-    store = cls.__new__(cls)
-    cache_rows, cache_policy = cache if cache is not None else (None, None)
-    store._init_unbound(table, read_only_array, file, backend, device_type, GatherOptions(*options), codec, out_dtype, method, path,
-                        cache_rows, cache_policy)
-    return store
-
-
-def _open_file_ref(file: tuple) -> np.memmap:
-    filename, offset, dtype, shape, mode = file
-    return np.memmap(filename, dtype=np.dtype(dtype), mode=mode, offset=offset, shape=tuple(shape))
-
-
-def _param_ref(param: torch.Tensor):
-    """An int8 scale/offset as pickled: the tensor itself when in shared memory (torch.multiprocessing
-    sends a handle), else a NumPy copy (they are a small part of the table: 8 bytes per row or column)."""
-    return param if param.is_shared() else param.numpy().copy()
-
-
-def _open_param(param) -> torch.Tensor:
-    return param if isinstance(param, torch.Tensor) else torch.from_numpy(param)
 
 
 def _close_all(backends: list) -> None:
     while backends:
         backends.pop().close()
-
-
-def _private_table_message(table: torch.Tensor, codec: Codec | None = None) -> str:
-    rows, cols = table.shape
-    dtype = str(table.dtype).removeprefix("torch.")
-    if codec is not None:
-        return (f"cannot pickle this FeatureStore: its {codec.name} codes ({rows} x {cols} {dtype}, "
-                f"{human_size(table.numel() * table.element_size())}) are in private memory, and sending them would copy them into "
-                f"every process. Compress once into a folder, dgl_zerocopy.compress(data, {codec.name!r}, out=DIR), and build "
-                f"FeatureStore(DIR) (it is sent as its files); or share the codes, FeatureStore(dgl_zerocopy.compress(data, "
-                f"{codec.name!r}).share_memory_()); or create the FeatureStore in each process")
-    return (f"cannot pickle this FeatureStore: its table ({rows} x {cols} {dtype}, {human_size(table.numel() * table.element_size())}) "
-            f"is in private memory, and sending it would copy it into every process. Share it instead: build the store "
-            f"over shared memory, FeatureStore(feat.share_memory_(), ...), calling share_memory_() before any store is made "
-            f"over feat (it moves the storage, so it must happen before the table is pinned); or from a .npy file "
-            f"(FeatureStore('feat.npy') or numpy.load(path, mmap_mode='r')); or create the FeatureStore in each process")

@@ -1,5 +1,6 @@
 """Host arrays and the folders that hold them: helpers shared by the data loaders and the
 compressed tables. Imports nothing of dgl_zerocopy, so every layer may use it."""
+
 from __future__ import annotations
 
 import mmap

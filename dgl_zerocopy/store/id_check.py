@@ -16,6 +16,7 @@ host wait for everything queued before it, the caller's stream included):
 The check enqueues a handful of small kernels; nothing on its path calls ``.item()``, ``.cpu()``,
 ``bool()`` or a synchronize (``tests/test_store_zerocopy_cpu.py`` checks this on the CPU).
 """
+
 from __future__ import annotations
 
 import threading
@@ -31,8 +32,7 @@ def check_host_ids(ids: torch.Tensor, rows: int) -> None:
     lo, hi = torch.aminmax(ids)
     if int(lo) < 0 or int(hi) >= rows:
         bad = ((ids < 0) | (ids >= rows)).nonzero()[0, 0]
-        raise IndexError(f"id {int(ids[bad])} at position {int(bad)} is out of range for a table of {rows} rows "
-                         f"(valid: 0 to {rows - 1})")
+        raise IndexError(f"id {int(ids[bad])} at position {int(bad)} is out of range for a table of {rows} rows (valid: 0 to {rows - 1})")
 
 
 def checked_on_device(ids: torch.Tensor) -> bool:
@@ -115,4 +115,5 @@ class DeviceIdCheck:
                         f"id {value} at position {position} is out of range for a table of {self.rows} rows (valid: 0 "
                         f"to {self.rows - 1}), in gather #{check.number} of device ids by this store (they are checked on "
                         f"the device and reported at a later gather, raise_deferred_errors() or close()); that batch is "
-                        f"not valid: its out-of-range ids read the nearest valid row, never outside the table")
+                        f"not valid: its out-of-range ids read the nearest valid row, never outside the table"
+                    )

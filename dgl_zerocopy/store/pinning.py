@@ -12,6 +12,7 @@ Every CUDA runtime call goes through :func:`_runtime` (``cupy.cuda.runtime``), s
 stand in a fake with the same names, and ``tests/test_cuda_api_surface.py`` checks those names
 against the installed CuPy.
 """
+
 from __future__ import annotations
 
 import logging
@@ -146,13 +147,15 @@ def _pinned_already(runtime, host_ptr: int, nbytes: int) -> bool:
         raise RuntimeError(
             f"this host range ({_size(nbytes)} at 0x{host_ptr:x}) is already pinned by another FeatureStore over the "
             f"same data (it registered {_size(ours[0][1])} at 0x{ours[0][0]:x}); close that store first, or share it "
-            f"instead of making a second one")
+            f"instead of making a second one"
+        )
     first, last = _is_host_memory(runtime, host_ptr), _is_host_memory(runtime, host_ptr + nbytes - 1)
     if first != last:
         raise RuntimeError(
             f"only part of this host range ({_size(nbytes)} at 0x{host_ptr:x}) is page-locked (its "
             f"{'first' if first else 'last'} byte is, its {'last' if first else 'first'} is not): it cannot be used "
-            f"as it is nor registered. Pass the whole pinned tensor, or a table in ordinary (pageable) memory")
+            f"as it is nor registered. Pass the whole pinned tensor, or a table in ordinary (pageable) memory"
+        )
     return first
 
 
@@ -169,9 +172,11 @@ def _device_pointer(runtime, host_ptr: int) -> int:
     # CuPy has no cudaHostGetDevicePointer binding; the pointer attributes carry the same address.
     device_ptr = int(runtime.pointerGetAttributes(host_ptr).devicePointer)
     if device_ptr == 0:
-        raise RuntimeError(f"host memory at 0x{host_ptr:x} is page-locked but not mapped into the device's address "
-                           "space (cudaHostAlloc without cudaHostAllocMapped on a system without unified addressing); "
-                           "pass a table in ordinary memory, which is registered mapped")
+        raise RuntimeError(
+            f"host memory at 0x{host_ptr:x} is page-locked but not mapped into the device's address "
+            "space (cudaHostAlloc without cudaHostAllocMapped on a system without unified addressing); "
+            "pass a table in ordinary memory, which is registered mapped"
+        )
     return device_ptr
 
 
@@ -179,19 +184,27 @@ def _explain(error: Exception, nbytes: int, read_only: bool) -> str:
     text = str(error)
     size = f"{_size(nbytes)} ({nbytes} bytes)"
     if "AlreadyRegistered" in text:
-        return (f"cudaHostRegister failed: part of this host range ({size}) is already pinned, e.g. by a "
-                f"FeatureStore over an overlapping slice of the same data; close that store first or share it ({text})")
+        return (
+            f"cudaHostRegister failed: part of this host range ({size}) is already pinned, e.g. by a "
+            f"FeatureStore over an overlapping slice of the same data; close that store first or share it ({text})"
+        )
     if "MemoryAllocation" in text:
-        return (f"cudaHostRegister could not page-lock {size}: the host could not lock that much memory "
-                f"(the driver locks the pages itself, so `ulimit -l` (RLIMIT_MEMLOCK) is not what limits them). "
-                f"{_host_memory()}. The pages stay resident while the table is pinned, so they must fit beside "
-                f"everything else; free host memory, make the table smaller (compression='fp16' or 'int8' "
-                f"halves or quarters it), or use backend='cpu' ({text})")
+        return (
+            f"cudaHostRegister could not page-lock {size}: the host could not lock that much memory "
+            f"(the driver locks the pages itself, so `ulimit -l` (RLIMIT_MEMLOCK) is not what limits them). "
+            f"{_host_memory()}. The pages stay resident while the table is pinned, so they must fit beside "
+            f"everything else; free host memory, make the table smaller (compression='fp16' or 'int8' "
+            f"halves or quarters it), or use backend='cpu' ({text})"
+        )
     if read_only:
-        return (f"cudaHostRegister could not pin the read-only table ({size}): load it with "
-                f"numpy.load(path, mmap_mode='c') or into RAM (no mmap_mode), or use backend='cpu' ({text})")
-    return (f"cudaHostRegister failed to pin {size} ({text}). {_host_memory()}. If the table is a read-only "
-            f"view, pass a writable one (numpy.load(path, mmap_mode='c')); or use backend='cpu' to gather on the CPU")
+        return (
+            f"cudaHostRegister could not pin the read-only table ({size}): load it with "
+            f"numpy.load(path, mmap_mode='c') or into RAM (no mmap_mode), or use backend='cpu' ({text})"
+        )
+    return (
+        f"cudaHostRegister failed to pin {size} ({text}). {_host_memory()}. If the table is a read-only "
+        f"view, pass a writable one (numpy.load(path, mmap_mode='c')); or use backend='cpu' to gather on the CPU"
+    )
 
 
 def _host_memory() -> str:
@@ -204,8 +217,7 @@ def _host_memory() -> str:
                 info[key] = int(value.split()[0]) * 1024  # kB
     except (OSError, ValueError, IndexError):
         return "Free host memory is unknown here (no /proc/meminfo)"
-    text = (f"Host memory: {_size(info.get('MemAvailable', info.get('MemFree', 0)))} available of "
-            f"{_size(info.get('MemTotal', 0))} (/proc/meminfo)")
+    text = f"Host memory: {_size(info.get('MemAvailable', info.get('MemFree', 0)))} available of {_size(info.get('MemTotal', 0))} (/proc/meminfo)"
     limit = _cgroup_room()
     if limit is not None:
         text += f"; this process's cgroup may use {_size(limit[0])} more of its {_size(limit[1])} limit"

@@ -2,12 +2,12 @@
 conversions of its ``data`` (tensor, NumPy array, ``.npy`` path, compressed table or folder) and
 of the dtype its rows are gathered as. CPU only; no device is touched here.
 """
+
 from __future__ import annotations
 
 import os
 import warnings
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 import torch
@@ -15,13 +15,10 @@ import torch
 from .compression import CODECS, Codec, CompressedTable, compress, load_compressed
 from .host_files import is_shared_file_map, tensor_view
 
-ArrayLike = Union[torch.Tensor, np.ndarray, str, os.PathLike, CompressedTable]
+ArrayLike = torch.Tensor | np.ndarray | str | os.PathLike | CompressedTable
 #: The dtypes a compressed table may be gathered as (``out_dtype``).
 OUT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
-SUPPORTED_DTYPES = (
-    torch.float32, torch.float16, torch.bfloat16, torch.float64,
-    torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64,
-)
+SUPPORTED_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64, torch.int8, torch.uint8, torch.int16, torch.int32, torch.int64)
 
 
 def as_table(data: ArrayLike) -> tuple[torch.Tensor, np.ndarray | None]:
@@ -72,8 +69,9 @@ def compressed_table(data, codec: str | None) -> CompressedTable | None:
         data = load_compressed(data)  # raises FileNotFoundError naming compress() if it is another folder
     if isinstance(data, CompressedTable):
         if codec is not None and codec != data.codec.name:
-            raise ValueError(f"compression={codec!r}, but the table is compressed as {data.codec.name!r}; "
-                             f"leave compression out (or None) for a compressed table")
+            raise ValueError(
+                f"compression={codec!r}, but the table is compressed as {data.codec.name!r}; leave compression out (or None) for a compressed table"
+            )
         return data
     if codec is None:
         return None
@@ -94,8 +92,10 @@ def check_out_dtype(out_dtype, codec: str | None, table_dtype: torch.dtype | Non
     table's own dtype for an uncompressed one (which cannot convert)."""
     if codec is None:
         if out_dtype is not None and out_dtype != table_dtype:
-            raise ValueError(f"out_dtype={out_dtype} needs a compressed table: an uncompressed store gathers its own dtype "
-                             f"({table_dtype}); pass compression= one of {', '.join(CODECS)} as well")
+            raise ValueError(
+                f"out_dtype={out_dtype} needs a compressed table: an uncompressed store gathers its own dtype "
+                f"({table_dtype}); pass compression= one of {', '.join(CODECS)} as well"
+            )
         return table_dtype
     if out_dtype is None:
         return torch.float32

@@ -5,6 +5,7 @@ stages it through a bounce buffer), which stalls a worker whose stream waits on 
 step. From pinned memory the copy is asynchronous, and torch's pinned allocator keeps the host
 buffer until the copy has run.
 """
+
 from __future__ import annotations
 
 import torch

@@ -1,14 +1,15 @@
 """Training configuration: YAML keys and CLI flags are the same names, validated in one place."""
+
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal, Optional
+from typing import Literal
 
 import yaml
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
-from ..store.compression.codec import check_codec_name
 from ..data import DATASETS
+from ..store.compression.codec import check_codec_name
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
 
@@ -23,8 +24,8 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dataset: str = "synthetic"
-    num_nodes: Optional[PositiveInt] = None  # size of the generated dataset (synthetic only)
-    data_root: Optional[str] = None  # folder of the real datasets (all but synthetic)
+    num_nodes: PositiveInt | None = None  # size of the generated dataset (synthetic only)
+    data_root: str | None = None  # folder of the real datasets (all but synthetic)
     self_loop: bool = False  # add one self-loop per node before training (GCN's A + I)
     model: Literal["sage", "gcn"] = "sage"
     fanouts: list[int] = [15, 10, 5]
@@ -41,7 +42,7 @@ class TrainConfig(BaseModel):
     feature_source: Literal["dgl", "dgl-storage", "cpu", "zerocopy", "gpu"] = "cpu"
     prefetch: int = 2
     nproc: PositiveInt = 1  # data-parallel processes (DDP): one per GPU on CUDA, gloo ranks on the CPU
-    feature_compression: Optional[str] = "none"  # host features stored as none, fp16, bf16 or int8, decoded to float32 in the gather
+    feature_compression: str | None = "none"  # host features stored as none, fp16, bf16 or int8, decoded to float32 in the gather
     feature_cache: str = "0"  # hot rows kept in device memory: a share of the rows ("10%") or a size ("512MiB", bytes); 0: none
     # which rows: "degree" (the degree sampling follows: out-degree for DGL's in-edge sampling), "in_degree",
     # "out_degree", or "presample" (most gathered in a presampled epoch)
@@ -66,14 +67,18 @@ class TrainConfig(BaseModel):
         return str(v).strip()
 
     @model_validator(mode="after")
-    def _compression_needs_a_store(self) -> "TrainConfig":
+    def _compression_needs_a_store(self) -> TrainConfig:
         if self.feature_source != "dgl":
             return self
-        for key, value, used in (("feature_compression", self.feature_compression, self.feature_compression != "none"),
-                                 ("feature_cache", self.feature_cache, parse_cache_size(self.feature_cache)[1] != 0)):
+        for key, value, used in (
+            ("feature_compression", self.feature_compression, self.feature_compression != "none"),
+            ("feature_cache", self.feature_cache, parse_cache_size(self.feature_cache)[1] != 0),
+        ):
             if used:
-                raise ValueError(f"{key} {value!r} needs a FeatureStore feature source (dgl-storage, cpu, "
-                                 f"zerocopy or gpu), but got 'dgl', which slices DGL's own g.ndata table")
+                raise ValueError(
+                    f"{key} {value!r} needs a FeatureStore feature source (dgl-storage, cpu, "
+                    f"zerocopy or gpu), but got 'dgl', which slices DGL's own g.ndata table"
+                )
         return self
 
     @field_validator("fanouts", mode="before")
@@ -134,7 +139,7 @@ def parse_cache_size(text) -> tuple[str, float | int]:
                 raise ValueError
             return "rows", share
         number = value.rstrip("kmgib")
-        unit = value[len(number):]
+        unit = value[len(number) :]
         if unit not in _SIZE_UNITS:
             raise ValueError
         size = float(number) * _SIZE_UNITS[unit]
@@ -142,8 +147,9 @@ def parse_cache_size(text) -> tuple[str, float | int]:
             raise ValueError
         return "bytes", int(size)
     except (ValueError, OverflowError):
-        raise ConfigError(f"feature_cache {text!r} is not a cache size: give a share of the rows (10%), a size "
-                          f"(512MiB, 2GB) or a byte count; 0 means no cache") from None
+        raise ConfigError(
+            f"feature_cache {text!r} is not a cache size: give a share of the rows (10%), a size (512MiB, 2GB) or a byte count; 0 means no cache"
+        ) from None
 
 
 def read_yaml(path: str | Path) -> dict:

@@ -14,6 +14,7 @@ themselves, then they are killed. A rank that dies without a Python error (a sig
 gives ``ProcessExitedException`` when no rank raised. No process outlives :func:`launch`: ranks
 are killed when it returns or raises, and die with the parent process if that is killed.
 """
+
 from __future__ import annotations
 
 import ctypes
@@ -30,10 +31,11 @@ import sys
 import tempfile
 import time
 import traceback
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 import torch
@@ -48,8 +50,7 @@ ERROR_GRACE = 5.0
 _POLL = 0.2  # seconds between checks of the error files while joining
 
 
-def launch(fn: Callable[..., Any], nproc: int, *args, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT,
-           threads: int | None = None) -> list:
+def launch(fn: Callable[..., Any], nproc: int, *args, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT, threads: int | None = None) -> list:
     """Run ``fn(rank, world_size, *args)`` in ``nproc`` spawned processes and return what each
     returned, in rank order.
 
@@ -67,8 +68,10 @@ def launch(fn: Callable[..., Any], nproc: int, *args, backend: str | None = None
     if backend not in ("nccl", "gloo"):
         raise ValueError(f"backend must be 'nccl' or 'gloo', but got {backend!r}")
     if backend == "nccl" and nproc > torch.cuda.device_count():
-        raise ValueError(f"backend 'nccl' runs one rank per GPU: nproc {nproc} needs {nproc} GPUs, but "
-                         f"{torch.cuda.device_count()} are visible; lower nproc or use backend 'gloo'")
+        raise ValueError(
+            f"backend 'nccl' runs one rank per GPU: nproc {nproc} needs {nproc} GPUs, but "
+            f"{torch.cuda.device_count()} are visible; lower nproc or use backend 'gloo'"
+        )
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not timeout > 0:
         raise ValueError(f"timeout must be a positive number of seconds, but got {timeout!r}")
     if threads is None:
@@ -84,8 +87,9 @@ def launch(fn: Callable[..., Any], nproc: int, *args, backend: str | None = None
         context = torch.multiprocessing.get_context("spawn")
         with _child_environment(threads):
             for rank in range(nproc):
-                process = context.Process(target=_run_rank, name=f"ddp-rank-{rank}", args=(
-                    rank, os.getpid(), fn, nproc, backend, str(workdir), float(timeout), threads, args))
+                process = context.Process(
+                    target=_run_rank, name=f"ddp-rank-{rank}", args=(rank, os.getpid(), fn, nproc, backend, str(workdir), float(timeout), threads, args)
+                )
                 process.start()  # pickles the arguments: an unpicklable one raises here, and the finally stops the others
                 processes.append(process)
         _join(processes, workdir)
@@ -96,8 +100,7 @@ def launch(fn: Callable[..., Any], nproc: int, *args, backend: str | None = None
 
 
 # -- in each rank ------------------------------------------------------------------------------
-def _run_rank(rank: int, parent: int, fn: Callable, world_size: int, backend: str, workdir: str, timeout: float,
-              threads: int, args: tuple) -> None:
+def _run_rank(rank: int, parent: int, fn: Callable, world_size: int, backend: str, workdir: str, timeout: float, threads: int, args: tuple) -> None:
     """A rank's life: process group up, ``fn``, its result or error written, process group down."""
     _die_with(parent)
     import torch.distributed as dist
@@ -111,8 +114,7 @@ def _run_rank(rank: int, parent: int, fn: Callable, world_size: int, backend: st
     folder = Path(workdir)
     code = 0
     try:
-        dist.init_process_group(backend, init_method=(folder / "store").as_uri(), rank=rank, world_size=world_size,
-                                timeout=datetime.timedelta(seconds=timeout))
+        dist.init_process_group(backend, init_method=(folder / "store").as_uri(), rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout))
         _write(folder / f"result-{rank}.pkl", fn(rank, world_size, *args))
     except Exception:  # noqa: BLE001 - every error goes to the parent, with its traceback
         # Written before the process group goes down (which makes the peers fail next), with the
@@ -324,17 +326,25 @@ def _share_array(array: np.ndarray, name: str):
     if mapped is not None:
         return mapped
     base = array.base
-    if (isinstance(base, torch.Tensor) and base.is_shared() and base.is_contiguous() and array.flags.c_contiguous
-            and base.data_ptr() == array.ctypes.data and base.numel() == array.size):
+    if (
+        isinstance(base, torch.Tensor)
+        and base.is_shared()
+        and base.is_contiguous()
+        and array.flags.c_contiguous
+        and base.data_ptr() == array.ctypes.data
+        and base.numel() == array.size
+    ):
         return base  # already a view of shared memory (e.g. a dataset opened from a SharedDataset)
     tensor = tensor_view(np.ascontiguousarray(array))
     try:
         return tensor.share_memory_()
     except RuntimeError as e:
         free = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
-        raise RuntimeError(f"cannot move the dataset's {name!r} ({array.nbytes / 2**30:.2f} GiB) into shared memory "
-                           f"(/dev/shm has {free / 2**30:.2f} GiB free): {e}. Enlarge /dev/shm (docker: --shm-size), or "
-                           f"keep the arrays in .npy files mapped with np.load(path, mmap_mode='r'), which are shared as files") from e
+        raise RuntimeError(
+            f"cannot move the dataset's {name!r} ({array.nbytes / 2**30:.2f} GiB) into shared memory "
+            f"(/dev/shm has {free / 2**30:.2f} GiB free): {e}. Enlarge /dev/shm (docker: --shm-size), or "
+            f"keep the arrays in .npy files mapped with np.load(path, mmap_mode='r'), which are shared as files"
+        ) from e
 
 
 def _mapped_file(array: np.ndarray) -> _MappedFile | None:

@@ -1,4 +1,5 @@
 """``dgl-zerocopy info``: what this machine offers the zero-copy path."""
+
 from __future__ import annotations
 
 import importlib
@@ -70,8 +71,7 @@ def _cupy() -> str:
     except Exception as e:  # noqa: BLE001 - e.g. CuPy finding no CUDA libraries
         return f"not usable ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
     # The wheel's name (cupy-cuda12x, cupy-cuda13x) says the CUDA major CuPy is built for.
-    details = sorted({d.metadata["Name"] for d in importlib.metadata.distributions()
-                      if (d.metadata["Name"] or "").startswith("cupy-cuda")})
+    details = sorted({d.metadata["Name"] for d in importlib.metadata.distributions() if (d.metadata["Name"] or "").startswith("cupy-cuda")})
     try:
         runtime = int(cupy.cuda.get_local_runtime_version())  # needs no driver
         details.append(f"CUDA runtime {runtime // 1000}.{runtime % 1000 // 10}")

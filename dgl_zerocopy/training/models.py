@@ -4,9 +4,11 @@ The layers are :mod:`dgl_zerocopy.nn`'s, so a model runs on DGL blocks (CPU DGL 
 :class:`~dgl_zerocopy.loading.blocks.DeviceBlock` lists on any device, and this module does not need DGL.
 Parameter names equal those of the same models built from ``dgl.nn`` layers, so their checkpoints load.
 """
+
 from __future__ import annotations
 
-from typing import Any, Sequence
+from collections.abc import Sequence
+from typing import Any
 
 import torch
 from torch import nn
@@ -57,8 +59,7 @@ class GCN(_BlockGNN):
     ``"both"`` fell from 85 % to 56 % test accuracy on Amazon Photo (see docs/benchmarks.md).
     """
 
-    def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2, dropout: float = 0.5,
-                 norm: str = "right") -> None:
+    def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2, dropout: float = 0.5, norm: str = "right") -> None:
         dims = _dims(in_feats, hidden, num_classes, num_layers)
         super().__init__([GraphConv(a, b, norm=norm, allow_zero_in_degree=True) for a, b in zip(dims[:-1], dims[1:])], dropout)
 

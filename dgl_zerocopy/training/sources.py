@@ -26,27 +26,28 @@ padded by repetition to equal size), with a new order every epoch (our DataLoade
 seeds with ``ddp_seed=seed`` and cuts them; DGL's keeps a fixed slice per rank and shuffles within
 it). The training loop asks for that; evaluation does not.
 """
+
 from __future__ import annotations
 
 import logging
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 import numpy as np
 import torch
 
-from ..store.cache import DEFAULT_CACHE_POLICY, budget_for_rows
-from ..store.compression import CODECS, check_codec_name, compressed_beside
-from ..store.compression.codec import STORED_DTYPES
-from .config import parse_cache_size
 from ..data import GraphDataset
 from ..data.base import tensor_view
 from ..loading.dgl_options import dgl_has_cuda
 from ..loading.loader import DataLoader
-from ..store.feature_store import FeatureStore
 from ..loading.timing import StageTimer
+from ..store.cache import DEFAULT_CACHE_POLICY, budget_for_rows
+from ..store.compression import CODECS, check_codec_name, compressed_beside
+from ..store.compression.codec import STORED_DTYPES
+from ..store.feature_store import FeatureStore
+from .config import parse_cache_size
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
 
@@ -81,8 +82,7 @@ class CacheRequest:
         if self.policy == "presample":
             import dgl
 
-            options.update(sampler=dgl.dataloading.NeighborSampler(fanouts), seeds=self.seeds,
-                           presample_options={"batch_size": self.batch_size})
+            options.update(sampler=dgl.dataloading.NeighborSampler(fanouts), seeds=self.seeds, presample_options={"batch_size": self.batch_size})
         return options
 
 
@@ -119,8 +119,7 @@ class DglSource:
 
         sampler = dgl.dataloading.NeighborSampler(self.fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
         # DGL's split: a fixed slice of the seeds per rank, shuffled within it (NumPy's global generator).
-        loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device,
-                                            use_ddp=ddp)
+        loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device, use_ddp=ddp)
         for _, _, blocks in timer.timed(loader, "sample"):  # includes DGL's gather
             yield blocks, blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
 
@@ -140,15 +139,21 @@ class DglStorageSource(_StoreStats):
     """DGL's own DataLoader with our FeatureStore attached: DGL samples and prefetches, the store
     gathers the input rows (backend ``auto``: zero-copy on a GPU, else cpu); labels from ``g.ndata``."""
 
-    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device, compression: str | None = None,
-                 cache: CacheRequest = CacheRequest()) -> None:
+    def __init__(
+        self, dataset: GraphDataset, fanouts: list[int], device: torch.device, compression: str | None = None, cache: CacheRequest = CacheRequest()
+    ) -> None:
         self.graph = dataset.to_dgl(with_data=False)
         self.graph.ndata["label"] = tensor_view(dataset.labels)
         self.fanouts = fanouts
         self.device = device
         table, codec = feature_table(dataset, compression)
-        self.features = FeatureStore(table, backend="auto" if device.type == "cuda" else "cpu", device=device, compression=codec,
-                                     **cache.store_options(self.graph, fanouts, dataset.num_nodes, _stored_row_bytes(dataset, compression)))
+        self.features = FeatureStore(
+            table,
+            backend="auto" if device.type == "cuda" else "cpu",
+            device=device,
+            compression=codec,
+            **cache.store_options(self.graph, fanouts, dataset.num_nodes, _stored_row_bytes(dataset, compression)),
+        )
 
     def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer, ddp: bool = False) -> Iterator:
         import dgl
@@ -156,8 +161,7 @@ class DglStorageSource(_StoreStats):
         from ..loading.dgl import attach, with_features
 
         sampler = with_features(dgl.dataloading.NeighborSampler(self.fanouts), features=["feat"], labels=["label"])
-        loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device,
-                                            use_ddp=ddp)
+        loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device, use_ddp=ddp)
         attach(loader, {"feat": self.features})
         for _, _, blocks in timer.timed(loader, "sample"):  # includes the gather, inside DGL's prefetcher
             yield blocks, blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
@@ -170,13 +174,27 @@ class StoreSource(_StoreStats):
     """DGL samples the blocks; our :class:`DataLoader` gathers the input rows with a FeatureStore
     (backend ``cpu``, ``zerocopy`` or ``gpu``), ``prefetch`` batches ahead."""
 
-    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device, backend: str = "cpu", prefetch: int = 0, seed: int = 0,
-                 compression: str | None = None, cache: CacheRequest = CacheRequest()) -> None:
+    def __init__(
+        self,
+        dataset: GraphDataset,
+        fanouts: list[int],
+        device: torch.device,
+        backend: str = "cpu",
+        prefetch: int = 0,
+        seed: int = 0,
+        compression: str | None = None,
+        cache: CacheRequest = CacheRequest(),
+    ) -> None:
         self.graph = dataset.to_dgl(with_data=False)
         self.fanouts, self.device, self.prefetch, self.seed = fanouts, device, prefetch, seed
         table, codec = feature_table(dataset, compression)
-        self.features = FeatureStore(table, backend=backend, device=device, compression=codec,
-                                     **cache.store_options(self.graph, fanouts, dataset.num_nodes, _stored_row_bytes(dataset, compression)))
+        self.features = FeatureStore(
+            table,
+            backend=backend,
+            device=device,
+            compression=codec,
+            **cache.store_options(self.graph, fanouts, dataset.num_nodes, _stored_row_bytes(dataset, compression)),
+        )
         self.labels = tensor_view(dataset.labels)
         self.blocks = "device" if device.type == "cuda" and not dgl_has_cuda() else "dgl"
         self._loaders: dict = {}
@@ -187,9 +205,20 @@ class StoreSource(_StoreStats):
         key = (nodes.data_ptr(), len(nodes), batch_size, shuffle, ddp)
         if key not in self._loaders:  # one loader per node set, so its epoch counter reshuffles (and re-splits)
             self._loaders[key] = DataLoader(
-                self.graph, nodes, dgl.dataloading.NeighborSampler(self.fanouts), features={"feat": self.features},
-                labels={"label": self.labels}, device=self.device, use_ddp=ddp, ddp_seed=self.seed, batch_size=batch_size,
-                shuffle=shuffle, prefetch=self.prefetch, seed=self.seed, blocks=self.blocks)
+                self.graph,
+                nodes,
+                dgl.dataloading.NeighborSampler(self.fanouts),
+                features={"feat": self.features},
+                labels={"label": self.labels},
+                device=self.device,
+                use_ddp=ddp,
+                ddp_seed=self.seed,
+                batch_size=batch_size,
+                shuffle=shuffle,
+                prefetch=self.prefetch,
+                seed=self.seed,
+                blocks=self.blocks,
+            )
         loader = self._loaders[key]
         loader.timer = timer
         for _, _, blocks in loader:
@@ -201,16 +230,23 @@ class StoreSource(_StoreStats):
         self.features.close()
 
 
-def make_source(name: str, dataset: GraphDataset, fanouts: list[int], device: torch.device, prefetch: int = 0, seed: int = 0,
-                compression: str | None = None, cache: CacheRequest = CacheRequest()):
+def make_source(
+    name: str,
+    dataset: GraphDataset,
+    fanouts: list[int],
+    device: torch.device,
+    prefetch: int = 0,
+    seed: int = 0,
+    compression: str | None = None,
+    cache: CacheRequest = CacheRequest(),
+):
     """The feature source called ``name`` (see :data:`FEATURE_SOURCES`) for ``dataset`` on ``device``;
     ``compression`` (None/``"none"``, ``"fp16"``, ``"bf16"``, ``"int8"``) and ``cache`` for the FeatureStore sources."""
     compression = check_codec_name(compression)
     if name == "dgl":
         for what, used in ((f"compression {compression!r}", compression is not None), (f"a cache of {cache.size!r}", parse_cache_size(cache.size)[1] != 0)):
             if used:
-                raise ValueError(f"{what} needs a FeatureStore source (dgl-storage, cpu, zerocopy or gpu); "
-                                 f"source 'dgl' slices DGL's own table")
+                raise ValueError(f"{what} needs a FeatureStore source (dgl-storage, cpu, zerocopy or gpu); source 'dgl' slices DGL's own table")
         return DglSource(dataset, fanouts, device)
     if name == "dgl-storage":
         return DglStorageSource(dataset, fanouts, device, compression=compression, cache=cache)

@@ -9,6 +9,7 @@ pinned for its own GPU). ``batch_size`` stays the *global* batch: each rank trai
 gradients, so a step sees as many seeds as with one process and an epoch takes as many steps:
 ``nproc`` changes the speed, not the optimisation. Evaluation is split too (see :func:`_fit`).
 """
+
 from __future__ import annotations
 
 import logging
@@ -16,21 +17,21 @@ import math
 import pickle
 import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Callable
 
 import numpy as np
 import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from .config import ConfigError, TrainConfig
 from ..data import GraphDataset
 from ..data.base import tensor_view
 from ..loading.dgl_options import dgl_has_cuda
+from ..loading.timing import STAGES, StageTimer
+from .config import ConfigError, TrainConfig
 from .models import build_model
 from .sources import CacheRequest, make_source
-from ..loading.timing import STAGES, StageTimer
 
 log = logging.getLogger(__name__)
 
@@ -67,12 +68,16 @@ def resolve_device(name: str, feature_source: str, nproc: int = 1) -> torch.devi
         if not torch.cuda.is_available():
             raise ConfigError("device 'cuda' requested but CUDA is not available here; use --device cpu or auto")
         if needs_dgl_cuda and not dgl_has_cuda():
-            raise ConfigError(f"feature source {feature_source!r} on CUDA needs a CUDA build of DGL (PyPI's is CPU only); use --feature-source zerocopy or --device cpu")
+            raise ConfigError(
+                f"feature source {feature_source!r} on CUDA needs a CUDA build of DGL (PyPI's is CPU only); use --feature-source zerocopy or --device cpu"
+            )
     elif feature_source in ("zerocopy", "gpu"):
         raise ConfigError(f"feature source {feature_source!r} needs a CUDA GPU, and the device is {name!r}; use --feature-source cpu or dgl")
     if name == "cuda" and nproc > torch.cuda.device_count():
-        raise ConfigError(f"--nproc {nproc} runs one process per GPU, but this machine has {torch.cuda.device_count()} CUDA GPU(s); "
-                          f"use --nproc {torch.cuda.device_count()} or less, or --device cpu")
+        raise ConfigError(
+            f"--nproc {nproc} runs one process per GPU, but this machine has {torch.cuda.device_count()} CUDA GPU(s); "
+            f"use --nproc {torch.cuda.device_count()} or less, or --device cpu"
+        )
     return torch.device(name)
 
 
@@ -85,12 +90,7 @@ def seed_everything(seed: int) -> None:
     dgl.seed(seed)
 
 
-def train(
-    cfg: TrainConfig,
-    dataset: GraphDataset,
-    on_epoch: Callable[[EpochStats], None] | None = None,
-    progress: bool = True,
-) -> list[EpochStats]:
+def train(cfg: TrainConfig, dataset: GraphDataset, on_epoch: Callable[[EpochStats], None] | None = None, progress: bool = True) -> list[EpochStats]:
     """Train ``cfg.model`` on ``dataset`` and return one :class:`EpochStats` per epoch.
 
     ``dataset`` may also be a :class:`~dgl_zerocopy.training.ddp.SharedDataset`. With ``cfg.nproc > 1``
@@ -105,8 +105,15 @@ def train(
     return _fit(cfg, dataset, device, on_epoch, progress)[0]
 
 
-def _fit(cfg: TrainConfig, dataset: GraphDataset, device: torch.device, on_epoch: Callable[[EpochStats], None] | None,
-         progress: bool, rank: int = 0, world_size: int = 1) -> tuple[list[EpochStats], torch.nn.Module]:
+def _fit(
+    cfg: TrainConfig,
+    dataset: GraphDataset,
+    device: torch.device,
+    on_epoch: Callable[[EpochStats], None] | None,
+    progress: bool,
+    rank: int = 0,
+    world_size: int = 1,
+) -> tuple[list[EpochStats], torch.nn.Module]:
     """The training loop of one process; with ``world_size > 1`` one DDP rank (the process group is up).
 
     DDP: the model is wrapped in ``DistributedDataParallel`` (which starts every rank from rank 0's
@@ -130,8 +137,9 @@ def _fit(cfg: TrainConfig, dataset: GraphDataset, device: torch.device, on_epoch
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     train_idx = tensor_view(dataset.train_idx)
     cache = CacheRequest(cfg.feature_cache, cfg.cache_policy, seeds=train_idx, batch_size=cfg.batch_size)
-    source = make_source(cfg.feature_source, dataset, cfg.fanouts, device, prefetch=cfg.prefetch, seed=cfg.seed,
-                         compression=cfg.feature_compression, cache=cache)
+    source = make_source(
+        cfg.feature_source, dataset, cfg.fanouts, device, prefetch=cfg.prefetch, seed=cfg.seed, compression=cfg.feature_compression, cache=cache
+    )
     batch_size = -(-cfg.batch_size // world_size)  # per rank; the global batch stays cfg.batch_size
     per_rank = -(-len(train_idx) // world_size)  # seeds per rank, padded as DGL's use_ddp does
     # This rank's slice of each evaluation set (disjoint, unpadded; made once, so the source keeps its loaders).
@@ -168,15 +176,17 @@ def _fit(cfg: TrainConfig, dataset: GraphDataset, device: torch.device, on_epoch
             t0 = time.perf_counter()
             if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
                 if parallel:  # DDP's forward may talk to the other ranks; the plain module does not
-                    val_acc, test_acc = (_evaluate_split(module, source, eval_sets[k], len(getattr(dataset, k)), cfg.eval_batch_size, device)
-                                         for k in ("val_idx", "test_idx"))
+                    val_acc, test_acc = (
+                        _evaluate_split(module, source, eval_sets[k], len(getattr(dataset, k)), cfg.eval_batch_size, device) for k in ("val_idx", "test_idx")
+                    )
                 else:
                     val_acc = evaluate(model, source, dataset.val_idx, cfg.eval_batch_size, dataset.evaluator)
                     test_acc = evaluate(model, source, dataset.test_idx, cfg.eval_batch_size, dataset.evaluator)
             else:  # skipped (eval_every): on large test sets evaluation costs more than the epoch
                 val_acc = test_acc = float("nan")
-            stats = EpochStats(epoch, loss_sum / max(seen, 1), correct / max(seen, 1), val_acc, test_acc,
-                               epoch_time, time.perf_counter() - t0, stages, hit_rate)
+            stats = EpochStats(
+                epoch, loss_sum / max(seen, 1), correct / max(seen, 1), val_acc, test_acc, epoch_time, time.perf_counter() - t0, stages, hit_rate
+            )
             history.append(stats)
             log.debug(stats.line())
             if on_epoch is not None and rank == 0:
@@ -195,8 +205,9 @@ def _train_parallel(cfg: TrainConfig, dataset, on_epoch, progress: bool) -> list
         try:
             pickle.dumps(on_epoch)
         except Exception as e:  # noqa: BLE001 - pickle raises several types for unpicklable objects
-            raise TypeError(f"with nproc > 1, on_epoch runs in rank 0's process and must be picklable (a module-level "
-                            f"function), but {on_epoch!r} is not: {e}") from None
+            raise TypeError(
+                f"with nproc > 1, on_epoch runs in rank 0's process and must be picklable (a module-level function), but {on_epoch!r} is not: {e}"
+            ) from None
     backend = "nccl" if device.type == "cuda" else "gloo"
     results = launch(_train_rank, cfg.nproc, cfg, share_dataset(dataset), device.type, on_epoch, progress, backend=backend)
     return results[0]

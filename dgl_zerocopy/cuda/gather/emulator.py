@@ -86,8 +86,7 @@ class Trace:
 
     def subset(self, mask: np.ndarray) -> Trace:
         """The trace of the loads selected by ``mask`` (same plan and ranges)."""
-        return dataclasses.replace(self, address=self.address[mask], nbytes=self.nbytes[mask], warp=self.warp[mask],
-                                   slot=self.slot[mask])
+        return dataclasses.replace(self, address=self.address[mask], nbytes=self.nbytes[mask], warp=self.warp[mask], slot=self.slot[mask])
 
 
 def _aligned_bytes(nbytes: int, offset: int, fill: int) -> np.ndarray:
@@ -97,29 +96,17 @@ def _aligned_bytes(nbytes: int, offset: int, fill: int) -> np.ndarray:
     return raw[start : start + nbytes]
 
 
-def _check_inputs(
-    table: np.ndarray, ids: np.ndarray, variant: str, base_offset: int
-) -> tuple[np.ndarray, np.ndarray]:
+def _check_inputs(table: np.ndarray, ids: np.ndarray, variant: str, base_offset: int) -> tuple[np.ndarray, np.ndarray]:
     if not isinstance(table, np.ndarray) or table.ndim < 1:
-        raise TypeError(
-            f"table must be a NumPy array with a row axis, but got {type(table).__name__}"
-            f" of ndim {getattr(table, 'ndim', None)}"
-        )
+        raise TypeError(f"table must be a NumPy array with a row axis, but got {type(table).__name__} of ndim {getattr(table, 'ndim', None)}")
     if table.dtype.hasobject:
         raise TypeError(f"table must hold plain values, but got dtype {table.dtype}")
     ids = np.asarray(ids)
     if ids.ndim != 1 or ids.dtype not in (np.dtype(np.int32), np.dtype(np.int64)):
-        raise TypeError(
-            f"ids must be a 1-D int32 or int64 array, but got dtype {ids.dtype} and shape "
-            f"{ids.shape}; convert with ids.astype(np.int64)"
-        )
+        raise TypeError(f"ids must be a 1-D int32 or int64 array, but got dtype {ids.dtype} and shape {ids.shape}; convert with ids.astype(np.int64)")
     if variant not in instantiations.VARIANTS:
         raise ValueError(f"variant must be one of {instantiations.VARIANTS}, but got {variant!r}")
-    if (
-        isinstance(base_offset, bool)
-        or not isinstance(base_offset, int)
-        or not (0 <= base_offset < _BUFFER_ALIGN)
-    ):
+    if isinstance(base_offset, bool) or not isinstance(base_offset, int) or not (0 <= base_offset < _BUFFER_ALIGN):
         raise ValueError(f"base_offset must be an int in [0, 127], but got {base_offset!r}")
     if ids.size:
         low, high = int(ids.min()), int(ids.max())
@@ -134,10 +121,7 @@ def _check_perm(perm: np.ndarray | None, num_ids: int) -> np.ndarray | None:
         return None
     perm = np.asarray(perm)
     if perm.ndim != 1 or perm.dtype.kind not in "iu" or perm.size != num_ids:
-        raise ValueError(
-            f"perm must be a 1-D integer array of {num_ids} output positions, but got dtype "
-            f"{perm.dtype} and shape {perm.shape}"
-        )
+        raise ValueError(f"perm must be a 1-D integer array of {num_ids} output positions, but got dtype {perm.dtype} and shape {perm.shape}")
     perm = np.ascontiguousarray(perm, dtype=np.int64)
     if not np.array_equal(np.sort(perm), np.arange(num_ids)):
         raise ValueError("perm must be a permutation of range(len(ids))")
@@ -166,12 +150,17 @@ class _Cache:
     def kernel_arguments(self) -> dict[str, int]:
         if self.slot_map is None:
             return {}
-        return dict(slot_map_address=int(self.slot_map.ctypes.data), cache_address=int(self.rows.ctypes.data),
-                    cache_stride=self.stride, cache_affine_address=0 if self.pairs is None else int(self.pairs.ctypes.data))
+        return dict(
+            slot_map_address=int(self.slot_map.ctypes.data),
+            cache_address=int(self.rows.ctypes.data),
+            cache_stride=self.stride,
+            cache_affine_address=0 if self.pairs is None else int(self.pairs.ctypes.data),
+        )
 
 
-def _place_cache(table: np.ndarray, cache_rows: np.ndarray | None, slot_map: np.ndarray | None, cache_offset: int,
-                 cache_stride: int | None, ids: np.ndarray) -> _Cache:
+def _place_cache(
+    table: np.ndarray, cache_rows: np.ndarray | None, slot_map: np.ndarray | None, cache_offset: int, cache_stride: int | None, ids: np.ndarray
+) -> _Cache:
     """Check a hot-row cache against ``table`` and lay its rows out as the kernel reads them."""
     if cache_rows is None and slot_map is None:
         if cache_offset != 0 or cache_stride is not None:
@@ -180,18 +169,21 @@ def _place_cache(table: np.ndarray, cache_rows: np.ndarray | None, slot_map: np.
     if cache_rows is None or slot_map is None:
         raise ValueError("cache_rows and slot_map go together: pass both for a cached gather, or neither")
     if not isinstance(cache_rows, np.ndarray) or cache_rows.dtype != table.dtype or cache_rows.shape[1:] != table.shape[1:]:
-        raise TypeError(f"cache_rows must be a NumPy array of rows of the table ({table.dtype}, shape (k,) + "
-                        f"{table.shape[1:]}), but got {getattr(cache_rows, 'dtype', type(cache_rows).__name__)} "
-                        f"{getattr(cache_rows, 'shape', '')}")
+        raise TypeError(
+            f"cache_rows must be a NumPy array of rows of the table ({table.dtype}, shape (k,) + "
+            f"{table.shape[1:]}), but got {getattr(cache_rows, 'dtype', type(cache_rows).__name__)} "
+            f"{getattr(cache_rows, 'shape', '')}"
+        )
     slot_map = np.asarray(slot_map)
     if slot_map.dtype not in (np.dtype(np.int32), np.dtype(np.int64)) or slot_map.shape != (table.shape[0],):
-        raise TypeError(f"slot_map must be a 1-D int32 or int64 array of {table.shape[0]} entries (one per table row), "
-                        f"but got dtype {slot_map.dtype} and shape {slot_map.shape}")
+        raise TypeError(
+            f"slot_map must be a 1-D int32 or int64 array of {table.shape[0]} entries (one per table row), "
+            f"but got dtype {slot_map.dtype} and shape {slot_map.shape}"
+        )
     num_cached = cache_rows.shape[0]
     bad = np.flatnonzero((slot_map < -1) | (slot_map >= num_cached))
     if bad.size:
-        raise ValueError(f"slot_map[{bad[0]}] = {slot_map[bad[0]]} is not a slot of a {num_cached}-row cache "
-                         f"(valid: -1 for not cached, 0 to {num_cached - 1})")
+        raise ValueError(f"slot_map[{bad[0]}] = {slot_map[bad[0]]} is not a slot of a {num_cached}-row cache (valid: -1 for not cached, 0 to {num_cached - 1})")
     if isinstance(cache_offset, bool) or not isinstance(cache_offset, int) or not 0 <= cache_offset < _BUFFER_ALIGN:
         raise ValueError(f"cache_offset must be an int in [0, 127], but got {cache_offset!r}")
     row_bytes = cache_rows.dtype.itemsize * int(np.prod(cache_rows.shape[1:], dtype=np.int64))
@@ -290,8 +282,7 @@ def emulate_gather(
     out = out_bytes.view(table.dtype).reshape((num_ids,) + table.shape[1:])
     if not trace:
         return out
-    return out, _trace(records, plan, table_address, num_ids, table.nbytes, ((table_address, table_address + table.nbytes),),
-                       cache.hits)
+    return out, _trace(records, plan, table_address, num_ids, table.nbytes, ((table_address, table_address + table.nbytes),), cache.hits)
 
 
 def _run(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...], trace: bool) -> np.ndarray:
@@ -301,9 +292,7 @@ def _run(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...], trace: boo
         return records
     lib = library()
     values = [_ARG_CTYPES[kind](value) for kind, value in args]
-    pointers = (ctypes.c_void_p * len(values))(
-        *[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values]
-    )
+    pointers = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
     entry = getattr(lib, entry_symbol(plan.kernel))
     logger.debug("emulating %s grid=%d block=%d", plan.kernel, plan.grid, plan.block)
     if trace:
@@ -319,8 +308,9 @@ def _run(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...], trace: boo
     return records
 
 
-def _trace(records: np.ndarray, plan: launch.GatherPlan, table_address: int, num_ids: int,
-           table_bytes: int, host_ranges: tuple[tuple[int, int], ...], hits: int) -> Trace:
+def _trace(
+    records: np.ndarray, plan: launch.GatherPlan, table_address: int, num_ids: int, table_bytes: int, host_ranges: tuple[tuple[int, int], ...], hits: int
+) -> Trace:
     return Trace(
         address=records["address"].copy(),
         nbytes=records["bytes"].copy(),
@@ -405,10 +395,7 @@ def emulate_decode(
     if out_format not in instantiations.OUT_FORMATS:
         raise ValueError(f"out_format must be one of {tuple(instantiations.OUT_FORMATS)}, but got {out_format!r}")
     if codes.ndim != 2 or codes.dtype not in _CODE_DTYPES[code]:
-        raise TypeError(
-            f"{code} codes must be a 2-D array of {' or '.join(map(str, _CODE_DTYPES[code]))}, but got "
-            f"dtype {codes.dtype} and shape {codes.shape}"
-        )
+        raise TypeError(f"{code} codes must be a 2-D array of {' or '.join(map(str, _CODE_DTYPES[code]))}, but got dtype {codes.dtype} and shape {codes.shape}")
     if isinstance(out_offset, bool) or not isinstance(out_offset, int) or not 0 <= out_offset < _BUFFER_ALIGN:
         raise ValueError(f"out_offset must be an int in [0, 127], but got {out_offset!r}")
     num_rows, columns = codes.shape
@@ -482,8 +469,7 @@ def _affine_pairs(code: str, affine: str | None, scale, offset, num_rows: int, c
         values = np.asarray(values) if values is not None else None
         if values is None or values.dtype != np.float32 or values.shape != (length,):
             raise ValueError(
-                f"{name} must be a float32 array of {length} values (one per {affine}), but got "
-                f"{None if values is None else f'{values.dtype} {values.shape}'}"
+                f"{name} must be a float32 array of {length} values (one per {affine}), but got {None if values is None else f'{values.dtype} {values.shape}'}"
             )
         arrays.append(values)
     return np.ascontiguousarray(np.stack(arrays, axis=1))

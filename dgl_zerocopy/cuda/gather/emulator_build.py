@@ -26,17 +26,25 @@ import numpy as np
 from dgl_zerocopy.cuda.gather import instantiations
 from dgl_zerocopy.cuda.kernel_source import gpu_flushes_subnormals, kernel_dir, kernel_sources_digest
 
-__all__ = ["CONVERSIONS", "FLOAT_OPS", "RECORD_DTYPE", "build_emulator", "convert", "emulator_cache_dir",
-           "emulator_flushes_subnormals", "entry_symbol", "float_op", "library"]
+__all__ = [
+    "CONVERSIONS",
+    "FLOAT_OPS",
+    "RECORD_DTYPE",
+    "build_emulator",
+    "convert",
+    "emulator_cache_dir",
+    "emulator_flushes_subnormals",
+    "entry_symbol",
+    "float_op",
+    "library",
+]
 
 logger = logging.getLogger(__name__)
 
 # -ffp-contract=off: a multiply and an add stay two roundings, as __fmul_rn/__fadd_rn on the GPU.
 _CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "-ffp-contract=off")
 #: NumPy mirror of ``zc_load_record`` in kernels/cpu_shim.h.
-RECORD_DTYPE = np.dtype(
-    [("address", "<i8"), ("warp", "<i8"), ("slot", "<i8"), ("bytes", "<i4"), ("reserved", "<i4")]
-)
+RECORD_DTYPE = np.dtype([("address", "<i8"), ("warp", "<i8"), ("slot", "<i8"), ("bytes", "<i4"), ("reserved", "<i4")])
 _build_lock = threading.Lock()
 
 
@@ -54,9 +62,7 @@ def entry_symbol(name_expression: str) -> str:
 def _translation_unit() -> str:
     # Only #includes and one entry-point macro per instantiation: the kernel code stays in .cu.
     lines = ['#include "cpu_shim.h"', '#include "gather.cu"']
-    lines += [
-        f"ZC_EMU_ENTRY({entry_symbol(name)}, {name})" for name in instantiations.all_name_expressions()
-    ]
+    lines += [f"ZC_EMU_ENTRY({entry_symbol(name)}, {name})" for name in instantiations.all_name_expressions()]
     lines.append("ZC_EMU_CONVERT_ENTRY")
     return "\n".join(lines) + "\n"
 
@@ -65,12 +71,8 @@ def _compiler() -> tuple[str, str]:
     cxx = os.environ.get("CXX", "g++")
     path = shutil.which(cxx)
     if path is None:
-        raise RuntimeError(
-            f"C++ compiler {cxx!r} not found; the CPU emulator needs g++ (install it, or set CXX)"
-        )
-    version = subprocess.run(
-        [path, "--version"], capture_output=True, text=True, check=True
-    ).stdout.splitlines()[0]
+        raise RuntimeError(f"C++ compiler {cxx!r} not found; the CPU emulator needs g++ (install it, or set CXX)")
+    version = subprocess.run([path, "--version"], capture_output=True, text=True, check=True).stdout.splitlines()[0]
     return path, version
 
 
@@ -91,9 +93,7 @@ def build_emulator() -> Path:
     cxx, version = _compiler()
     source = _translation_unit()
     include = kernel_dir()
-    key = hashlib.sha256(
-        "\0".join([kernel_sources_digest(), source, " ".join(_cxx_flags()), cxx, version]).encode()
-    ).hexdigest()[:24]
+    key = hashlib.sha256("\0".join([kernel_sources_digest(), source, " ".join(_cxx_flags()), cxx, version]).encode()).hexdigest()[:24]
     target = emulator_cache_dir() / f"gather-{key}.so"
     if target.is_file():
         return target
@@ -105,9 +105,7 @@ def build_emulator() -> Path:
     try:
         result = subprocess.run(command, input=source, capture_output=True, text=True)
         if result.returncode != 0:
-            raise RuntimeError(
-                f"compiling the CPU emulator failed ({' '.join(command)}):\n{result.stderr}"
-            )
+            raise RuntimeError(f"compiling the CPU emulator failed ({' '.join(command)}):\n{result.stderr}")
         os.replace(tmp, target)
     finally:
         if os.path.exists(tmp):
@@ -124,9 +122,7 @@ def library() -> ctypes.CDLL:
     lib.zc_emu_trace_size.restype = ctypes.c_longlong
     lib.zc_emu_trace_copy.argtypes = [ctypes.c_void_p]
     if lib.zc_emu_record_bytes() != RECORD_DTYPE.itemsize:
-        raise RuntimeError(
-            "kernels/cpu_shim.h zc_load_record does not match emulator.RECORD_DTYPE"
-        )
+        raise RuntimeError("kernels/cpu_shim.h zc_load_record does not match emulator.RECORD_DTYPE")
     lib.zc_emu_convert.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]
     lib.zc_emu_convert.restype = None
     lib.zc_emu_float_op.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_longlong]

@@ -5,8 +5,7 @@ and the CPU emulator look up. Pure Python.
 
 from __future__ import annotations
 
-__all__ = ["CODE_FORMATS", "ID_TYPES", "IDENTITY", "LOAD_TYPES", "OUT_FORMATS", "VARIANTS", "all_name_expressions",
-           "decode_name_expression", "name_expression"]
+__all__ = ["CODE_FORMATS", "ID_TYPES", "IDENTITY", "LOAD_TYPES", "OUT_FORMATS", "VARIANTS", "all_name_expressions", "decode_name_expression", "name_expression"]
 
 VARIANTS = ("aligned", "naive")
 #: CUDA type of each load width. The kernels copy bytes, so the element type does not matter.
@@ -20,6 +19,7 @@ CODE_FORMATS = {"fp16": ("zc_fp16", 2), "bf16": ("zc_bf16", 2), "int8": ("zc_int
 OUT_FORMATS = {"float32": ("zc_f32", 4), "float16": ("zc_fp16", 2), "bfloat16": ("zc_bf16", 2)}
 #: Code and output formats whose decode is the identity: the raw gather copies them.
 IDENTITY = {("fp16", "float16"), ("bf16", "bfloat16")}
+
 
 def name_expression(variant: str, load_bytes: int, id_bytes: int) -> str:
     """The kernel instantiation for ``variant`` with ``load_bytes`` loads and ``id_bytes`` ids."""

@@ -17,17 +17,7 @@ from dataclasses import dataclass
 
 from .instantiations import CODE_FORMATS, ID_TYPES, IDENTITY, LOAD_TYPES, OUT_FORMATS, VARIANTS, decode_name_expression, name_expression
 
-__all__ = [
-    "GatherPlan",
-    "KernelArg",
-    "LINE_BYTES",
-    "WARP_SIZE",
-    "AFFINE_AXES",
-    "SLOT_BYTES",
-    "kernel_arguments",
-    "plan_decode",
-    "plan_gather",
-]
+__all__ = ["GatherPlan", "KernelArg", "LINE_BYTES", "WARP_SIZE", "AFFINE_AXES", "SLOT_BYTES", "kernel_arguments", "plan_decode", "plan_gather"]
 
 WARP_SIZE = 32
 #: Bytes of one memory line: a warp-wide load becomes one request per line it touches.
@@ -142,8 +132,7 @@ def _aligned_blocks(num_ids: int, threads_per_row: int, threads_per_block: int) 
     return -(-num_ids // rows_per_block)
 
 
-def _grid(work_blocks: int, num_ids: int, row_bytes: int, num_sms: int, threads_per_block: int,
-          max_blocks: int | None) -> int:
+def _grid(work_blocks: int, num_ids: int, row_bytes: int, num_sms: int, threads_per_block: int, max_blocks: int | None) -> int:
     """Blocks for the work, at most one full wave and at most ``max_blocks``; 0: nothing to do."""
     full_wave = max(1, num_sms * (MAX_THREADS_PER_SM // threads_per_block))
     cap = full_wave if max_blocks is None else min(full_wave, max_blocks)
@@ -156,15 +145,12 @@ def _check_launch(num_sms: int, threads_per_block: int, id_bytes: int, max_block
         _check_int("max_blocks", max_blocks, 1)
     _check_int("threads_per_block", threads_per_block, WARP_SIZE)
     if threads_per_block % WARP_SIZE or threads_per_block > 1024:
-        raise ValueError(
-            f"threads_per_block must be a multiple of 32 in [32, 1024], but got {threads_per_block}"
-        )
+        raise ValueError(f"threads_per_block must be a multiple of 32 in [32, 1024], but got {threads_per_block}")
     if id_bytes not in ID_TYPES:
         raise ValueError(f"id_bytes must be 4 (int32) or 8 (int64), but got {id_bytes!r}")
 
 
-def _check_cache(cache_address: int | None, cache_stride: int | None, slot_bytes: int, row_bytes: int,
-                 variant: str = "aligned") -> tuple[int, ...]:
+def _check_cache(cache_address: int | None, cache_stride: int | None, slot_bytes: int, row_bytes: int, variant: str = "aligned") -> tuple[int, ...]:
     """The cache's (address, stride) to add to the values the vector must divide; () for no cache."""
     if cache_address is None:
         if cache_stride is not None:
@@ -240,9 +226,7 @@ def plan_gather(
     _check_int("elem_size", elem_size, 1)
     _check_int("out_address", out_address, 0)
     if row_bytes % elem_size:
-        raise ValueError(
-            f"row_bytes must be a multiple of elem_size={elem_size}, but got {row_bytes}"
-        )
+        raise ValueError(f"row_bytes must be a multiple of elem_size={elem_size}, but got {row_bytes}")
     _check_launch(num_sms, threads_per_block, id_bytes, max_blocks)
     row_stride = row_bytes if row_stride is None else row_stride
     out_stride = row_bytes if out_stride is None else out_stride
@@ -359,17 +343,33 @@ def plan_decode(
     _check_int("out_stride", out_stride, out_row_bytes)
     cache_layout = _check_cache(cache_address, cache_stride, slot_bytes, row_bytes)
     cache_checks = (("cache_address", cache_layout[0], code_bytes, code), ("cache_stride", cache_layout[1], code_bytes, code)) if cache_layout else ()
-    for name, value, size, fmt in (("table_address", table_address, code_bytes, code), ("row_stride", row_stride, code_bytes, code),
-                                   ("out_address", out_address, out_bytes, out_format), ("out_stride", out_stride, out_bytes, out_format),
-                                   *cache_checks):
+    for name, value, size, fmt in (
+        ("table_address", table_address, code_bytes, code),
+        ("row_stride", row_stride, code_bytes, code),
+        ("out_address", out_address, out_bytes, out_format),
+        ("out_stride", out_stride, out_bytes, out_format),
+        *cache_checks,
+    ):
         if value % size:
             raise ValueError(f"{name} must be a multiple of {size} (the size of one {fmt} element), but got {value}")
 
     if (code, out_format) in IDENTITY:
-        plan = plan_gather(row_bytes, table_address, num_ids, elem_size=code_bytes, max_blocks=max_blocks, num_sms=num_sms,
-                           threads_per_block=threads_per_block, id_bytes=id_bytes, row_stride=row_stride,
-                           out_address=out_address, out_stride=out_stride, cache_address=cache_address,
-                           cache_stride=cache_stride, slot_bytes=slot_bytes)
+        plan = plan_gather(
+            row_bytes,
+            table_address,
+            num_ids,
+            elem_size=code_bytes,
+            max_blocks=max_blocks,
+            num_sms=num_sms,
+            threads_per_block=threads_per_block,
+            id_bytes=id_bytes,
+            row_stride=row_stride,
+            out_address=out_address,
+            out_stride=out_stride,
+            cache_address=cache_address,
+            cache_stride=cache_stride,
+            slot_bytes=slot_bytes,
+        )
         return dataclasses.replace(plan, code=code, out_format=out_format)
 
     # The loads are what crosses PCIe: only the code rows (table's and cache's) limit their width.
@@ -436,8 +436,10 @@ def kernel_arguments(
     if plan.cached and not (slot_map_address and cache_address):
         raise ValueError("a cached plan needs slot_map_address and cache_address (the slot map and the cache rows)")
     if not plan.cached and (slot_map_address or cache_address or cache_affine_address):
-        raise ValueError("cache arguments were given for a plan made without a cache: pass cache_address to "
-                         "plan_gather/plan_decode, so that the vector width suits the cache rows too")
+        raise ValueError(
+            "cache arguments were given for a plan made without a cache: pass cache_address to "
+            "plan_gather/plan_decode, so that the vector width suits the cache rows too"
+        )
     args: list[KernelArg] = [
         ("ptr", table_address),
         ("i64", row_stride),
@@ -449,12 +451,7 @@ def kernel_arguments(
         ("i64", out_stride),
     ]
     if plan.variant == "aligned":  # both aligned kernels take the optional cache (null: none)
-        args += [
-            ("ptr", slot_map_address),
-            ("i32", plan.slot_bytes),
-            ("ptr", cache_address),
-            ("i64", cache_stride if plan.cached else 0),
-        ]
+        args += [("ptr", slot_map_address), ("i32", plan.slot_bytes), ("ptr", cache_address), ("i64", cache_stride if plan.cached else 0)]
     if plan.decodes:
         args += [
             ("ptr", affine_address if plan.affine is not None else 0),
@@ -464,9 +461,5 @@ def kernel_arguments(
             ("i32", plan.id_bytes),
         ]
     if plan.variant == "aligned":
-        args += [
-            ("i32", plan.threads_per_row),
-            ("i64", plan.align_bytes),
-            ("i64", plan.steps_per_row),
-        ]
+        args += [("i32", plan.threads_per_row), ("i64", plan.align_bytes), ("i64", plan.steps_per_row)]
     return tuple(args)

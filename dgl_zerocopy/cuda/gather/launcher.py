@@ -28,14 +28,7 @@ from dgl_zerocopy.cuda.gather import instantiations, launch
 from dgl_zerocopy.cuda.kernel_source import kernel_options, read_kernel
 from dgl_zerocopy.cuda.nvrtc import compile_program, preload_for_cupy
 
-__all__ = [
-    "DeviceCache",
-    "compile_check",
-    "compile_gather_module",
-    "cupy_stream",
-    "launch_decode",
-    "launch_gather",
-]
+__all__ = ["DeviceCache", "compile_check", "compile_gather_module", "cupy_stream", "launch_decode", "launch_gather"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,8 +58,7 @@ def _cupy() -> Any:
         import cupy
     except ImportError as error:  # CuPy missing or no CUDA libraries
         raise RuntimeError(
-            "the zero-copy gather needs CuPy and a CUDA GPU: pip install dgl-zerocopy[cuda12] or "
-            "dgl-zerocopy[cuda13], matching torch's CUDA"
+            "the zero-copy gather needs CuPy and a CUDA GPU: pip install dgl-zerocopy[cuda12] or dgl-zerocopy[cuda13], matching torch's CUDA"
         ) from error
     return cupy
 
@@ -225,13 +217,34 @@ def launch_gather(
     row_bytes = int(itemsize) * math.prod(int(s) for s in table_shape[1:])
 
     def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int, **cached) -> launch.GatherPlan:
-        return launch.plan_gather(row_bytes, int(table_ptr), num_ids, variant=variant, elem_size=int(itemsize),
-                                  max_blocks=max_blocks, num_sms=num_sms, id_bytes=id_bytes,
-                                  row_stride=int(row_stride_bytes), out_address=out_address, out_stride=out_stride,
-                                  **cached)
+        return launch.plan_gather(
+            row_bytes,
+            int(table_ptr),
+            num_ids,
+            variant=variant,
+            elem_size=int(itemsize),
+            max_blocks=max_blocks,
+            num_sms=num_sms,
+            id_bytes=id_bytes,
+            row_stride=int(row_stride_bytes),
+            out_address=out_address,
+            out_stride=out_stride,
+            **cached,
+        )
 
-    return _enqueue(plan, int(table_ptr), int(row_stride_bytes), row_bytes, ids, out, stream=stream, sort=sort,
-                    out_stride_bytes=out_stride_bytes, cache=cache, table_rows=int(table_shape[0]))
+    return _enqueue(
+        plan,
+        int(table_ptr),
+        int(row_stride_bytes),
+        row_bytes,
+        ids,
+        out,
+        stream=stream,
+        sort=sort,
+        out_stride_bytes=out_stride_bytes,
+        cache=cache,
+        table_rows=int(table_shape[0]),
+    )
 
 
 def launch_decode(
@@ -287,32 +300,67 @@ def launch_decode(
     columns = int(table_shape[1])
 
     def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int, **cached) -> launch.GatherPlan:
-        return launch.plan_decode(columns, int(table_ptr), num_ids, code=code, out_format=out_format, affine=affine,
-                                  max_blocks=max_blocks, num_sms=num_sms, id_bytes=id_bytes,
-                                  row_stride=int(row_stride_bytes), out_address=out_address, out_stride=out_stride,
-                                  **cached)
+        return launch.plan_decode(
+            columns,
+            int(table_ptr),
+            num_ids,
+            code=code,
+            out_format=out_format,
+            affine=affine,
+            max_blocks=max_blocks,
+            num_sms=num_sms,
+            id_bytes=id_bytes,
+            row_stride=int(row_stride_bytes),
+            out_address=out_address,
+            out_stride=out_stride,
+            **cached,
+        )
 
     out_row_bytes = columns * instantiations.OUT_FORMATS[out_format][1]
-    return _enqueue(plan, int(table_ptr), int(row_stride_bytes), out_row_bytes, ids, out, stream=stream, sort=sort,
-                    out_stride_bytes=out_stride_bytes, affine_ptr=int(affine_ptr), cache=cache,
-                    table_rows=int(table_shape[0]))
+    return _enqueue(
+        plan,
+        int(table_ptr),
+        int(row_stride_bytes),
+        out_row_bytes,
+        ids,
+        out,
+        stream=stream,
+        sort=sort,
+        out_stride_bytes=out_stride_bytes,
+        affine_ptr=int(affine_ptr),
+        cache=cache,
+        table_rows=int(table_shape[0]),
+    )
 
 
 def _slot_map_array(cupy: Any, cache: DeviceCache, table_rows: int) -> Any:
     """The cache's slot map as a CuPy array, checked (without touching its values)."""
     slot_map = cupy.asarray(cache.slot_map)
     if slot_map.ndim != 1 or slot_map.dtype not in (cupy.dtype("int32"), cupy.dtype("int64")):
-        raise TypeError(f"the cache's slot_map must be a 1-D int32 or int64 device array, but got dtype {slot_map.dtype} "
-                        f"and shape {slot_map.shape}")
+        raise TypeError(f"the cache's slot_map must be a 1-D int32 or int64 device array, but got dtype {slot_map.dtype} and shape {slot_map.shape}")
     if slot_map.size != table_rows or not slot_map.flags.c_contiguous:
-        raise ValueError(f"the cache's slot_map must be contiguous with one entry per table row ({table_rows}), but has "
-                         f"{slot_map.size} entries{'' if slot_map.flags.c_contiguous else ' and is strided'}")
+        raise ValueError(
+            f"the cache's slot_map must be contiguous with one entry per table row ({table_rows}), but has "
+            f"{slot_map.size} entries{'' if slot_map.flags.c_contiguous else ' and is strided'}"
+        )
     return slot_map
 
 
-def _enqueue(plan_for, table_ptr: int, row_stride: int, out_row_bytes: int, ids: Any, out: Any, *, stream: Any,
-             sort: bool, out_stride_bytes: int | None, affine_ptr: int = 0, cache: DeviceCache | None = None,
-             table_rows: int = 0) -> launch.GatherPlan:
+def _enqueue(
+    plan_for,
+    table_ptr: int,
+    row_stride: int,
+    out_row_bytes: int,
+    ids: Any,
+    out: Any,
+    *,
+    stream: Any,
+    sort: bool,
+    out_stride_bytes: int | None,
+    affine_ptr: int = 0,
+    cache: DeviceCache | None = None,
+    table_rows: int = 0,
+) -> launch.GatherPlan:
     """Validate ids, out and the cache, plan (``plan_for(num_ids, id_bytes, out_address, out_stride,
     num_sms, **cache_layout)``), sort if asked, and launch; everything on ``stream``."""
     cupy = _cupy()
@@ -337,18 +385,18 @@ def _enqueue(plan_for, table_ptr: int, row_stride: int, out_row_bytes: int, ids:
             out_ptr, out_nbytes = _device_buffer(cupy, out)
             needed = (num_ids - 1) * out_stride + out_row_bytes if num_ids else 0
             if out_nbytes < needed:
-                raise ValueError(
-                    f"out must hold {needed} bytes for {num_ids} rows of {out_row_bytes} bytes, but "
-                    f"has {out_nbytes}"
-                )
+                raise ValueError(f"out must hold {needed} bytes for {num_ids} rows of {out_row_bytes} bytes, but has {out_nbytes}")
         cache_plan: dict[str, int] = {}
         cache_args: dict[str, int] = {}
         if cache is not None:
             slot_map = _slot_map_array(cupy, cache, table_rows)
-            cache_plan = dict(cache_address=int(cache.rows_ptr), cache_stride=int(cache.row_stride_bytes),
-                              slot_bytes=slot_map.dtype.itemsize)
-            cache_args = dict(slot_map_address=int(slot_map.data.ptr), cache_address=int(cache.rows_ptr),
-                              cache_stride=int(cache.row_stride_bytes), cache_affine_address=int(cache.row_pairs_ptr))
+            cache_plan = dict(cache_address=int(cache.rows_ptr), cache_stride=int(cache.row_stride_bytes), slot_bytes=slot_map.dtype.itemsize)
+            cache_args = dict(
+                slot_map_address=int(slot_map.data.ptr),
+                cache_address=int(cache.rows_ptr),
+                cache_stride=int(cache.row_stride_bytes),
+                cache_affine_address=int(cache.row_pairs_ptr),
+            )
         device_id = int(cupy.cuda.runtime.getDevice())
         plan = plan_for(num_ids, ids.dtype.itemsize, out_ptr, out_stride, _num_sms(device_id), **cache_plan)
         if plan.grid == 0:

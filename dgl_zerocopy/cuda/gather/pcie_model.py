@@ -178,10 +178,7 @@ def compare(
     """
     dtype = np.dtype(dtype)
     if row_bytes <= 0 or row_bytes % dtype.itemsize:
-        raise ValueError(
-            f"row_bytes must be a positive multiple of {dtype.itemsize} ({dtype}), "
-            f"but got {row_bytes}"
-        )
+        raise ValueError(f"row_bytes must be a positive multiple of {dtype.itemsize} ({dtype}), but got {row_bytes}")
     if num_rows < 1 or num_ids < 0:
         raise ValueError(f"num_rows must be >= 1 and num_ids >= 0, but got {num_rows}, {num_ids}")
     rng = np.random.default_rng(seed)
@@ -192,20 +189,11 @@ def compare(
     expected = table[ids]
     results = {}
     for variant in instantiations.VARIANTS[::-1]:
-        out, trace = emulate_gather(
-            table, ids, variant=variant, base_offset=base_offset, trace=True
-        )
+        out, trace = emulate_gather(table, ids, variant=variant, base_offset=base_offset, trace=True)
         if out.tobytes() != expected.tobytes():
-            raise RuntimeError(
-                f"emulated {variant} gather of {row_bytes}-byte rows returned wrong rows"
-            )
+            raise RuntimeError(f"emulated {variant} gather of {row_bytes}-byte rows returned wrong rows")
         results[variant] = analyze(trace)
-    logger.debug(
-        "row %d B: naive %.2f req/row, aligned %.2f req/row",
-        row_bytes,
-        results["naive"].requests_per_row,
-        results["aligned"].requests_per_row,
-    )
+    logger.debug("row %d B: naive %.2f req/row, aligned %.2f req/row", row_bytes, results["naive"].requests_per_row, results["aligned"].requests_per_row)
     return results
 
 
@@ -278,8 +266,7 @@ def _stored_form(codec: str, values: np.ndarray, rng: np.random.Generator) -> tu
     return codes, dict(code="int8", scale=scale, offset=offset, affine=axis), decode
 
 
-def _emulate_checked(stored: np.ndarray, options: dict, decode: _Decode, ids: np.ndarray, what: str,
-                     **cache) -> tuple[np.ndarray, Trace]:
+def _emulate_checked(stored: np.ndarray, options: dict, decode: _Decode, ids: np.ndarray, what: str, **cache) -> tuple[np.ndarray, Trace]:
     """Run the kernel for a stored table (raw gather for fp32, else the decoding gather) with a
     trace, and check its rows against the NumPy decode. Raises RuntimeError on wrong rows."""
     if options:
@@ -350,8 +337,7 @@ def compare_codecs(
     results: dict[str, CodecMetrics] = {}
     for codec in codecs:
         stored, options, decode = _stored_form(codec, values, rng)
-        _, trace = _emulate_checked(stored, options, decode, ids, f"{codec} gather of {columns} columns",
-                                    base_offset=base_offset)
+        _, trace = _emulate_checked(stored, options, decode, ids, f"{codec} gather of {columns} columns", base_offset=base_offset)
         results[codec] = _codec_metrics(codec, columns, trace, link_gbps)
     if "fp32" in results:
         base = results["fp32"].fp32_equivalent_gbps
@@ -399,16 +385,16 @@ class CacheMetrics:
         return asdict(self)
 
 
-def _mixed_ids(rng: np.random.Generator, cached: np.ndarray, uncached: np.ndarray, num_ids: int,
-               hit_rate: float) -> np.ndarray:
+def _mixed_ids(rng: np.random.Generator, cached: np.ndarray, uncached: np.ndarray, num_ids: int, hit_rate: float) -> np.ndarray:
     """``num_ids`` ids of which ``round(hit_rate * num_ids)`` are cached rows, the rest not, shuffled;
     distinct where there are enough rows (a minibatch's input nodes are distinct)."""
     hits = round(hit_rate * num_ids)
     for needed, rows, kind in ((hits, cached, "cached"), (num_ids - hits, uncached, "uncached")):
         if needed and not rows.size:
             raise ValueError(f"hit_rate={hit_rate} needs {kind} rows, but there are none")
-    ids = np.concatenate([rng.choice(cached, hits, replace=hits > cached.size),
-                          rng.choice(uncached, num_ids - hits, replace=num_ids - hits > uncached.size)]).astype(np.int64)
+    ids = np.concatenate(
+        [rng.choice(cached, hits, replace=hits > cached.size), rng.choice(uncached, num_ids - hits, replace=num_ids - hits > uncached.size)]
+    ).astype(np.int64)
     return rng.permutation(ids)
 
 

@@ -1,21 +1,29 @@
 """Gather backends behind FeatureStore: each owns its device state and does the work on valid input."""
+
 from __future__ import annotations
 
 import functools
 
 import torch
 
+from ...cuda.gather.instantiations import name_expression
 from ..cache import HotRowCache
 from ..compression.codec import Codec
-from ...cuda.gather.instantiations import name_expression
 from .base import VARIANTS, Backend, GatherOptions
 
 __all__ = ["VARIANTS", "Backend", "GatherOptions", "PROBE_KERNEL", "make_backend", "zerocopy_available", "zerocopy_problem"]
 
 
-def make_backend(name: str, table: torch.Tensor, device: torch.device, read_only: bool = False,
-                 options: GatherOptions = GatherOptions(), codec: Codec | None = None,
-                 out_dtype: torch.dtype | None = None, cache: "HotRowCache | None" = None) -> Backend:
+def make_backend(
+    name: str,
+    table: torch.Tensor,
+    device: torch.device,
+    read_only: bool = False,
+    options: GatherOptions = GatherOptions(),  # noqa: B008 (frozen: one immutable default)
+    codec: Codec | None = None,
+    out_dtype: torch.dtype | None = None,
+    cache: HotRowCache | None = None,
+) -> Backend:
     """The backend ``name`` over ``table``; ``read_only`` pins it with the read-only flag (a file
     map); ``options`` configure the zero-copy kernel. A compressed table: ``table`` holds the codes,
     ``codec`` decodes them (:mod:`dgl_zerocopy.store.compression`) and ``out_dtype`` is the dtype of the
@@ -66,10 +74,12 @@ def zerocopy_problem(device_index: int) -> str | None:
     try:
         launcher.compile_gather_module(device_index, (PROBE_KERNEL,))
     except Exception as error:  # noqa: BLE001 - whatever stops the kernel is the reason to report
-        return (f"the gather kernel does not compile for CUDA device {device_index} (sm_{major}{minor}): "
-                f"{type(error).__name__}: {_first_line(error)}; install the NVRTC and CuPy of torch's CUDA "
-                f"(pip install {extra}) or set CUDA_PATH to a CUDA toolkit, and run "
-                "`dgl-zerocopy info`; backend='zerocopy' raises the full error")
+        return (
+            f"the gather kernel does not compile for CUDA device {device_index} (sm_{major}{minor}): "
+            f"{type(error).__name__}: {_first_line(error)}; install the NVRTC and CuPy of torch's CUDA "
+            f"(pip install {extra}) or set CUDA_PATH to a CUDA toolkit, and run "
+            "`dgl-zerocopy info`; backend='zerocopy' raises the full error"
+        )
     return None
 
 

@@ -2,6 +2,7 @@
 
 Its own module so that a backend imports it without importing the package that picks backends.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass

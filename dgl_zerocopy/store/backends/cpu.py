@@ -18,6 +18,7 @@ With a hot-row cache (:class:`~dgl_zerocopy.store.cache.HotRowCache`, rows or co
   them and the cached rows: the hits leave the host-to-device copy;
 - CPU device: the same split, the hits read from the cache's separate CPU copy (the logic, no speed).
 """
+
 from __future__ import annotations
 
 import torch
@@ -32,8 +33,9 @@ TILE_BYTES = 256 << 10
 
 
 class CpuBackend:
-    def __init__(self, table: torch.Tensor, device: torch.device, codec: Codec | None = None,
-                 out_dtype: torch.dtype | None = None, cache: HotRowCache | None = None) -> None:
+    def __init__(
+        self, table: torch.Tensor, device: torch.device, codec: Codec | None = None, out_dtype: torch.dtype | None = None, cache: HotRowCache | None = None
+    ) -> None:
         self.table = table
         self.device = device
         self.cache = cache
@@ -68,13 +70,16 @@ class CpuBackend:
             target = out if out is not None else self._decoded_buffer(ids.shape[0])
             if decoder.passthrough:
                 return torch.index_select(self.table, 0, ids, out=target)
-            step = ids.shape[0] if decoder.name != "int8" else \
-                max(1, TILE_BYTES * torch.get_num_threads() // max(1, self.table.shape[1] * self.table.element_size()))
+            step = (
+                ids.shape[0]
+                if decoder.name != "int8"
+                else max(1, TILE_BYTES * torch.get_num_threads() // max(1, self.table.shape[1] * self.table.element_size()))
+            )
             tile = self._host_buffer(min(step, ids.shape[0]))
             for start in range(0, ids.shape[0], max(1, step)):
-                part = ids[start:start + step]
+                part = ids[start : start + step]
                 codes = torch.index_select(self.table, 0, part, out=tile[: part.shape[0]])
-                decoder(codes, part, target[start:start + part.shape[0]])
+                decoder(codes, part, target[start : start + part.shape[0]])
             return target
         # The staging buffer is reused: wait until the previous copy out of it has finished.
         if self._device_out is not None:

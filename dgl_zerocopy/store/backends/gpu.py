@@ -2,6 +2,7 @@
 
 A compressed table stays compressed in device memory (2-4x less of it); the gathered codes are
 decoded on the device (:class:`~dgl_zerocopy.store.compression.decode.Decoder`)."""
+
 from __future__ import annotations
 
 import torch
@@ -12,8 +13,7 @@ from ..transfer import to_device
 
 
 class GpuBackend:
-    def __init__(self, table: torch.Tensor, device: torch.device, codec: Codec | None = None,
-                 out_dtype: torch.dtype | None = None) -> None:
+    def __init__(self, table: torch.Tensor, device: torch.device, codec: Codec | None = None, out_dtype: torch.dtype | None = None) -> None:
         self.table = table.to(device)
         self.out_dtype = out_dtype if out_dtype is not None else table.dtype
         self._decoder = Decoder(codec, self.out_dtype, device) if codec is not None else None

@@ -8,6 +8,7 @@ With a hot-row ``cache`` (:class:`dgl_zerocopy.store.cache.HotRowCache` on the b
 kernels read each row whose slot map entry is >= 0 from the cache in device memory instead: one
 fused launch for hits and misses, and only the misses cross PCIe.
 """
+
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
@@ -49,9 +50,16 @@ class ZeroCopyBackend:
     backend holds the cache until :meth:`close` has waited for the kernels that read it.
     """
 
-    def __init__(self, table: torch.Tensor, device: torch.device, read_only: bool = False,
-                 options: GatherOptions = GatherOptions(), codec: Codec | None = None,
-                 out_dtype: torch.dtype | None = torch.float32, cache: HotRowCache | None = None) -> None:
+    def __init__(
+        self,
+        table: torch.Tensor,
+        device: torch.device,
+        read_only: bool = False,
+        options: GatherOptions = GatherOptions(),  # noqa: B008 (frozen: one immutable default)
+        codec: Codec | None = None,
+        out_dtype: torch.dtype | None = torch.float32,
+        cache: HotRowCache | None = None,
+    ) -> None:
         import cupy
 
         if codec is not None:
@@ -104,9 +112,12 @@ class ZeroCopyBackend:
         cache = self.cache
         if cache is None:
             return None
-        return DeviceCache(rows_ptr=cache.rows.data_ptr(), row_stride_bytes=cache.rows.stride(0) * cache.rows.element_size(),
-                           slot_map=_cupy_view(self._cupy, cache.slot_map),
-                           row_pairs_ptr=0 if self._cache_pairs is None else self._cache_pairs.data_ptr())
+        return DeviceCache(
+            rows_ptr=cache.rows.data_ptr(),
+            row_stride_bytes=cache.rows.stride(0) * cache.rows.element_size(),
+            slot_map=_cupy_view(self._cupy, cache.slot_map),
+            row_pairs_ptr=0 if self._cache_pairs is None else self._cache_pairs.data_ptr(),
+        )
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor:
         from ...cuda.gather.launcher import launch_decode, launch_gather
@@ -118,16 +129,32 @@ class ZeroCopyBackend:
             ids = to_device(ids, self.device)
             if out is None:
                 out = torch.empty((ids.shape[0], table.shape[1]), dtype=self.out_dtype, device=self.device)
-            common = dict(stream=stream, sort=self.options.sort_ids, max_blocks=self.options.max_blocks,
-                          cache=self._launch_cache)
+            common = dict(stream=stream, sort=self.options.sort_ids, max_blocks=self.options.max_blocks, cache=self._launch_cache)
             row_stride = table.stride(0) * table.element_size()
             if self.codec is None:
-                launch_gather(self._pinned.device_ptr, tuple(table.shape), table.element_size(), row_stride,
-                              _cupy_view(cupy, ids), out.data_ptr(), variant=self.options.variant, **common)
+                launch_gather(
+                    self._pinned.device_ptr,
+                    tuple(table.shape),
+                    table.element_size(),
+                    row_stride,
+                    _cupy_view(cupy, ids),
+                    out.data_ptr(),
+                    variant=self.options.variant,
+                    **common,
+                )
             else:
-                launch_decode(self._pinned.device_ptr, tuple(table.shape), self.codec.name, row_stride,
-                              _cupy_view(cupy, ids), out.data_ptr(), out_format=_format(self.out_dtype),
-                              affine=self.codec.axis, affine_ptr=self._pairs_ptr, **common)
+                launch_decode(
+                    self._pinned.device_ptr,
+                    tuple(table.shape),
+                    self.codec.name,
+                    row_stride,
+                    _cupy_view(cupy, ids),
+                    out.data_ptr(),
+                    out_format=_format(self.out_dtype),
+                    affine=self.codec.axis,
+                    affine_ptr=self._pairs_ptr,
+                    **common,
+                )
             if self.cache is not None:
                 self.cache.count(ids)  # on `stream` (current here), after the gather: no host sync
             event = self._launched.get(stream.cuda_stream)
@@ -155,34 +182,37 @@ def _format(dtype: torch.dtype) -> str:
 
 def _check_codec(table: torch.Tensor, codec: Codec, out_dtype: torch.dtype, options: GatherOptions) -> None:
     if table.dim() != 2 or table.dtype != codec.stored_dtype:
-        raise TypeError(f"codec {codec.name!r} needs a 2-D table of {codec.stored_dtype} codes, but got "
-                        f"{table.dtype} of shape {tuple(table.shape)}")
+        raise TypeError(f"codec {codec.name!r} needs a 2-D table of {codec.stored_dtype} codes, but got {table.dtype} of shape {tuple(table.shape)}")
     if out_dtype not in OUT_DTYPES:
         raise ValueError(f"out_dtype must be one of {', '.join(map(str, OUT_DTYPES))}, but got {out_dtype}")
     if options.variant != "aligned":
-        raise ValueError(f"variant={options.variant!r} is the uncompressed baseline kernel; a compressed table is "
-                         "gathered by the aligned decoding kernel: use variant='aligned'")
+        raise ValueError(
+            f"variant={options.variant!r} is the uncompressed baseline kernel; a compressed table is "
+            "gathered by the aligned decoding kernel: use variant='aligned'"
+        )
     if codec.name == "int8":
         rows, columns = table.shape
         length = columns if codec.axis == "column" else rows
         if codec.scale.numel() != length:
-            raise ValueError(f"an int8 codec per {codec.axis} needs {length} scales for a table of shape "
-                             f"{tuple(table.shape)}, but has {codec.scale.numel()}")
+            raise ValueError(f"an int8 codec per {codec.axis} needs {length} scales for a table of shape {tuple(table.shape)}, but has {codec.scale.numel()}")
 
 
 def _check_cache(table: torch.Tensor, device: torch.device, cache: HotRowCache, options: GatherOptions) -> None:
     rows, slot_map = cache.rows, cache.slot_map
     if rows.device != device or slot_map.device != device:
-        raise ValueError(f"the cache must be on the backend's device {device}, but its rows are on {rows.device} and its "
-                         f"slot map on {slot_map.device}: build it with device={str(device)!r}")
+        raise ValueError(
+            f"the cache must be on the backend's device {device}, but its rows are on {rows.device} and its "
+            f"slot map on {slot_map.device}: build it with device={str(device)!r}"
+        )
     if rows.dim() != 2 or rows.dtype != table.dtype or rows.shape[1] != table.shape[1] or slot_map.shape != (table.shape[0],):
-        raise ValueError(f"the cache must hold rows of this table ({table.dtype}, {table.shape[0]} rows of {table.shape[1]}): "
-                         f"got {rows.dtype} rows of shape {tuple(rows.shape)} and a slot map of {slot_map.shape[0]} entries")
+        raise ValueError(
+            f"the cache must hold rows of this table ({table.dtype}, {table.shape[0]} rows of {table.shape[1]}): "
+            f"got {rows.dtype} rows of shape {tuple(rows.shape)} and a slot map of {slot_map.shape[0]} entries"
+        )
     if rows.shape[0] and rows.stride(1) != 1 or not slot_map.is_contiguous():
         raise ValueError("the cache's rows must each be contiguous, and its slot map contiguous")
     if options.variant != "aligned":
-        raise ValueError(f"variant={options.variant!r} is the uncached baseline kernel; a cache is read by the aligned "
-                         "kernel: use variant='aligned'")
+        raise ValueError(f"variant={options.variant!r} is the uncached baseline kernel; a cache is read by the aligned kernel: use variant='aligned'")
 
 
 def _cupy_view(cupy, tensor: torch.Tensor):

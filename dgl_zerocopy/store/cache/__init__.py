@@ -34,6 +34,7 @@ count != table rows: clear errors at once), and
 For a compressed table the store passes its host codes as ``table``: the cache then holds codes,
 and ``row_bytes`` (so the rows a budget holds) is the code width.
 """
+
 from .hot_rows import HotRowCache, build_cache, check_cache_args, choose_rows, policy_name
 from .policy import (
     CACHE_POLICIES,

@@ -1,5 +1,6 @@
 """HotRowCache: the chosen rows copied to a device, the slot map that finds them, and counters;
 :func:`choose_rows` (which rows a budget holds; a FeatureStore calls it once) and :func:`build_cache`."""
+
 from __future__ import annotations
 
 import threading
@@ -7,8 +8,7 @@ import warnings
 
 import torch
 
-from .policy import (DEFAULT_CACHE_POLICY, CachePolicy, cache_capacity, check_budget, check_policy_name, graph_num_nodes, make_policy,
-                     sampling_edge_dir)
+from .policy import DEFAULT_CACHE_POLICY, CachePolicy, cache_capacity, check_budget, check_policy_name, graph_num_nodes, make_policy, sampling_edge_dir
 from .slots import SplitHits, build_slot_map, gather_split, split_hits
 from .stats import CacheStats
 
@@ -104,16 +104,17 @@ class HotRowCache:
         """``table[ids]`` with hits read from :attr:`rows`: the reference path (``table``, ``ids`` and
         ``out`` on :attr:`device`; on ``cpu`` that is the store's own path)."""
         if table.shape[1:] != self.rows.shape[1:] or table.dtype != self.rows.dtype or table.shape[0] != self.slot_map.shape[0]:
-            raise ValueError(f"table {table.dtype} {tuple(table.shape)} is not the table this cache was built from "
-                             f"({self.rows.dtype}, {self.slot_map.shape[0]} rows of {tuple(self.rows.shape[1:])})")
+            raise ValueError(
+                f"table {table.dtype} {tuple(table.shape)} is not the table this cache was built from "
+                f"({self.rows.dtype}, {self.slot_map.shape[0]} rows of {tuple(self.rows.shape[1:])})"
+            )
         split = self.split(ids, unchecked=unchecked)
         if out is None:
             out = torch.empty((ids.shape[0], table.shape[1]), dtype=table.dtype, device=table.device)
         return gather_split(split, table, self.rows, out)
 
     def __repr__(self) -> str:
-        return (f"HotRowCache(policy={self.policy!r}, rows={self.num_cached} of {self.slot_map.shape[0]}, "
-                f"nbytes={self.nbytes}, device={str(self.device)!r})")
+        return f"HotRowCache(policy={self.policy!r}, rows={self.num_cached} of {self.slot_map.shape[0]}, nbytes={self.nbytes}, device={str(self.device)!r})"
 
 
 def check_cache_args(cache_bytes, cache_policy: str | CachePolicy, num_rows: int, graph=None, sampler=None, seeds=None) -> int:
@@ -132,22 +133,38 @@ def check_cache_args(cache_bytes, cache_policy: str | CachePolicy, num_rows: int
     if cache_bytes == 0:
         return 0
     if graph is None:
-        raise ValueError(f"cache_bytes={cache_bytes} with cache_policy={cache_policy!r} needs graph=: the DGL graph whose "
-                         f"node ids are the table's rows (or pass cache_bytes=0 for no cache)")
+        raise ValueError(
+            f"cache_bytes={cache_bytes} with cache_policy={cache_policy!r} needs graph=: the DGL graph whose "
+            f"node ids are the table's rows (or pass cache_bytes=0 for no cache)"
+        )
     nodes = graph_num_nodes(graph)
     if nodes != num_rows:
         raise ValueError(f"graph has {nodes} nodes but the feature table has {num_rows} rows: the cache needs one row per node")
     if cache_policy == "presample" and (sampler is None or seeds is None):
         missing = " and ".join(name for name, v in (("sampler=", sampler), ("seeds=", seeds)) if v is None)
-        raise ValueError(f"cache_policy='presample' needs {missing}: the training sampler (e.g. "
-                         f"dgl.dataloading.NeighborSampler([15, 10, 5])) and the training node ids it starts from")
+        raise ValueError(
+            f"cache_policy='presample' needs {missing}: the training sampler (e.g. "
+            f"dgl.dataloading.NeighborSampler([15, 10, 5])) and the training node ids it starts from"
+        )
     if cache_policy == "degree":
         sampling_edge_dir(sampler)
     return cache_bytes
 
 
-def choose_rows(num_rows: int, row_bytes: int, cache_bytes, cache_policy: str | CachePolicy = DEFAULT_CACHE_POLICY, *, graph=None,
-                sampler=None, seeds=None, batch_size: int = 1024, epochs: float = 1.0, seed: int = 0, stacklevel: int = 2) -> torch.Tensor | None:
+def choose_rows(
+    num_rows: int,
+    row_bytes: int,
+    cache_bytes,
+    cache_policy: str | CachePolicy = DEFAULT_CACHE_POLICY,
+    *,
+    graph=None,
+    sampler=None,
+    seeds=None,
+    batch_size: int = 1024,
+    epochs: float = 1.0,
+    seed: int = 0,
+    stacklevel: int = 2,
+) -> torch.Tensor | None:
     """The rows a cache of ``cache_bytes`` holds for a ``num_rows``-row table of ``row_bytes``-byte
     rows, best first (int64 CPU; slot ``i`` holds row ``result[i]``), or None for ``cache_bytes=0``
     (or a budget that holds no row, with a warning). Rows and slot map never exceed the budget.
@@ -160,20 +177,36 @@ def choose_rows(num_rows: int, row_bytes: int, cache_bytes, cache_policy: str | 
     if cache_bytes == 0:
         return None
     if row_bytes == 0 or cache_capacity(cache_bytes, row_bytes, num_rows) == 0:
-        warnings.warn(f"cache_bytes={cache_bytes} holds no row: the slot map takes {4 * num_rows} bytes and a row "
-                      f"{row_bytes}; no cache is made (give at least {4 * num_rows + row_bytes})", stacklevel=stacklevel + 1)
+        warnings.warn(
+            f"cache_bytes={cache_bytes} holds no row: the slot map takes {4 * num_rows} bytes and a row "
+            f"{row_bytes}; no cache is made (give at least {4 * num_rows + row_bytes})",
+            stacklevel=stacklevel + 1,
+        )
         return None
-    policy = cache_policy if isinstance(cache_policy, CachePolicy) else \
-        make_policy(cache_policy, graph, sampler=sampler, seeds=seeds, batch_size=batch_size, epochs=epochs, seed=seed)
+    policy = (
+        cache_policy
+        if isinstance(cache_policy, CachePolicy)
+        else make_policy(cache_policy, graph, sampler=sampler, seeds=seeds, batch_size=batch_size, epochs=epochs, seed=seed)
+    )
     return policy.rows_for_budget(cache_bytes, row_bytes).clone()  # not a view of the whole ranking
 
 
-def build_cache(table: torch.Tensor, cache_bytes: int, cache_policy: str | CachePolicy = DEFAULT_CACHE_POLICY, *, graph=None, sampler=None, seeds=None,
-                device: str | torch.device = "cpu", **presample) -> HotRowCache | None:
+def build_cache(
+    table: torch.Tensor,
+    cache_bytes: int,
+    cache_policy: str | CachePolicy = DEFAULT_CACHE_POLICY,
+    *,
+    graph=None,
+    sampler=None,
+    seeds=None,
+    device: str | torch.device = "cpu",
+    **presample,
+) -> HotRowCache | None:
     """The cache a store with these arguments holds on ``device`` (rows from :func:`choose_rows`),
     or None. Its ``nbytes`` never exceeds ``cache_bytes``."""
-    rows = choose_rows(table.shape[0], table.shape[1] * table.element_size(), cache_bytes, cache_policy, graph=graph,
-                       sampler=sampler, seeds=seeds, stacklevel=3, **presample)
+    rows = choose_rows(
+        table.shape[0], table.shape[1] * table.element_size(), cache_bytes, cache_policy, graph=graph, sampler=sampler, seeds=seeds, stacklevel=3, **presample
+    )
     return HotRowCache(table, rows, device, policy=policy_name(cache_policy)) if rows is not None else None
 
 

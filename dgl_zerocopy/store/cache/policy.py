@@ -29,6 +29,7 @@ The budget covers all the device memory a cache takes: the cached rows and the s
 int32 per node of the table, see :mod:`.slots`), so ``cache_nbytes <= cache_bytes`` always. A
 budget too small for the map plus one row caches nothing (and needs no map).
 """
+
 from __future__ import annotations
 
 import logging
@@ -265,8 +266,9 @@ def presample_counts(graph, sampler, seeds, *, batch_size: int = 1024, epochs: f
     """
     num_nodes = graph_num_nodes(graph)
     if sampler is None or not hasattr(sampler, "sample"):
-        raise ValueError(f"cache_policy='presample' needs sampler=: a DGL block sampler such as "
-                         f"dgl.dataloading.NeighborSampler([15, 10, 5]), but got {sampler!r}")
+        raise ValueError(
+            f"cache_policy='presample' needs sampler=: a DGL block sampler such as dgl.dataloading.NeighborSampler([15, 10, 5]), but got {sampler!r}"
+        )
     if seeds is None:
         raise ValueError("cache_policy='presample' needs seeds=: the training node ids the sampler starts from")
     seeds = torch.as_tensor(seeds)

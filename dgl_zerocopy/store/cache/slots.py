@@ -7,6 +7,7 @@ rows). A batch of ids then splits into hits (read from ``cache_rows``) and misse
 host table); :func:`cached_gather` puts both into one output and equals ``table[ids]`` for every
 mix. It is what a store on device ``cpu`` runs, and what the fused CUDA kernel is tested against.
 """
+
 from __future__ import annotations
 
 from typing import NamedTuple
@@ -86,20 +87,21 @@ def gather_split(split: SplitHits, table: torch.Tensor, cache_rows: torch.Tensor
     return out
 
 
-def cached_gather(ids: torch.Tensor, table: torch.Tensor, cache_rows: torch.Tensor, slot_map: torch.Tensor,
-                  out: torch.Tensor | None = None, *, unchecked: bool = False) -> torch.Tensor:
+def cached_gather(
+    ids: torch.Tensor, table: torch.Tensor, cache_rows: torch.Tensor, slot_map: torch.Tensor, out: torch.Tensor | None = None, *, unchecked: bool = False
+) -> torch.Tensor:
     """``table[ids]``, reading cached rows from ``cache_rows`` (via ``slot_map``) and the others from
     ``table``: the CPU reference of the fused hit/miss gather. All tensors on one device;
     ``out`` (optional) is a ``(len(ids), dim)`` tensor of the table's dtype."""
     if cache_rows.dim() != 2 or table.dim() != 2 or cache_rows.shape[1] != table.shape[1] or cache_rows.dtype != table.dtype:
-        raise ValueError(f"cache_rows must be rows of the table: got {cache_rows.dtype} {tuple(cache_rows.shape)} "
-                         f"for a {table.dtype} {tuple(table.shape)} table")
+        raise ValueError(
+            f"cache_rows must be rows of the table: got {cache_rows.dtype} {tuple(cache_rows.shape)} for a {table.dtype} {tuple(table.shape)} table"
+        )
     if slot_map.shape != (table.shape[0],):
         raise ValueError(f"the slot map must have one entry per table row ({table.shape[0]}), but has shape {tuple(slot_map.shape)}")
     split = split_hits(ids, slot_map, unchecked=unchecked)
     if out is None:
         out = torch.empty((ids.shape[0], table.shape[1]), dtype=table.dtype, device=table.device)
     elif out.shape != (ids.shape[0], table.shape[1]) or out.dtype != table.dtype:
-        raise ValueError(f"out must be a {table.dtype} tensor of shape {(ids.shape[0], table.shape[1])}, "
-                         f"but got {out.dtype} {tuple(out.shape)}")
+        raise ValueError(f"out must be a {table.dtype} tensor of shape {(ids.shape[0], table.shape[1])}, but got {out.dtype} {tuple(out.shape)}")
     return gather_split(split, table, cache_rows, out)

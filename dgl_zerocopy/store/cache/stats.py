@@ -1,4 +1,5 @@
 """Hit/miss counters of a cache, safe to update from a prefetch thread while another thread reads."""
+
 from __future__ import annotations
 
 import threading

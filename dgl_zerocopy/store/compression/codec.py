@@ -10,6 +10,7 @@ map per column or per row::
 path (the CPU backend, the CUDA kernels, the emulator) must equal :meth:`Codec.decode` on the
 gathered codes; that function is the reference the tests compare with.
 """
+
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -71,4 +72,3 @@ class Codec:
                 rows = ids.to(torch.int64).cpu()
                 x = x * self.scale[rows, None] + self.offset[rows, None]
         return x.to(out_dtype)
-

@@ -8,6 +8,7 @@ differ from the reference in the last bit). The same calls run on CPU and CUDA t
 How the cpu backend feeds it (whole batch, or tile by tile for int8) is in ``backends/cpu.py``,
 with the measurements behind it.
 """
+
 from __future__ import annotations
 
 import torch
@@ -37,8 +38,9 @@ class Decoder:
         """True when the codes are already the output (fp16 codes to fp16, bf16 to bf16): gather straight into it."""
         return self.name != "int8" and self.out_dtype == {"fp16": torch.float16, "bf16": torch.bfloat16}[self.name]
 
-    def __call__(self, codes: torch.Tensor, ids: torch.Tensor | None, out: torch.Tensor,
-                 row_params: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
+    def __call__(
+        self, codes: torch.Tensor, ids: torch.Tensor | None, out: torch.Tensor, row_params: tuple[torch.Tensor, torch.Tensor] | None = None
+    ) -> torch.Tensor:
         """Decode ``codes`` (rows ``ids`` of the table) into ``out``; returns ``out``.
         Per-row int8 takes the rows' ``scale``/``offset`` from ``row_params`` if given (already
         gathered, on the codes' device), else gathers them with ``ids``."""

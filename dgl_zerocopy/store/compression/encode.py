@@ -19,9 +19,10 @@ The default, per column and min/max, and the measurements behind it are in docs/
 fp16 and bf16 round to nearest even, as ``tensor.to(torch.float16 / torch.bfloat16)`` does;
 bf16 is computed on the float32 bit pattern (NumPy has no bf16), so codes are written as int16.
 """
+
 from __future__ import annotations
 
-from typing import Iterator
+from collections.abc import Iterator
 
 import numpy as np
 import torch
@@ -63,15 +64,16 @@ def float_chunks(table, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, n
     NumPy arrays of at most ``chunk_rows`` rows; raises ValueError on a value that is not finite."""
     step = chunk_rows(table.shape[1], chunk_bytes)
     for start in range(0, table.shape[0], step):
-        part = table[start:start + step]
+        part = table[start : start + step]
         if isinstance(part, torch.Tensor):
             rows = part.to(torch.float32, copy=True).numpy()
         else:
             rows = np.array(part, dtype=np.float32, copy=True)
         if not np.isfinite(rows).all():
             r, c = np.argwhere(~np.isfinite(rows))[0]
-            raise ValueError(f"the features hold {rows[r, c]} at row {start + r}, column {c}: only finite values can be compressed; "
-                             f"fix or drop those values first")
+            raise ValueError(
+                f"the features hold {rows[r, c]} at row {start + r}, column {c}: only finite values can be compressed; fix or drop those values first"
+            )
         yield start, rows
 
 
@@ -82,8 +84,7 @@ def encode_fp16(rows: np.ndarray, first_row: int = 0) -> np.ndarray:
     over = np.isinf(codes)  # the rows are finite: an infinity is an overflow (|x| >= 65520)
     if over.any():
         r, c = np.argwhere(over)[0]
-        raise ValueError(f"{rows[r, c]} at row {first_row + r}, column {c} is beyond fp16's range (±65504): "
-                         f"use compression 'bf16' or 'int8' for this table")
+        raise ValueError(f"{rows[r, c]} at row {first_row + r}, column {c} is beyond fp16's range (±65504): use compression 'bf16' or 'int8' for this table")
     return codes
 
 
@@ -138,8 +139,17 @@ def column_ranges(table, chunk_bytes: int = CHUNK_BYTES) -> tuple[np.ndarray, np
     return low, high
 
 
-def encode_into(table, name: str, codes: np.ndarray, *, axis: str | None = None, method: str | None = None,
-                chunk_bytes: int = CHUNK_BYTES, scale: np.ndarray | None = None, offset: np.ndarray | None = None) -> Codec:
+def encode_into(
+    table,
+    name: str,
+    codes: np.ndarray,
+    *,
+    axis: str | None = None,
+    method: str | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+    scale: np.ndarray | None = None,
+    offset: np.ndarray | None = None,
+) -> Codec:
     """Encode ``table`` as codec ``name`` into ``codes`` (a preallocated NumPy array of the table's
     shape and :data:`CODE_NUMPY_DTYPES` ``[name]``: in RAM or a ``.npy`` memory map) and return the
     :class:`Codec` that decodes it. int8 per row writes ``scale``/``offset`` (float32, ``(N,)``)
@@ -148,17 +158,17 @@ def encode_into(table, name: str, codes: np.ndarray, *, axis: str | None = None,
         raise ValueError(f"codes must be {CODE_NUMPY_DTYPES[name]} of shape {tuple(table.shape)}, but got {codes.dtype} {tuple(codes.shape)}")
     if name == "fp16":
         for start, rows in float_chunks(table, chunk_bytes):
-            codes[start:start + len(rows)] = encode_fp16(rows, start)
+            codes[start : start + len(rows)] = encode_fp16(rows, start)
         return Codec("fp16")
     if name == "bf16":
         for start, rows in float_chunks(table, chunk_bytes):
-            codes[start:start + len(rows)] = encode_bf16(rows)
+            codes[start : start + len(rows)] = encode_bf16(rows)
         return Codec("bf16")
     axis, method = check_int8_form(axis, method)
     if axis == "column":
         scale, offset = int8_params(*column_ranges(table, chunk_bytes), method)
         for start, rows in float_chunks(table, chunk_bytes):
-            codes[start:start + len(rows)] = encode_int8(rows, scale, offset, method)
+            codes[start : start + len(rows)] = encode_int8(rows, scale, offset, method)
     else:
         n = table.shape[0]
         scale = np.empty(n, dtype=np.float32) if scale is None else scale

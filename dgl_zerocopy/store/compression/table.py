@@ -11,6 +11,7 @@ Every array is a plain ``.npy``, memory-mapped read-only on load: ``FeatureStore
 codes in place like any mapped table. A folder is written under a temporary name and renamed into
 place, so a reader never sees half of one.
 """
+
 from __future__ import annotations
 
 import json
@@ -20,7 +21,6 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Union
 
 import numpy as np
 import torch
@@ -33,7 +33,7 @@ log = logging.getLogger(__name__)
 
 FORMAT = 1
 META = "compression.json"
-Source = Union[torch.Tensor, np.ndarray, str, os.PathLike]
+Source = torch.Tensor | np.ndarray | str | os.PathLike
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,7 +65,7 @@ class CompressedTable:
         ids = torch.as_tensor(ids)
         return self.codec.decode(self.codes[ids.long()], ids, out_dtype)
 
-    def share_memory_(self) -> "CompressedTable":
+    def share_memory_(self) -> CompressedTable:
         """Move the codes (and scales) into shared memory, so that stores over this table can be sent
         to other processes without a copy (call it before any FeatureStore pins the codes). A table
         loaded from a folder is shared as files already."""
@@ -89,8 +89,15 @@ def params_nbytes(codec: Codec) -> int:
     return 4 * (codec.scale.numel() + codec.offset.numel())
 
 
-def compress(data: Source, codec: str = "int8", out: str | os.PathLike | None = None, *, axis: str | None = None,
-             method: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> CompressedTable:
+def compress(
+    data: Source,
+    codec: str = "int8",
+    out: str | os.PathLike | None = None,
+    *,
+    axis: str | None = None,
+    method: str | None = None,
+    chunk_bytes: int = CHUNK_BYTES,
+) -> CompressedTable:
     """Compress a 2-D feature table with ``codec`` (``"fp16"``, ``"bf16"`` or ``"int8"``).
 
     ``data``: a CPU tensor, a NumPy array or a ``.npy`` path (memory-mapped, read a slab at a time).
@@ -128,8 +135,10 @@ def load(path: str | os.PathLike) -> CompressedTable:
     name = meta["codec"]
     codes = np.load(path / "codes.npy", mmap_mode="r")
     if codes.dtype != CODE_NUMPY_DTYPES[name] or list(codes.shape) != list(meta["shape"]):
-        raise ValueError(f"{str(path / 'codes.npy')!r} holds {codes.dtype} {codes.shape}, but {META} says {name} {meta['shape']}: "
-                         f"the folder is damaged; compress the table again")
+        raise ValueError(
+            f"{str(path / 'codes.npy')!r} holds {codes.dtype} {codes.shape}, but {META} says {name} {meta['shape']}: "
+            f"the folder is damaged; compress the table again"
+        )
     if name == "int8":
         scale, offset = (np.load(path / f"{k}.npy", mmap_mode="r") for k in ("scale", "offset"))
         codec = Codec("int8", tensor_view(scale), tensor_view(offset), meta["axis"])
@@ -150,7 +159,9 @@ def read_meta(path: Path) -> dict:
     try:
         meta = json.loads((path / META).read_text())
     except FileNotFoundError:
-        raise FileNotFoundError(f"{str(path)!r} is not a compressed table: it has no {META} (write one with dgl_zerocopy.compress(data, codec, out=DIR))") from None
+        raise FileNotFoundError(
+            f"{str(path)!r} is not a compressed table: it has no {META} (write one with dgl_zerocopy.compress(data, codec, out=DIR))"
+        ) from None
     except ValueError as e:
         raise ValueError(f"{str(path / META)!r} is not valid JSON ({e}); compress the table again") from None
     if meta.get("format") != FORMAT:
@@ -159,8 +170,7 @@ def read_meta(path: Path) -> dict:
     return meta
 
 
-def compressed_beside(npy_path: str | os.PathLike, codec: str, *, axis: str | None = None, method: str | None = None,
-                      chunk_bytes: int = CHUNK_BYTES) -> Path:
+def compressed_beside(npy_path: str | os.PathLike, codec: str, *, axis: str | None = None, method: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> Path:
     """The compressed form of the ``.npy`` file ``npy_path``, kept beside it as ``<stem>.<codec>/``
     (int8: ``<stem>.int8-<axis>-<method>/``): written on first use, reused while the source file is
     unchanged (same size and modification time) and rewritten when it changed. Returns the folder."""
@@ -225,16 +235,16 @@ def _codes_tensor(codes: np.ndarray, name: str) -> torch.Tensor:
 
 def _write(table, name: str, out: Path, axis, method, chunk_bytes: int, source: dict | None) -> CompressedTable:
     if out.exists() and not (out.is_dir() and (is_compressed_dir(out) or not any(out.iterdir()))):
-        raise ValueError(f"out={str(out)!r} exists and is not a compressed table (or an empty folder); "
-                         f"choose a new folder, so that nothing else in it is replaced")
+        raise ValueError(
+            f"out={str(out)!r} exists and is not a compressed table (or an empty folder); choose a new folder, so that nothing else in it is replaced"
+        )
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
     try:
         codes = np.lib.format.open_memmap(tmp / "codes.npy", mode="w+", dtype=CODE_NUMPY_DTYPES[name], shape=tuple(table.shape))
         scale = offset = None
         if name == "int8" and axis == "row":
-            scale, offset = (np.lib.format.open_memmap(tmp / f"{k}.npy", mode="w+", dtype=np.float32, shape=(table.shape[0],))
-                             for k in ("scale", "offset"))
+            scale, offset = (np.lib.format.open_memmap(tmp / f"{k}.npy", mode="w+", dtype=np.float32, shape=(table.shape[0],)) for k in ("scale", "offset"))
         codec = encode_into(table, name, codes, axis=axis, method=method, chunk_bytes=chunk_bytes, scale=scale, offset=offset)
         codes.flush()
         del codes
