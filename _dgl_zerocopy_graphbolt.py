@@ -11,6 +11,7 @@ name raises an ``AttributeError`` that says why.
 A top-level module, importing nothing heavy (no torch, no dgl), so that installing the hook at
 interpreter start-up costs nothing; the hook does its check only when ``dgl.graphbolt`` is imported.
 """
+
 import importlib.machinery
 import os
 import sys

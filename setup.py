@@ -9,6 +9,7 @@ library. A wheel's root goes to site-packages, so the file is put there, in both
   the wheel it is packing, the place it also writes its own ``__editable__.*.pth``. Ours is named so
   that it sorts after that one, whose finder is what makes ``_dgl_zerocopy_graphbolt`` importable.
 """
+
 from __future__ import annotations
 
 import os
