@@ -304,3 +304,70 @@ def test_ogb_loader_keeps_the_compressed_features_in_its_cache(tmp_path, monkeyp
     written = (folder / "codes.npy").stat().st_mtime_ns
     assert compressed_features("ogbn-arxiv", tmp_path, "int8", meta_dict=meta) == folder
     assert (folder / "codes.npy").stat().st_mtime_ns == written  # reused, not written again
+
+
+BIG = float(np.finfo(np.float32).max)
+TINY = float(np.finfo(np.float32).smallest_subnormal)
+
+
+def _extremes() -> np.ndarray:
+    """float32's largest of both signs, the smallest subnormals, zeros, and mixtures of them: each
+    row a case (all ±max, max with -max, max with 0, subnormals alone, subnormals beside max, zeros,
+    ordinary values beside -max); the tests use it and its transpose, so each is a row and a column."""
+    cases = [
+        [BIG, BIG, BIG, BIG],
+        [-BIG, -BIG, -BIG, -BIG],
+        [BIG, -BIG, BIG, -BIG],
+        [BIG, 0.0, -0.0, BIG],
+        [-BIG, 0.0, 1.0, -BIG],
+        [TINY, -TINY, 2 * TINY, 0.0],
+        [TINY, BIG, -TINY, 0.0],
+        [0.0, 0.0, -0.0, 0.0],
+        [1.5, -BIG, 2.5e-38, 3.0],
+        [np.nextafter(np.float32(BIG), np.float32(0)), BIG, BIG, BIG],
+    ]
+    return np.array(cases, dtype=np.float32)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("axis, method", INT8_FORMS)
+def test_int8_extremes_decode_finite_within_half_a_step(axis, method):
+    x = _extremes()
+    for table_x in (x, x.T.copy()):
+        with np.errstate(over="raise", invalid="raise", divide="raise"):
+            table = compress(table_x, "int8", axis=axis, method=method)
+        decoded = table.decode()
+        ids = torch.arange(len(table_x))
+        assert torch.equal(decoded, table.codec.decode(table.codes, ids))  # the reference decode
+        got = decoded.numpy().astype(np.float64)
+        assert np.isfinite(got).all(), got
+        assert np.all(np.abs(got - table_x) <= _int8_bound(table_x, table.codec))
+        assert np.all(np.sign(got[np.abs(table_x) == BIG]) == np.sign(table_x[np.abs(table_x) == BIG]))
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("codec, dtype", [("fp16", torch.float16), ("bf16", torch.bfloat16)])
+def test_16bit_extremes_equal_torchs_casts_or_are_refused(codec, dtype):
+    small = np.array([[TINY, -TINY, 0.0, -0.0], [2.0**-24, -(2.0**-25), 1e-40, 65504.0]], dtype=np.float32)
+    table = compress(small, codec)
+    assert torch.equal(table.decode(), torch.from_numpy(small).to(dtype).float())
+    bf16_largest = float(torch.finfo(torch.bfloat16).max)
+    fits = np.array([[bf16_largest, -bf16_largest, 2.0**128 - 2.0**119 - 2.0**104, 0.0]], dtype=np.float32)
+    if codec == "bf16":
+        assert torch.equal(compress(fits, codec).decode(), torch.from_numpy(fits).to(dtype).float())
+    for value in (BIG, -BIG, 2.0**128 - 2.0**119):  # torch's cast of these is ±inf: refused, named
+        over = np.zeros((1, 4), dtype=np.float32)
+        over[0, 2] = value
+        with pytest.raises(ValueError, match=f"at row 0, column 2 is beyond {codec}'s range"):
+            compress(over, codec)
+
+
+@pytest.mark.filterwarnings("error")
+@pytest.mark.parametrize("codec", CODECS)
+def test_a_float64_value_beyond_float32_is_named_as_out_of_range(codec):
+    x = _table().astype(np.float64)
+    x[4, 6] = -1e300
+    with pytest.raises(ValueError, match=r"-1e\+300 at row 4, column 6, out of float32's range"):
+        compress(x, codec)
+    with pytest.raises(ValueError, match=r"-1e\+300 at row 4, column 6, out of float32's range"):
+        compress(torch.from_numpy(x), codec)

@@ -65,15 +65,20 @@ def float_chunks(table, chunk_bytes: int = CHUNK_BYTES) -> Iterator[tuple[int, n
     step = chunk_rows(table.shape[1], chunk_bytes)
     for start in range(0, table.shape[0], step):
         part = table[start : start + step]
-        if isinstance(part, torch.Tensor):
-            rows = part.to(torch.float32, copy=True).numpy()
-        else:
-            rows = np.array(part, dtype=np.float32, copy=True)
+        with np.errstate(over="ignore"):  # a float64 value beyond float32's range: named below
+            if isinstance(part, torch.Tensor):
+                rows = part.to(torch.float32, copy=True).numpy()
+            else:
+                rows = np.array(part, dtype=np.float32, copy=True)
         if not np.isfinite(rows).all():
             r, c = np.argwhere(~np.isfinite(rows))[0]
-            raise ValueError(
-                f"the features hold {rows[r, c]} at row {start + r}, column {c}: only finite values can be compressed; fix or drop those values first"
-            )
+            value = float(part[r, c])
+            if np.isfinite(value):  # finite in the source's dtype, infinite as float32
+                raise ValueError(
+                    f"the features hold {value} at row {start + r}, column {c}, out of float32's range "
+                    f"(±{np.finfo(np.float32).max}): codes decode to float32; rescale the features first"
+                )
+            raise ValueError(f"the features hold {value} at row {start + r}, column {c}: only finite values can be compressed; fix or drop those values first")
         yield start, rows
 
 
@@ -88,32 +93,57 @@ def encode_fp16(rows: np.ndarray, first_row: int = 0) -> np.ndarray:
     return codes
 
 
-def encode_bf16(rows: np.ndarray) -> np.ndarray:
-    """float32 rows -> bf16 bit patterns as int16, rounding to nearest even as torch does."""
+def encode_bf16(rows: np.ndarray, first_row: int = 0) -> np.ndarray:
+    """float32 rows -> bf16 bit patterns as int16, rounding to nearest even as torch does;
+    ValueError where a value rounds beyond bf16's range (|x| >= 2**128 - 2**119, torch's cast gives inf)."""
     bits = rows.view(np.uint32)
     rounded = (bits >> 16) & 1
     rounded += bits
     rounded += 0x7FFF  # wraps only for NaN/inf patterns, which float_chunks has refused
     rounded >>= 16
+    over = (rounded & 0x7FFF) == 0x7F80  # the rows are finite: an infinity is an overflow
+    if over.any():
+        r, c = np.argwhere(over)[0]
+        raise ValueError(f"{rows[r, c]} at row {first_row + r}, column {c} is beyond bf16's range (±3.3895314e+38): use compression 'int8' for this table")
     return rounded.astype(np.uint16).view(np.int16)
 
 
 def int8_params(low: np.ndarray, high: np.ndarray, method: str) -> tuple[np.ndarray, np.ndarray]:
     """float32 ``(scale, offset)`` for ranges ``[low, high]`` (float64 arrays of one axis).
 
-    ``scale`` is rounded up to the next float32, so that the extreme values stay within the codes."""
+    Computed in float64, so that nothing overflows however close the values come to float32's
+    largest (±3.4e38). ``scale`` is rounded up to the next float32, so that the extreme values stay
+    within the codes, unless the reference decode (float32 ``code * scale + offset``) of the extreme
+    codes would then round beyond float32's range: those scales (offsets) step back an ulp, and the
+    extreme values clip by less than a few ulps of themselves. A ``minmax`` range wider than 255/128
+    of float32's largest (both ends near ±3.4e38) cannot use code -128 (``128 * scale`` would
+    overflow): it takes the ``absmax`` form (offset 0, codes -127..127), whose half step is within
+    0.8 % of the ``minmax`` one there."""
+    low, high = np.asarray(low, dtype=np.float64), np.asarray(high, dtype=np.float64)
+    biggest = float(np.finfo(np.float32).max)
     if method == "minmax":
         scale64 = (high - low) / 255.0
+        symmetric = scale64 > biggest / 128
     else:
-        scale64 = np.maximum(np.abs(low), np.abs(high)) / 127.0
-    scale = scale64.astype(np.float32)
+        scale64 = np.zeros_like(low)
+        symmetric = np.ones(low.shape, dtype=bool)
+    scale64[symmetric] = np.maximum(np.abs(low), np.abs(high))[symmetric] / 127.0
+    scale = scale64.astype(np.float32)  # at most float32's largest / 127: no overflow
     short = scale.astype(np.float64) < scale64
     scale[short] = np.nextafter(scale[short], np.float32(np.inf))
-    if method == "minmax":
-        offset = (low + 128.0 * scale.astype(np.float64)).astype(np.float32)
-        offset[scale == 0] = low[scale == 0].astype(np.float32)  # a constant decodes to itself exactly
-    else:
-        offset = np.zeros_like(scale)
+    lowest = np.where(symmetric, np.float32(-127), np.float32(-128))
+    offset = np.where(symmetric, 0.0, low - lowest * scale.astype(np.float64)).astype(np.float32)
+    offset[scale == 0] = low[scale == 0].astype(np.float32)  # a constant decodes to itself exactly
+    for _ in range(8):  # one or two steps suffice; each moves an extreme decode by about an ulp
+        with np.errstate(over="ignore"):  # the overflow is what is looked for here
+            bottom, top = lowest * scale, np.float32(127) * scale
+            product_over = ~np.isfinite(bottom) | ~np.isfinite(top)
+            bottom_over = ~np.isfinite(bottom + offset) & ~product_over
+            top_over = ~np.isfinite(top + offset) | product_over
+        if not (bottom_over.any() or top_over.any()):
+            break
+        offset[bottom_over] = np.nextafter(offset[bottom_over], np.float32(np.inf))  # the lowest decode moves up
+        scale[top_over] = np.nextafter(scale[top_over], np.float32(0))  # the products and the highest decode move in
     return scale, offset
 
 
@@ -162,7 +192,7 @@ def encode_into(
         return Codec("fp16")
     if name == "bf16":
         for start, rows in float_chunks(table, chunk_bytes):
-            codes[start : start + len(rows)] = encode_bf16(rows)
+            codes[start : start + len(rows)] = encode_bf16(rows, start)
         return Codec("bf16")
     axis, method = check_int8_form(axis, method)
     if axis == "column":
