@@ -23,7 +23,8 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
-from dgl.dataloading import DataLoader, NeighborSampler
+from dgl.dataloading import DataLoader
+from dgl.dataloading import NeighborSampler
 from torch.nn.parallel import DistributedDataParallel
 
 from dgl_zerocopy.data import SyntheticSpec, load_dataset

@@ -20,7 +20,8 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import tqdm
-from dgl.dataloading import DataLoader, MultiLayerFullNeighborSampler, NeighborSampler
+from dgl.dataloading import DataLoader
+from dgl.dataloading import MultiLayerFullNeighborSampler, NeighborSampler
 
 from dgl_zerocopy.data import SyntheticSpec, load_dataset
 
