@@ -431,6 +431,35 @@ def test_bad_process_counts_and_devices_fail_at_once(monkeypatch, capsys):
     assert _children() == before, "nothing may start for bad input"
 
 
+def test_more_cpu_ranks_than_cores_or_memory_are_refused_before_any_starts(monkeypatch, tmp_path, capsys):
+    """The CPU bound on nproc: a core and ddp.RANK_BYTES of memory per rank (stood in for here), checked
+    by launch and by the CLI before any process or temporary folder exists; one line, exit 2."""
+    from dgl_zerocopy import cli
+
+    monkeypatch.setattr(ddp.tempfile, "tempdir", str(tmp_path))  # launch's folder would appear here
+    monkeypatch.setattr(ddp, "_usable_cores", lambda: 2)
+    monkeypatch.setattr(ddp, "_available_memory", lambda: 64 * ddp.RANK_BYTES)
+    before = _children()
+    assert ddp.cpu_rank_limit(2) is None and ddp.cpu_rank_limit(1) is None  # an allowed count (the 2-rank tests run it)
+    with pytest.raises(
+        ValueError, match=r"^nproc 3 is more than this machine can run: gloo ranks on the CPU need a core each, and 2 are usable here; use nproc 2 or less$"
+    ):
+        launch(_noop, 3, backend="gloo")
+    assert cli.main(["train", "--config", str(REPO / "configs" / "cora-gcn.yaml"), "--epochs", "1", "--nproc", "64"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--nproc 64 is more than this machine can run" in err and "use --nproc 2 or less" in err, err
+
+    monkeypatch.setattr(ddp, "_usable_cores", lambda: 64)
+    monkeypatch.setattr(ddp, "_available_memory", lambda: 3 * ddp.RANK_BYTES + ddp.RANK_BYTES // 2)
+    assert ddp.cpu_rank_limit(3) is None
+    with pytest.raises(ValueError, match=r"nproc 4 is more than this machine can run: each gloo rank needs about 512 MiB .*enough for 3; use nproc 3 or less"):
+        launch(_noop, 4, backend="gloo")
+    assert cli.main(["train", "--device", "cpu", "--epochs", "1", "--nproc", "8"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "1.8 GiB of memory is available, enough for 3; use --nproc 3 or less" in err, err
+    assert _children() == before and list(tmp_path.iterdir()) == [], "nothing may start for a refused count"
+
+
 def test_share_dataset_sends_references_not_copies(small_dataset, tmp_path):
     shared = share_dataset(small_dataset)
     assert share_dataset(shared) is shared

@@ -48,6 +48,30 @@ DEFAULT_TIMEOUT = 600.0
 #: Seconds the other ranks get, after a rank failed, to exit by themselves before they are killed.
 ERROR_GRACE = 5.0
 _POLL = 0.2  # seconds between checks of the error files while joining
+#: Memory one gloo rank holds of its own before its share of the work: the interpreter with torch,
+#: DGL and a process group (measured with psutil: 388 MiB unique, 626 MiB resident after the
+#: imports on torch 2.2 / DGL 2.1; 64 cora ranks took 23.3 GB before their first epoch), rounded up.
+RANK_BYTES = 512 << 20
+
+
+def cpu_rank_limit(nproc: int, rank_bytes: int = RANK_BYTES) -> tuple[int, str] | None:
+    """None when ``nproc`` gloo ranks can run here, else ``(most, why)``: the most ranks that can,
+    and what bounds them. A rank needs a core of its own (``sched_getaffinity``: more ranks than
+    cores time-share them, and every collective waits for the rank that is descheduled) and
+    ``rank_bytes`` of memory (against psutil's available memory: beyond it the machine swaps or
+    the OOM killer ends the job part way). Refused rather than capped: ``nproc`` sets each rank's
+    share of the batch, so running fewer ranks than asked would quietly change the training."""
+    cores = _usable_cores()
+    if nproc > cores:
+        return cores, f"gloo ranks on the CPU need a core each, and {cores} are usable here"
+    available = _available_memory()
+    fits = available // rank_bytes
+    if nproc > fits:
+        return max(1, fits), (
+            f"each gloo rank needs about {rank_bytes / 2**20:.0f} MiB of its own (torch, DGL, its process group), "
+            f"and {available / 2**30:.1f} GiB of memory is available, enough for {fits}"
+        )
+    return None
 
 
 def launch(fn: Callable[..., Any], nproc: int, *args, backend: str | None = None, timeout: float = DEFAULT_TIMEOUT, threads: int | None = None) -> list:
@@ -80,6 +104,8 @@ def launch(fn: Callable[..., Any], nproc: int, *args, backend: str | None = None
         threads = max(1, _usable_cores() // nproc)
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"threads must be a positive integer, but got {threads!r}")
+    if backend == "gloo" and nproc > 1 and (limit := cpu_rank_limit(nproc)) is not None:  # before any process or folder
+        raise ValueError(f"nproc {nproc} is more than this machine can run: {limit[1]}; use nproc {limit[0]} or less")
     workdir = Path(tempfile.mkdtemp(prefix="dgl-zerocopy-ddp-"))
     processes: list = []
     try:
@@ -254,6 +280,13 @@ def _child_environment(threads: int):
         yield
     finally:
         del os.environ["OMP_NUM_THREADS"]
+
+
+def _available_memory() -> int:
+    """Bytes of memory available to new processes without swapping (psutil's estimate)."""
+    import psutil
+
+    return int(psutil.virtual_memory().available)
 
 
 def _usable_cores() -> int:

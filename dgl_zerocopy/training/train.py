@@ -60,7 +60,8 @@ class EpochStats:
 def resolve_device(name: str, feature_source: str, nproc: int = 1) -> torch.device:
     """``auto`` -> CUDA when it can be used, else CPU. DGL's own path (``dgl``) needs a CUDA build
     of DGL on a GPU; our sources hand device-side blocks to the models instead. On CUDA, ``nproc``
-    processes need ``nproc`` GPUs (one rank per GPU)."""
+    processes need ``nproc`` GPUs (one rank per GPU); on the CPU, a core and about
+    :data:`~dgl_zerocopy.training.ddp.RANK_BYTES` of memory each (:func:`~dgl_zerocopy.training.ddp.cpu_rank_limit`)."""
     needs_dgl_cuda = feature_source in ("dgl", "dgl-storage")  # DGL's own DataLoader moves DGL blocks
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() and (not needs_dgl_cuda or dgl_has_cuda()) else "cpu"
@@ -78,6 +79,11 @@ def resolve_device(name: str, feature_source: str, nproc: int = 1) -> torch.devi
             f"--nproc {nproc} runs one process per GPU, but this machine has {torch.cuda.device_count()} CUDA GPU(s); "
             f"use --nproc {torch.cuda.device_count()} or less, or --device cpu"
         )
+    if name == "cpu" and nproc > 1:
+        from .ddp import cpu_rank_limit
+
+        if (limit := cpu_rank_limit(nproc)) is not None:
+            raise ConfigError(f"--nproc {nproc} is more than this machine can run: {limit[1]}; use --nproc {limit[0]} or less")
     return torch.device(name)
 
 

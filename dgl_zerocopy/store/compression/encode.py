@@ -14,10 +14,12 @@ the range taken from (``method``):
 
 Every element then decodes within ``scale / 2`` of its value (rounding to the nearest code), plus
 float32 rounding of the decode itself. A constant column/row gets ``scale`` 0 and decodes exactly.
+Values up to ±float32's largest decode finite (:func:`int8_params`).
 The default, per column and min/max, and the measurements behind it are in docs/benchmarks.md.
 
 fp16 and bf16 round to nearest even, as ``tensor.to(torch.float16 / torch.bfloat16)`` does;
 bf16 is computed on the float32 bit pattern (NumPy has no bf16), so codes are written as int16.
+A value either cast turns into an infinity is refused with a ValueError naming it.
 """
 
 from __future__ import annotations
