@@ -49,8 +49,9 @@ DEFAULT_TIMEOUT = 600.0
 ERROR_GRACE = 5.0
 _POLL = 0.2  # seconds between checks of the error files while joining
 #: Memory one gloo rank holds of its own before its share of the work: the interpreter with torch,
-#: DGL and a process group (measured with psutil: 388 MiB unique, 626 MiB resident after the
-#: imports on torch 2.2 / DGL 2.1; 64 cora ranks took 23.3 GB before their first epoch), rounded up.
+#: DGL and a process group (measured with psutil on torch 2.2 / DGL 2.1: 388 MiB unique, 626 MiB
+#: resident after the imports; a Cora rank of ``train --nproc 2`` peaked at 448 MiB unique, 770 MiB
+#: resident, the dataset shared; 64 Cora ranks took 23.3 GB before their first epoch), rounded up.
 RANK_BYTES = 512 << 20
 
 
