@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .host_files import file_ref, is_shared_file_map, tensor_view
+from .table_input import human_size
 
 if TYPE_CHECKING:
     import torch
@@ -145,14 +146,14 @@ def _pinned_already(runtime, host_ptr: int, nbytes: int) -> bool:
         ours = [(start, size) for start, size in _registered.items() if start < host_ptr + nbytes and host_ptr < start + size]
     if ours:
         raise RuntimeError(
-            f"this host range ({_size(nbytes)} at 0x{host_ptr:x}) is already pinned by another FeatureStore over the "
-            f"same data (it registered {_size(ours[0][1])} at 0x{ours[0][0]:x}); close that store first, or share it "
+            f"this host range ({human_size(nbytes)} at 0x{host_ptr:x}) is already pinned by another FeatureStore over the "
+            f"same data (it registered {human_size(ours[0][1])} at 0x{ours[0][0]:x}); close that store first, or share it "
             f"instead of making a second one"
         )
     first, last = _is_host_memory(runtime, host_ptr), _is_host_memory(runtime, host_ptr + nbytes - 1)
     if first != last:
         raise RuntimeError(
-            f"only part of this host range ({_size(nbytes)} at 0x{host_ptr:x}) is page-locked (its "
+            f"only part of this host range ({human_size(nbytes)} at 0x{host_ptr:x}) is page-locked (its "
             f"{'first' if first else 'last'} byte is, its {'last' if first else 'first'} is not): it cannot be used "
             f"as it is nor registered. Pass the whole pinned tensor, or a table in ordinary (pageable) memory"
         )
@@ -182,7 +183,7 @@ def _device_pointer(runtime, host_ptr: int) -> int:
 
 def _explain(error: Exception, nbytes: int, read_only: bool) -> str:
     text = str(error)
-    size = f"{_size(nbytes)} ({nbytes} bytes)"
+    size = f"{human_size(nbytes)} ({nbytes} bytes)"
     if "AlreadyRegistered" in text:
         return (
             f"cudaHostRegister failed: part of this host range ({size}) is already pinned, e.g. by a "
@@ -217,10 +218,10 @@ def _host_memory() -> str:
                 info[key] = int(value.split()[0]) * 1024  # kB
     except (OSError, ValueError, IndexError):
         return "Free host memory is unknown here (no /proc/meminfo)"
-    text = f"Host memory: {_size(info.get('MemAvailable', info.get('MemFree', 0)))} available of {_size(info.get('MemTotal', 0))} (/proc/meminfo)"
+    text = f"Host memory: {human_size(info.get('MemAvailable', info.get('MemFree', 0)))} available of {human_size(info.get('MemTotal', 0))} (/proc/meminfo)"
     limit = _cgroup_room()
     if limit is not None:
-        text += f"; this process's cgroup may use {_size(limit[0])} more of its {_size(limit[1])} limit"
+        text += f"; this process's cgroup may use {human_size(limit[0])} more of its {human_size(limit[1])} limit"
     return text
 
 
@@ -249,10 +250,3 @@ def _cgroup_room(proc_cgroup: str = "/proc/self/cgroup", root: str = "/sys/fs/cg
             return None
         return max(0, limit - usage), limit
     return None
-
-
-def _size(nbytes: int) -> str:
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} bytes"
