@@ -6,6 +6,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -23,11 +24,13 @@ OGB = ("ogbn-products", "ogbn-arxiv", "ogbn-papers100M")
 REAL_DATASETS = PLANETOID + GRAPHDATA + OGB  # read from a --data-root folder, never downloaded
 DATASETS = ("synthetic",) + REAL_DATASETS
 _ARRAYS = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")
+CACHE_ENV = "DGL_ZEROCOPY_CACHE"  # the folder of generated datasets (and of the CPU emulator's build)
 
 
 def cache_dir() -> Path:
-    """Where generated datasets are kept: ``$DGL_ZEROCOPY_CACHE``, else ``~/.cache/dgl_zerocopy``."""
-    return Path(os.environ.get("DGL_ZEROCOPY_CACHE", Path.home() / ".cache" / "dgl_zerocopy"))
+    """Where generated datasets are kept: ``$DGL_ZEROCOPY_CACHE``, else ``~/.cache/dgl_zerocopy``
+    (an empty variable counts as unset)."""
+    return Path(os.environ.get(CACHE_ENV) or Path.home() / ".cache" / "dgl_zerocopy")
 
 
 def load_dataset(
@@ -37,12 +40,16 @@ def load_dataset(
 
     ``synthetic`` sizes the generated graph and ``cache`` overrides :func:`cache_dir` for it. The
     real datasets are read from ``root`` (``--data-root``); ``split_seed`` draws the random
-    20/30-per-class split of the GraphData graphs. Missing files raise :class:`DatasetError`.
+    20/30-per-class split of the GraphData graphs. Missing or unreadable files, and a cache folder
+    that is a file, raise :class:`DatasetError` naming the file and the fix; a damaged cache of
+    the generated dataset is regenerated with a warning.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose from: {', '.join(DATASETS)}")
     if name == "synthetic":
-        return _load_synthetic(synthetic or SyntheticSpec(), cache or cache_dir())
+        return _load_synthetic(
+            synthetic or SyntheticSpec(), Path(cache) if cache is not None else cache_dir(), cache is None and bool(os.environ.get(CACHE_ENV))
+        )
     if root is None:
         raise DatasetError(
             f"dataset {name!r} is read from a folder: pass --data-root DIR (data_root in a config), the folder holding planetoid/, graphdata/ or ogbn_*/"
@@ -61,15 +68,95 @@ def load_dataset(
     return load_ogb(name, root)
 
 
-def _load_synthetic(spec: SyntheticSpec, root: Path) -> GraphDataset:
+def _load_synthetic(spec: SyntheticSpec, root: Path, from_env: bool) -> GraphDataset:
+    """The generated dataset of ``spec``, from its cache folder under ``root`` when there is a
+    whole one; a damaged cache (a truncated or unreadable file, arrays of the wrong shape) is
+    regenerated with a warning naming the file."""
+    _check_cache_root(root, from_env)
     folder = root / spec.cache_name()
-    if not (folder / "num_classes.txt").exists():
-        log.info("generating %s", folder.name)
-        data = generate(spec)
+    if (folder / "num_classes.txt").exists():
+        try:
+            return _read_synthetic(folder, spec)
+        except _DamagedCache as e:
+            warnings.warn(f"the dataset cache file {str(e.path)!r} is damaged ({e.reason}); regenerating its folder", stacklevel=3)
+            try:
+                _move_aside(folder)
+            except OSError as err:
+                raise DatasetError(
+                    f"the dataset cache file {str(e.path)!r} is damaged ({e.reason}) and could not be moved aside ({err.strerror or err}); "
+                    f"delete the folder {str(folder)!r} and run again"
+                ) from None
+    log.info("generating %s", folder.name)
+    data = generate(spec)
+    try:
         _save(data, folder)
-        return data
-    arrays = {k: np.load(folder / f"{k}.npy") for k in _ARRAYS}
-    return GraphDataset(name="synthetic", num_classes=int((folder / "num_classes.txt").read_text()), **arrays)
+    except OSError as e:
+        raise DatasetError(f"cannot write the dataset cache in {str(folder)!r} ({e.strerror or e}); {_cache_fix(from_env)}") from None
+    return data
+
+
+class _DamagedCache(Exception):
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
+def _read_synthetic(folder: Path, spec: SyntheticSpec) -> GraphDataset:
+    """The cached arrays of ``spec``, each checked against the shape ``spec`` gives it (a file cut
+    short fails to load or loads too short); raises :class:`_DamagedCache` naming the file."""
+    path = folder / "num_classes.txt"
+    try:
+        num_classes = int(path.read_text())
+    except (OSError, ValueError) as e:
+        raise _DamagedCache(path, str(e)) from None
+    if num_classes != spec.num_classes:
+        raise _DamagedCache(path, f"says {num_classes} classes, the spec {spec.num_classes}")
+    n = spec.num_nodes
+    arrays = {}
+    for k in _ARRAYS:
+        path = folder / f"{k}.npy"
+        try:
+            arrays[k] = np.load(path)
+        except (OSError, ValueError, EOFError) as e:
+            raise _DamagedCache(path, str(e) or type(e).__name__) from None
+    expected = {"indptr": (n + 1,), "features": (n, spec.feat_dim), "labels": (n,), "indices": (int(arrays["indptr"][-1]),)}
+    for k, shape in expected.items():
+        if arrays[k].shape != shape:
+            raise _DamagedCache(folder / f"{k}.npy", f"shape {arrays[k].shape}, expected {shape}")
+    return GraphDataset(name="synthetic", num_classes=num_classes, **arrays)
+
+
+def _check_cache_root(root: Path, from_env: bool) -> None:
+    """Make the cache root (before any generating), refusing one that is a file, lies under one or
+    cannot be made, with a :class:`DatasetError` naming where it came from and the fix."""
+    where = f"{CACHE_ENV}={str(root)!r}" if from_env else f"the dataset cache {str(root)!r}"
+    path = root.absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if path.exists() and not path.is_dir():
+        what = "is a file, not a folder" if path == root.absolute() else f"lies under the file {str(path)!r}"
+        raise DatasetError(f"{where} {what}; {_cache_fix(from_env)}")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise DatasetError(f"{where} cannot be made ({e.strerror or e}); {_cache_fix(from_env)}") from None
+
+
+def _cache_fix(from_env: bool) -> str:
+    if from_env:
+        return f"set {CACHE_ENV} to a folder you can write to (it is created if missing), or unset it to use ~/.cache/dgl_zerocopy"
+    return "pass a folder you can write to"
+
+
+def _move_aside(folder: Path) -> None:
+    """Take a damaged cache folder out of the way (renamed, then removed), so the regenerated one
+    can take its place; another process may have done it already."""
+    aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.damaged.", dir=folder.parent))
+    try:
+        os.replace(folder, aside / folder.name)
+    except FileNotFoundError:
+        pass
+    shutil.rmtree(aside, ignore_errors=True)
 
 
 def _save(data: GraphDataset, folder: Path) -> None:

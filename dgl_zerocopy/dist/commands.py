@@ -16,10 +16,14 @@ from .watchdog import ServerLostError, exit_now
 def partition(args: argparse.Namespace) -> int:
     """``dgl-zerocopy partition``: load the dataset, partition it with DGL, print where it went."""
     from ..data import SyntheticSpec, load_dataset
-    from .partition import partition_dataset
+    from .partition import check_out, partition_dataset
 
     if args.parts < 1:
         raise ConfigError(f"--parts must be at least 1, but got {args.parts}")
+    try:
+        check_out(args.out, args.overwrite)  # before the dataset loads: a bad --out fails at once
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
     spec = SyntheticSpec(num_nodes=args.num_nodes) if args.num_nodes else SyntheticSpec()
     dataset = load_dataset(args.dataset, synthetic=spec, root=args.data_root, split_seed=args.seed)
     if args.self_loop:
