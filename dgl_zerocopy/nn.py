@@ -22,6 +22,13 @@ torch device, without DGL: PyPI's DGL is a CPU build, so its own layers cannot r
   backward pass multiplies by the block's cached CSR transpose) for float32/float64, and a gather +
   ``index_add_`` for other dtypes (float16/bfloat16, which the CPU SpMM lacks). It runs outside
   autocast, in the rows' own dtype. A destination without in-edges aggregates to zero.
+- Typed (heterograph) blocks: :class:`HeteroGraphConv` applies one layer per edge type and sums
+  (or averages, ...) per destination type, as ``dgl.nn.HeteroGraphConv`` does, over a
+  :class:`~dgl_zerocopy.loading.blocks.HeteroDeviceBlock` or a typed DGL block. What runs on what:
+  on DGL blocks (the CPU) every ``dgl.nn`` module works, and this module's layers also work inside
+  ``dgl.nn.HeteroGraphConv``; on device blocks only this module's ``SAGEConv``, ``GraphConv`` and
+  ``HeteroGraphConv`` work (``dgl.nn.HeteroGraphConv`` too, with this module's layers inside:
+  it only reads the block's types and relations); other ``dgl.nn`` modules need DGL graphs.
 - Errors are ValueError/TypeError, never DGL's ``DGLError``: this module runs without DGL (the GPU
   image has none), and DGL blocks and DeviceBlocks must fail alike. Code that catches DGL's error
   around a layer (``GraphConv``'s zero-in-degree check) catches ``ValueError`` here.
@@ -30,17 +37,19 @@ torch device, without DGL: PyPI's DGL is a CPU build, so its own layers cannot r
 from __future__ import annotations
 
 import contextlib
+import functools
 import operator
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import torch
 from torch import nn
 
-from .loading.blocks import DeviceBlock
+from .loading.blocks import DeviceBlock, HeteroDeviceBlock
 
 SAGE_AGGREGATORS = ("mean",)
 GCN_NORMS = ("both", "right", "left", "none")
+HETERO_AGGREGATES = ("sum", "max", "min", "mean", "stack")
 
 BlockLike = DeviceBlock | Any  # Any: a DGL block, typed loosely so this module never imports DGL
 Features = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # feat, or a (src, dst) pair
@@ -228,6 +237,69 @@ class GraphConv(nn.Module):
         )
 
 
+class HeteroGraphConv(nn.Module):
+    """One module per edge type over a typed block, the results summed (or otherwise aggregated)
+    per destination node type: ``dgl.nn.HeteroGraphConv``'s arguments, parameters and results.
+
+    ``mods`` maps an edge type's name (or a canonical edge type) to a module called as
+    ``mod(block[canonical etype], (src_features, dst_features), *mod_args[etype], **mod_kwargs[etype])``
+    (this module's SAGEConv/GraphConv, whose zero-in-degree check is turned off, as DGL does);
+    they live in ``self.mods`` under ``str(key)``, so state dicts match DGL's. ``aggregate``: one of
+    :data:`HETERO_AGGREGATES` (``"stack"`` stacks on dimension 1) or ``fn(tensors, dsttype)``.
+    """
+
+    def __init__(
+        self, mods: Mapping[str | tuple[str, str, str], nn.Module], aggregate: str | Callable[[list[torch.Tensor], str], torch.Tensor] = "sum"
+    ) -> None:
+        super().__init__()
+        self.mod_dict = dict(mods)
+        self.mods = nn.ModuleDict({str(key): mod for key, mod in mods.items()})
+        for mod in self.mods.values():
+            if callable(getattr(mod, "set_allow_zero_in_degree", None)):
+                mod.set_allow_zero_in_degree(True)  # a typed block has no self-loops to add: as DGL
+        if isinstance(aggregate, str):
+            if aggregate not in HETERO_AGGREGATES:
+                raise ValueError(f"aggregate {aggregate!r} is not supported; choose from: {', '.join(HETERO_AGGREGATES)}, or pass fn(tensors, dsttype)")
+            self.agg_fn = functools.partial(_aggregate, how=aggregate)
+        elif callable(aggregate):
+            self.agg_fn = aggregate
+        else:
+            raise TypeError(f"aggregate must be a name or a callable fn(tensors, dsttype), but got {aggregate!r}")
+
+    def forward(
+        self,
+        g: HeteroDeviceBlock | Any,
+        inputs: Mapping[str, torch.Tensor] | tuple[Mapping[str, torch.Tensor], Mapping[str, torch.Tensor]],
+        mod_args: Mapping[str, tuple] | None = None,
+        mod_kwargs: Mapping[str, dict] | None = None,
+    ) -> dict[str, torch.Tensor]:
+        """``{dsttype: features}`` from ``inputs`` ``{ntype: source features}`` (the destinations
+        being their first rows) or a ``(src, dst)`` pair of such dicts. ``g``: a
+        :class:`HeteroDeviceBlock` on the features' device or a DGL block or graph (converted on
+        each call). A relation whose source or destination type has no input is left out; a
+        destination type that no relation reaches is absent from the result."""
+        mod_args, mod_kwargs = mod_args or {}, mod_kwargs or {}
+        src_inputs, dst_inputs = inputs if isinstance(inputs, tuple) else (inputs, None)
+        if not isinstance(src_inputs, Mapping) or not all(isinstance(v, torch.Tensor) for v in src_inputs.values()):
+            raise TypeError(f"inputs must be a dict {{ntype: tensor}} or a (src, dst) pair of them, but got {_describe(src_inputs)}")
+        block = _typed_block(g, src_inputs)
+        if dst_inputs is None:
+            dst_inputs = {k: v[: block.num_dst_nodes(k)] for k, v in src_inputs.items() if k in block.dsttypes}
+        outputs: dict[str, list[torch.Tensor]] = {ntype: [] for ntype in block.dsttypes}
+        for key in block.canonical_etypes:
+            stype, etype, dtype = key
+            if stype in src_inputs and dtype in dst_inputs:
+                mod = self._get_module(key)
+                outputs[dtype].append(mod(block[key], (src_inputs[stype], dst_inputs[dtype]), *mod_args.get(etype, ()), **mod_kwargs.get(etype, {})))
+        return {ntype: self.agg_fn(outs, ntype) for ntype, outs in outputs.items() if outs}
+
+    def _get_module(self, key: tuple[str, str, str]) -> nn.Module:
+        for name in (key, key[1]):  # a canonical edge type first, then its name, as DGL looks them up
+            if name in self.mod_dict:
+                return self.mod_dict[name]
+        raise KeyError(f"no module for edge type {key}; mods has {list(self.mod_dict)}")
+
+
 def load_dgl_weights(ours: nn.Module, theirs: nn.Module) -> None:
     """Copy the parameters of ``theirs`` into ``ours`` in place.
 
@@ -258,11 +330,39 @@ def load_dgl_weights(ours: nn.Module, theirs: nn.Module) -> None:
 # -- aggregation ----------------------------------------------------------------------------------
 
 
+def _aggregate(outputs: list[torch.Tensor], dsttype: str, how: str) -> torch.Tensor:
+    """DGL's cross-type aggregation: the relations' results stacked, then reduced (or kept: "stack")."""
+    if how == "stack":
+        return torch.stack(outputs, dim=1)
+    stacked = torch.stack(outputs, dim=0)
+    if how in ("max", "min"):
+        return getattr(torch, how)(stacked, dim=0)[0]
+    return getattr(torch, how)(stacked, dim=0)
+
+
+def _typed_block(g: Any, inputs: Mapping[str, torch.Tensor]) -> HeteroDeviceBlock:
+    """``g`` as a HeteroDeviceBlock on the inputs' device."""
+    if isinstance(g, HeteroDeviceBlock):
+        return g
+    if isinstance(g, DeviceBlock):
+        raise TypeError(
+            "HeteroGraphConv takes a typed block (HeteroDeviceBlock, or a DGL block with node and edge types), but got a DeviceBlock; call the layer itself"
+        )
+    device = next(iter(inputs.values())).device if inputs else torch.device("cpu")
+    return HeteroDeviceBlock.from_dgl(g, device, edge_ids=False)
+
+
 def _inputs(graph: BlockLike, feat: Features, in_feats: int) -> tuple[DeviceBlock, torch.Tensor, torch.Tensor | None]:
     """``(block, src, dst)``: ``graph`` as a DeviceBlock on the features' device, the source rows,
     and the destination rows of a ``(src, dst)`` pair (None for a single tensor), all checked."""
     if not isinstance(feat, tuple):
-        return _device_block(graph, feat, in_feats), feat, None
+        block = _device_block(graph, feat, in_feats)
+        if not block.dst_in_src:
+            raise ValueError(
+                "the block's sources and destinations are different node types (a relation of a typed block): "
+                "pass feat as a (src, dst) pair, or wrap the layer in HeteroGraphConv"
+            )
+        return block, feat, None
     if len(feat) != 2:
         raise ValueError(f"feat must be a tensor or a (src, dst) pair of tensors, but got a tuple of {len(feat)}")
     src, dst = feat
@@ -286,6 +386,8 @@ def _device_block(block: BlockLike, x: torch.Tensor, in_feats: int) -> DeviceBlo
             raise ValueError(f"the block is on {block.device} but feat on {x.device}; move one with block.to(feat.device)")
     else:
         block = DeviceBlock.from_dgl(block, x.device)
+    if isinstance(block, HeteroDeviceBlock):
+        raise TypeError("the block has several node or edge types; wrap the layer in HeteroGraphConv({etype: layer, ...})")
     if x.shape[0] != block.num_src_nodes():
         raise ValueError(
             f"feat has {x.shape[0]} rows but the block {block.num_src_nodes()} source nodes; "

@@ -3,18 +3,21 @@
 The layers are :mod:`dgl_zerocopy.nn`'s, so a model runs on DGL blocks (CPU DGL included) and on
 :class:`~dgl_zerocopy.loading.blocks.DeviceBlock` lists on any device, and this module does not need DGL.
 Parameter names equal those of the same models built from ``dgl.nn`` layers, so their checkpoints load.
+:class:`RGCN` is the typed (heterograph) model: one layer per edge type in each
+:class:`~dgl_zerocopy.nn.HeteroGraphConv`, over typed DGL blocks or
+:class:`~dgl_zerocopy.loading.blocks.HeteroDeviceBlock` lists.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 
-from ..nn import GraphConv, SAGEConv
+from ..nn import GraphConv, HeteroGraphConv, SAGEConv
 
 MODELS = ("sage", "gcn")
 
@@ -62,6 +65,51 @@ class GCN(_BlockGNN):
     def __init__(self, in_feats: int, hidden: int, num_classes: int, num_layers: int = 2, dropout: float = 0.5, norm: str = "right") -> None:
         dims = _dims(in_feats, hidden, num_classes, num_layers)
         super().__init__([GraphConv(a, b, norm=norm, allow_zero_in_degree=True) for a, b in zip(dims[:-1], dims[1:])], dropout)
+
+
+class RGCN(nn.Module):
+    """Relational GNN (Schlichtkrull et al. 2018, with GraphSAGE or GCN relations): per layer, one
+    ``SAGEConv`` (``conv="sage"``, mean) or ``GraphConv`` (``conv="gcn"``, ``norm="right"``) per
+    edge type, summed per destination type (:class:`~dgl_zerocopy.nn.HeteroGraphConv`).
+
+    ``etypes``: the edge types' names (or canonical edge types, where names repeat), every one
+    the model will meet. Every node type's features have ``in_feats`` columns. ``forward(blocks,
+    x)``: ``blocks`` one typed block per layer, ``x`` ``{ntype: features of blocks[0]'s sources}``;
+    returns ``{ntype: logits (num_dst_nodes(ntype), num_classes)}`` for the destination types the
+    last block reaches (take the target type's entry)."""
+
+    def __init__(
+        self,
+        in_feats: int,
+        hidden: int,
+        num_classes: int,
+        etypes: Sequence[str | tuple[str, str, str]],
+        num_layers: int = 2,
+        dropout: float = 0.5,
+        conv: str = "sage",
+    ) -> None:
+        super().__init__()
+        if conv not in MODELS:
+            raise ValueError(f"unknown relation layer {conv!r}; choose from: {', '.join(MODELS)}")
+        if not etypes:
+            raise ValueError("etypes must name at least one edge type (graph.etypes, or graph.canonical_etypes where names repeat)")
+        dims = _dims(in_feats, hidden, num_classes, num_layers)
+
+        def layer(a: int, b: int) -> nn.Module:
+            return SAGEConv(a, b, "mean") if conv == "sage" else GraphConv(a, b, norm="right", allow_zero_in_degree=True)
+
+        self.layers = nn.ModuleList(HeteroGraphConv({etype: layer(a, b) for etype in etypes}, aggregate="sum") for a, b in zip(dims[:-1], dims[1:]))
+        self.dropout = nn.Dropout(dropout)
+
+    def forward(self, blocks: Sequence[Any], x: Mapping[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        if len(blocks) != len(self.layers):
+            raise ValueError(f"the model has {len(self.layers)} layers but got {len(blocks)} blocks; use one fanout per layer")
+        h = dict(x)
+        for i, (layer, block) in enumerate(zip(self.layers, blocks)):
+            h = layer(block, h)
+            if i < len(self.layers) - 1:
+                h = {ntype: self.dropout(F.relu(v)) for ntype, v in h.items()}
+        return h
 
 
 def build_model(name: str, in_feats: int, hidden: int, num_classes: int, num_layers: int, dropout: float) -> nn.Module:
