@@ -1,7 +1,11 @@
 """The ``dgl-zerocopy`` command: ``train``, ``info``, ``bench`` and the distributed ``partition`` and ``launch-local``.
 
 User mistakes (unknown names, malformed values, bad config files) print one line saying what is
-wrong and what is allowed, and exit with code 2, without a traceback.
+wrong and what is allowed, and exit with code 2, without a traceback. Ctrl-C prints
+``dgl-zerocopy: interrupted`` and exits with code 130; ``train`` does the same on SIGTERM (what
+``timeout``, ``kill`` and Slurm send) and SIGHUP (a closed terminal), with code 128 + the signal's
+number (143, 129), after stopping its processes and removing its temporary folder. A ``train
+--nproc`` rank killed by a signal ends the job with one line naming the rank and the signal, code 1.
 """
 
 from __future__ import annotations
@@ -9,7 +13,10 @@ from __future__ import annotations
 import argparse
 import logging
 import runpy
+import signal
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 from .data import DATASETS, DatasetError
@@ -129,10 +136,43 @@ def main(argv: list[str] | None = None) -> int:
     except (ConfigError, DatasetError) as e:
         print(f"dgl-zerocopy: error: {e}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as e:
         print("dgl-zerocopy: interrupted", file=sys.stderr)
-        return 130
+        return 128 + e.signum if isinstance(e, _Terminated) else 130
     return 2
+
+
+class _Terminated(KeyboardInterrupt):
+    """A SIGTERM or SIGHUP, raised where the program is, so that it unwinds as from Ctrl-C."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _terminate(signum: int, frame) -> None:
+    signal.signal(signum, signal.SIG_IGN)  # a second one must not cut the clean-up short
+    raise _Terminated(signum)
+
+
+@contextmanager
+def _signals_unwind():
+    """Within the block SIGTERM and SIGHUP raise :class:`_Terminated`: the ``finally`` clauses run
+    (DDP ranks stopped, their folder removed) where the default action would end the process on
+    the spot. Only in the main thread (where Python runs signal handlers), and only for a signal
+    whose default action is in place: one ignored by the caller (``nohup``) stays ignored."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {}
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        if signal.getsignal(signum) is signal.SIG_DFL:
+            previous[signum] = signal.signal(signum, _terminate)
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
 
 
 def _glue_negative_fanouts(argv: list[str]) -> list[str]:
@@ -147,13 +187,21 @@ def _glue_negative_fanouts(argv: list[str]) -> list[str]:
 
 
 def _train(args: argparse.Namespace) -> int:
-    from .data import SyntheticSpec, load_dataset
-    from .training.train import best_epoch, resolve_device, timing_table, train
-
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "no_progress", "dist", "ip_config")}
     cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
     if args.dist is not None:
         return _train_dist(cfg, args)
+    with _signals_unwind():
+        return _train_local(cfg, args)
+
+
+def _train_local(cfg, args: argparse.Namespace) -> int:
+    """``train`` in this process, or in ``--nproc`` DDP ranks."""
+    from torch.multiprocessing.spawn import ProcessExitedException
+
+    from .data import SyntheticSpec, load_dataset
+    from .training.train import best_epoch, resolve_device, timing_table, train
+
     device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc)  # fail before the dataset loads
     spec = SyntheticSpec(num_nodes=cfg.num_nodes) if cfg.num_nodes else SyntheticSpec()
     dataset = load_dataset(cfg.dataset, synthetic=spec, root=cfg.data_root, split_seed=cfg.seed)
@@ -172,7 +220,11 @@ def _train(args: argparse.Namespace) -> int:
             f"the lines below are rank 0's, loss and accuracy over all ranks"
         )
         dataset = share_dataset(dataset)  # the arrays move to shared memory once; the private copies are freed here
-    history = train(cfg, dataset, on_epoch=_print_epoch, progress=not args.no_progress)
+    try:
+        history = train(cfg, dataset, on_epoch=_print_epoch, progress=not args.no_progress)
+    except ProcessExitedException as e:  # a rank died without a Python error (a signal): launch's one line
+        print(f"dgl-zerocopy: error: {e}", file=sys.stderr)
+        return 1
     best = best_epoch(history)
     print("\nstage times per epoch (s); wait = time the training step waited for its batch")
     print(timing_table(history))

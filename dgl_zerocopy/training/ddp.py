@@ -11,8 +11,16 @@ Errors: a rank that raises ends the job. :func:`launch` raises
 *first* (its original exception type and message, not the "connection closed" that its peers see
 next), once every rank has stopped: the others get :data:`ERROR_GRACE` seconds to exit by
 themselves, then they are killed. A rank that dies without a Python error (a signal, ``os._exit``)
-gives ``ProcessExitedException`` when no rank raised. No process outlives :func:`launch`: ranks
-are killed when it returns or raises, and die with the parent process if that is killed.
+gives ``ProcessExitedException`` when no rank raised, its message one line naming the rank, its
+pid and the signal or exit code. No process outlives :func:`launch`: ranks are killed when it
+returns or raises, and die with the parent process if that is killed.
+
+Nothing is left behind either. The temporary folder is removed when :func:`launch` returns or
+raises (Ctrl-C, or SIGTERM turned into an exception by the caller, as ``dgl-zerocopy train`` does).
+A parent killed outright (SIGKILL, the OOM killer) cannot remove it: its name carries the owner's
+pid and start time, ``dgl-zerocopy-ddp-{pid}-{start}-*``, and the next :func:`launch` on the
+machine removes every such folder whose owner is no longer running. A rank runs multiprocessing's
+exit finalizers before it leaves, so the locks and queues it made leave no named semaphore.
 """
 
 from __future__ import annotations
@@ -22,8 +30,10 @@ import dataclasses
 import datetime
 import mmap
 import multiprocessing.connection
+import multiprocessing.util
 import os
 import pickle
+import re
 import shutil
 import signal
 import socket
@@ -107,7 +117,8 @@ def launch(fn: Callable[..., Any], nproc: int, *args, backend: str | None = None
         raise ValueError(f"threads must be a positive integer, but got {threads!r}")
     if backend == "gloo" and nproc > 1 and (limit := cpu_rank_limit(nproc)) is not None:  # before any process or folder
         raise ValueError(f"nproc {nproc} is more than this machine can run: {limit[1]}; use nproc {limit[0]} or less")
-    workdir = Path(tempfile.mkdtemp(prefix="dgl-zerocopy-ddp-"))
+    _sweep_workdirs()
+    workdir = Path(tempfile.mkdtemp(prefix=f"{_WORKDIR_PREFIX}{os.getpid()}-{_start_time(os.getpid()) or 0}-"))
     processes: list = []
     try:
         # torch.multiprocessing's context: its pickler sends shared tensors as handles.
@@ -156,7 +167,19 @@ def _run_rank(rank: int, parent: int, fn: Callable, world_size: int, backend: st
         # its result already written). The outcome is on disk; flush and leave without destructors.
         sys.stdout.flush()
         sys.stderr.flush()
+        _run_exit_finalizers()
         os._exit(code)
+
+
+def _run_exit_finalizers() -> None:
+    """What a normal exit runs first: multiprocessing's finalizers of priority 0 and up. In a
+    spawned process every Lock, RLock, Event or Queue is a *named* semaphore, registered with the
+    parent's resource tracker and unlinked by a finalizer that ``os._exit`` skips; left to the
+    tracker, they end the job with "There appear to be N leaked semaphore objects"."""
+    try:
+        multiprocessing.util._run_finalizers(0)
+    except Exception:  # noqa: BLE001 - the rank's outcome is written; its exit must not fail here
+        pass
 
 
 def _die_with(parent: int) -> None:
@@ -213,7 +236,9 @@ def _failure(processes: list, workdir: Path, exited: dict[int, int]) -> Exceptio
     """The exception for a failed job, naming what happened to every rank that failed.
 
     The cause: a rank killed by a signal (other than launch's; a Python error in a peer makes a
-    rank raise, not die), else the earliest Python error, else a rank's non-zero exit code."""
+    rank raise, not die), else the earliest Python error, else a rank's non-zero exit code. A rank
+    that died without a Python error gives a ``ProcessExitedException`` of one line (what the
+    command prints), e.g. ``rank 1 (pid 4242) was killed by SIGKILL; the other ranks were stopped``."""
     from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
     errors = _errors(workdir)
@@ -222,14 +247,22 @@ def _failure(processes: list, workdir: Path, exited: dict[int, int]) -> Exceptio
     killed = sorted(set(range(len(processes))) - set(exited))
     signalled = sorted(rank for rank, code in died.items() if code < 0)
     cause = signalled[0] if signalled else errors[0][1] if errors else min(died)
-    notes = [f"rank {r} {_exit_text(c)} without reporting an error" for r, c in sorted(died.items()) if r != cause]
-    notes += [f"rank {r} raised {_last_line(text)}" for _, r, text in errors if r != cause]
-    notes += [f"rank(s) {killed} stopped by launch"] if killed else []
-    note = f" (then: {'; '.join(notes)})" if notes else ""
     pid = processes[cause].pid
     if cause in died:
         code = died[cause]
-        return ProcessExitedException(f"process {cause} {_exit_text(code)}{note}", cause, pid, code, _signal_name(code))
+        message = f"rank {cause} (pid {pid}) {_exit_text(code)}"
+        message += "".join(f", and rank {r} (pid {processes[r].pid}) {_exit_text(c)}" for r, c in sorted(died.items()) if r != cause)
+        stopped = sorted(raised | set(killed))  # the peers that failed next, or were still running
+        if stopped:
+            others = len(stopped) == len(processes) - len(died)
+            message += f"; {'the other ranks were' if others else 'rank(s) ' + ', '.join(map(str, stopped)) + ' were'} stopped"
+        if code == -signal.SIGKILL:
+            message += " (SIGKILL comes from `kill -9` or from the kernel's out-of-memory killer)"
+        return ProcessExitedException(message, cause, pid, code, _signal_name(code))
+    notes = [f"rank {r} {_exit_text(c)}" for r, c in sorted(died.items())]
+    notes += [f"rank {r} raised {_last_line(text)}" for _, r, text in errors if r != cause]
+    notes += [f"rank(s) {killed} stopped by launch"] if killed else []
+    note = f" (then: {'; '.join(notes)})" if notes else ""
     text = next(text for _, r, text in errors if r == cause)
     return ProcessRaisedException(f"\n\n-- Process {cause} terminated with the following error{note}:\n{text}", cause, pid)
 
@@ -249,7 +282,11 @@ def _signal_name(code: int) -> str | None:
 
 
 def _exit_text(code: int) -> str:
-    return f"terminated with signal {_signal_name(code)}" if code < 0 else f"exited with code {code}"
+    if code < 0:
+        return f"was killed by {_signal_name(code)}"
+    if code == 130:  # _run_rank's code for a KeyboardInterrupt
+        return "was interrupted (SIGINT)"
+    return f"exited with code {code} without reporting an error"
 
 
 def _result(workdir: Path, rank: int):
@@ -300,6 +337,45 @@ def _usable_cores() -> int:
 def _loopback_interface() -> str | None:
     names = {name for _, name in socket.if_nameindex()}
     return next((n for n in ("lo", "lo0") if n in names), None)
+
+
+# -- what a killed job left -------------------------------------------------------------------
+_WORKDIR_PREFIX = "dgl-zerocopy-ddp-"
+_WORKDIR_NAME = re.compile(re.escape(_WORKDIR_PREFIX) + r"(\d+)-(\d+)-")
+
+
+def _start_time(pid: int) -> int | None:
+    """When process ``pid`` started (clock ticks since boot, ``/proc/PID/stat``): with the pid it
+    names one process, where a pid alone may have been reused. None: no such process, a zombie
+    (it has exited), or no ``/proc`` (not Linux)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
+    return None if fields[0] in ("Z", "X") else int(fields[19])  # field 22 of proc(5)
+
+
+def _sweep_workdirs(root: str | Path | None = None) -> list[Path]:
+    """Remove the temporary folders of :func:`launch` jobs whose owner is no longer running (it
+    was killed before its clean-up ran); return them. A folder whose owner runs (same pid, same
+    start time) is kept, and so are folders of other users and names of another form. Nothing
+    is removed without ``/proc``, where an owner's life cannot be told."""
+    if _start_time(os.getpid()) is None:
+        return []
+    removed = []
+    for path in Path(root or tempfile.gettempdir()).glob(f"{_WORKDIR_PREFIX}*"):
+        match = _WORKDIR_NAME.match(path.name)
+        if match is None or _start_time(int(match[1])) == int(match[2]):
+            continue
+        try:
+            if path.is_symlink() or not path.is_dir() or path.stat().st_uid != os.getuid():
+                continue
+        except OSError:  # removed meanwhile (by another launch's sweep)
+            continue
+        shutil.rmtree(path, ignore_errors=True)
+        removed.append(path)
+    return removed
 
 
 # -- sharing a dataset -------------------------------------------------------------------------

@@ -16,6 +16,7 @@ import logging
 import math
 import pickle
 import random
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -139,6 +140,10 @@ def _fit(
         from torch.nn.parallel import DistributedDataParallel
 
         model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        # tqdm's default lock holds a multiprocessing RLock, in a spawned rank a named semaphore
+        # that a rank killed by a signal leaves to the resource tracker's "leaked semaphore" warning;
+        # one process draws the bars (rank 0), so a thread lock is all they need.
+        tqdm.set_lock(threading.RLock())
         seed_everything(cfg.seed + rank)  # neighbour draws and dropout differ per rank; the seed split uses ddp_seed=cfg.seed
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     train_idx = tensor_view(dataset.train_idx)

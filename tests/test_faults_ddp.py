@@ -1,0 +1,300 @@
+"""Faults of a ``train --nproc`` job: its parent or a rank killed, SIGTERM. Nothing of the job may
+outlive it (processes, shared memory, its temporary folder), and the terminal gets one line.
+
+The slow tests run ``dgl-zerocopy train --nproc 2`` as a user would (a subprocess, its own
+session and temporary directory) and kill part of it; the fast ones check each mend in a unit.
+"""
+
+from __future__ import annotations
+
+import multiprocessing.util
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from types import SimpleNamespace
+
+import psutil
+import pytest
+from conftest import REPO
+from torch.multiprocessing.spawn import ProcessExitedException
+
+from dgl_zerocopy import cli
+from dgl_zerocopy.training import ddp
+
+# Seconds a job may take to start and print its first epoch (2 ranks importing torch and DGL:
+# ~5 s on 2 idle cores, ~20 s on 2 busy ones), and to be gone after a fault.
+START_LIMIT = 120
+GONE_LIMIT = 20
+SHM = Path("/dev/shm")
+JOB = ["train", "--dataset", "synthetic", "--num-nodes", "3000", "--fanouts", "5,5", "--batch-size", "64", "--device", "cpu", "--nproc", "2", "--no-progress"]
+KILLED_RANK = re.compile(r"dgl-zerocopy: error: rank (\d) \(pid (\d+)\) was killed by SIGKILL; the other ranks were stopped \(SIGKILL comes from ")
+
+
+def _nothing(rank: int, world_size: int) -> int:
+    return rank
+
+
+# -- a job, killed in part ---------------------------------------------------------------------
+
+
+def _shm_of_jobs() -> set[str]:
+    """Shared memory a DDP job can make: torch's file-system segments and multiprocessing's named semaphores."""
+    return {n for n in os.listdir(SHM) if n.startswith(("torch_", "sem.mp-"))} if SHM.is_dir() else set()
+
+
+def _gone(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
+def _wait_gone(pids: set[int]) -> set[int]:
+    """The pids still running after GONE_LIMIT seconds (none, it is hoped)."""
+    deadline = time.monotonic() + GONE_LIMIT
+    while time.monotonic() < deadline and not all(_gone(p) for p in pids):
+        time.sleep(0.2)
+    return {p for p in pids if not _gone(p)}
+
+
+@contextmanager
+def _job(tmp_path: Path, epochs: int = 100000):
+    """``train --nproc 2`` in a session of its own, its temporary directory ``tmp_path``; yields
+    the Popen once the first epoch line is out (``job.ranks``: the rank pids, ``job.pids``: every
+    process of the job). The whole session is killed on the way out, whatever happened."""
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dgl_zerocopy.cli", *JOB, "--epochs", str(epochs)],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    timer = threading.Timer(START_LIMIT + GONE_LIMIT, lambda: _killpg(proc.pid))
+    timer.daemon = True
+    timer.start()
+    try:
+        deadline = time.monotonic() + START_LIMIT
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line or line.startswith("epoch"):
+                break
+        if epochs > 10:
+            assert line.startswith("epoch"), f"no epoch line within {START_LIMIT} s; stderr: {proc.stderr.read()[-2000:]}"
+            children = psutil.Process(proc.pid).children(recursive=True)
+            proc.ranks = [c.pid for c in children if "spawn_main" in " ".join(c.cmdline())]
+            proc.pids = {proc.pid, *(c.pid for c in children)}
+            assert len(proc.ranks) == 2, [c.cmdline() for c in children]
+        yield proc
+    finally:
+        timer.cancel()
+        _killpg(proc.pid)
+        proc.communicate(timeout=GONE_LIMIT)
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+
+
+def _folders(tmp_path: Path) -> list[Path]:
+    return sorted(tmp_path.glob("dgl-zerocopy-ddp-*"))
+
+
+@pytest.mark.slow  # a 2-rank CLI job; test_sigterm_in_train_unwinds_as_ctrl_c is the fast check
+def test_sigterm_of_the_parent_stops_the_job_in_one_line_and_leaves_nothing(tmp_path):
+    shm = _shm_of_jobs()
+    with _job(tmp_path) as job:
+        assert [f.name.split("-")[3] for f in _folders(tmp_path)] == [str(job.pid)], "the folder names its owner"
+        job.send_signal(signal.SIGTERM)
+        out, err = job.communicate(timeout=GONE_LIMIT)
+        assert job.returncode == 128 + signal.SIGTERM, err
+        assert err.splitlines() == ["dgl-zerocopy: interrupted"], err
+        assert _wait_gone(job.pids) == set(), "a process of the job outlived it"
+    assert _folders(tmp_path) == []
+    assert _shm_of_jobs() - shm == set()
+
+
+@pytest.mark.slow  # a 2-rank CLI job and a 1-rank launch; test_launch_sweeps_... is the fast check
+def test_sigkill_of_the_parent_takes_the_ranks_and_the_next_launch_removes_its_folder(tmp_path, monkeypatch):
+    shm = _shm_of_jobs()
+    with _job(tmp_path) as job:
+        job.kill()
+        out, err = job.communicate(timeout=GONE_LIMIT)
+        assert _wait_gone(job.pids) == set(), "a rank or the resource tracker outlived the killed parent"
+        assert err == "", err  # nothing left for the resource tracker to report
+    assert len(_folders(tmp_path)) == 1  # its owner could not remove it ...
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    assert ddp.launch(_nothing, 1, backend="gloo", timeout=60) == [0]
+    assert _folders(tmp_path) == []  # ... the next launch did
+    assert _shm_of_jobs() - shm == set()
+
+
+@pytest.mark.slow  # a 2-rank CLI job; test_a_killed_rank_is_named_in_one_line is the fast check
+def test_a_rank_killed_by_a_signal_ends_the_job_in_one_line_naming_it(tmp_path):
+    shm = _shm_of_jobs()
+    with _job(tmp_path) as job:
+        victim = job.ranks[1]
+        os.kill(victim, signal.SIGKILL)
+        out, err = job.communicate(timeout=ddp.ERROR_GRACE + GONE_LIMIT)
+        assert job.returncode == 1, err
+        lines = err.splitlines()
+        assert len(lines) == 1 and KILLED_RANK.match(lines[0]), err
+        assert int(KILLED_RANK.match(lines[0])[2]) == victim
+        assert _wait_gone(job.pids) == set(), "a process of the job outlived it"
+    assert _folders(tmp_path) == []
+    assert _shm_of_jobs() - shm == set()
+
+
+@pytest.mark.slow  # a 2-rank CLI run; test_a_rank_exit_unlinks_its_semaphores is the fast check
+def test_a_two_rank_run_ends_without_a_leaked_semaphore_warning(tmp_path):
+    with _job(tmp_path, epochs=2) as job:
+        out, err = job.communicate(timeout=START_LIMIT)
+    assert job.returncode == 0, err
+    assert "final test accuracy" in out
+    assert "leaked semaphore" not in err and "Traceback" not in err, err
+    assert _folders(tmp_path) == []
+
+
+# -- each mend in a unit -------------------------------------------------------------------------
+
+
+def test_a_dead_owners_folder_is_swept_and_a_live_ones_kept(tmp_path):
+    me, start = os.getpid(), ddp._start_time(os.getpid())
+    assert start is not None, "reads /proc/PID/stat"
+    child = subprocess.Popen(["true"])
+    deadline = time.monotonic() + 10
+    while psutil.Process(child.pid).status() != psutil.STATUS_ZOMBIE and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert ddp._start_time(child.pid) is None, "a zombie has exited: its folders are stale"
+    child.wait()
+    names = {
+        "live": f"dgl-zerocopy-ddp-{me}-{start}-a1",  # this process: kept
+        "reused": f"dgl-zerocopy-ddp-{me}-{start + 1}-b2",  # this pid, another process's start: swept
+        "dead": f"dgl-zerocopy-ddp-{child.pid}-{start}-c3",  # no such process: swept
+        "unnamed": "dgl-zerocopy-ddp-d4e5f6g7",  # an owner it cannot tell: kept
+        "other": f"dgl-zerocopy-cluster-{child.pid}-{start}-e5",  # not launch's: kept
+    }
+    for name in names.values():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "store").write_text("x")
+    (tmp_path / f"dgl-zerocopy-ddp-{child.pid}-{start}-f6").write_text("a file, not a folder: kept")
+    removed = ddp._sweep_workdirs(tmp_path)
+    assert sorted(p.name for p in removed) == sorted([names["reused"], names["dead"]])
+    left = {p.name for p in tmp_path.iterdir()}
+    assert left == {names["live"], names["unnamed"], names["other"], f"dgl-zerocopy-ddp-{child.pid}-{start}-f6"}
+
+
+class _Stop(Exception):
+    pass
+
+
+def test_launch_sweeps_before_it_makes_its_own_folder(tmp_path, monkeypatch):
+    stale = tmp_path / "dgl-zerocopy-ddp-999999999-1-x"  # beyond pid_max: no such process
+    stale.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+
+    def mkdtemp(prefix: str):
+        assert prefix == f"dgl-zerocopy-ddp-{os.getpid()}-{ddp._start_time(os.getpid())}-", prefix
+        raise _Stop
+
+    monkeypatch.setattr(ddp.tempfile, "mkdtemp", mkdtemp)
+    with pytest.raises(_Stop):
+        ddp.launch(_nothing, 1, backend="gloo")
+    assert not stale.exists()
+
+
+def test_a_killed_rank_is_named_in_one_line(tmp_path):
+    ranks = [SimpleNamespace(pid=100 + r) for r in range(3)]
+    # rank 1 killed; rank 0 raised next ("connection reset"), rank 2 still running when launch stopped it
+    ddp._write(tmp_path / "error-0.pkl", (time.monotonic(), "Traceback ...\nRuntimeError: Connection reset by peer"))
+    e = ddp._failure(ranks, tmp_path, {1: -signal.SIGKILL, 0: 1})
+    assert isinstance(e, ProcessExitedException) and e.signal_name == "SIGKILL" and (e.error_index, e.error_pid) == (1, 101)
+    assert str(e) == (
+        "rank 1 (pid 101) was killed by SIGKILL; the other ranks were stopped (SIGKILL comes from `kill -9` or from the kernel's out-of-memory killer)"
+    )
+    e = ddp._failure(ranks, tmp_path / "none", {2: -signal.SIGTERM, 0: -signal.SIGKILL, 1: 0})
+    assert str(e).startswith("rank 0 (pid 100) was killed by SIGKILL, and rank 2 (pid 102) was killed by SIGTERM (SIGKILL"), str(e)
+    e = ddp._failure(ranks, tmp_path / "none", {1: 3})
+    assert str(e) == "rank 1 (pid 101) exited with code 3 without reporting an error; the other ranks were stopped"
+    assert "\n" not in str(e)
+
+
+def test_the_cli_prints_a_killed_rank_in_one_line(monkeypatch, capsys):
+    import dgl_zerocopy.training.train as train_module
+
+    def train(*args, **kwargs):
+        raise ProcessExitedException("rank 1 (pid 101) was killed by SIGKILL; the other ranks were stopped", 1, 101, -9, "SIGKILL")
+
+    monkeypatch.setattr(train_module, "train", train)
+    code = cli.main(["train", "--num-nodes", "300", "--epochs", "1", "--device", "cpu", "--no-progress"])
+    assert code == 1
+    assert capsys.readouterr().err == "dgl-zerocopy: error: rank 1 (pid 101) was killed by SIGKILL; the other ranks were stopped\n"
+
+
+def test_sigterm_in_train_unwinds_as_ctrl_c(tmp_path):
+    # In a subprocess: without the handler, SIGTERM would end pytest itself.
+    code = f"""
+import os, signal, sys, time
+import dgl_zerocopy.training.train as train_module
+from dgl_zerocopy.cli import main
+
+def train(*args, **kwargs):
+    try:
+        os.kill(os.getpid(), signal.SIGTERM)
+        time.sleep(30)
+    finally:
+        open({str(tmp_path / "unwound")!r}, "w").close()
+
+train_module.train = train
+code = main(["train", "--num-nodes", "300", "--epochs", "1", "--device", "cpu", "--no-progress"])
+assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL, "the handler outlived the command"
+sys.exit(code)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 128 + signal.SIGTERM, r.stderr
+    assert r.stderr.splitlines() == ["dgl-zerocopy: interrupted"], r.stderr
+    assert (tmp_path / "unwound").exists(), "the finally clauses did not run"
+
+
+def test_an_ignored_sighup_stays_ignored():
+    previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
+    try:
+        with cli._signals_unwind():
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:  # pytest's own handler stays too
+                return
+            assert signal.getsignal(signal.SIGTERM) is cli._terminate
+        assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
+    finally:
+        signal.signal(signal.SIGHUP, previous)
+
+
+def test_a_rank_exit_unlinks_its_semaphores():
+    # A spawned process's locks are named semaphores; os._exit skips the finalizers that unlink them.
+    code = """
+import multiprocessing, os
+from dgl_zerocopy.training import ddp
+
+lock = multiprocessing.get_context("spawn").Lock()
+ddp._run_exit_finalizers()
+os._exit(0)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "leaked semaphore" not in r.stderr, r.stderr
+
+
+def test_the_private_multiprocessing_call_exists():
+    assert callable(multiprocessing.util._run_finalizers)
