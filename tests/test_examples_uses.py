@@ -1,0 +1,118 @@
+"""The heterograph (RGCN) and link-prediction examples, each run as written (DGL's DataLoader), switched
+to dgl_zerocopy's DataLoader by one line, and with dgl_zerocopy.nn's layers by a second: same seed,
+same accuracy (RGCN) or AUC (link prediction). Fast tier: tiny runs in-process; slow tier: the
+runs whose figures the docs quote, side by side in subprocesses."""
+
+from __future__ import annotations
+
+import os
+import re
+import runpy
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO, SHARED_DATA
+
+pytest.importorskip("dgl")
+
+RGCN = REPO / "examples" / "rgcn_hetero.py"
+LINK = REPO / "examples" / "link_prediction.py"
+ONE_LINE = ("from dgl.dataloading import DataLoader\n", "from dgl_zerocopy import DataLoader\n")
+NN_LINE = ("import dgl.nn as dglnn\n", "import dgl_zerocopy.nn as dglnn\n")
+
+RGCN_METRIC = r"Test Accuracy ([0-9.]+)"
+LINK_METRIC = r"Test AUC ([0-9.]+)"
+# Cora when the shared data folder holds it, else the generated graph (whose AUC is lower).
+if (SHARED_DATA / "planetoid").is_dir():
+    LINK_DATA, LINK_BOUND = ["--dataset", "cora", "--data-root", str(SHARED_DATA)], 0.8
+else:
+    LINK_DATA, LINK_BOUND = ["--dataset", "synthetic", "--num-nodes", "3000"], 0.6
+
+
+def _variant(tmp_path, script, *changes):
+    """``script`` with each ``(old, new)`` line replaced (each present exactly once), written to tmp_path."""
+    text = script.read_text()
+    for old, new in changes:
+        assert text.count(old) == 1, f"{script.name} must hold {old.strip()!r} exactly once"
+        text = text.replace(old, new)
+    path = tmp_path / f"{script.stem}_{len(changes)}.py"
+    path.write_text(text)
+    return path
+
+
+def _in_process(script, argv, capsys, monkeypatch) -> str:
+    monkeypatch.setattr(sys, "argv", [str(script), *argv])
+    runpy.run_path(str(script), run_name="__main__")
+    return capsys.readouterr().out
+
+
+def _metric(pattern: str, out: str) -> float:
+    found = re.search(pattern, out)
+    assert found, out[-2000:]
+    return float(found.group(1))
+
+
+def _side_by_side(scripts, argv) -> list[str]:
+    """Run the scripts at once on the CPU (one thread each, as they share the cores) and return their outputs."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    runs = [
+        subprocess.Popen([sys.executable, str(s), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8", env=env, cwd=REPO)
+        for s in scripts
+    ]
+    outputs = []
+    try:
+        for run in runs:
+            out, err = run.communicate(timeout=300)
+            assert run.returncode == 0, out[-2000:] + err[-4000:]
+            outputs.append(out)
+    finally:
+        for run in runs:
+            run.kill()
+    return outputs
+
+
+RGCN_TINY = ["--mode", "cpu", "--num-papers", "2000", "--epochs", "3", "--batch-size", "64", "--fanouts", "5,5", "--hidden", "32", "--seed", "0"]
+LINK_TINY = ["--mode", "cpu", *LINK_DATA, "--epochs", "1", "--hidden", "32", "--fanouts", "5,5", "--batch-size", "1024", "--seed", "0"]
+
+
+@pytest.mark.parametrize(
+    "script,argv,pattern,bound", [(RGCN, RGCN_TINY, RGCN_METRIC, 0.25), (LINK, LINK_TINY, LINK_METRIC, 0.6)], ids=["rgcn", "link_prediction"]
+)
+@pytest.mark.parametrize("switched", ["as_written", "our_nn"])
+def test_each_example_trains_in_process(tmp_path, capsys, monkeypatch, script, argv, pattern, bound, switched):
+    """A tiny run (a few seconds) above chance: RGCN's 8 classes give 0.125, a random scorer's AUC 0.5."""
+    path = script if switched == "as_written" else _variant(tmp_path, script, NN_LINE)
+    assert _metric(pattern, _in_process(path, argv, capsys, monkeypatch)) > bound
+
+
+@pytest.mark.skip(reason="waits for issue 27 items 1-2 (dgl_zerocopy.DataLoader taking dict ids and edge ids); remove this skip when they land")
+@pytest.mark.parametrize("script,argv,pattern", [(RGCN, RGCN_TINY, RGCN_METRIC), (LINK, LINK_TINY, LINK_METRIC)], ids=["rgcn", "link_prediction"])
+def test_each_example_switched_by_one_line_trains_in_process(tmp_path, capsys, monkeypatch, script, argv, pattern):
+    """Our DataLoader in the tiny run: the metric within 0.1 of DGL's loader's (tiny runs move more
+    from seed to seed than the slow tier's full ones)."""
+    theirs = _metric(pattern, _in_process(script, argv, capsys, monkeypatch))
+    ours = _metric(pattern, _in_process(_variant(tmp_path, script, ONE_LINE), argv, capsys, monkeypatch))
+    assert abs(ours - theirs) < 0.1, (theirs, ours)
+
+
+RGCN_RUN = ["--mode", "cpu", "--num-papers", "10000", "--epochs", "5", "--batch-size", "256", "--seed", "0"]
+LINK_RUN = ["--mode", "cpu", *LINK_DATA, "--epochs", "3", "--hidden", "64", "--seed", "0"]
+
+
+@pytest.mark.slow
+@pytest.mark.skip(reason="waits for issue 27 items 1-2 (dgl_zerocopy.DataLoader taking dict ids and edge ids); remove this skip when they land")
+@pytest.mark.parametrize(
+    "script,argv,pattern,bound,tolerance",
+    [(RGCN, RGCN_RUN, RGCN_METRIC, 0.6, 0.05), (LINK, LINK_RUN, LINK_METRIC, LINK_BOUND, 0.03)],
+    ids=["rgcn", "link_prediction"],
+)
+def test_each_example_reaches_dgls_loaders_figure_when_switched(tmp_path, script, argv, pattern, bound, tolerance):
+    """DGL's loader, ours (one line), ours with our layers (two lines): same seed, same figure
+    within ``tolerance`` (RGCN's accuracy moves by about 0.02 from seed to seed here, Cora's AUC by 0.03)."""
+    one_line = _variant(tmp_path, script, ONE_LINE)
+    two_lines = _variant(tmp_path, script, ONE_LINE, NN_LINE)
+    original, switched, with_our_layers = (_metric(pattern, out) for out in _side_by_side([script, one_line, two_lines], argv))
+    assert original > bound, original
+    assert abs(switched - original) < tolerance, (original, switched)
+    assert abs(with_our_layers - original) < tolerance, (original, with_our_layers)
