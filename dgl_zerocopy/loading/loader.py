@@ -39,10 +39,11 @@ from ..store.cache import budget_for_rows
 from ..store.feature_store import FeatureStore, resolve_device
 from ..store.transfer import to_device
 from .dgl_options import OTHER_TORCH_KWARGS, WORKER_KWARGS, apply_dgl_options, dgl_has_cuda, gpu_cache_rows, is_dgl_sampler, warn_once, without_prefetch_lists
-from .prefetch import Prefetcher
+from .prefetch import Prefetcher, close_iterator
 from .ring import Fill, Slot, SlotRing
 from .shared_stores import remember_store, shared_store
 from .timing import StageTimer
+from .workers import SampleBatches, identity, sampled_batches
 
 log = logging.getLogger(__name__)
 
@@ -275,7 +276,7 @@ class DataLoader:
         return order[self.rank * per_rank : (self.rank + 1) * per_rank]
 
     def __iter__(self) -> Iterator:
-        self.close()  # a new epoch ends an unfinished one
+        self._end_epoch()  # a new epoch ends an unfinished one (persistent sampling processes go on)
         # The previous epoch's worker may still be in its last step (close() does not wait for
         # ever): the new one starts after it has stopped. Then every slot is released after the
         # work the consumer has queued so far (an epoch left by `break` released nothing).
@@ -296,16 +297,22 @@ class DataLoader:
         if self._workers is None or len(self._order) != len(order) or not self._worker_kwargs.get("persistent_workers"):
             self.graph.create_formats_()  # once here, not once per worker
             self._order = order.clone().share_memory_()  # the workers see every epoch's order through it
-            dataset = _SampleBatches(self.graph, self.graph_sampler, self._order, self.batch_size, len(self))
-            self._workers = torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, collate_fn=_identity, **self._worker_kwargs)
+            dataset = SampleBatches(self.graph, self.graph_sampler, self._order, self.batch_size, len(self))
+            self._workers = torch.utils.data.DataLoader(dataset, batch_size=None, shuffle=False, collate_fn=identity, **self._worker_kwargs)
         else:
             self._order.copy_(order)
-        return _timed(enumerate(self._workers), self.timer)
+        return sampled_batches(self._workers, self.timer)  # closing it stops non-persistent processes
 
     def close(self) -> None:
-        """Stop the background worker of the current epoch, if any (idempotent). A worker inside a
-        step (sampling or gathering a batch) is not interrupted: close() waits for it a few seconds
-        (:data:`dgl_zerocopy.loading.prefetch.JOIN_TIMEOUT`) and goes on; the next epoch waits for it to end."""
+        """Stop the background worker of the current epoch, if any, and the sampling processes
+        (``num_workers > 0``, persistent ones too; iterating again starts new ones). Idempotent. A
+        worker inside a step (sampling or gathering a batch) is not interrupted: close() waits for it
+        a few seconds (:data:`dgl_zerocopy.loading.prefetch.JOIN_TIMEOUT`) and goes on; the next epoch
+        waits for it to end, and the processes stop when it does."""
+        self._end_epoch()
+        self._workers = self._order = None  # torch stops its processes when its iterator is freed
+
+    def _end_epoch(self) -> None:
         iterator = self._active() if self._active is not None else None
         if iterator is not None:
             iterator.close()
@@ -377,6 +384,7 @@ class _EpochIterator:
             loader._ring.set_writer(self._source)  # the next epoch waits for this worker's end
         else:
             self._source = map(loader._produce, tasks)
+        self._tasks = None if loader.prefetch > 0 else tasks  # the worker thread closes its own
 
     def __iter__(self) -> _EpochIterator:
         return self
@@ -398,6 +406,9 @@ class _EpochIterator:
                 if isinstance(store, FeatureStore):
                     store.raise_deferred_errors()
             raise
+        except BaseException:  # an error ends the epoch: its sampling source is released now
+            self.close()
+            raise
         src, blocks = batch.src, batch.blocks
         # Everything not in the slot is record_stream-ed on the consumer's stream (the protocol).
         loose = (batch.input_nodes, batch.output_nodes, blocks, batch.dst, {k: v for k, v in src.items() if k not in batch.in_slot})
@@ -418,6 +429,7 @@ class _EpochIterator:
         self._closed = True
         if isinstance(self._source, Prefetcher):
             self._source.close()
+        close_iterator(self._tasks)
         self._release_held()
 
     @property
@@ -451,31 +463,3 @@ def _node_ids(indices, num_nodes: int, idtype: torch.dtype = torch.int64) -> tor
         bad = indices[(indices < 0) | (indices >= num_nodes)][0]
         raise IndexError(f"indices contain node {int(bad)}, outside the graph's {num_nodes} nodes (valid: 0 to {num_nodes - 1})")
     return indices.to(idtype)
-
-
-class _SampleBatches(torch.utils.data.Dataset):
-    """Batch ``i`` of an epoch, sampled (in a torch DataLoader worker process). ``order`` is in
-    shared memory: the loader rewrites it every epoch and persistent workers see the new order."""
-
-    def __init__(self, graph, sampler, order: torch.Tensor, batch_size: int, num_batches: int) -> None:
-        self.graph, self.sampler, self.order, self.batch_size, self.num_batches = graph, sampler, order, batch_size, num_batches
-
-    def __len__(self) -> int:
-        return self.num_batches
-
-    def __getitem__(self, i: int):
-        return self.sampler.sample(self.graph, self.order[i * self.batch_size : (i + 1) * self.batch_size])
-
-
-def _identity(item):
-    return item
-
-
-def _timed(tasks: Iterator, timer: StageTimer) -> Iterator:
-    """``tasks`` with the wait for each one timed as ``sample``."""
-    while True:
-        with timer.stage("sample"):
-            task = next(tasks, None)
-        if task is None:
-            return
-        yield task

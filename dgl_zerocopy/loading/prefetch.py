@@ -2,7 +2,12 @@
 
 The worker runs ``produce(task)`` for each task on one daemon thread and hands results over a
 bounded queue. An exception in the worker reaches the consumer as the same exception object,
-with the worker's traceback. :meth:`Prefetcher.close` (also at garbage collection) stops the
+with the worker's traceback, and holds nothing that holds it back (no reference cycle: the frames
+of its traceback are freed when the consumer drops it, with no wait for the garbage collector).
+The worker closes its task iterator (``tasks.close()``, where it has one: a generator) when it
+stops, whether at the end, on an error or when asked to, so a task source that owns resources (a
+generator over a torch DataLoader's sampling processes) releases them then, and not when the
+worker's frame is freed, which an exception's traceback can put off. :meth:`Prefetcher.close` (also at garbage collection) stops the
 worker within about ``poll`` seconds when it is blocked on a full queue; a worker inside a step
 (``produce`` or the next task) is never interrupted: it stops when that step ends. ``close`` waits
 for that up to ``join_timeout`` seconds and goes on; whoever must not run beside the old worker
@@ -83,7 +88,15 @@ class Prefetcher(Generic[R]):
             raise StopIteration
         if isinstance(item, _Failure):
             self.close()
-            raise item.error  # the worker's traceback stays attached to the exception object
+            error = item.error  # the worker's traceback stays attached to the exception object
+            del item
+            try:
+                raise error
+            finally:
+                # This frame goes into the traceback: a local that held the error would make a
+                # cycle (error -> traceback -> frame -> error) that only the garbage collector
+                # frees, and with it everything the worker's frames hold (its task source).
+                del error
         return item
 
     @property
@@ -113,14 +126,28 @@ def _work(tasks, produce, out: queue.Queue, stop: threading.Event, poll: float) 
         return False
 
     try:
-        for task in tasks:
-            if stop.is_set():
-                return
-            if not put(produce(task)):
-                return
-        put(_DONE)
+        try:
+            for task in tasks:
+                if stop.is_set() or not put(produce(task)):
+                    return
+        finally:  # before the consumer hears of the end: what the tasks hold is released by then
+            close_iterator(tasks)
+        end = _DONE
     except BaseException as error:  # noqa: BLE001 - everything goes to the consumer
-        put(_Failure(error))
+        end = _Failure(error)
+    try:
+        put(end)
+    finally:
+        del end  # the failure's traceback holds this frame: no cycle through a local
+
+
+def close_iterator(iterator) -> None:
+    """Close ``iterator`` if it can be closed (a generator: its ``finally`` blocks run and its frame,
+    with what it holds, is freed now). Must run on the thread that iterates it, or once that
+    thread has stopped (a generator that is running cannot be closed)."""
+    close = getattr(iterator, "close", None)
+    if callable(close):
+        close()
 
 
 def _shutdown(stop: threading.Event, out: queue.Queue, thread: threading.Thread, join_timeout: float | None) -> None:
