@@ -1,0 +1,48 @@
+"""A stand-in for a DistDGL server or trainer of tests/test_faults_cluster.py: no DGL, starts in milliseconds.
+
+``python fault_worker.py RESULTS MODE``, started by ``launch_local`` (its environment says the role
+and the machine). Each process writes ``<role> <i>: started`` to stderr (what a job's processes say
+must not reach the launcher's terminal when the job fails), creates a shared-memory segment under
+its prefix, a server listens on its ip_config port, then it writes ``RESULTS/<role><i>`` (its pid).
+On SIGTERM it does what DGL's handler does: prints DGL's two lines and takes 3 s to exit.
+MODE ``run``: then it sleeps until killed; ``finish``: a trainer warns on stderr and exits 0, its
+server exits 0 when it sees ``RESULTS/done<i>``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+
+
+def dgl_like_sigterm(signum, frame) -> None:
+    sys.stderr.write("User pressed Ctrl+C, Exiting\nterminate called without an active exception\n")
+    sys.stderr.flush()
+    time.sleep(3)
+    os._exit(1)
+
+
+def main(results: Path, mode: str) -> None:
+    role = "server" if os.environ.get("DGL_ROLE") == "server" else "trainer"
+    index = int(os.environ["DGL_ZEROCOPY_MACHINE_ID"])
+    signal.signal(signal.SIGTERM, dgl_like_sigterm)
+    print(f"{role} {index}: started", file=sys.stderr, flush=True)
+    if role == "server":
+        host, port = Path(os.environ["DGL_IP_CONFIG"]).read_text().splitlines()[index].split()
+        listener = socket.create_server((host, int(port)))  # noqa: F841 - held open while the process lives
+    Path("/dev/shm", os.environ["DGL_ZEROCOPY_SHM_PREFIX"] + role).write_bytes(b"segment")
+    (results / f"{role}{index}").write_text(str(os.getpid()))
+    if mode == "finish" and role == "trainer":
+        print(f"trainer {index}: a warning", file=sys.stderr, flush=True)
+        (results / f"done{index}").write_text("done")
+        return
+    while not (mode == "finish" and (results / f"done{index}").exists()):
+        time.sleep(0.05)
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]), sys.argv[2])

@@ -1,0 +1,335 @@
+"""Nothing of a ``launch-local`` job outlives it, and its failures reach the terminal as the launcher's message.
+
+Faults: the launcher killed (SIGKILL, SIGTERM, Ctrl-C), a trainer killed, a server killed, the
+timeout. After each, within a bounded time, no process of the job (found by ``DGL_ZEROCOPY_JOB``
+in its environment, or the job id in its command line: the guard), no shared-memory segment
+under the job's prefix and no temporary folder of the job may be left, and stderr holds the
+launcher's message only: nothing of what DGL says when it is stopped.
+
+The fast tier runs the launcher with stand-in processes (``fault_worker.py``: no DGL, they start in
+milliseconds, and take 3 s over SIGTERM as DGL's handler can); the slow tier runs the real
+``dgl-zerocopy launch-local`` on two DistDGL partitions.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, SMALL
+
+from dgl_zerocopy.data import load_dataset
+from dgl_zerocopy.dist import ClusterError, launch_local, partition_dataset, reaper
+
+WORKER = Path(__file__).resolve().parent / "fault_worker.py"
+SHM = Path("/dev/shm")
+DGL_NOISE = ("User pressed Ctrl+C", "terminate called")
+CLEAN_WITHIN = 10.0  # seconds for a dead job's processes, segments and folder to go
+
+
+def _left(owner: int) -> dict[str, list]:
+    """What is left of the jobs launched by process ``owner``: processes, segments, folders."""
+    tag = f"dglzc{owner}_"
+    procs = []
+    for entry in Path("/proc").glob("[0-9]*"):
+        try:
+            environ = (entry / "environ").read_bytes()
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if f"{reaper.JOB_ENV}={tag}".encode() in environ or tag.encode() in cmdline:
+            if int(entry.name) != os.getpid():
+                procs.append(int(entry.name))
+    return {
+        "processes": procs,
+        "segments": sorted(p.name for p in SHM.glob(tag + "*")),
+        "folders": sorted(p.name for p in Path(tempfile.gettempdir()).glob(f"{reaper.FOLDER_PREFIX}{tag}*")),
+    }
+
+
+def _wait_clean(owner: int, seconds: float = CLEAN_WITHIN) -> float:
+    """Seconds until nothing of ``owner``'s jobs is left; fails the test past ``seconds``."""
+    start = time.monotonic()
+    while any(_left(owner).values()):
+        if time.monotonic() - start > seconds:
+            left = _left(owner)
+            for pid in left["processes"]:
+                os.kill(pid, signal.SIGKILL)
+            pytest.fail(f"left {seconds:.0f} s after the job ended: {left}")
+        time.sleep(0.05)
+    return time.monotonic() - start
+
+
+def _wait_for(path: Path, seconds: float = 60.0) -> None:
+    deadline = time.monotonic() + seconds
+    while not path.exists():
+        assert time.monotonic() < deadline, f"{path} did not appear within {seconds:.0f} s"
+        time.sleep(0.02)
+
+
+@pytest.fixture
+def fake(tmp_path):
+    """(part_config, results folder) for stand-in jobs; after the test, nothing of this process's jobs is left."""
+    config = tmp_path / "graph.json"
+    config.write_text("{}")  # launch_local only checks that it exists; the stand-ins do not read it
+    results = tmp_path / "results"
+    results.mkdir()
+    yield config, results
+    _wait_clean(os.getpid())
+
+
+def _kill_when_ready(path: Path, killed_at: list) -> threading.Thread:
+    """SIGKILL the stand-in whose pid ``path`` holds once all four run; the time goes to ``killed_at``."""
+
+    def kill():
+        for name in ("server0", "server1", "trainer0", "trainer1"):
+            _wait_for(path.with_name(name))
+        killed_at.append(time.monotonic())
+        os.kill(int(path.read_text()), signal.SIGKILL)
+
+    thread = threading.Thread(target=kill, daemon=True)
+    thread.start()
+    return thread
+
+
+# -- the fast tier: stand-ins ------------------------------------------------------------------
+def test_sweep_removes_what_dead_jobs_left_and_nothing_else(tmp_path):
+    shm, tmp = tmp_path / "shm", tmp_path / "tmp"
+    shm.mkdir()
+    tmp.mkdir()
+    dead = _reaped_pid()
+    me, started = os.getpid(), reaper.start_time(os.getpid())
+    jobs = {
+        "dead": f"dglzc{dead}_123_abcdef",  # its launcher is gone
+        "reused": f"dglzc{me}_{started + 1}_abcdef",  # its launcher's pid now names another process
+        "live": f"dglzc{me}_{started}_abcdef",  # this process's own
+        "running": f"dglzc{dead}_456_fedcba",  # launcher gone, but a process of the job runs (its guard's at work)
+    }
+    for job in jobs.values():
+        (shm / f"{job}m0_cora_node_meta").write_bytes(b"x")
+        (tmp / f"{reaper.FOLDER_PREFIX}{job}-q1w2").mkdir()
+        (tmp / f"{reaper.FOLDER_PREFIX}{job}-q1w2" / "server0.log").write_text("log")
+    others = ["dglzctest123_x", f"dglzc{dead}x", "cora_node_meta"]  # not of the form: never touched
+    for name in others:
+        (shm / name).write_bytes(b"x")
+    (tmp / "dgl-zerocopy-cluster-abc").mkdir()
+    runner = subprocess.Popen(["sleep", "30"], env={**os.environ, reaper.JOB_ENV: jobs["running"]})
+    try:
+        assert reaper.sweep(shm, tmp) == (2, 2)
+    finally:
+        runner.kill()
+        runner.wait()
+    kept = {job for job in jobs.values() if (shm / f"{job}m0_cora_node_meta").exists()}
+    assert kept == {jobs["live"], jobs["running"]}
+    assert {p.name.split("-")[3] for p in tmp.glob(f"{reaper.FOLDER_PREFIX}dglzc*")} == kept
+    assert all((shm / name).exists() for name in others) and (tmp / "dgl-zerocopy-cluster-abc").is_dir()
+    assert reaper.sweep(shm, tmp) == (1, 1)  # the running job's process has ended: now it goes
+
+
+def _reaped_pid() -> int:
+    """The pid of a process that existed and is gone (reaped)."""
+    proc = subprocess.Popen(["true"])
+    proc.wait()
+    return proc.pid
+
+
+def test_a_lost_server_stops_the_job_within_a_second_and_the_terminal_shows_one_message(fake, capfd):
+    config, results = fake
+    killed_at: list = []
+    killer = _kill_when_ready(results / "server1", killed_at)
+    with pytest.raises(ClusterError) as error:
+        launch_local([sys.executable, str(WORKER), str(results), "run"], config, 2, timeout=60)
+    stopped_after = time.monotonic() - killed_at[0]
+    killer.join()
+    assert stopped_after < 1.5, stopped_after  # SERVER_LOST_WAIT (0.5 s) + a poll + the stop; DGL's SIGTERM teardown took 3 s more
+    assert re.match(r"server 1 \(pid \d+\) exited with code -9 \(SIGKILL\) while trainer 0", str(error.value))
+    assert "trainer 0 still blocked, stopped, trainer 1 still blocked, stopped" in str(error.value)
+    assert _wait_clean(os.getpid(), 2.0) < 2.0
+    out, err = capfd.readouterr()
+    for noise in (*DGL_NOISE, "trainer 0: started"):  # trainer 0's stderr is in its log, not on the terminal
+        assert noise not in out + err
+
+
+def test_a_killed_trainer_is_the_one_named(fake):
+    config, results = fake
+    killed_at: list = []
+    _kill_when_ready(results / "trainer1", killed_at)
+    with pytest.raises(ClusterError) as error:
+        launch_local([sys.executable, str(WORKER), str(results), "run"], config, 2, timeout=60)
+    assert time.monotonic() - killed_at[0] < 1.5
+    assert re.match(r"trainer 1 \(pid \d+\) failed with exit code -9 \(SIGKILL\)\n--- last lines of trainer 1's log ---\ntrainer 1: started", str(error.value))
+
+
+def test_the_timeout_stops_the_job_on_time_and_quietly(fake, capfd):
+    config, results = fake
+    start = time.monotonic()
+    with pytest.raises(ClusterError, match=r"^the job did not finish within its timeout of 2 s; stopped 4 processes$"):
+        launch_local([sys.executable, str(WORKER), str(results), "run"], config, 2, timeout=2)
+    took = time.monotonic() - start
+    assert 2.0 <= took < 3.0, took  # stopped with SIGKILL: DGL's SIGTERM handler (3 s here) never runs
+    out, err = capfd.readouterr()
+    assert not any(noise in out + err for noise in DGL_NOISE), err
+
+
+def test_a_job_that_succeeds_shows_trainer_0s_stderr_after_it(fake, capfd):
+    config, results = fake
+    job = launch_local([sys.executable, str(WORKER), str(results), "finish"], config, 2, timeout=60)
+    assert job.trainer_codes == [0, 0] and job.server_codes == [0, 0]
+    out, err = capfd.readouterr()
+    assert err == "trainer 0: started\ntrainer 0: a warning\n"  # trainer 1's and the servers' stay in their logs
+
+
+# A launcher process that starts in 0.1 s instead of 2-4 s: the package's __init__ (torch) is skipped, the
+# dist modules that launch_local needs use the standard library only. SIGTERM unwinds as in `dgl-zerocopy`.
+LAUNCHER = """
+import signal, sys, types
+from pathlib import Path
+for name, path in (("dgl_zerocopy", Path("dgl_zerocopy")), ("dgl_zerocopy.dist", Path("dgl_zerocopy/dist"))):
+    sys.modules[name] = types.ModuleType(name)
+    sys.modules[name].__path__ = [str(path.resolve())]
+from dgl_zerocopy.dist.local_cluster import launch_local
+
+def terminated(signum, frame):
+    raise KeyboardInterrupt
+
+signal.signal(signal.SIGTERM, terminated)
+try:
+    launch_local([sys.executable, sys.argv[1], sys.argv[2], "run"], sys.argv[3], 2, timeout=120)
+except KeyboardInterrupt:
+    print("interrupted", file=sys.stderr)
+    sys.exit(130)
+"""
+
+
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM, signal.SIGINT], ids=lambda s: s.name)
+def test_a_killed_launcher_leaves_nothing(fake, sig):
+    config, results = fake
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(WORKER), str(results), str(config)], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        for name in ("server0", "server1", "trainer0", "trainer1"):
+            _wait_for(results / name)
+        assert _left(launcher.pid)["processes"] and _left(launcher.pid)["segments"] and _left(launcher.pid)["folders"]
+        launcher.send_signal(sig)
+        out, err = launcher.communicate(timeout=CLEAN_WITHIN)
+    finally:
+        launcher.kill()
+        launcher.wait()
+    assert _wait_clean(launcher.pid) < 2.0
+    assert launcher.returncode == (-9 if sig == signal.SIGKILL else 130)
+    assert err == ("" if sig == signal.SIGKILL else "interrupted\n")  # nothing of the stopped processes
+
+
+# -- the slow tier: dgl-zerocopy launch-local on DistDGL -----------------------------------------
+TRAIN = ["--fanouts", "5,5", "--batch-size", "200", "--epochs", "100000", "--hidden", "16", "--eval-every", "1000", "--device", "cpu"]
+
+
+@pytest.fixture(scope="module")
+def parts(tmp_path_factory):
+    return partition_dataset(load_dataset("synthetic", synthetic=SMALL), 2, tmp_path_factory.mktemp("faults") / "parts").folder
+
+
+class Job:
+    """``dgl-zerocopy launch-local --parts 2 [FLAGS] -- train --dist PARTS ...``, its stdout read as it comes."""
+
+    def __init__(self, parts: Path, *flags: str) -> None:
+        command = [sys.executable, "-m", "dgl_zerocopy.cli", "launch-local", "--parts", "2", *flags, "--", "train", "--dist", str(parts), *TRAIN]
+        self.started = time.monotonic()
+        self.proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.out: list[str] = []
+        self.reader = threading.Thread(target=lambda: self.out.extend(self.proc.stdout), daemon=True)
+        self.reader.start()
+
+    def wait_training(self, seconds: float = 180.0) -> None:
+        deadline = time.monotonic() + seconds
+        while not any(line.startswith("epoch") for line in self.out):
+            assert self.proc.poll() is None, "".join(self.out) + self.proc.stderr.read()
+            assert time.monotonic() < deadline, f"no epoch within {seconds:.0f} s: " + "".join(self.out)
+            time.sleep(0.1)
+
+    def process(self, role: str, index: int) -> int:
+        """The pid of the job's server or trainer ``index`` (by its environment)."""
+        for pid in _left(self.proc.pid)["processes"]:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            if f"DGL_ROLE={role}".encode() in environ and f"DGL_ZEROCOPY_MACHINE_ID={index}".encode() in environ:
+                return pid
+        raise AssertionError(f"no {role} {index} among {_left(self.proc.pid)}")
+
+    def end(self, seconds: float) -> tuple[int, str, float]:
+        """(exit code, stderr, seconds since it started) within ``seconds``; kills it past them."""
+        try:
+            err = self.proc.stderr.read() if self.proc.wait(timeout=seconds) is not None else ""
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+            pytest.fail(f"launch-local did not end within {seconds:.0f} s")
+        self.reader.join(timeout=10)
+        return self.proc.returncode, err, time.monotonic() - self.started
+
+
+def _one_message(err: str) -> str:
+    """The launcher's message: one line, then at most a log's tail; nothing DGL says when stopped."""
+    assert not any(noise in err for noise in DGL_NOISE), err
+    head = err.split("\n--- last lines of ")[0]
+    assert head.count("\n") <= 1 and head.startswith("dgl-zerocopy: "), err
+    return head.strip()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sig", [signal.SIGKILL, signal.SIGTERM], ids=lambda s: s.name)
+def test_launch_local_killed_leaves_nothing(parts, sig):
+    job = Job(parts)
+    try:
+        job.wait_training()
+        left = _left(job.proc.pid)
+        assert len(left["processes"]) == 5 and len(left["segments"]) > 10 and len(left["folders"]) == 1  # 2 servers, 2 trainers, the guard
+        job.proc.send_signal(sig)
+        code, err, _ = job.end(15)
+    finally:
+        job.proc.kill()
+    assert _wait_clean(job.proc.pid) < 3.0
+    if sig == signal.SIGTERM:
+        assert (code, err) == (130, "dgl-zerocopy: interrupted\n")  # as Ctrl-C
+    else:
+        assert (code, err) == (-9, "")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("role", ["server", "trainer"])
+def test_launch_local_with_a_killed_process_stops_within_seconds(parts, role):
+    job = Job(parts)
+    try:
+        job.wait_training()
+        os.kill(job.process(role, 1), signal.SIGKILL)
+        killed = time.monotonic()
+        code, err, _ = job.end(30)
+        ended_after = time.monotonic() - killed
+    finally:
+        job.proc.kill()
+    assert _wait_clean(job.proc.pid) < 3.0
+    message = _one_message(err)
+    assert code == 1
+    what = "exited with code -9 \\(SIGKILL\\) while" if role == "server" else "failed with exit code -9 \\(SIGKILL\\)"
+    assert re.match(rf"dgl-zerocopy: error: {role} 1 \(pid \d+\) {what}", message), message
+    assert ended_after < 4.0, ended_after  # the job stops within about a second; then the launcher's own exit (torch's teardown)
+
+
+@pytest.mark.slow
+def test_launch_local_timeout_ends_the_job_on_time(parts):
+    job = Job(parts, "--timeout", "15")
+    try:
+        code, err, took = job.end(60)
+    finally:
+        job.proc.kill()
+    assert _wait_clean(job.proc.pid) < 3.0
+    assert _one_message(err) == "dgl-zerocopy: error: the job did not finish within its timeout of 15 s; stopped 4 processes"
+    assert code == 1 and 15 < took < 15 + 8, took  # + the launcher's start (importing torch) and exit, 2-4 s each on 2 busy cores
