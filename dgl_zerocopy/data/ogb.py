@@ -26,6 +26,8 @@ import json
 import logging
 import shutil
 import tempfile
+import warnings
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -58,7 +60,9 @@ def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None) -> Grap
     (int64; arxiv and papers100M made bidirected as ``dgl.to_bidirected`` does: one edge per
     direction, self-loops kept once), float32 C-contiguous features, int64 labels with -1 for
     unlabelled nodes (papers100M), sorted int64 splits; ``evaluator`` is ``name``.
-    Raises :class:`DatasetError` when the dataset is not there, naming the URL and the layout.
+    Raises :class:`DatasetError` when the dataset is not there, naming the URL and the layout, and
+    when a file of it cannot be read or the cache cannot be written, naming the file or folder.
+    A damaged cache (a file cut short, arrays of the wrong shape) is rebuilt with a warning.
     """
     if name not in OGB_DATASETS:
         raise ValueError(f"unknown OGB dataset {name!r}; choose from: {', '.join(OGB_DATASETS)}")
@@ -67,13 +71,31 @@ def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None) -> Grap
     meta = dict(meta_dict) if meta_dict is not None else _master_column(name)
     folder = Path(meta["dir_path"]) if meta_dict is not None else dataset_folder(name, Path(root))
     cache = folder / CACHE_DIR
+    damaged = None
     if _cache_is_current(cache, name):
         log.info("%s: mapping the cached arrays in %s", name, cache)
-        return _open_cache(cache, name)
-    _check_files(name, folder, meta)
+        try:
+            return _open_cache(cache, name)
+        except _DamagedCache as e:
+            damaged = e
+            warnings.warn(f"{name}: the cache file {str(e.path)!r} is damaged ({e.reason}); rebuilding the cache from the dataset's files", stacklevel=2)
+    try:
+        _check_files(name, folder, meta)
+    except DatasetError as e:
+        if damaged is None:
+            raise
+        raise DatasetError(f"{name}: the cache file {str(damaged.path)!r} is damaged ({damaged.reason}) and cannot be rebuilt: {e}") from None
     log.info("%s: first load, reading %s with ogb and caching it as .npy in %s", name, folder, cache)
-    _build_cache(name, folder, meta, meta_dict is not None, cache)
-    return _open_cache(cache, name)
+    try:
+        _build_cache(name, folder, meta, meta_dict is not None, cache)
+    except OSError as e:
+        raise DatasetError(
+            f"{name}: could not write the cache in {str(cache)!r} ({e}); {str(folder)!r} must be writable, with room for a copy of the dataset"
+        ) from None
+    try:
+        return _open_cache(cache, name)
+    except _DamagedCache as e:
+        raise DatasetError(f"{name}: the cache file {str(e.path)!r} is damaged right after it was written ({e.reason}); check the disk") from None
 
 
 def compressed_features(
@@ -138,20 +160,46 @@ def _check_key_range(num_nodes: int) -> int:
 
 
 def _cache_is_current(cache: Path, name: str) -> bool:
+    path = cache / "meta.json"
     try:
-        meta = json.loads((cache / "meta.json").read_text())
-    except (OSError, ValueError):
+        meta = json.loads(path.read_bytes())
+    except FileNotFoundError:
         return False
-    if meta.get("format") != CACHE_FORMAT or meta.get("name") != name:
+    except (OSError, ValueError) as e:
+        warnings.warn(f"{name}: the cache file {str(path)!r} is damaged ({e}); rebuilding the cache from the dataset's files", stacklevel=3)
+        return False
+    if not isinstance(meta, dict) or meta.get("format") != CACHE_FORMAT or meta.get("name") != name:
         log.info("%s: the cache in %s is from another format or dataset; rebuilding it", name, cache)
         return False
     return True
 
 
+class _DamagedCache(Exception):
+    def __init__(self, path: Path, reason: str) -> None:
+        super().__init__(f"{path}: {reason}")
+        self.path, self.reason = path, reason
+
+
 def _open_cache(cache: Path, name: str) -> GraphDataset:
-    meta = json.loads((cache / "meta.json").read_text())
-    arrays = {k: np.load(cache / f"{k}.npy", mmap_mode="r") for k in _ARRAYS}
-    return GraphDataset(name=name, num_classes=int(meta["num_classes"]), evaluator=name, **arrays)
+    """The cached arrays, memory-mapped, each checked against the shapes ``meta.json`` records (a
+    file cut short fails to map); raises :class:`_DamagedCache` naming the file."""
+    path = cache / "meta.json"
+    try:
+        meta = json.loads(path.read_bytes())
+        num_classes, n, m, feat_shape = int(meta["num_classes"]), int(meta["num_nodes"]), int(meta["num_edges"]), tuple(meta["feature_shape"])
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise _DamagedCache(path, f"{type(e).__name__}: {e}") from None
+    arrays = {}
+    for k in _ARRAYS:
+        path = cache / f"{k}.npy"
+        try:
+            arrays[k] = np.load(path, mmap_mode="r")
+        except (OSError, ValueError, EOFError) as e:
+            raise _DamagedCache(path, str(e) or type(e).__name__) from None
+    for k, shape in {"indptr": (n + 1,), "indices": (m,), "features": feat_shape, "labels": (n,)}.items():
+        if arrays[k].shape != shape:
+            raise _DamagedCache(cache / f"{k}.npy", f"shape {arrays[k].shape}, meta.json says {shape}")
+    return GraphDataset(name=name, num_classes=num_classes, evaluator=name, **arrays)
 
 
 def _build_cache(name: str, folder: Path, meta: dict, local: bool, cache: Path) -> None:
@@ -173,7 +221,8 @@ def _write_arrays(name: str, folder: Path, meta: dict, local: bool, out: Path) -
     num_nodes = graph.num_nodes()
     labels = _int_labels(dataset.labels.numpy())
     np.save(out / "labels.npy", labels)
-    split = dataset.get_idx_split()
+    with _reading(name, folder / "split" / meta["split"], f"fetch {meta['url']} again"):
+        split = dataset.get_idx_split()
     for key, ours in (("train", "train_idx"), ("valid", "val_idx"), ("test", "test_idx")):
         ids = np.sort(split[key].numpy().astype(np.int64, copy=False))
         _check_split(name, key, ids, labels)
@@ -246,8 +295,13 @@ def _ogb_dataset(name: str, folder: Path, meta: dict, local: bool):
     """``DglNodePropPredDataset`` with its prompts and downloads disabled (the files were checked)."""
     from ogb.nodeproppred import dataset_dgl
 
+    processed = folder / "processed"
+    if (processed / "dgl_data_processed").exists():  # ogb reads its own cache, not raw/
+        where, fix = processed / "dgl_data_processed", f"delete the folder {str(processed)!r} (ogb's own cache; it is rebuilt from raw/)"
+    else:
+        where, fix = folder / "raw", f"fetch {meta['url']} again"
     said = io.StringIO()  # ogb prints its steps and progress bars: they go to the debug log
-    with _no_prompts(dataset_dgl), contextlib.redirect_stdout(said), contextlib.redirect_stderr(said):
+    with _no_prompts(dataset_dgl), contextlib.redirect_stdout(said), contextlib.redirect_stderr(said), _reading(name, where, fix):
         try:
             if local:
                 dataset = dataset_dgl.DglNodePropPredDataset(name, meta_dict=meta)
@@ -257,6 +311,21 @@ def _ogb_dataset(name: str, folder: Path, meta: dict, local: bool):
             for line in said.getvalue().splitlines():
                 log.debug("ogb: %s", line.rsplit("\r", 1)[-1])
     return dataset
+
+
+@contextlib.contextmanager
+def _reading(name: str, where: Path, fix: str) -> Iterator[None]:
+    """Within the block, ogb failing on a file cut short or garbled (gzip, pandas, DGL's reader)
+    raises :class:`DatasetError` naming ``where`` (a file, or the folder of the files read) and ``fix``."""
+    from dgl import DGLError
+
+    try:
+        yield
+    except DatasetError:
+        raise
+    except (OSError, EOFError, ValueError, zlib.error, DGLError) as e:
+        reason = (str(e).strip().splitlines() or [""])[0]  # DGL's messages carry a stack trace
+        raise DatasetError(f"{name}: ogb could not read {str(where)!r} ({type(e).__name__}: {reason}); a file is damaged: {fix}") from None
 
 
 @contextlib.contextmanager

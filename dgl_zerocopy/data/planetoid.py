@@ -41,12 +41,16 @@ _ALLOWED = {
 }
 
 
+class _Refused(pickle.UnpicklingError):
+    """A global outside :data:`_ALLOWED` (apart from a damaged pickle's own UnpicklingError)."""
+
+
 class _RestrictedUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str):
         try:
             return _ALLOWED[(module, name)]
         except KeyError:
-            raise pickle.UnpicklingError(f"global {module}.{name} is not allowed in a Planetoid file") from None
+            raise _Refused(f"global {module}.{name} is not allowed in a Planetoid file") from None
 
 
 def restricted_load(data: bytes, what: str = "pickle"):
@@ -54,10 +58,12 @@ def restricted_load(data: bytes, what: str = "pickle"):
     of the Planetoid files; anything else raises :class:`DatasetError` naming ``what``."""
     try:
         return _RestrictedUnpickler(io.BytesIO(data), encoding="latin1").load()
-    except pickle.UnpicklingError as e:
+    except _Refused as e:
         raise DatasetError(f"{what}: refused to load: {e}") from None
-    except (EOFError, ValueError, TypeError, AttributeError, IndexError) as e:
-        raise DatasetError(f"{what}: not a readable Planetoid pickle ({type(e).__name__}: {e})") from None
+    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError, IndexError) as e:
+        raise DatasetError(
+            f"{what}: not a readable Planetoid pickle ({type(e).__name__}: {e}); the file is cut short or damaged: copy the Planetoid files again"
+        ) from None
 
 
 def _find_folder(name: str, root: Path) -> Path:

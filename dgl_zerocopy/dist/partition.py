@@ -63,7 +63,7 @@ def partition_dataset(
     ``out`` must be empty or absent; a folder written by this function earlier is replaced only
     with ``overwrite=True``. ``graph_name`` defaults to the dataset's name (DistDGL finds the
     partitions' shared memory by it). A folder that cannot be made or written raises
-    ``ValueError`` naming it; a folder this call created is removed again when writing fails."""
+    ``ValueError`` naming it; the folders this call created are removed again when writing fails."""
     import dgl
 
     if not isinstance(num_parts, int) or num_parts < 1:
@@ -103,8 +103,8 @@ def partition_dataset(
         np.save(out / ORIG_NIDS_FILE, orig_nids.numpy().astype(np.int64))
         (out / INFO_FILE).write_text(json.dumps(meta, indent=1))  # written last: marks whole partitions
     except OSError as e:
-        if created:  # nothing half-written is left where the user asked for partitions
-            shutil.rmtree(out, ignore_errors=True)
+        if created is not None:  # nothing half-written is left where the user asked for partitions
+            shutil.rmtree(created, ignore_errors=True)
         raise ValueError(f"writing the partitions to {str(out)!r} failed ({_reason(e)}); free space there or pass another --out folder") from None
     return info
 
@@ -168,20 +168,23 @@ def check_out(out: str | Path, overwrite: bool) -> None:
         raise ValueError(f"out {str(out)!r} cannot be written: {str(parent)!r} is not writable by you; pass a folder you can write to")
 
 
-def _make_out(out: Path) -> bool:
-    """Create ``out`` (and its parents) and check that a file can be written in it; True when
-    this call created it."""
-    created = not out.exists()
+def _make_out(out: Path) -> Path | None:
+    """Create ``out`` (and its parents) and check that a file can be written in it; the topmost
+    folder this call created (removed again if anything fails), or None when ``out`` existed."""
+    top = out.absolute()
+    while not top.parent.exists():
+        top = top.parent
+    top = None if out.exists() else top
     try:
         out.mkdir(parents=True, exist_ok=True)
         fd, probe = tempfile.mkstemp(dir=out, prefix=".write-test.")
         os.close(fd)
         os.unlink(probe)
     except OSError as e:
-        if created and out.is_dir():
-            shutil.rmtree(out, ignore_errors=True)
+        if top is not None:
+            shutil.rmtree(top, ignore_errors=True)
         raise ValueError(f"out {str(out)!r} cannot be written ({_reason(e)}); pass a folder you can write to") from None
-    return created
+    return top
 
 
 def _reason(e: OSError) -> str:

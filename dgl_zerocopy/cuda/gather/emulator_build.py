@@ -9,6 +9,7 @@ element conversions and float arithmetic of the kernels, to test them value by v
 
 from __future__ import annotations
 
+import atexit
 import ctypes
 import functools
 import hashlib
@@ -16,9 +17,11 @@ import logging
 import os
 import re
 import shutil
+import struct
 import subprocess
 import tempfile
 import threading
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -46,12 +49,37 @@ _CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "
 #: NumPy mirror of ``zc_load_record`` in kernels/cpu_shim.h.
 RECORD_DTYPE = np.dtype([("address", "<i8"), ("warp", "<i8"), ("slot", "<i8"), ("bytes", "<i4"), ("reserved", "<i4")])
 _build_lock = threading.Lock()
+_private_dir: Path | None = None  # where this process builds when the cache folder cannot be used
 
 
 def emulator_cache_dir() -> Path:
     """Where built emulator libraries are cached: ``$DGL_ZEROCOPY_CACHE/emulator``."""
     root = os.environ.get("DGL_ZEROCOPY_CACHE") or Path.home() / ".cache" / "dgl_zerocopy"
     return Path(root) / "emulator"
+
+
+def _usable_cache_dir() -> Path:
+    """:func:`emulator_cache_dir`, created; when it cannot be (``$DGL_ZEROCOPY_CACHE`` names a file,
+    lies under one, or is not writable) a private temporary folder of this process, removed at
+    exit, with a warning naming the path and the fix: the emulator still runs, rebuilt each time."""
+    folder = emulator_cache_dir()
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise PermissionError(13, "not writable", str(folder))
+        return folder
+    except OSError as e:
+        reason = e.strerror or str(e)
+    global _private_dir
+    if _private_dir is None:
+        _private_dir = Path(tempfile.mkdtemp(prefix="dgl-zerocopy-emulator-"))
+        atexit.register(shutil.rmtree, _private_dir, ignore_errors=True)
+    warnings.warn(
+        f"the CPU emulator's cache {str(folder)!r} cannot be used ({reason}); building into {str(_private_dir)!r} for this process. "
+        f"Set DGL_ZEROCOPY_CACHE to a folder you can write to (or unset it) to keep the build",
+        stacklevel=3,
+    )
+    return _private_dir
 
 
 def entry_symbol(name_expression: str) -> str:
@@ -85,7 +113,8 @@ def build_emulator() -> Path:
     """Build (or find in the cache) the emulator library and return its path.
 
     The library is compiled into a temporary file in the cache directory and renamed into place,
-    so concurrent builders never load a half-written file.
+    so concurrent builders never load a half-written file. A cache directory that cannot be used
+    gives a warning and a build in a private temporary folder (see :func:`_usable_cache_dir`).
 
     Raises:
         RuntimeError: no compiler, or the compilation failed (the message holds its output).
@@ -94,10 +123,13 @@ def build_emulator() -> Path:
     source = _translation_unit()
     include = kernel_dir()
     key = hashlib.sha256("\0".join([kernel_sources_digest(), source, " ".join(_cxx_flags()), cxx, version]).encode()).hexdigest()[:24]
-    target = emulator_cache_dir() / f"gather-{key}.so"
+    target = _usable_cache_dir() / f"gather-{key}.so"
     if target.is_file():
-        return target
-    target.parent.mkdir(parents=True, exist_ok=True)
+        if _whole_elf(target):
+            return target
+        # dlopen of a library cut short dies of SIGBUS, beyond any except: checked before loading.
+        warnings.warn(f"the cached CPU emulator {str(target)!r} is damaged (cut short); building it again", stacklevel=2)
+        target.unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".gather-", suffix=".so.tmp")
     os.close(fd)
     command = [cxx, *_cxx_flags(), "-I", str(include), "-x", "c++", "-", "-o", tmp]
@@ -111,6 +143,27 @@ def build_emulator() -> Path:
         if os.path.exists(tmp):
             os.unlink(tmp)
     return target
+
+
+def _whole_elf(path: Path) -> bool:
+    """Whether ``path`` is a 64-bit ELF file whose program segments and section table lie within
+    the file (what a file cut short, or one not written by the compiler, fails)."""
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError:
+        return False
+    if len(data) < 64 or data[:4] != b"\x7fELF" or data[4] != 2 or data[5] != 1:  # ELFCLASS64, little-endian
+        return False
+    phoff, shoff = struct.unpack_from("<QQ", data, 0x20)
+    phentsize, phnum, shentsize, shnum = struct.unpack_from("<HHHH", data, 0x36)
+    if phoff + phnum * phentsize > len(data) or shoff + shnum * shentsize > len(data):
+        return False
+    for i in range(phnum):
+        offset, filesz = struct.unpack_from("<Q", data, phoff + i * phentsize + 8)[0], struct.unpack_from("<Q", data, phoff + i * phentsize + 32)[0]
+        if offset + filesz > len(data):
+            return False
+    return True
 
 
 @functools.cache
