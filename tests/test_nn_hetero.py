@@ -214,3 +214,13 @@ def test_typed_blocks_fail_clearly_where_they_do_not_fit():
         HeteroDeviceBlock({("a", "r", "b"): typed["cites"]}, {"a": 1}, {"a": 1})
     with pytest.raises(ValueError, match="sources"):
         HeteroDeviceBlock({("paper", "cites", "paper"): typed["cites"]}, {"paper": 1}, {"paper": 1})
+
+
+def test_the_dgl_api_that_typed_blocks_read_exists_in_the_installed_dgl():
+    """DeviceBlock.from_dgl of a typed block calls these (an API-surface check, as tests/api_surface.py does for CUDA)."""
+    import inspect
+
+    assert "etype" in inspect.signature(dgl.DGLGraph.adj_tensors).parameters
+    for name in ("srcnodes", "dstnodes", "edges", "formats", "canonical_etypes", "srctypes", "dsttypes", "num_src_nodes", "num_dst_nodes"):
+        assert hasattr(dgl.DGLGraph, name), name
+    assert (dgl.NID, dgl.EID) == ("_ID", "_ID"), "blocks.py spells them out to run without DGL"
