@@ -118,8 +118,8 @@ def test_default_int8_form_is_column_minmax():
     assert table.codec.axis == "column" and table.method == "minmax"
 
 
-@pytest.mark.parametrize("dtype", [np.float64, np.float16, np.int32, np.uint8])
-def test_other_input_dtypes_convert_through_float32(dtype):
+@pytest.mark.parametrize("dtype", [np.float64, np.float16])
+def test_other_float_dtypes_convert_through_float32(dtype):
     x = (_table(cols=8) * 3).clip(0, 200).astype(dtype)
     for codec in CODECS:
         table = compress(x, codec)
@@ -167,8 +167,10 @@ def test_bad_inputs_are_named():
     assert torch.isfinite(compress(big, "bf16").decode()).all()
     with pytest.raises(ValueError, match="2-D"):
         compress(x[0], "int8")
-    with pytest.raises(TypeError, match="real numbers"):
+    with pytest.raises(TypeError, match="cannot compress a table of bool with codec 'int8'"):
         compress(x > 0, "int8")
+    with pytest.raises(TypeError, match="real floating-point numbers, but got complex64"):
+        compress(x.astype(np.complex64), "int8")
     with pytest.raises(TypeError, match="numpy.ndarray"):
         compress([[1.0]], "int8")
     with pytest.raises(ValueError, match="axis must be one of column, row"):
@@ -183,6 +185,36 @@ def test_bad_inputs_are_named():
         compress("/nonexistent/features.npy", "int8")
     with pytest.raises(ValueError, match="host memory"):
         compress(torch.zeros(2, 2, device="meta"), "int8")
+
+
+EXACT_DTYPES = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool]
+
+
+@pytest.mark.parametrize("codec", CODECS)
+@pytest.mark.parametrize("dtype", EXACT_DTYPES, ids=str)
+def test_integer_and_bool_tables_are_refused_before_anything_is_written(tmp_path, codec, dtype):
+    """Every codec is lossy: an integer (bool) table would come back as inexact floats (2 -> 1.992)."""
+    table = torch.arange(24).reshape(6, 4).remainder(5).to(dtype)
+    name = str(dtype).replace("torch.", "")
+    message = (
+        f"cannot compress a table of {name} with codec '{codec}': every codec \\(fp16, bf16, int8\\) is lossy.*"
+        "cast the table to float32 first.*compression='none'"
+    )
+    np.save(tmp_path / "features.npy", table.numpy())
+    out = tmp_path / "compressed"
+    for data in (table, table.numpy(), tmp_path / "features.npy"):
+        with pytest.raises(TypeError, match=message):
+            compress(data, codec, out=out)
+        with pytest.raises(TypeError, match=message):
+            dgl_zerocopy.FeatureStore(data, backend="cpu", compression=codec)
+    with pytest.raises(TypeError, match=message):
+        compressed_beside(tmp_path / "features.npy", codec)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["features.npy"], "nothing written: no folder, no temporary one"
+    # The fix the message names: cast to float32 (inexact values accepted) or keep it uncompressed.
+    decoded = dgl_zerocopy.FeatureStore(table.float(), backend="cpu", compression=codec).gather(torch.arange(6))
+    assert decoded.dtype == torch.float32 and torch.allclose(decoded, table.float(), atol=4 / 255)
+    if dtype != torch.bool:  # an uncompressed store takes integer tables (not bool) and gathers them exactly
+        assert torch.equal(dgl_zerocopy.FeatureStore(table, backend="cpu").gather(torch.arange(6)), table)
 
 
 def test_codec_contract_errors():

@@ -26,7 +26,7 @@ import numpy as np
 import torch
 
 from ..host_files import replace_dir, tensor_view
-from .codec import Codec, check_codec_name
+from .codec import CODECS, Codec, check_codec_name
 from .encode import CHUNK_BYTES, CODE_NUMPY_DTYPES, check_int8_form, encode_into
 
 log = logging.getLogger(__name__)
@@ -100,7 +100,9 @@ def compress(
 ) -> CompressedTable:
     """Compress a 2-D feature table with ``codec`` (``"fp16"``, ``"bf16"`` or ``"int8"``).
 
-    ``data``: a CPU tensor, a NumPy array or a ``.npy`` path (memory-mapped, read a slab at a time).
+    ``data``: a CPU tensor, a NumPy array or a ``.npy`` path (memory-mapped, read a slab at a time),
+    of floating-point values: every codec is lossy and decodes to floats, so an integer or bool
+    table is refused with a ``TypeError`` (cast it to float first where inexact values will do).
     int8 options: ``axis`` ``"column"`` (default) or ``"row"``, ``method`` ``"minmax"`` (default)
     or ``"absmax"`` (see :mod:`dgl_zerocopy.store.compression.encode`). The conversion runs in slabs of
     ``chunk_bytes`` float32 bytes: the extra memory is a few slabs, never a float32 copy.
@@ -113,7 +115,7 @@ def compress(
     name = check_codec_name(codec)
     if name is None:
         raise ValueError("compress() needs a codec: one of fp16, bf16, int8")
-    table, source = _source_table(data)
+    table, source = _source_table(data, name)
     if name == "int8":
         axis, method = check_int8_form(axis, method)
     elif axis is not None or method is not None:
@@ -180,6 +182,7 @@ def compressed_beside(npy_path: str | os.PathLike, codec: str, *, axis: str | No
         raise ValueError("compressed_beside() needs a codec: one of fp16, bf16, int8")
     if name == "int8":
         axis, method = check_int8_form(axis, method)
+    _source_table(npy_path, name)  # an integer table is refused, even where an older run compressed it
     folder = npy_path.with_name(f"{npy_path.stem}.{name}" + (f"-{axis}-{method}" if name == "int8" else ""))
     if _matches(folder, npy_path):
         return folder
@@ -191,8 +194,9 @@ def compressed_beside(npy_path: str | os.PathLike, codec: str, *, axis: str | No
 # -- internals ------------------------------------------------------------------------------
 
 
-def _source_table(data: Source) -> tuple[torch.Tensor | np.ndarray, dict | None]:
-    """The 2-D table to read slab by slab, and a description of its file (when it is one)."""
+def _source_table(data: Source, codec: str) -> tuple[torch.Tensor | np.ndarray, dict | None]:
+    """The 2-D floating-point table to read slab by slab, and a description of its file (when it is
+    one). Checks only: nothing is read but a ``.npy`` header, nothing is written."""
     source = None
     if isinstance(data, (str, os.PathLike)):
         path = Path(data)
@@ -206,15 +210,24 @@ def _source_table(data: Source) -> tuple[torch.Tensor | np.ndarray, dict | None]
     if isinstance(data, torch.Tensor):
         if data.device.type != "cpu":
             raise ValueError(f"the features must be in host memory, but they are on {data.device}; pass data.cpu()")
-        ok = data.dtype.is_floating_point or (not data.dtype.is_complex and data.dtype != torch.bool)
+        exact = not data.dtype.is_floating_point and not data.dtype.is_complex  # integers and bool
+        ok = data.dtype.is_floating_point
     elif isinstance(data, np.ndarray):
-        ok = data.dtype.kind in "fiu"
+        exact, ok = data.dtype.kind in "iub", data.dtype.kind == "f"
     else:
         raise TypeError(f"data must be a CPU torch.Tensor, a numpy.ndarray or a .npy path, but got {type(data).__name__}")
     if data.ndim != 2:
         raise ValueError(f"data must be 2-D (rows, features), but got shape {tuple(data.shape)}")
+    dtype = str(data.dtype).replace("torch.", "")
+    if exact:
+        raise TypeError(
+            f"cannot compress a table of {dtype} with codec {codec!r}: every codec ({', '.join(CODECS)}) is lossy and decodes to floats, "
+            "so its values would come back as floats, and inexact (2 as 1.992 with int8); cast the table to float32 first if inexact "
+            "values are acceptable (table.float(), array.astype(numpy.float32)), or keep it uncompressed (compression='none', the default) "
+            "to gather it exactly"
+        )
     if not ok:
-        raise TypeError(f"data must hold real numbers (float or integer), but got {data.dtype}")
+        raise TypeError(f"data must hold real floating-point numbers, but got {dtype}")
     return data, source
 
 
