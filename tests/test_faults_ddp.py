@@ -26,6 +26,7 @@ from conftest import REPO
 from torch.multiprocessing.spawn import ProcessExitedException
 
 from dgl_zerocopy import cli
+from dgl_zerocopy.data import SyntheticSpec, load_dataset
 from dgl_zerocopy.training import ddp
 
 # Seconds a job may take to start and print its first epoch (2 ranks importing torch and DGL:
@@ -35,6 +36,12 @@ GONE_LIMIT = 20
 SHM = Path("/dev/shm")
 JOB = ["train", "--dataset", "synthetic", "--num-nodes", "3000", "--fanouts", "5,5", "--batch-size", "64", "--device", "cpu", "--nproc", "2", "--no-progress"]
 KILLED_RANK = re.compile(r"dgl-zerocopy: error: rank (\d) \(pid (\d+)\) was killed by SIGKILL; the other ranks were stopped \(SIGKILL comes from ")
+
+
+@pytest.fixture(scope="module")
+def job_dataset() -> None:
+    """The jobs' dataset generated and cached beforehand: its "generating ..." line stays off their stderr."""
+    load_dataset("synthetic", synthetic=SyntheticSpec(num_nodes=3000), split_seed=0)
 
 
 def _nothing(rank: int, world_size: int) -> int:
@@ -113,7 +120,7 @@ def _folders(tmp_path: Path) -> list[Path]:
 
 
 @pytest.mark.slow  # a 2-rank CLI job; test_sigterm_in_train_unwinds_as_ctrl_c is the fast check
-def test_sigterm_of_the_parent_stops_the_job_in_one_line_and_leaves_nothing(tmp_path):
+def test_sigterm_of_the_parent_stops_the_job_in_one_line_and_leaves_nothing(tmp_path, job_dataset):
     shm = _shm_of_jobs()
     with _job(tmp_path) as job:
         assert [f.name.split("-")[3] for f in _folders(tmp_path)] == [str(job.pid)], "the folder names its owner"
@@ -127,7 +134,7 @@ def test_sigterm_of_the_parent_stops_the_job_in_one_line_and_leaves_nothing(tmp_
 
 
 @pytest.mark.slow  # a 2-rank CLI job and a 1-rank launch; test_launch_sweeps_... is the fast check
-def test_sigkill_of_the_parent_takes_the_ranks_and_the_next_launch_removes_its_folder(tmp_path, monkeypatch):
+def test_sigkill_of_the_parent_takes_the_ranks_and_the_next_launch_removes_its_folder(tmp_path, job_dataset, monkeypatch):
     shm = _shm_of_jobs()
     with _job(tmp_path) as job:
         job.kill()
@@ -142,7 +149,7 @@ def test_sigkill_of_the_parent_takes_the_ranks_and_the_next_launch_removes_its_f
 
 
 @pytest.mark.slow  # a 2-rank CLI job; test_a_killed_rank_is_named_in_one_line is the fast check
-def test_a_rank_killed_by_a_signal_ends_the_job_in_one_line_naming_it(tmp_path):
+def test_a_rank_killed_by_a_signal_ends_the_job_in_one_line_naming_it(tmp_path, job_dataset):
     shm = _shm_of_jobs()
     with _job(tmp_path) as job:
         victim = job.ranks[1]
@@ -158,7 +165,7 @@ def test_a_rank_killed_by_a_signal_ends_the_job_in_one_line_naming_it(tmp_path):
 
 
 @pytest.mark.slow  # a 2-rank CLI run; test_a_rank_exit_unlinks_its_semaphores is the fast check
-def test_a_two_rank_run_ends_without_a_leaked_semaphore_warning(tmp_path):
+def test_a_two_rank_run_ends_without_a_leaked_semaphore_warning(tmp_path, job_dataset):
     with _job(tmp_path, epochs=2) as job:
         out, err = job.communicate(timeout=START_LIMIT)
     assert job.returncode == 0, err
