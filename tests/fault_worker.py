@@ -5,8 +5,9 @@ and the machine). Each process writes ``<role> <i>: started`` to stderr (what a 
 must not reach the launcher's terminal when the job fails), creates a shared-memory segment under
 its prefix, a server listens on its ip_config port, then it writes ``RESULTS/<role><i>`` (its pid).
 On SIGTERM it does what DGL's handler does: prints DGL's two lines and takes 3 s to exit.
-MODE ``run``: then it sleeps until killed; ``finish``: a trainer warns on stderr and exits 0, its
-server exits 0 when it sees ``RESULTS/done<i>``.
+MODE ``run``: then it sleeps until killed, a trainer exits with 1 when the other trainer is gone (as
+gloo fails when its peer's connection closes); ``finish``: a trainer warns on stderr and exits 0,
+its server exits 0 when it sees ``RESULTS/done<i>``; ``deaf``: a server never listens.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ def main(results: Path, mode: str) -> None:
     index = int(os.environ["DGL_ZEROCOPY_MACHINE_ID"])
     signal.signal(signal.SIGTERM, dgl_like_sigterm)
     print(f"{role} {index}: started", file=sys.stderr, flush=True)
-    if role == "server":
+    if role == "server" and mode != "deaf":
         host, port = Path(os.environ["DGL_IP_CONFIG"]).read_text().splitlines()[index].split()
         listener = socket.create_server((host, int(port)))  # noqa: F841 - held open while the process lives
     Path("/dev/shm", os.environ["DGL_ZEROCOPY_SHM_PREFIX"] + role).write_bytes(b"segment")
@@ -40,8 +41,18 @@ def main(results: Path, mode: str) -> None:
         print(f"trainer {index}: a warning", file=sys.stderr, flush=True)
         (results / f"done{index}").write_text("done")
         return
+    peer = results / f"trainer{1 - index}"
     while not (mode == "finish" and (results / f"done{index}").exists()):
+        if role == "trainer" and peer.exists() and not alive(int(peer.read_text())):
+            sys.exit(1)
         time.sleep(0.05)
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
 
 
 if __name__ == "__main__":

@@ -133,7 +133,7 @@ def test_a_server_that_dies_fails_the_trainers_within_seconds(two_parts, tmp_pat
     finally:
         cluster._start = real_start
     failed_after = time.monotonic() - killed_at[0]
-    assert failed_after < 10.0
+    assert failed_after < 3.0  # the launcher stops the job within about a second (SERVER_LOST_WAIT 0.5 s + a poll + the stop)
     message = str(error.value)
     assert re.search(r"server 1 \(pid \d+\) exited with code -9 \(SIGKILL\) while trainer 0", message), message
     # Each trainer ended within those seconds: by its watchdog's ServerLostError (exit code 1), by DGL's

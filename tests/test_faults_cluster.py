@@ -162,9 +162,9 @@ def test_a_killed_trainer_is_the_one_named(fake):
     config, results = fake
     killed_at: list = []
     _kill_when_ready(results / "trainer1", killed_at)
-    with pytest.raises(ClusterError) as error:
-        launch_local([sys.executable, str(WORKER), str(results), "run"], config, 2, timeout=60)
-    assert time.monotonic() - killed_at[0] < 1.5
+    with pytest.raises(ClusterError) as error:  # a slow poll: trainer 0's exit (code 1, its peer gone) is seen with trainer 1's
+        launch_local([sys.executable, str(WORKER), str(results), "run"], config, 2, timeout=60, poll=0.5)
+    assert time.monotonic() - killed_at[0] < 2.0
     assert re.match(r"trainer 1 \(pid \d+\) failed with exit code -9 \(SIGKILL\)\n--- last lines of trainer 1's log ---\ntrainer 1: started", str(error.value))
 
 
@@ -177,6 +177,14 @@ def test_the_timeout_stops_the_job_on_time_and_quietly(fake, capfd):
     assert 2.0 <= took < 3.0, took  # stopped with SIGKILL: DGL's SIGTERM handler (3 s here) never runs
     out, err = capfd.readouterr()
     assert not any(noise in out + err for noise in DGL_NOISE), err
+
+
+def test_the_timeout_bounds_the_servers_start_too(fake):
+    config, results = fake
+    start = time.monotonic()
+    with pytest.raises(ClusterError, match=r"^the job did not finish within its timeout of 1 s \(server 0 \(pid \d+\), server 1 \(pid \d+\) still starting\)"):
+        launch_local([sys.executable, str(WORKER), str(results), "deaf"], config, 2, timeout=1)
+    assert time.monotonic() - start < 2.0  # not start_timeout (120 s)
 
 
 def test_a_job_that_succeeds_shows_trainer_0s_stderr_after_it(fake, capfd):
@@ -260,7 +268,7 @@ class Job:
         """The pid of the job's server or trainer ``index`` (by its environment)."""
         for pid in _left(self.proc.pid)["processes"]:
             environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
-            if f"DGL_ROLE={role}".encode() in environ and f"DGL_ZEROCOPY_MACHINE_ID={index}".encode() in environ:
+            if f"DGL_ROLE={'client' if role == 'trainer' else role}".encode() in environ and f"DGL_ZEROCOPY_MACHINE_ID={index}".encode() in environ:
                 return pid
         raise AssertionError(f"no {role} {index} among {_left(self.proc.pid)}")
 

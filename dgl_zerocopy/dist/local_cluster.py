@@ -189,7 +189,7 @@ def launch_local(
                     logs,
                 )
             )
-        _wait_listening(servers, job.ports, start_timeout, poll, deadline)
+        _wait_listening(servers, job.ports, start_timeout, poll, timeout, deadline)
         for i in range(num_parts):
             trainers.append(
                 _start(
@@ -274,10 +274,10 @@ def _replay_stderr(trainer: _Proc) -> None:
         sys.stderr.flush()
 
 
-def _wait_listening(servers: list[_Proc], ports: list[int], timeout: float, poll: float, job_deadline: float | None) -> None:
+def _wait_listening(servers: list[_Proc], ports: list[int], start_timeout: float, poll: float, job_timeout: float | None, job_deadline: float | None) -> None:
     """Wait until every server listens on its port (read from /proc/net/tcp: nothing is sent to it),
-    at most ``timeout`` seconds and not past the job's deadline."""
-    deadline = time.monotonic() + timeout
+    at most ``start_timeout`` seconds and not past the job's deadline."""
+    deadline = time.monotonic() + start_timeout
     while True:
         for p in servers:
             if p.popen.poll() is not None:
@@ -289,9 +289,9 @@ def _wait_listening(servers: list[_Proc], ports: list[int], timeout: float, poll
             return
         waiting = ", ".join(p.name for p, port in zip(servers, ports) if port not in listening)
         if job_deadline is not None and time.monotonic() > job_deadline:
-            raise ClusterError(f"the job did not finish within its timeout: {waiting} still starting; stopped {len(servers)} processes")
+            raise ClusterError(f"the job did not finish within its timeout of {job_timeout:g} s ({waiting} still starting); stopped {len(servers)} processes")
         if time.monotonic() > deadline:
-            raise ClusterError(f"{waiting} did not listen within {timeout:.0f} s; raise start_timeout for a large partition")
+            raise ClusterError(f"{waiting} did not listen within {start_timeout:.0f} s; raise start_timeout for a large partition")
         time.sleep(poll)
 
 
