@@ -35,13 +35,26 @@ def _graph(idtype=torch.int64) -> dgl.DGLGraph:
 
 
 def _blocks(idtype=torch.int64) -> list:
-    """Two sampled layers (per-edge-type fanouts: fields' papers capped low) and one full layer."""
+    """Two sampled layers (per-edge-type fanouts: fields' papers capped low), one full layer, and
+    one block of to_block, whose edges keep the graph's order (not the CSC order)."""
     dgl.seed(0)
     g = _graph(idtype)
     seeds = {"paper": torch.tensor([0, 5, 7, 59], dtype=idtype)}
     fanouts = [{"writes": 2, "written_by": 2, "cites": 3, "topic_of": 1, "has_topic": 1}] * 2
     blocks = dgl.dataloading.NeighborSampler(fanouts).sample(g, seeds)[2]
-    return blocks + dgl.dataloading.MultiLayerFullNeighborSampler(1).sample(g, seeds)[2]
+    blocks += dgl.dataloading.MultiLayerFullNeighborSampler(1).sample(g, seeds)[2]
+    return blocks + [_unsorted_block(idtype)]
+
+
+def _unsorted_block(idtype) -> dgl.DGLGraph:
+    """A typed block whose edges are not in CSC order, with parent edge ids (EID) of its own."""
+    gen = torch.Generator().manual_seed(3)
+    counts = {"author": (6, 2), "paper": (9, 4), "field": (3, 1)}
+    data = {key: (torch.randint(0, counts[key[0]][0], (12,), generator=gen), torch.randint(0, counts[key[2]][1], (12,), generator=gen)) for key in ETYPES}
+    block = dgl.create_block(data, {t: n for t, (n, _) in counts.items()}, {t: n for t, (_, n) in counts.items()}, idtype=idtype)
+    for key in ETYPES:
+        block.edges[key].data[dgl.EID] = torch.randperm(1000, generator=gen)[:12].to(idtype)
+    return block
 
 
 @pytest.mark.parametrize("id_dtype", [torch.int64, torch.int32])
@@ -55,8 +68,9 @@ def test_from_dgl_of_a_typed_block_equals_dgls_block(id_dtype, graph_idtype):
         for ntype in block.srctypes:
             assert ours.num_src_nodes(ntype) == block.num_src_nodes(ntype)
             assert ours.num_dst_nodes(ntype) == block.num_dst_nodes(ntype)
-            assert torch.equal(ours.srcdata["_ID"][ntype], block.srcnodes[ntype].data[dgl.NID])
-            assert torch.equal(ours.dstdata["_ID"][ntype], block.dstnodes[ntype].data[dgl.NID])
+            if dgl.NID in block.srcnodes[ntype].data:  # create_block's has none
+                assert torch.equal(ours.srcdata["_ID"][ntype], block.srcnodes[ntype].data[dgl.NID])
+                assert torch.equal(ours.dstdata["_ID"][ntype], block.dstnodes[ntype].data[dgl.NID])
         assert ours.num_src_nodes() == block.num_src_nodes() and ours.num_edges() == block.num_edges()
         for key in block.canonical_etypes:
             indptr, indices, eids = block.adj_tensors("csc", etype=key)
