@@ -5,6 +5,8 @@ Reference: ``codec.decode(codes[ids], ids, out_dtype)``; for fp16/bf16 also torc
 dtype and row width (1 to 4099 columns) on the ``cpu`` backend; the CUDA paths where a GPU exists."""
 
 import pickle
+import re
+import warnings
 
 import numpy as np
 import pytest
@@ -12,7 +14,7 @@ import torch
 from conftest import SMALL, devices
 
 from dgl_zerocopy import FeatureStore, compress
-from dgl_zerocopy.store.compression import CompressedTable, compressed_beside
+from dgl_zerocopy.store.compression import CompressedTable, DamagedTableError, compressed_beside
 from dgl_zerocopy.training.config import ConfigError, build_config
 
 CASES = [("fp16", {}), ("bf16", {}), ("int8", {}), ("int8", {"axis": "row"}), ("int8", {"method": "absmax"}), ("int8", {"axis": "row", "method": "absmax"})]
@@ -257,3 +259,40 @@ def test_compressed_table_repr_and_decode():
     assert isinstance(table, CompressedTable)
     assert repr(table) == "CompressedTable(shape=(10, 3), codec='int8', axis='row', method='absmax')"
     assert torch.equal(table.decode([1, 2]), table.decode()[1:3])
+
+
+def _damage(folder, how: str):
+    """Damage one file of a compressed folder; return the file."""
+    name = {"header": "codes.npy", "short": "codes.npy", "scale": "scale.npy", "dtype": "offset.npy", "meta": "compression.json"}[how]
+    path = folder / name
+    if how == "dtype":
+        np.save(path, np.zeros(np.load(path).shape, dtype=np.float64))
+    else:
+        with open(path, "r+b") as f:  # cut short: inside the header, or one byte of the codes gone
+            f.truncate({"header": 50, "short": path.stat().st_size - 1}.get(how, 20))
+    return path
+
+
+@pytest.mark.parametrize("how", ["header", "short", "scale", "dtype", "meta"])
+def test_a_damaged_folder_beside_a_npy_is_written_again_with_a_warning(tmp_path, how):
+    x = _features(300, 20).numpy()
+    np.save(tmp_path / "features.npy", x)
+    folder = compressed_beside(tmp_path / "features.npy", "int8")
+    path = _damage(folder, how)
+    with pytest.warns(UserWarning, match=f"the compressed features file {str(path)!r} is damaged .*; writing .* again from"):
+        assert compressed_beside(tmp_path / "features.npy", "int8") == folder
+    ids = _ids(300, 100, torch.int64)
+    assert torch.equal(FeatureStore(folder, backend="cpu").gather(ids), compress(x, "int8").decode(ids))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # whole again: reused without a word
+        assert compressed_beside(tmp_path / "features.npy", "int8") == folder
+
+
+@pytest.mark.parametrize("how", ["header", "short", "scale", "dtype", "meta"])
+def test_a_damaged_folder_opened_directly_names_the_file_and_the_fix(tmp_path, how):
+    folder = tmp_path / "feat"
+    compress(_features(300, 20), "int8", out=folder)
+    path = _damage(folder, how)
+    fix = re.escape(f"write the folder again with dgl_zerocopy.compress(data, codec, out={str(folder)!r})")
+    with pytest.raises(DamagedTableError, match=f"^the compressed table file {re.escape(repr(str(path)))} is damaged \\(.+\\); {fix}$"):
+        FeatureStore(folder, backend="cpu")

@@ -4,7 +4,7 @@ decode the cpu and gpu backends run (``decode.py``)."""
 
 from .codec import CODECS, Codec, check_codec_name
 from .encode import DEFAULT_AXIS, DEFAULT_METHOD, INT8_METHODS
-from .table import CompressedTable, compress, compressed_beside, is_compressed_dir
+from .table import CompressedTable, DamagedTableError, compress, compressed_beside, is_compressed_dir
 from .table import load as load_compressed
 
 __all__ = [
@@ -12,6 +12,7 @@ __all__ = [
     "Codec",
     "check_codec_name",
     "CompressedTable",
+    "DamagedTableError",
     "compress",
     "compressed_beside",
     "is_compressed_dir",

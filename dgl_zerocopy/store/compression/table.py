@@ -19,6 +19,7 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -131,25 +132,32 @@ def compress(
 
 
 def load(path: str | os.PathLike) -> CompressedTable:
-    """The compressed table in folder ``path`` (written by :func:`compress`), its arrays memory-mapped read-only."""
+    """The compressed table in folder ``path`` (written by :func:`compress`), its arrays memory-mapped
+    read-only. A file of it that does not open, or disagrees with ``compression.json`` (a file cut
+    short, the wrong dtype or shape), raises :class:`DamagedTableError` naming the file and the fix."""
     path = Path(path)
     meta = read_meta(path)
-    name = meta["codec"]
-    codes = np.load(path / "codes.npy", mmap_mode="r")
-    if codes.dtype != CODE_NUMPY_DTYPES[name] or list(codes.shape) != list(meta["shape"]):
-        raise ValueError(
-            f"{str(path / 'codes.npy')!r} holds {codes.dtype} {codes.shape}, but {META} says {name} {meta['shape']}: "
-            f"the folder is damaged; compress the table again"
-        )
+    name, shape = meta["codec"], tuple(meta["shape"])
+    codes = _open_array(path / "codes.npy", CODE_NUMPY_DTYPES[name], shape)
     if name == "int8":
-        scale, offset = (np.load(path / f"{k}.npy", mmap_mode="r") for k in ("scale", "offset"))
+        n = shape[1] if meta["axis"] == "column" else shape[0]
+        scale, offset = (_open_array(path / f"{k}.npy", np.float32, (n,)) for k in ("scale", "offset"))
         codec = Codec("int8", tensor_view(scale), tensor_view(offset), meta["axis"])
-        expected = codes.shape[1] if meta["axis"] == "column" else codes.shape[0]
-        if scale.shape != (expected,):
-            raise ValueError(f"{str(path / 'scale.npy')!r} has shape {scale.shape}, expected ({expected},) for axis {meta['axis']!r}")
     else:
         codec = Codec(name)
     return CompressedTable(_codes_tensor(codes, name), codec, method=meta.get("method"), array=codes, path=path)
+
+
+class DamagedTableError(ValueError):
+    """A file of a compressed-table folder does not open or disagrees with ``compression.json``:
+    ``path`` is the file, ``reason`` what is wrong with it."""
+
+    def __init__(self, path: Path, reason: str):
+        super().__init__(
+            f"the compressed table file {str(path)!r} is damaged ({reason}); "
+            f"write the folder again with dgl_zerocopy.compress(data, codec, out={str(path.parent)!r})"
+        )
+        self.path, self.reason = path, reason
 
 
 def is_compressed_dir(path) -> bool:
@@ -165,10 +173,18 @@ def read_meta(path: Path) -> dict:
             f"{str(path)!r} is not a compressed table: it has no {META} (write one with dgl_zerocopy.compress(data, codec, out=DIR))"
         ) from None
     except ValueError as e:
-        raise ValueError(f"{str(path / META)!r} is not valid JSON ({e}); compress the table again") from None
+        raise DamagedTableError(path / META, f"not valid JSON: {e}") from None
+    if not isinstance(meta, dict):
+        raise DamagedTableError(path / META, f"holds a {type(meta).__name__}, not an object")
     if meta.get("format") != FORMAT:
         raise ValueError(f"{str(path)!r} holds compressed format {meta.get('format')!r}, this version reads {FORMAT}; compress the table again")
-    check_codec_name(meta.get("codec"))
+    shape = meta.get("shape")
+    if meta.get("codec") not in CODECS:
+        raise DamagedTableError(path / META, f"codec {meta.get('codec')!r} is none of {', '.join(CODECS)}")
+    if not (isinstance(shape, list) and len(shape) == 2 and all(type(v) is int and v >= 0 for v in shape)):
+        raise DamagedTableError(path / META, f"shape {shape!r} is not two row and column counts")
+    if meta["codec"] == "int8" and meta.get("axis") not in ("column", "row"):
+        raise DamagedTableError(path / META, f"int8 axis {meta.get('axis')!r} is neither 'column' nor 'row'")
     return meta
 
 
@@ -279,11 +295,32 @@ def _write(table, name: str, out: Path, axis, method, chunk_bytes: int, source: 
     return load(out)
 
 
+def _open_array(path: Path, dtype, shape: tuple) -> np.ndarray:
+    """The ``.npy`` file ``path`` mapped read-only, checked to hold ``dtype`` of ``shape``."""
+    try:
+        array = np.load(path, mmap_mode="r")
+    except (FileNotFoundError, ValueError, EOFError) as e:  # missing, cut short, not a .npy
+        raise DamagedTableError(path, str(e) or type(e).__name__) from None
+    if array.dtype != dtype or array.shape != shape:
+        raise DamagedTableError(path, f"it holds {array.dtype} {array.shape}, {META} says {np.dtype(dtype)} {shape}")
+    return array
+
+
 def _matches(folder: Path, npy_path: Path) -> bool:
+    """True when ``folder`` holds a whole compressed form of the current ``npy_path``. A damaged
+    folder is reported with a warning naming the file (the caller writes it again from the source)."""
     try:
         meta = read_meta(folder)
-    except (OSError, ValueError):
+        stat = npy_path.stat()
+        source = meta.get("source") or {}
+        if source.get("size") != stat.st_size or source.get("mtime_ns") != stat.st_mtime_ns:
+            return False  # the source changed: rewritten, nothing to warn about
+        load(folder)  # every file opens with the dtype and shape compression.json gives
+    except DamagedTableError as e:
+        warnings.warn(
+            f"the compressed features file {str(e.path)!r} is damaged ({e.reason}); writing {str(folder)!r} again from {str(npy_path)!r}", stacklevel=3
+        )
         return False
-    stat = npy_path.stat()
-    source = meta.get("source") or {}
-    return source.get("size") == stat.st_size and source.get("mtime_ns") == stat.st_mtime_ns
+    except (OSError, ValueError):  # no folder yet, or another format
+        return False
+    return True
