@@ -431,9 +431,10 @@ def _relation(block: Any, key: tuple[str, str, str], device: torch.device, id_dt
     )
 
 
-def _csc(block: Any, key: tuple[str, str, str]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """``(indptr, indices, edge_ids)`` of relation ``key`` of a DGL graph, on the host; ``edge_ids``
-    is the position of each CSC edge in the block's own edge order."""
+def _csc(block: Any, key: tuple[str, str, str] | None) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(indptr, indices, edge_ids)`` of relation ``key`` of a DGL graph (None: its only one), on
+    the host; ``edge_ids`` is the position of each CSC edge in the block's own edge order."""
+    key = key or block.canonical_etypes[0]
     formats = block.formats()
     if "csc" in formats["created"] + formats["not created"]:
         return block.adj_tensors("csc", etype=key)
