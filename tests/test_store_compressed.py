@@ -176,6 +176,10 @@ def test_a_mapped_npy_is_compressed_beside_it_once(tmp_path, small_dataset):
     data, codec = feature_table(mapped, "int8")
     assert data == tmp_path / "features.int8-column-minmax" and codec is None
     assert feature_table(mapped, "int8")[0] == data  # reused
+    _damage(data, "header")  # what `train --feature-compression int8` meets: written again, with a warning
+    with pytest.warns(UserWarning, match="codes.npy' is damaged"):
+        assert feature_table(mapped, "int8") == (data, None)
+    assert FeatureStore(data, backend="cpu").shape == small_dataset.features.shape
     in_memory, codec = feature_table(small_dataset, "fp16")  # not a file: the store compresses it
     assert in_memory is small_dataset.features and codec == "fp16"
     assert feature_table(small_dataset, None) == (small_dataset.features, None)
