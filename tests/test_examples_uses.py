@@ -104,12 +104,12 @@ LINK_RUN = ["--mode", "cpu", *LINK_DATA, "--epochs", "3", "--hidden", "64", "--s
 @pytest.mark.skip(reason="waits for issue 27 items 1-2 (dgl_zerocopy.DataLoader taking dict ids and edge ids); remove this skip when they land")
 @pytest.mark.parametrize(
     "script,argv,pattern,bound,tolerance",
-    [(RGCN, RGCN_RUN, RGCN_METRIC, 0.6, 0.05), (LINK, LINK_RUN, LINK_METRIC, LINK_BOUND, 0.03)],
+    [(RGCN, RGCN_RUN, RGCN_METRIC, 0.6, 0.05), (LINK, LINK_RUN, LINK_METRIC, LINK_BOUND, 0.04)],
     ids=["rgcn", "link_prediction"],
 )
 def test_each_example_reaches_dgls_loaders_figure_when_switched(tmp_path, script, argv, pattern, bound, tolerance):
     """DGL's loader, ours (one line), ours with our layers (two lines): same seed, same figure
-    within ``tolerance`` (RGCN's accuracy moves by about 0.02 from seed to seed here, Cora's AUC by 0.03)."""
+    within ``tolerance`` (from seed to seed, RGCN's accuracy moves by about 0.02 here, Cora's AUC by 0.03)."""
     one_line = _variant(tmp_path, script, ONE_LINE)
     two_lines = _variant(tmp_path, script, ONE_LINE, NN_LINE)
     original, switched, with_our_layers = (_metric(pattern, out) for out in _side_by_side([script, one_line, two_lines], argv))
