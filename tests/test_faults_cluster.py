@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -56,16 +57,29 @@ def _left(owner: int) -> dict[str, list]:
 
 
 def _wait_clean(owner: int, seconds: float = CLEAN_WITHIN) -> float:
-    """Seconds until nothing of ``owner``'s jobs is left; fails the test past ``seconds``."""
+    """Seconds until nothing of ``owner``'s jobs is left; past ``seconds``, removes it and fails the test."""
     start = time.monotonic()
     while any(_left(owner).values()):
         if time.monotonic() - start > seconds:
             left = _left(owner)
-            for pid in left["processes"]:
-                os.kill(pid, signal.SIGKILL)
+            _remove_left(owner)
             pytest.fail(f"left {seconds:.0f} s after the job ended: {left}")
         time.sleep(0.05)
     return time.monotonic() - start
+
+
+def _remove_left(owner: int) -> None:
+    """Kill and remove whatever of ``owner``'s jobs is left (a failed test cleans up after itself)."""
+    left = _left(owner)
+    for pid in left["processes"]:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for name in left["segments"]:
+        (SHM / name).unlink(missing_ok=True)
+    for name in left["folders"]:
+        shutil.rmtree(Path(tempfile.gettempdir()) / name, ignore_errors=True)
 
 
 def _wait_for(path: Path, seconds: float = 60.0) -> None:
@@ -228,11 +242,12 @@ def test_a_killed_launcher_leaves_nothing(fake, sig):
             _wait_for(results / name)
         assert _left(launcher.pid)["processes"] and _left(launcher.pid)["segments"] and _left(launcher.pid)["folders"]
         launcher.send_signal(sig)
-        out, err = launcher.communicate(timeout=CLEAN_WITHIN)
+        out, err = launcher.communicate(timeout=CLEAN_WITHIN)  # its stdout and stderr close when the job's processes are gone
+        assert _wait_clean(launcher.pid) < 2.0
     finally:
         launcher.kill()
         launcher.wait()
-    assert _wait_clean(launcher.pid) < 2.0
+        _remove_left(launcher.pid)
     assert launcher.returncode == (-9 if sig == signal.SIGKILL else 130)
     assert err == ("" if sig == signal.SIGKILL else "interrupted\n")  # nothing of the stopped processes
 
@@ -272,6 +287,12 @@ class Job:
                 return pid
         raise AssertionError(f"no {role} {index} among {_left(self.proc.pid)}")
 
+    def stop(self) -> None:
+        """Kill the launcher and whatever of its job is left (after a failed test)."""
+        self.proc.kill()
+        self.proc.wait()
+        _remove_left(self.proc.pid)
+
     def end(self, seconds: float) -> tuple[int, str, float]:
         """(exit code, stderr, seconds since it started) within ``seconds``; kills it past them."""
         try:
@@ -302,9 +323,9 @@ def test_launch_local_killed_leaves_nothing(parts, sig):
         assert len(left["processes"]) == 5 and len(left["segments"]) > 10 and len(left["folders"]) == 1  # 2 servers, 2 trainers, the guard
         job.proc.send_signal(sig)
         code, err, _ = job.end(15)
+        assert _wait_clean(job.proc.pid) < 3.0
     finally:
-        job.proc.kill()
-    assert _wait_clean(job.proc.pid) < 3.0
+        job.stop()
     if sig == signal.SIGTERM:
         assert (code, err) == (130, "dgl-zerocopy: interrupted\n")  # as Ctrl-C
     else:
@@ -321,9 +342,9 @@ def test_launch_local_with_a_killed_process_stops_within_seconds(parts, role):
         killed = time.monotonic()
         code, err, _ = job.end(30)
         ended_after = time.monotonic() - killed
+        assert _wait_clean(job.proc.pid) < 3.0
     finally:
-        job.proc.kill()
-    assert _wait_clean(job.proc.pid) < 3.0
+        job.stop()
     message = _one_message(err)
     assert code == 1
     what = "exited with code -9 \\(SIGKILL\\) while" if role == "server" else "failed with exit code -9 \\(SIGKILL\\)"
@@ -336,8 +357,8 @@ def test_launch_local_timeout_ends_the_job_on_time(parts):
     job = Job(parts, "--timeout", "15")
     try:
         code, err, took = job.end(60)
+        assert _wait_clean(job.proc.pid) < 3.0
     finally:
-        job.proc.kill()
-    assert _wait_clean(job.proc.pid) < 3.0
+        job.stop()
     assert _one_message(err) == "dgl-zerocopy: error: the job did not finish within its timeout of 15 s; stopped 4 processes"
     assert code == 1 and 15 < took < 15 + 8, took  # + the launcher's start (importing torch) and exit, 2-4 s each on 2 busy cores
