@@ -21,6 +21,7 @@ from conftest import REPO  # noqa: E402
 
 from dgl_zerocopy import DataLoader, FeatureStore  # noqa: E402
 from dgl_zerocopy.loading import dgl_options  # noqa: E402
+from dgl_zerocopy.loading.seeds import EpochOrder  # noqa: E402
 
 
 @pytest.fixture
@@ -135,10 +136,10 @@ def test_a_store_given_explicitly_is_the_one_the_prefetch_list_uses(graph, train
     assert explicit.features["feat"] is store and implicit.features["feat"] is store
 
 
-def test_a_missing_prefetch_name_or_edge_features_fail_at_construction(graph, train_idx):
+def test_a_missing_prefetch_name_fails_at_construction(graph, train_idx):
     with pytest.raises(KeyError, match="'h'"):
         DataLoader(graph, train_idx, dgl.dataloading.NeighborSampler([2], prefetch_node_feats=["h"]))
-    with pytest.raises(ValueError, match="edge features"):
+    with pytest.raises(KeyError, match="prefetch_edge_feats names 'w'"):
         DataLoader(graph, train_idx, dgl.dataloading.NeighborSampler([2], prefetch_edge_feats=["w"]))
 
 
@@ -170,26 +171,21 @@ def test_a_kept_feature_tensor_that_gets_overwritten_warns_once(graph, train_idx
 
 @pytest.mark.parametrize("drop_last", [False, True])
 @pytest.mark.parametrize("n,world", [(103, 3), (8, 4), (2, 3)])
-def test_ddp_split_follows_dgls_padding_and_drop_rules(graph, n, world, drop_last):
-    """The split alone (the 2-process run is in tests/test_ddp.py): one loader per rank, as each
-    process would hold, with the rank and world size torch.distributed would give."""
-    seeds = torch.arange(n) * 7 % graph.num_nodes()
-    ranks = []
-    for rank in range(world):
-        loader = DataLoader(graph, seeds, dgl.dataloading.NeighborSampler([2]), batch_size=4, shuffle=True, drop_last=drop_last, ddp_seed=11)
-        loader.use_ddp, loader.rank, loader.world_size = True, rank, world
-        ranks.append(loader)
+def test_seeded_ddp_split_deals_all_seeds_anew_each_epoch(n, world, drop_last):
+    """seed= (opt-in): every epoch one permutation of all seeds by ddp_seed, the same on every rank,
+    cut into equal parts (DGL's own split, the default, is tested in tests/test_dropin_uses.py)."""
+    ranks = [EpochOrder(n, 4, drop_last, True, ddp=(rank, world), seed=0, ddp_seed=11) for rank in range(world)]
     per_rank = n // world if drop_last else -(-n // world)
     for epoch in range(2):
-        parts = [loader.epoch_seeds(epoch) for loader in ranks]
+        parts = [order.next_epoch(epoch) for order in ranks]
         assert {len(p) for p in parts} == {per_rank}
-        assert len({len(loader) for loader in ranks}) == 1, "every rank has as many batches"
+        assert len({len(order) for order in ranks}) == 1, "every rank has as many batches"
         together = torch.cat(parts)
         if drop_last:
             assert len(set(together.tolist())) == len(together) == per_rank * world  # disjoint, the rest dropped
         else:
-            assert set(together.tolist()) == set(seeds.tolist())  # covered; the padding repeats seeds
-    assert not torch.equal(ranks[0].epoch_seeds(0), ranks[0].epoch_seeds(1)) or n < 4, "reshuffled every epoch"
+            assert set(together.tolist()) == set(range(n))  # covered; the padding repeats seeds
+    assert not torch.equal(ranks[0].next_epoch(0), ranks[0].next_epoch(1)) or n < 4, "reshuffled every epoch"
 
 
 def _children():

@@ -1,11 +1,11 @@
 """DGL's DataLoader arguments, mapped to what :class:`~dgl_zerocopy.loading.loader.DataLoader` does:
-the torch keywords it forwards, its prefetcher, UVA and ``gpu_cache`` options, the sampler's own
-prefetch lists, and what the installed DGL can do (CUDA graphs or not). CPU only.
+the torch keywords it forwards, its prefetcher, UVA and ``gpu_cache`` options, and what the
+installed DGL can do (CUDA graphs or not); messages said once. CPU only.
 """
 
 from __future__ import annotations
 
-import copy
+import logging
 import warnings
 from collections.abc import Mapping
 
@@ -18,6 +18,7 @@ WORKER_KWARGS = ("num_workers", "persistent_workers", "worker_init_fn", "prefetc
 OTHER_TORCH_KWARGS = ("pin_memory", "pin_memory_device", "in_order")
 
 _WARNED: set[str] = set()
+_LOGGED: set[str] = set()
 
 
 def is_dgl_sampler(sampler) -> bool:
@@ -25,25 +26,6 @@ def is_dgl_sampler(sampler) -> bool:
     ``object`` defined in DGL): those return only node ids of the graph they sample. A subclass of
     one's own may override anything, so it does not count."""
     return all(cls is object or cls.__module__.split(".")[0] == "dgl" for cls in type(sampler).__mro__)
-
-
-def without_prefetch_lists(sampler) -> tuple:
-    """A copy of ``sampler`` that leaves node data alone, and the names it would have prefetched
-    (node features, labels). DGL's samplers mark those names on the blocks for its own loader to
-    fill; here the loader fills them. Edge features are not served: an error says what to do."""
-    feats = list(getattr(sampler, "prefetch_node_feats", None) or [])
-    labels = list(getattr(sampler, "prefetch_labels", None) or [])
-    edge_feats = list(getattr(sampler, "prefetch_edge_feats", None) or [])
-    if edge_feats:
-        raise ValueError(
-            f"the sampler prefetches edge features {edge_feats}, which dgl_zerocopy.DataLoader does not gather; "
-            "index graph.edata[name] with each block's edata[dgl.EID] yourself, or use DGL's DataLoader"
-        )
-    if not feats and not labels:
-        return sampler, ([], [])
-    sampler = copy.copy(sampler)  # the caller's sampler may also serve DGL's own loader: leave it as it is
-    sampler.prefetch_node_feats, sampler.prefetch_labels = [], []
-    return sampler, (feats, labels)
 
 
 def apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread, pin_prefetcher, use_uva, gpu_cache, kwargs: Mapping) -> int:
@@ -93,6 +75,14 @@ def warn_once(key: str, message: str) -> None:
     if key not in _WARNED:
         _WARNED.add(key)
         warnings.warn(message, stacklevel=4)
+
+
+def log_once(key: str, message: str, logger: logging.Logger) -> None:
+    """``message`` at INFO level on ``logger``, once per process for ``key``: what the loader does
+    in a case its fast path does not serve (it still gives DGL's result)."""
+    if key not in _LOGGED:
+        _LOGGED.add(key)
+        logger.info(message)
 
 
 def dgl_has_cuda() -> bool:

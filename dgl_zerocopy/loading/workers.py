@@ -23,23 +23,7 @@ from __future__ import annotations
 import traceback
 from collections.abc import Iterator
 
-import torch
-
 from .timing import StageTimer
-
-
-class SampleBatches(torch.utils.data.Dataset):
-    """Batch ``i`` of an epoch, sampled (in a torch DataLoader worker process). ``order`` is in
-    shared memory: the loader rewrites it every epoch and persistent workers see the new order."""
-
-    def __init__(self, graph, sampler, order: torch.Tensor, batch_size: int, num_batches: int) -> None:
-        self.graph, self.sampler, self.order, self.batch_size, self.num_batches = graph, sampler, order, batch_size, num_batches
-
-    def __len__(self) -> int:
-        return self.num_batches
-
-    def __getitem__(self, i: int):
-        return self.sampler.sample(self.graph, self.order[i * self.batch_size : (i + 1) * self.batch_size])
 
 
 def identity(item):
@@ -47,8 +31,10 @@ def identity(item):
     return item
 
 
-def sampled_batches(workers: torch.utils.data.DataLoader, timer: StageTimer) -> Iterator:
-    """``enumerate(workers)``, with the wait for each item timed as ``sample``. Close it from the
+def sampled_batches(workers, timer: StageTimer) -> Iterator:
+    """``enumerate(workers)``, with the wait for each item timed as ``sample``. ``workers``: the torch
+    DataLoader, or its iterator already made (the loader makes it where DGL's loader does, on the
+    thread that starts the epoch; this generator is then its only holder). Close it from the
     thread that iterates it (or once that thread has stopped) to stop non-persistent processes."""
     tasks = enumerate(workers)
     while True:
@@ -56,7 +42,7 @@ def sampled_batches(workers: torch.utils.data.DataLoader, timer: StageTimer) -> 
             try:
                 task = next(tasks, None)
             except BaseException as error:
-                del tasks  # with torch's frames below, the last holders of its iterator
+                del tasks, workers  # with torch's frames below, the last holders of its iterator
                 _clear_finished_frames(error)
                 raise
         if task is None:
