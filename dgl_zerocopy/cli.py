@@ -2,7 +2,7 @@
 
 User mistakes (unknown names, malformed values, bad config files) print one line saying what is
 wrong and what is allowed, and exit with code 2, without a traceback. Ctrl-C prints
-``dgl-zerocopy: interrupted`` and exits with code 130; ``train`` does the same on SIGTERM (what
+``dgl-zerocopy: interrupted`` and exits with code 130; ``train`` and ``launch-local`` do the same on SIGTERM (what
 ``timeout``, ``kill`` and Slurm send) and SIGHUP (a closed terminal), with code 128 + the signal's
 number (143, 129), after stopping its processes and removing its temporary folder. A ``train
 --nproc`` rank killed by a signal ends the job with one line naming the rank and the signal, code 1.
@@ -127,7 +127,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "launch-local":
             from .dist.commands import launch_local
 
-            return launch_local(args)
+            with _signals_unwind():
+                return launch_local(args)
         if args.command == "info":
             from .training.info import environment_report
 

@@ -327,7 +327,7 @@ def test_launch_local_killed_leaves_nothing(parts, sig):
     finally:
         job.stop()
     if sig == signal.SIGTERM:
-        assert (code, err) == (130, "dgl-zerocopy: interrupted\n")  # as Ctrl-C
+        assert (code, err) == (143, "dgl-zerocopy: interrupted\n")  # as Ctrl-C, with 128 + SIGTERM as train gives
     else:
         assert (code, err) == (-9, "")
 
@@ -362,3 +362,29 @@ def test_launch_local_timeout_ends_the_job_on_time(parts):
         job.stop()
     assert _one_message(err) == "dgl-zerocopy: error: the job did not finish within its timeout of 15 s; stopped 4 processes"
     assert code == 1 and 15 < took < 15 + 8, took  # + the launcher's start (importing torch) and exit, 2-4 s each on 2 busy cores
+
+
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
+def test_the_launch_local_command_unwinds_sigterm_and_sighup_as_train_does(tmp_path, sig):
+    # In a subprocess: without the handler, the signal would end pytest itself.
+    code = f"""
+import os, signal, sys, time
+import dgl_zerocopy.dist.commands as commands
+from dgl_zerocopy.cli import main
+
+def launch_local(args):
+    try:
+        os.kill(os.getpid(), {int(sig)})
+        time.sleep(30)
+    finally:
+        open({str(tmp_path / "unwound")!r}, "w").close()
+
+commands.launch_local = launch_local
+code = main(["launch-local", "--parts", "2", "--", "train", "--dist", "x"])
+assert signal.getsignal({int(sig)}) is signal.SIG_DFL, "the handler outlived the command"
+sys.exit(code)
+"""
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert r.returncode == 128 + sig, r.stderr
+    assert r.stderr.splitlines() == ["dgl-zerocopy: interrupted"], r.stderr
+    assert (tmp_path / "unwound").exists(), "the launcher's finally clauses did not run"

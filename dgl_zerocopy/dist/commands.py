@@ -3,10 +3,10 @@
 :mod:`dgl_zerocopy.cli` parses the flags and calls these; user mistakes raise ``ConfigError``
 (one line, exit code 2).
 """
+
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 
 from ..training.config import ConfigError, TrainConfig
@@ -54,15 +54,18 @@ def train(cfg: TrainConfig, part_dir: str, ip_config: str | None, on_epoch, prog
 
 def launch_local(args: argparse.Namespace) -> int:
     """``dgl-zerocopy launch-local --parts K -- train ... --dist OUT``: servers and trainers on 127.0.0.1."""
-    from .local_cluster import ClusterError, launch_local as run
+    from .local_cluster import ClusterError
+    from .local_cluster import launch_local as run
     from .partition import load_partition_info
 
     command = list(args.argv)
     if command and command[0] == "--":
         command = command[1:]
     if not command or command[0] != "train":
-        raise ConfigError(f"launch-local runs `train ... --dist OUT` after `--`, but got {' '.join(command) or 'nothing'!r}; "
-                          f"e.g. dgl-zerocopy launch-local --parts 2 -- train --dist parts/ --epochs 3")
+        raise ConfigError(
+            f"launch-local runs `train ... --dist OUT` after `--`, but got {' '.join(command) or 'nothing'!r}; "
+            f"e.g. dgl-zerocopy launch-local --parts 2 -- train --dist parts/ --epochs 3"
+        )
     dist = _flag_value(command, "--dist")
     if dist is None:
         raise ConfigError("the train command after `--` needs --dist OUT, the folder written by `dgl-zerocopy partition`")
@@ -74,22 +77,15 @@ def launch_local(args: argparse.Namespace) -> int:
         raise ConfigError(f"--parts {args.parts} but {str(info.folder)!r} holds {info.num_parts} partitions; pass --parts {info.num_parts}")
     if "--no-progress" not in command:
         command.append("--no-progress")
-    # SIGTERM (a scheduler, a test's timeout) unwinds like Ctrl-C, so the launcher stops its processes.
-    previous = signal.signal(signal.SIGTERM, _terminated)
+    # SIGTERM/SIGHUP (a scheduler, a closed terminal) unwind like Ctrl-C: cli.main wraps this call
+    # in its handler, so the launcher's finally stops every process (exit code 128 + the signal's).
     try:
-        job = run([sys.executable, "-m", "dgl_zerocopy.cli", *command], info.part_config, info.num_parts, timeout=args.timeout,
-                  log_dir=args.log_dir)
+        job = run([sys.executable, "-m", "dgl_zerocopy.cli", *command], info.part_config, info.num_parts, timeout=args.timeout, log_dir=args.log_dir)
     except ClusterError as e:
         print(f"dgl-zerocopy: error: {e}", file=sys.stderr)
         return 1
-    finally:
-        signal.signal(signal.SIGTERM, previous)
     print(f"launch-local: {info.num_parts} server(s) and {info.num_parts} trainer(s) on 127.0.0.1 finished in {job.seconds:.1f} s")
     return 0
-
-
-def _terminated(signum, frame) -> None:
-    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _flag_value(argv: list[str], flag: str) -> str | None:
@@ -99,4 +95,3 @@ def _flag_value(argv: list[str], flag: str) -> str | None:
         if arg.startswith(flag + "="):
             return arg.split("=", 1)[1]
     return None
-
