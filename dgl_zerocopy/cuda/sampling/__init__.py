@@ -1,0 +1,15 @@
+"""The neighbour-sampling kernels (``kernels/sample.cu``), beside :mod:`..gather`.
+
+- :mod:`.api`: ``sample_csc`` and ``SampledCSC``, the one entry point, its checks and backends.
+- :mod:`.rng`: the counter-based RNG in NumPy, the kernel's ``sample_rng.cuh`` bit for bit.
+- :mod:`.reference`: the algorithm in NumPy (backend ``"reference"``).
+- :mod:`.instantiations`, :mod:`.launch`: template arguments, launch plan (GPU and emulator alike).
+- :mod:`.launcher`: the CuPy launcher (backend ``"cuda"``); :mod:`.emulator`: the g++ build run on
+  the CPU (backend ``"emulator"``); :mod:`.pcie_model`: link requests and bytes per sampled edge.
+
+Importing this package imports no CuPy.
+"""
+
+from dgl_zerocopy.cuda.sampling.api import BACKENDS, SampledCSC, sample_csc
+
+__all__ = ["BACKENDS", "SampledCSC", "sample_csc"]

@@ -1,0 +1,227 @@
+"""sample_csc (dgl_zerocopy.cuda.sampling): the reference and the emulated kernel, against the
+sampling contract, against each other (exactly), and against DGL's sampler."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from dgl_zerocopy.cuda.sampling import SampledCSC, rng, sample_csc
+
+CPU_BACKENDS = ["reference"]
+FANOUTS = [1, 3, 15, -1]
+
+
+def power_law_csc(num_nodes: int, *, dtype: torch.dtype = torch.int64, seed: int = 0, max_degree: int = 200):
+    """An in-edge CSC with a heavy-tailed degree distribution, isolated nodes included."""
+    gen = np.random.default_rng(seed)
+    deg = np.minimum(gen.zipf(1.8, num_nodes) - 1, max_degree)
+    deg[::17] = 0
+    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
+    np.cumsum(deg, out=indptr[1:])
+    indices = gen.integers(0, num_nodes, int(indptr[-1]))
+    return torch.from_numpy(indptr).to(dtype), torch.from_numpy(indices).to(dtype)
+
+
+def check_contract(indptr, indices, seeds, fanout, replace, result: SampledCSC) -> None:
+    """Every property the contract promises, seed by seed."""
+    assert isinstance(result, SampledCSC)
+    assert result.indptr.dtype == torch.int64 and result.pos.dtype == torch.int64
+    assert result.src.dtype == indices.dtype
+    assert len(result.indptr) == len(seeds) + 1 and int(result.indptr[0]) == 0
+    assert len(result.src) == len(result.pos) == int(result.indptr[-1])
+    assert torch.equal(result.src, indices[result.pos])
+    for i, v in enumerate(seeds.tolist()):
+        start, end = int(indptr[v]), int(indptr[v + 1])
+        deg = end - start
+        picks = result.pos[int(result.indptr[i]) : int(result.indptr[i + 1])].tolist()
+        expected = deg if fanout == -1 else (fanout if deg else 0) if replace else min(deg, fanout)
+        assert len(picks) == expected, (v, deg, fanout, replace)
+        assert picks == sorted(picks)
+        assert all(start <= p < end for p in picks)
+        if fanout == -1 or (not replace and deg <= fanout):
+            assert picks == list(range(start, end))
+        elif not replace:
+            assert len(set(picks)) == len(picks)
+
+
+# --------------------------------------------------------------------------- the RNG
+
+
+def test_rng_equals_python_integer_arithmetic():
+    """mix, mulhi and the keyed draws are the 64-bit formulas of kernels/sample_rng.cuh."""
+    mask = (1 << 64) - 1
+
+    def mix(z: int) -> int:
+        z ^= z >> 30
+        z = z * 0xBF58476D1CE4E5B9 & mask
+        z ^= z >> 27
+        z = z * 0x94D049BB133111EB & mask
+        return z ^ z >> 31
+
+    gen = random.Random(1)
+    a = [gen.getrandbits(64) for _ in range(500)] + [0, mask, 1 << 63]
+    b = [gen.getrandbits(64) for _ in range(500)] + [mask, mask, 3]
+    assert rng.mulhi(np.array(a, np.uint64), np.array(b, np.uint64)).tolist() == [x * y >> 64 for x, y in zip(a, b)]
+    assert rng.mix(np.array(a, np.uint64)).tolist() == [mix(x) for x in a]
+    seed = mask - 5  # the additions wrap
+    keys = rng.row_key(seed, np.arange(4))
+    assert keys.tolist() == [mix((mix((seed + rng.GOLDEN) & mask) + (i + 1) * rng.GOLDEN) & mask) for i in range(4)]
+    assert rng.draw(keys, 7).tolist() == [mix((k + 8 * rng.GOLDEN) & mask) for k in keys.tolist()]
+    assert rng.uniform(rng.draw(keys, 0), np.int64(10)).max() < 10
+
+
+# --------------------------------------------------------------------------- the contract
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("fanout", FANOUTS)
+def test_contract_on_power_law_graph(backend, dtype, replace, fanout):
+    indptr, indices = power_law_csc(400, dtype=dtype)
+    seeds = torch.randperm(400, generator=torch.Generator().manual_seed(2))[:150].to(dtype)
+    result = sample_csc(indptr, indices, seeds, fanout, replace=replace, seed=11, backend=backend)
+    check_contract(indptr, indices, seeds, fanout, replace, result)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("replace", [False, True])
+def test_isolated_duplicate_and_empty_seeds(backend, replace):
+    indptr = torch.tensor([0, 0, 6, 6, 40])  # nodes 0 and 2 isolated, 1 of degree 6, 3 of 34
+    indices = torch.arange(40) % 4
+    seeds = torch.tensor([0, 3, 3, 2, 1, 3, 0])
+    result = sample_csc(indptr, indices, seeds, 4, replace=replace, seed=5, backend=backend)
+    check_contract(indptr, indices, seeds, 4, replace, result)
+    counts = result.indptr.diff().tolist()
+    assert counts[0] == counts[3] == counts[6] == 0
+    # Duplicates are sampled independently (their position in seeds keys the RNG).
+    picks = [result.pos[int(result.indptr[i]) : int(result.indptr[i + 1])].tolist() for i in (1, 2, 5)]
+    assert picks[0] != picks[1] or picks[1] != picks[2]
+    empty = sample_csc(indptr, indices, seeds[:0], 4, replace=replace, backend=backend)
+    assert empty.indptr.tolist() == [0] and len(empty.src) == len(empty.pos) == 0
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_reproducible_per_seed_and_different_seeds_differ(backend):
+    indptr, indices = power_law_csc(300, seed=3)
+    seeds = torch.arange(300)
+    first = sample_csc(indptr, indices, seeds, 5, seed=42, backend=backend)
+    again = sample_csc(indptr, indices, seeds, 5, seed=42, backend=backend)
+    other = sample_csc(indptr, indices, seeds, 5, seed=43, backend=backend)
+    assert all(torch.equal(a, b) for a, b in zip(first, again))
+    assert torch.equal(first.indptr, other.indptr) and not torch.equal(first.pos, other.pos)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_node_of_degree_one_million(backend):
+    """A hub's picks cost fanout draws, never a pass over its neighbours; int32 ids."""
+    deg = 1_000_000
+    indptr = torch.tensor([0, 3, 3 + deg], dtype=torch.int32)
+    indices = torch.arange(3 + deg, dtype=torch.int32)
+    seeds = torch.tensor([1, 0, 1], dtype=torch.int32)
+    for replace in (False, True):
+        result = sample_csc(indptr, indices, seeds, 300, replace=replace, seed=9, backend=backend)
+        check_contract(indptr, indices, seeds, 300, replace, result)
+        hub = result.pos[:300]
+        assert hub.min() < 3 + deg // 10 and hub.max() > 3 + deg - deg // 10  # spread over the range
+
+
+# --------------------------------------------------------------------------- uniformity
+
+
+def test_picks_uniform_over_positions_chi_square():
+    """Over 4000 RNG seeds, each position of a degree-40 hub is picked equally often."""
+    stats = pytest.importorskip("scipy.stats")
+    deg, fanout, trials = 40, 6, 4000
+    indptr = torch.tensor([0, deg])
+    indices = torch.arange(deg)
+    for replace in (False, True):
+        hits = np.zeros(deg, dtype=np.int64)
+        for s in range(trials):
+            result = sample_csc(indptr, indices, torch.tensor([0]), fanout, replace=replace, seed=s, backend="reference")
+            np.add.at(hits, result.pos.numpy(), 1)
+        assert hits.sum() == trials * fanout
+        assert stats.chisquare(hits).pvalue > 1e-4, (replace, hits)
+
+
+def test_subsets_uniform_without_replacement():
+    """Floyd's algorithm gives every 3-subset of 7 positions the same chance (35 subsets), across
+    RNG seeds and across positions in seeds (both key the draws)."""
+    stats = pytest.importorskip("scipy.stats")
+    indptr = torch.tensor([0, 7])
+    indices = torch.arange(7)
+    seeds = torch.zeros(200, dtype=torch.int64)
+    subsets = {s: 0 for s in itertools.combinations(range(7), 3)}
+    for s in range(40):
+        result = sample_csc(indptr, indices, seeds, 3, seed=s, backend="reference")
+        for picks in result.pos.view(-1, 3).tolist():
+            subsets[tuple(picks)] += 1
+    counts = np.array(list(subsets.values()))
+    assert counts.min() > 0 and stats.chisquare(counts).pvalue > 1e-4, counts
+
+
+# --------------------------------------------------------------------------- against DGL
+
+
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("fanout", [2, 10, -1])
+def test_agrees_with_dgl_sample_neighbors(dtype, fanout):
+    """Per-seed counts equal DGL's; where DGL takes every in-edge, the same edges."""
+    dgl = pytest.importorskip("dgl")
+    gen = torch.Generator().manual_seed(4)
+    src = torch.randint(0, 500, (4000,), generator=gen)
+    dst = (torch.rand(4000, generator=gen) ** 3 * 500).long()  # skewed in-degrees
+    g = dgl.graph((src, dst), num_nodes=500, idtype=dtype)
+    indptr, indices, eids = g.adj_tensors("csc")
+    seeds = torch.randperm(500, generator=gen)[:200].to(dtype)
+    ours = sample_csc(indptr, indices, seeds, fanout, seed=3, backend="reference")
+    frontier = dgl.sampling.sample_neighbors(g, seeds, fanout)
+    f_src, f_dst = frontier.edges()
+    f_eid = frontier.edata[dgl.EID]
+    for i, v in enumerate(seeds.tolist()):
+        ours_pos = ours.pos[int(ours.indptr[i]) : int(ours.indptr[i + 1])]
+        theirs = f_eid[f_dst == v]
+        assert len(ours_pos) == len(theirs)
+        ours_eid = eids[ours_pos]
+        assert torch.equal(g.find_edges(ours_eid)[1], torch.full_like(ours_eid, v).to(dtype))
+        if fanout == -1 or g.in_degrees(v) <= fanout:
+            assert sorted(ours_eid.tolist()) == sorted(theirs.tolist())
+    assert torch.equal(ours.src, g.find_edges(eids[ours.pos])[0])
+    assert len(f_src) == len(ours.src)
+
+
+# --------------------------------------------------------------------------- bad input
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_bad_seed_ids_raise_index_error(backend):
+    indptr, indices = power_law_csc(50)
+    for bad in (50, -1, 1 << 40):
+        with pytest.raises(IndexError, match=rf"seed node id {bad} is out of range.*50 nodes"):
+            sample_csc(indptr, indices, torch.tensor([0, bad, 3]), 5, backend=backend)
+
+
+def test_bad_arguments_name_the_value():
+    indptr, indices = power_law_csc(20)
+    seeds = torch.arange(5)
+    with pytest.raises(ValueError, match="fanout must be an int >= 1 or -1.*0"):
+        sample_csc(indptr, indices, seeds, 0, backend="reference")
+    with pytest.raises(ValueError, match="fanout.*True"):
+        sample_csc(indptr, indices, seeds, True, backend="reference")
+    with pytest.raises(ValueError, match=r"seed must be in \[0, 2\*\*64\).*-1"):
+        sample_csc(indptr, indices, seeds, 3, seed=-1, backend="reference")
+    with pytest.raises(ValueError, match="backend must be one of.*'gpu'"):
+        sample_csc(indptr, indices, seeds, 3, backend="gpu")
+    with pytest.raises(TypeError, match="indices must be int32 or int64.*float32"):
+        sample_csc(indptr, indices.float(), seeds, 3, backend="reference")
+    with pytest.raises(ValueError, match="seeds must be 1-D.*"):
+        sample_csc(indptr, indices, seeds.view(1, -1), 3, backend="reference")
+    with pytest.raises(ValueError, match="indptr.*empty"):
+        sample_csc(indptr[:0], indices, seeds[:0], 3, backend="reference")
+    with pytest.raises(ValueError, match=r"indptr\[-1\] is .* but indices has only"):
+        sample_csc(indptr, indices[:-1], seeds, 3, backend="reference")
