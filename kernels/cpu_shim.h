@@ -72,6 +72,11 @@ inline float zc_emu_flush(float x) { return x; }
 inline float __fmul_rn(float a, float b) { return zc_emu_flush(zc_emu_flush(a) * zc_emu_flush(b)); }
 inline float __fadd_rn(float a, float b) { return zc_emu_flush(zc_emu_flush(a) + zc_emu_flush(b)); }
 
+// The high 64 bits of a 64 x 64-bit product (the sampling kernels' RNG, sample_rng.cuh).
+inline unsigned long long __umul64hi(unsigned long long a, unsigned long long b) {
+  return (unsigned long long)(((unsigned __int128)a * b) >> 64);
+}
+
 // codecs.cuh's multiply and add that keep subnormals under -ftz=true (PTX mul.rn.f32/add.rn.f32).
 inline float zc_mul_rn(float a, float b) { return a * b; }
 inline float zc_add_rn(float a, float b) { return a + b; }

@@ -10,9 +10,10 @@ import numpy as np
 import pytest
 import torch
 
-from dgl_zerocopy.cuda.sampling import SampledCSC, rng, sample_csc
+from dgl_zerocopy.cuda.sampling import SampledCSC, instantiations, rng, sample_csc
+from dgl_zerocopy.cuda.sampling.emulator import emulate_sample
 
-CPU_BACKENDS = ["reference"]
+CPU_BACKENDS = ["reference", "emulator"]
 FANOUTS = [1, 3, 15, -1]
 
 
@@ -129,6 +130,60 @@ def test_node_of_degree_one_million(backend):
         check_contract(indptr, indices, seeds, 300, replace, result)
         hub = result.pos[:300]
         assert hub.min() < 3 + deg // 10 and hub.max() > 3 + deg - deg // 10  # spread over the range
+
+
+# --------------------------------------------------------------------------- emulator == reference
+
+
+def assert_same(a: SampledCSC, b: SampledCSC) -> None:
+    for name, x, y in zip(SampledCSC._fields, a, b):
+        assert x.dtype == y.dtype and torch.equal(x, y), name
+
+
+@pytest.mark.parametrize("indptr_dtype", [torch.int32, torch.int64])
+@pytest.mark.parametrize("indices_dtype", [torch.int32, torch.int64])
+def test_emulator_equals_reference_exactly(indptr_dtype, indices_dtype):
+    """Many graphs, seeds, fanouts and RNG seeds, every dtype pairing, with and without
+    replacement: the kernels (g++) return the reference's picks bit for bit."""
+    gen = np.random.default_rng(7)
+    for case in range(12):
+        indptr, indices = power_law_csc(int(gen.integers(1, 600)), seed=case, max_degree=int(gen.choice([3, 40, 400])))
+        indptr, indices = indptr.to(indptr_dtype), indices.to(indices_dtype)
+        num_nodes = len(indptr) - 1
+        seeds = torch.from_numpy(gen.integers(0, num_nodes, int(gen.integers(0, 700)))).to(indices_dtype)
+        fanout = int(gen.choice([1, 2, 5, 15, 64, 300, -1]))
+        replace = bool(case % 2)
+        seed = int(gen.integers(0, 1 << 63)) * 2 + case % 2  # the whole uint64 range
+        args = (indptr, indices, seeds, fanout)
+        assert_same(sample_csc(*args, replace=replace, seed=seed, backend="emulator"), sample_csc(*args, replace=replace, seed=seed, backend="reference"))
+
+
+def test_emulator_grid_cap_and_fetch_variants_agree():
+    """A capped grid (grid-stride loops) and the per-seed fetch give the same result."""
+    indptr, indices = power_law_csc(500, seed=5)
+    seeds = torch.arange(500)
+    expected = sample_csc(indptr, indices, seeds, 7, seed=1, backend="reference")
+    for kwargs in (dict(max_blocks=1), dict(fetch_variant="per_seed"), dict(max_blocks=2, fetch_variant="per_seed")):
+        assert_same(SampledCSC(*emulate_sample(indptr, indices, seeds, 7, seed=1, **kwargs)), expected)
+
+
+def test_emulated_kernel_flags_bad_seeds():
+    """Without the Python range check (as on CUDA), the bounds pass finds a bad seed and the
+    driver raises IndexError naming it, after reading it with the total."""
+    indptr, indices = power_law_csc(30)
+    for bad in (30, -4):
+        with pytest.raises(IndexError, match=rf"seed node id {bad} is out of range.*30 nodes"):
+            emulate_sample(indptr, indices, torch.tensor([1, 2, bad, 5]), 3)
+
+
+def test_instantiations():
+    names = instantiations.all_name_expressions()
+    assert len(names) == len(set(names)) == 10
+    assert "sample_bounds<int, long long>" in names and "sample_fetch<long long>" in names
+    with pytest.raises(ValueError, match="indices must be 4 .* or 8 .* but got 2"):
+        instantiations.fetch_name(2)
+    with pytest.raises(ValueError, match="variant must be one of"):
+        instantiations.fetch_name(4, "warp")
 
 
 # --------------------------------------------------------------------------- uniformity

@@ -34,6 +34,7 @@ __all__ = [
     "FLOAT_OPS",
     "RECORD_DTYPE",
     "build_emulator",
+    "build_library",
     "convert",
     "emulator_cache_dir",
     "emulator_flushes_subnormals",
@@ -110,7 +111,15 @@ def _cxx_flags() -> tuple[str, ...]:
 
 
 def build_emulator() -> Path:
-    """Build (or find in the cache) the emulator library and return its path.
+    """Build (or find in the cache) the emulator library of the gather kernels and return its path
+    (:func:`build_library` of ``gather.cu`` and its entry points)."""
+    return build_library("gather", _translation_unit())
+
+
+def build_library(stem: str, source: str) -> Path:
+    """Build (or find in the cache) the library g++ makes of ``source`` (a translation unit that
+    includes ``cpu_shim.h`` and a kernel source of ``kernels/``) and return its path, named
+    ``{stem}-{hash}.so``; the sampling kernels' emulator builds through this too.
 
     The library is compiled into a temporary file in the cache directory and renamed into place,
     so concurrent builders never load a half-written file. A cache directory that cannot be used
@@ -120,20 +129,19 @@ def build_emulator() -> Path:
         RuntimeError: no compiler, or the compilation failed (the message holds its output).
     """
     cxx, version = _compiler()
-    source = _translation_unit()
     include = kernel_dir()
     key = hashlib.sha256("\0".join([kernel_sources_digest(), source, " ".join(_cxx_flags()), cxx, version]).encode()).hexdigest()[:24]
-    target = _usable_cache_dir() / f"gather-{key}.so"
+    target = _usable_cache_dir() / f"{stem}-{key}.so"
     if target.is_file():
         if _whole_elf(target):
             return target
         # dlopen of a library cut short dies of SIGBUS, beyond any except: checked before loading.
         warnings.warn(f"the cached CPU emulator {str(target)!r} is damaged (cut short); building it again", stacklevel=2)
         target.unlink(missing_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".gather-", suffix=".so.tmp")
+    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{stem}-", suffix=".so.tmp")
     os.close(fd)
     command = [cxx, *_cxx_flags(), "-I", str(include), "-x", "c++", "-", "-o", tmp]
-    logger.info("building the CPU emulator of kernels/gather.cu into %s", target)
+    logger.info("building the CPU emulator %s into %s", stem, target)
     try:
         result = subprocess.run(command, input=source, capture_output=True, text=True)
         if result.returncode != 0:

@@ -1,0 +1,216 @@
+// Uniform neighbour sampling of one layer from an in-edge CSC that may live in pinned host memory
+// (read zero-copy over PCIe) or in device memory: dgl_zerocopy/cuda/sampling (sample_csc).
+//
+// For seed i (node v = seeds[i], in-edges at CSC positions [lo, lo + deg)):
+//   fanout == -1, or deg <= fanout without replacement:  every position, in order ("takes all");
+//   without replacement, deg > fanout:  Floyd's algorithm, a uniform fanout-subset of [0, deg);
+//   with replacement, deg > 0:          fanout independent uniform positions;
+// each seed's picks sorted by position, the random numbers those of sample_rng.cuh, keyed by
+// (seed, i, draw index): the same as the NumPy reference, exactly.
+//
+// Four passes, launched by the host in order on one stream (the plan: dgl_zerocopy/cuda/sampling/
+// launch.py); only the marked loads read the CSC, i.e. cross PCIe when it is pinned host memory:
+//   1. sample_bounds: thread per (seed, end): bounds[2i + b] = indptr[v + b]          [reads indptr]
+//      Lanes 2i and 2i+1 of a warp read the two adjacent offsets of a seed in one instruction:
+//      one request per seed (two when the pair straddles a 128-byte line), not two.
+//   2. sample_count: thread per seed: counts[i] = its number of picks.
+//      The host scans counts into out_indptr and reads the total back: the one synchronisation.
+//   3. sample_pick: thread per sampling seed: its sorted picked positions into pos[out_indptr[i]..].
+//      Device memory only: the picks are chosen from deg alone, so a hub of degree 10^6 costs
+//      fanout draws, never a pass over its neighbours.
+//   4. sample_fetch: thread per output edge: src[e] = indices[pos[e]]                [reads indices]
+//      Consecutive lanes take consecutive picks of a seed, sorted: the picks of one seed that
+//      share a 128-byte line cost one request. (sample_fetch_per_seed, a thread per seed, is
+//      the comparison point of the PCIe model, as gather_naive is for the gather.)
+//
+// Seeds outside [0, num_nodes) are not read: their bounds are [0, 0) (no picks), and the
+// position of one of them goes to *bad, which the host reads together with the total.
+//
+// No __syncthreads, shuffles or atomics: the CPU emulator runs threads one after another. Loops
+// over traced loads are per warp (all lanes iterate together) so that the emulator can group a
+// warp's loads into instructions, as for the gather kernels.
+
+#include "gather_common.cuh"
+#include "sample_rng.cuh"
+
+__device__ __forceinline__ bool zc_takes_all(long long deg, int fanout, int replace) {
+  return fanout < 0 || (replace == 0 && deg <= (long long)fanout);
+}
+
+__device__ __forceinline__ long long zc_pick_count(long long deg, int fanout, int replace) {
+  if (fanout < 0) {
+    return deg;
+  }
+  if (replace != 0) {
+    return deg > 0 ? (long long)fanout : 0;
+  }
+  return deg < (long long)fanout ? deg : (long long)fanout;
+}
+
+// Pass 1. bounds holds 2 * num_seeds int64 (device memory); *bad starts at -1.
+template <typename PtrT, typename SeedT>
+__global__ void sample_bounds(const PtrT* __restrict__ indptr, long long num_nodes,
+                              const SeedT* __restrict__ seeds, long long num_seeds,
+                              long long* __restrict__ bounds, long long* __restrict__ bad) {
+  const long long lane = (long long)(threadIdx.x & 31u);
+  const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x - lane;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long entries = 2 * num_seeds;
+  for (long long base = first; base < entries; base += stride) {
+    const long long t = base + lane;
+    const bool active = t < entries;
+    const long long tt = active ? t : base;  // masked lanes still walk the load site
+    const long long v = (long long)seeds[tt >> 1];
+    const bool valid = v >= 0 && v < num_nodes;
+    if (active && !valid) {
+      *bad = tt >> 1;  // any bad position will do: every writer writes one
+    }
+    const PtrT value = zc_load_if(indptr + (valid ? v : 0) + (tt & 1), active && valid);
+    if (active) {
+      bounds[t] = valid ? (long long)value : 0;
+    }
+  }
+}
+
+// Pass 2. counts: num_seeds int64, the scan's input.
+__global__ void sample_count(const long long* __restrict__ bounds, long long num_seeds, int fanout,
+                             int replace, long long* __restrict__ counts) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < num_seeds; i += stride) {
+    counts[i] = zc_pick_count(bounds[2 * i + 1] - bounds[2 * i], fanout, replace);
+  }
+}
+
+// The first index in the sorted p[0, n) whose value is >= t (lower) or > t (upper).
+__device__ __forceinline__ long long zc_search(const long long* p, long long n, long long t, bool upper) {
+  long long low = 0;
+  long long high = n;
+  while (low < high) {
+    const long long mid = (low + high) >> 1;
+    if (p[mid] < t || (upper && p[mid] == t)) {
+      low = mid + 1;
+    } else {
+      high = mid;
+    }
+  }
+  return low;
+}
+
+// p[at] = t, p[at .. n) moved up by one.
+__device__ __forceinline__ void zc_insert(long long* p, long long n, long long at, long long t) {
+  for (long long k = n; k > at; --k) {
+    p[k] = p[k - 1];
+  }
+  p[at] = t;
+}
+
+// Pass 3. Each sampling seed's picks are built sorted in place in pos[out_indptr[i] ..]:
+// without replacement (Floyd), draw d chooses t in [0, j], j = deg - fanout + d, and keeps t, or j
+// when t is already kept; j exceeds every earlier pick (they are <= j - 1), so it goes last. A
+// binary search tests membership and places t. With replacement, each draw is inserted after its
+// equals. O(fanout log fanout) comparisons and at most fanout^2 / 2 moves in device memory.
+__global__ void sample_pick(const long long* __restrict__ bounds, const long long* __restrict__ out_indptr,
+                            long long num_seeds, int fanout, int replace, unsigned long long seed,
+                            long long* __restrict__ pos) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < num_seeds; i += stride) {
+    const long long lo = bounds[2 * i];
+    const long long deg = bounds[2 * i + 1] - lo;
+    if (deg == 0 || zc_takes_all(deg, fanout, replace)) {
+      continue;  // no picks, or every position: sample_fetch writes those
+    }
+    long long* p = pos + out_indptr[i];
+    const unsigned long long key = zc_row_key(seed, i);
+    for (long long d = 0; d < (long long)fanout; ++d) {
+      if (replace != 0) {
+        const long long t = lo + zc_uniform(zc_draw(key, d), deg);
+        zc_insert(p, d, zc_search(p, d, t, true), t);
+      } else {
+        const long long j = deg - (long long)fanout + d;
+        const long long t = lo + zc_uniform(zc_draw(key, d), j + 1);
+        const long long at = zc_search(p, d, t, false);
+        if (at < d && p[at] == t) {
+          p[d] = lo + j;
+        } else {
+          zc_insert(p, d, at, t);
+        }
+      }
+    }
+  }
+}
+
+// The seed owning output edge e: the largest i < num_seeds with out_indptr[i] <= e (seeds without
+// picks share their offset with the next one, which the largest skips).
+__device__ __forceinline__ long long zc_owner(const long long* __restrict__ out_indptr, long long num_seeds, long long e) {
+  long long low = 0;
+  long long high = num_seeds - 1;
+  while (low < high) {
+    const long long mid = (low + high + 1) >> 1;
+    if (out_indptr[mid] <= e) {
+      low = mid;
+    } else {
+      high = mid - 1;
+    }
+  }
+  return low;
+}
+
+// Pass 4. Thread per output edge, grid-stride per warp. Seeds that take all their in-edges get
+// their positions here (pos[e] = lo + rank), the others' were written by sample_pick.
+template <typename IdT>
+__global__ void sample_fetch(const IdT* __restrict__ indices, const long long* __restrict__ bounds,
+                             const long long* __restrict__ out_indptr, long long num_seeds, long long total,
+                             int fanout, int replace, long long* __restrict__ pos, IdT* __restrict__ src) {
+  const long long lane = (long long)(threadIdx.x & 31u);
+  const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x - lane;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long base = first; base < total; base += stride) {
+    const long long e = base + lane;
+    const bool active = e < total;
+    const long long ee = active ? e : base;
+    const long long i = zc_owner(out_indptr, num_seeds, ee);
+    const long long lo = bounds[2 * i];
+    const bool all = zc_takes_all(bounds[2 * i + 1] - lo, fanout, replace);
+    const long long p = all ? lo + (ee - out_indptr[i]) : pos[ee];
+    const IdT value = zc_load_if(indices + p, active);
+    if (active) {
+      if (all) {
+        pos[e] = p;
+      }
+      src[e] = value;
+    }
+  }
+}
+
+// Pass 4 as a thread per seed would do it (the PCIe model's comparison point, not launched by
+// sample_csc): lane i reads seed i's picks one per step, so a warp instruction touches 32 seeds'
+// lists and each pick costs a request of its own. steps: the largest count of any seed.
+template <typename IdT>
+__global__ void sample_fetch_per_seed(const IdT* __restrict__ indices, const long long* __restrict__ bounds,
+                                      const long long* __restrict__ out_indptr, long long num_seeds,
+                                      long long steps, int fanout, int replace, long long* __restrict__ pos,
+                                      IdT* __restrict__ src) {
+  const long long lane = (long long)(threadIdx.x & 31u);
+  const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x - lane;
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  for (long long base = first; base < num_seeds; base += stride) {
+    const long long i = base + lane;
+    const bool seed_active = i < num_seeds;
+    const long long ii = seed_active ? i : base;
+    const long long o = out_indptr[ii];
+    const long long count = out_indptr[ii + 1] - o;
+    const long long lo = bounds[2 * ii];
+    const bool all = zc_takes_all(bounds[2 * ii + 1] - lo, fanout, replace);
+    for (long long d = 0; d < steps; ++d) {
+      const bool active = seed_active && d < count;
+      const long long p = active ? (all ? lo + d : pos[o + d]) : lo;
+      const IdT value = zc_load_if(indices + p, active);
+      if (active) {
+        if (all) {
+          pos[o + d] = p;
+        }
+        src[o + d] = value;
+      }
+    }
+  }
+}
