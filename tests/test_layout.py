@@ -24,6 +24,7 @@ LAYERS = {
     "store": 1,  # where rows live
     "data": 2,  # datasets (their tables are files the store maps)
     "loading": 3,  # batches
+    "sampling": 3,  # GPU neighbour sampling, beside loading (it reads loading.blocks; the loader may use it)
     "nn": 4,  # layers over device blocks
     "training": 5,  # loop, sources, config, models, DDP
     "dist": 6,  # DistDGL training, built on training

@@ -1,0 +1,18 @@
+"""Sampling on the GPU: DGL's neighbour sampling for PyPI's CPU-only DGL, on our kernels.
+
+- :mod:`.graph`: :class:`SamplingGraph`, a graph's in-edge CSC pinned in place, in device memory,
+  or as it is on the host (for the CPU backends); :func:`shared_graph`: one per graph and placement.
+- :mod:`.layer`: one layer of picks (``sample_csc`` of :mod:`dgl_zerocopy.cuda.sampling`), and the
+  checks every entry point shares.
+- :mod:`.relabel`: unique and relabel on the device (destinations first, as ``dgl.to_block``).
+- :mod:`.lazy`: block data computed when first read (edge ids).
+- :mod:`.neighbor`: :func:`sample_neighbors` (one layer, a DGL frontier) and
+  :class:`GpuNeighborSampler` (DGL's ``NeighborSampler`` arguments, :class:`DeviceBlock` output).
+
+This layer sits beside ``loading`` (it imports the kernel layer, the store and ``loading.blocks``).
+"""
+
+from .graph import SamplingGraph, shared_graph
+from .neighbor import GpuNeighborSampler, sample_neighbors
+
+__all__ = ["GpuNeighborSampler", "SamplingGraph", "sample_neighbors", "shared_graph"]

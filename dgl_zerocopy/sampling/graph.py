@@ -1,0 +1,264 @@
+"""The in-edge CSC that the sampling kernels read, placed once: as it is on the host, pinned in place, or
+copied into device memory.
+
+Placements (``placement=``):
+
+- ``"host"``: the CSC as it is, on the CPU, for the CPU backends (``emulator``, ``reference``).
+- ``"pinned"``: the CSC's own pages registered with ``cudaHostRegister`` (the store's pinning:
+  never a second copy) so that GPU threads read it over PCIe; unregistered by :meth:`close`.
+- ``"device"``: ``indptr`` and ``indices`` copied into device memory: the upper bound, as the
+  ``gpu`` feature backend is for rows.
+
+The edge ids (the graph's id of each CSC position) are not read by the kernels and cross PCIe only
+when something asks for them (:meth:`SamplingGraph.edge_ids`): on a pinned graph through a zero-copy
+:class:`~dgl_zerocopy.FeatureStore` over them (pinned in place on first use), on a device graph from
+a device copy made on first use.
+
+A DGL graph is converted once (:meth:`SamplingGraph.from_dgl`: the tensors of ``g.adj_tensors("csc")``,
+which are the graph's own CSC), and :func:`shared_graph` keeps one SamplingGraph per (graph,
+placement, device) for everyone who samples that graph, so its pages are registered once.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import weakref
+from typing import Any
+
+import torch
+
+from ..store.pinning import PinnedRange
+
+log = logging.getLogger(__name__)
+
+PLACEMENTS = ("host", "pinned", "device")
+ID_DTYPES = (torch.int32, torch.int64)
+
+
+class SamplingGraph:
+    """One homogeneous graph's in-edge CSC, where a sampling kernel reads it.
+
+    Contract: ``indptr`` (``num_nodes + 1`` offsets, int32 or int64, starting at 0, never
+    decreasing) and ``indices`` (the source node of each CSC position; int32 or int64, the graph's
+    id dtype :attr:`idtype`) are 1-D CPU tensors; ``eids`` is the graph's edge id of each position,
+    or None (or empty) when the positions are the edge ids. Values are trusted (they come from DGL).
+    ``placement`` is one of :data:`PLACEMENTS`; ``device`` the CUDA device of ``"pinned"`` and
+    ``"device"`` (default: the current one). ``"pinned"`` keeps the given tensors alive and reads
+    them in place (same ``data_ptr``); a range page-locked already (``pin_memory()``) is used as it
+    is and never unregistered. :meth:`close` (idempotent; also ``with``) waits for the device, then
+    unregisters what this object registered and drops device copies.
+    """
+
+    def __init__(self, indptr: torch.Tensor, indices: torch.Tensor, eids: torch.Tensor | None = None, *, placement: str = "host", device: Any = None) -> None:
+        _check_csc(indptr, indices, eids)
+        if placement not in PLACEMENTS:
+            raise ValueError(f"placement must be one of {PLACEMENTS}, but got {placement!r}")
+        self.placement = placement
+        self.device = torch.device("cpu") if placement == "host" else _cuda_device(device, placement)
+        self.num_nodes = indptr.numel() - 1
+        self.num_edges = indices.numel()
+        self.idtype = indices.dtype
+        self._host = (indptr, indices)  # kept alive while pinned
+        self._eids = eids if eids is not None and eids.numel() > 0 else None
+        self._pins: list[PinnedRange] = []
+        self._eid_source: Any = None  # made on the first edge_ids(): a FeatureStore or a device tensor
+        self._lock = threading.Lock()
+        self.closed = False
+        if placement == "pinned":
+            try:
+                for t in (indptr, indices):
+                    self._pins.append(PinnedRange(t.data_ptr(), t.numel() * t.element_size()))
+            except BaseException:
+                self._unpin()  # nothing stays registered after a failure
+                raise
+        if placement == "device":
+            self.indptr, self.indices = indptr.to(self.device), indices.to(self.device)
+        else:
+            self.indptr, self.indices = indptr, indices
+
+    @classmethod
+    def from_dgl(cls, g: Any, placement: str = "host", device: Any = None) -> SamplingGraph:
+        """The in-edge CSC of the homogeneous DGL graph ``g`` (on the CPU), placed as asked. The
+        tensors are the graph's own CSC (``g.adj_tensors("csc")``, built by DGL once and kept in the
+        graph); a graph restricted to other sparse formats gets a CSC sorted from its COO edges.
+        Raises TypeError for a non-DGL object and ValueError for a heterograph or a graph not on the CPU."""
+        check_homogeneous(g)
+        return cls(*dgl_csc(g), placement=placement, device=device)
+
+    # -- edge ids -----------------------------------------------------------------------------------
+
+    def edge_ids(self, pos: torch.Tensor) -> torch.Tensor:
+        """The graph's edge id of each CSC position in ``pos`` (int64, on the device that sampled: the
+        CPU for ``"host"``, :attr:`device` otherwise), in :attr:`idtype`, on ``pos``'s device. The
+        positions come from a sampling kernel over this graph, so they are not range-checked again."""
+        if self.closed:
+            raise RuntimeError("this SamplingGraph is closed; sample from an open one")
+        if self._eids is None:
+            return pos.to(self.idtype)
+        if self.placement == "host":
+            return self._eids[pos.to(self._eids.device)].to(self.idtype)
+        source = self._edge_id_source()
+        if isinstance(source, torch.Tensor):
+            return source[pos].to(self.idtype)
+        return source.gather(pos, unchecked=True).view(-1).to(self.idtype)
+
+    def _edge_id_source(self) -> Any:
+        with self._lock:
+            if self._eid_source is None:
+                if self.placement == "device":
+                    self._eid_source = self._eids.to(self.device)
+                else:
+                    from ..store.feature_store import FeatureStore
+
+                    # A one-column table: the zero-copy gather reads each asked id over PCIe, in place.
+                    self._eid_source = FeatureStore(self._eids.view(-1, 1), backend="zerocopy", device=self.device)
+            return self._eid_source
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Wait for the kernels that may read the graph (the device is synchronized: closing is rare),
+        then unregister the pages this object registered and drop device copies. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.placement != "host" and torch.cuda.is_available():
+            torch.cuda.synchronize(self.device)
+        if self._eid_source is not None and not isinstance(self._eid_source, torch.Tensor):
+            self._eid_source.close()
+        self._eid_source = None
+        self._unpin()
+        if self.placement == "device":
+            self.indptr = self.indices = None  # the device copies are freed with their last reference
+
+    def _unpin(self) -> None:
+        for pin in self._pins:
+            pin.unpin()
+        self._pins.clear()
+
+    @property
+    def pinned(self) -> bool:
+        """True while this object holds pages it registered itself."""
+        return any(pin.pinned for pin in self._pins)
+
+    def __enter__(self) -> SamplingGraph:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return (
+            f"SamplingGraph(num_nodes={self.num_nodes}, num_edges={self.num_edges}, idtype={self.idtype}, placement={self.placement!r}, device={self.device})"
+        )
+
+
+# -- DGL graphs -----------------------------------------------------------------------------------------
+
+
+def check_homogeneous(g: Any) -> None:
+    """Raise TypeError unless ``g`` is a DGL graph, ValueError unless it has one node and edge type and lives on the CPU."""
+    import dgl
+
+    if not isinstance(g, dgl.DGLGraph):
+        raise TypeError(f"expected a DGL graph (dgl.DGLGraph) or a SamplingGraph, but got {type(g).__name__}")
+    if len(g.ntypes) != 1 or len(g.canonical_etypes) != 1:
+        raise ValueError(
+            f"GPU sampling supports graphs with one node type and one edge type, but this one has node types {g.ntypes} "
+            f"and edge types {g.canonical_etypes}; sample it with dgl.dataloading.NeighborSampler"
+        )
+    if g.device.type != "cpu":
+        raise ValueError(f"the graph is on {g.device}; GPU sampling reads a graph on the CPU (pinned in place): pass g.to('cpu')")
+
+
+def dgl_csc(g: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """``(indptr, indices, eids)`` of ``g``'s in-edges; ``eids`` None when the CSC positions are the edge ids."""
+    formats = g.formats()
+    if "csc" in formats["created"] + formats["not created"]:
+        indptr, indices, eids = g.adj_tensors("csc")
+    else:
+        # DGL refuses to build CSC for a graph restricted to other formats: sort the COO edges by destination.
+        src, dst = g.edges()
+        eids = torch.argsort(dst, stable=True)
+        counts = torch.bincount(dst.long(), minlength=g.num_nodes())
+        indptr, indices = torch.cat([counts.new_zeros(1), counts.cumsum(0)]).to(g.idtype), src[eids]
+    return indptr, indices, (eids if eids.numel() > 0 else None)
+
+
+# -- one SamplingGraph per (DGL graph, placement, device) ------------------------------------------------
+
+_shared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # DGL graph -> {key: [SamplingGraph, users]}
+_shared_lock = threading.Lock()
+
+
+def shared_graph(g: Any, placement: str, device: Any = None, *, hold: bool = False) -> SamplingGraph:
+    """The SamplingGraph of DGL graph ``g`` for ``placement`` on ``device``, made on first use and
+    shared: every caller gets the same one (a graph's pages can be registered only once), and gives
+    it back with :func:`release`. It is closed when its last user releases it, or when ``g`` is
+    garbage-collected. ``hold``: keep it open for as long as ``g`` lives (no release needed; what
+    :func:`~.neighbor.sample_neighbors` asks, so that repeated calls do not pin the graph again).
+    A graph whose node or edge count changed since (``add_edges``) gets a new one."""
+    check_homogeneous(g)
+    device = torch.device("cpu") if placement == "host" else _cuda_device(device, placement)
+    key = (placement, str(device), g.num_nodes(), g.num_edges(), g.idtype)
+    with _shared_lock:
+        per_graph = _shared.get(g)
+        if per_graph is None:
+            per_graph = _shared[g] = {}
+        entry = per_graph.get(key)
+        if entry is None or entry.graph.closed:
+            entry = per_graph[key] = _Entry(SamplingGraph.from_dgl(g, placement, device))
+            # Closed with the DGL graph at the latest; the finalizer holds the SamplingGraph, never g.
+            weakref.finalize(g, entry.graph.close)
+        if hold:
+            entry.held = True
+        else:
+            entry.users += 1
+        return entry.graph
+
+
+def release(graph: SamplingGraph) -> None:
+    """Give back a graph from :func:`shared_graph`; the last user's release closes it (unless it is held)."""
+    with _shared_lock:
+        for per_graph in list(_shared.values()):
+            for key, entry in list(per_graph.items()):
+                if entry.graph is graph:
+                    entry.users -= 1
+                    if entry.users <= 0 and not entry.held:
+                        del per_graph[key]
+                        graph.close()
+                    return
+
+
+class _Entry:
+    def __init__(self, graph: SamplingGraph) -> None:
+        self.graph, self.users, self.held = graph, 0, False
+
+
+# -- checks -----------------------------------------------------------------------------------------------
+
+
+def _check_csc(indptr: Any, indices: Any, eids: Any) -> None:
+    for name, t in (("indptr", indptr), ("indices", indices), ("eids", eids)):
+        if t is None and name == "eids":
+            continue
+        if not isinstance(t, torch.Tensor) or t.dim() != 1:
+            raise TypeError(f"{name} must be a 1-D torch tensor, but got {type(t).__name__}")
+        if t.dtype not in ID_DTYPES:
+            raise TypeError(f"{name} must be int32 or int64, but got {t.dtype}; convert it with .long()")
+        if t.device.type != "cpu" or not t.is_contiguous():
+            raise ValueError(f"{name} must be a contiguous CPU tensor (a SamplingGraph places it itself), but got one on {t.device}")
+    if indptr.numel() < 1:
+        raise ValueError("indptr must hold num_nodes + 1 >= 1 offsets, but it is empty")
+    if eids is not None and eids.numel() not in (0, indices.numel()):
+        raise ValueError(f"eids must hold one edge id per CSC position ({indices.numel()}), or none, but it holds {eids.numel()}")
+
+
+def _cuda_device(device: Any, placement: str) -> torch.device:
+    device = torch.device("cuda") if device is None else torch.device(device)
+    if device.type != "cuda":
+        raise ValueError(f"placement {placement!r} is for a CUDA device, but got device {str(device)!r}; use placement='host' on the CPU")
+    if device.index is None:
+        return torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else device
+    return device

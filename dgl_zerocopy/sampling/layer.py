@@ -1,0 +1,117 @@
+"""One layer of neighbour sampling on a :class:`~.graph.SamplingGraph`: the checks every entry point
+shares (device, fanout, seeds, RNG key) and the call of the kernel layer's ``sample_csc``.
+
+Devices (``device=``): ``"cuda"`` (or ``"cuda:N"``, a ``torch.device``): the CUDA kernel on that
+GPU; ``"emulator"``: the same kernel source compiled for the CPU by the gather emulator's build;
+``"reference"``: the NumPy/torch twin. The three give identical picks for the same arguments.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import numpy as np
+import torch
+
+from .graph import SamplingGraph
+
+CPU_BACKENDS = ("emulator", "reference")
+_U64 = 2**64
+
+
+class Picks(NamedTuple):
+    """What one layer sampled, as ``sample_csc`` returns it: per seed ``i`` the picks
+    ``src[indptr[i]:indptr[i + 1]]`` (int64 ``indptr``; sources in the graph's id dtype) and their CSC
+    positions ``pos`` (int64), on the device that sampled."""
+
+    indptr: torch.Tensor
+    src: torch.Tensor
+    pos: torch.Tensor
+
+
+def resolve_device(device: Any) -> tuple[str, torch.device]:
+    """``(backend, the device that runs it)`` for a ``device=`` argument; raises ValueError for an
+    unknown one and RuntimeError for CUDA on a machine without it."""
+    if isinstance(device, str) and device in CPU_BACKENDS:
+        return device, torch.device("cpu")
+    try:
+        resolved = torch.device(device)
+    except (RuntimeError, TypeError):
+        resolved = None
+    if resolved is None or resolved.type != "cuda":
+        raise ValueError(f"device must be 'cuda' (or 'cuda:N'), 'emulator' or 'reference', but got {device!r}; 'emulator' runs the CUDA kernel on the CPU")
+    if not torch.cuda.is_available():
+        raise RuntimeError(
+            f"device={device!r} samples on a CUDA GPU, but torch sees none (torch.cuda.is_available() is False); "
+            f"use device='emulator' (the same kernel on the CPU) or DGL's CPU sampler"
+        )
+    return "cuda", torch.device("cuda", resolved.index if resolved.index is not None else torch.cuda.current_device())
+
+
+def check_fanout(fanout: Any, where: str = "fanout") -> int:
+    """``fanout`` as an int: >= 0 picks per seed, or -1 for every in-edge."""
+    if isinstance(fanout, bool) or not isinstance(fanout, int | np.integer) or fanout < -1:
+        raise ValueError(f"{where} must be an int >= 0, or -1 for every in-edge, but got {fanout!r}")
+    return int(fanout)
+
+
+def check_seed(seed: Any) -> int:
+    """An RNG key given by the caller: an int (any, taken modulo 2**64)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer):
+        raise TypeError(f"seed must be an int (or None: drawn from torch's generator), but got {type(seed).__name__}")
+    return int(seed) % _U64
+
+
+def draw_seed() -> int:
+    """A fresh RNG key for the kernels, drawn from torch's default (CPU) generator: ``torch.manual_seed``
+    makes the picks reproducible (``dgl.seed`` seeds DGL's own generator, which these kernels do not use)."""
+    return int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
+
+
+def as_seeds(nodes: Any, graph: SamplingGraph, device: torch.device) -> torch.Tensor:
+    """``nodes`` (a tensor, NumPy array, sequence or int of node ids) as a 1-D tensor in the graph's
+    id dtype on ``device``. Ranges are checked by the kernel (IndexError naming the id); ids that a
+    narrower id dtype cannot hold become -1 first, so they are reported rather than wrapped around."""
+    if isinstance(nodes, np.ndarray):
+        nodes = torch.from_numpy(nodes)
+    elif not isinstance(nodes, torch.Tensor):
+        nodes = torch.as_tensor(nodes)
+    if nodes.dim() == 0:
+        nodes = nodes.reshape(1)
+    if nodes.dim() != 1:
+        raise ValueError(f"nodes must be 1-D node ids, but got shape {tuple(nodes.shape)}")
+    if nodes.dtype not in (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8):
+        raise TypeError(f"nodes must be integer node ids, but got {nodes.dtype}; convert them with .long()")
+    if nodes.dtype == torch.int64 and graph.idtype == torch.int32:
+        nodes = torch.where((nodes < 0) | (nodes >= graph.num_nodes), -1, nodes)
+    return nodes.to(device=device, dtype=graph.idtype).contiguous()
+
+
+def check_placement(graph: SamplingGraph, backend: str, device: torch.device) -> None:
+    """Raise ValueError when ``backend`` on ``device`` cannot read ``graph`` where it is placed."""
+    if graph.closed:
+        raise ValueError("this SamplingGraph is closed; sample from an open one")
+    if backend == "cuda" and (graph.placement == "host" or graph.device != device):
+        raise ValueError(
+            f"the CUDA sampler on {device} reads a graph pinned for or placed on that GPU, but this one is "
+            f"{graph.placement!r} on {graph.device}; make it with placement='pinned' (or 'device') and device={str(device)!r}"
+        )
+    if backend != "cuda" and graph.placement == "device":
+        raise ValueError(f"device={backend!r} samples on the CPU, but this graph lives on {graph.device}; make one with placement='host'")
+
+
+def sample_layer(graph: SamplingGraph, seeds: torch.Tensor, fanout: int, replace: bool, seed: int, backend: str) -> Picks:
+    """One layer: per seed, ``min(deg, fanout)`` distinct in-edges (``fanout`` draws per seed with
+    in-edges when ``replace``; every in-edge at -1; none at 0), in increasing CSC position per seed.
+    Reads one size back from the device (inside ``sample_csc``); none for no seeds or fanout 0."""
+    if fanout == 0 or seeds.numel() == 0:
+        empty = torch.zeros(0, dtype=torch.int64, device=seeds.device)
+        return Picks(torch.zeros(seeds.numel() + 1, dtype=torch.int64, device=seeds.device), empty.to(graph.idtype), empty)
+    from ..cuda.sampling import sample_csc
+
+    if backend == "cuda":
+        with torch.cuda.device(seeds.device):
+            out = sample_csc(graph.indptr, graph.indices, seeds, fanout, replace=replace, seed=seed, backend=backend)
+    else:
+        out = sample_csc(graph.indptr, graph.indices, seeds, fanout, replace=replace, seed=seed, backend=backend)
+    return Picks(out.indptr, out.src, out.pos)

@@ -1,0 +1,266 @@
+"""Neighbour sampling on the GPU for PyPI's CPU-only DGL: DGL's arguments and meaning, our kernels.
+
+- :func:`sample_neighbors`: one layer, as ``dgl.sampling.sample_neighbors(g, nodes, fanout,
+  edge_dir="in", replace=...)``: a frontier graph on the CPU with every node of ``g``.
+- :class:`GpuNeighborSampler`: DGL's ``NeighborSampler`` arguments; ``sample(g, seeds)`` returns
+  ``(input_nodes, output_nodes, blocks)`` with the blocks as :class:`DeviceBlock` on the sampling device.
+
+The graph's in-edge CSC is read where :mod:`.graph` placed it (pinned in place by default); the
+picks come from the kernel layer's ``sample_csc``; unique and relabel run on the same device
+(:mod:`.relabel`). Per layer the host waits for the device twice, each to read one size back:
+the number of picks (inside ``sample_csc``) and the number of source nodes (:func:`.relabel.read_size`);
+nothing else in ``sample_blocks`` reads the device. Edge ids (``edata[dgl.EID]``) are computed
+when first read (:mod:`.lazy`). The kernels draw from a counter-based RNG keyed per layer by
+:func:`.layer.draw_seed`, from torch's generator: ``torch.manual_seed`` reproduces a batch.
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+
+from ..loading.blocks import EID, NID, DeviceBlock
+from ..store.transfer import to_device
+from .graph import SamplingGraph, check_homogeneous, release, shared_graph
+from .layer import as_seeds, check_fanout, check_placement, check_seed, draw_seed, resolve_device, sample_layer
+from .lazy import LazyData
+from .relabel import relabel
+
+
+def sample_neighbors(
+    g: Any, nodes: Any, fanout: int, *, replace: bool = False, seed: int | None = None, device: Any = "cuda", copy_ndata: bool = True, copy_edata: bool = True
+) -> Any:
+    """The frontier of ``nodes``: a DGL graph on the CPU with every node of ``g`` (same id dtype)
+    and, per node of ``nodes``, ``min(in-degree, fanout)`` of its in-edges picked uniformly without
+    replacement (``fanout`` picks of its in-edges with ``replace=True``; all of them for ``fanout=-1``;
+    none for 0), with ``edata[dgl.EID]`` naming each in ``g``: what
+    ``dgl.sampling.sample_neighbors(g, nodes, fanout, edge_dir="in", replace=replace)`` returns. A
+    node given twice is sampled twice. ``copy_ndata``/``copy_edata`` as DGL's (``g.ndata`` shared,
+    ``g.edata`` indexed by the picked edges).
+
+    ``g``: a homogeneous DGL graph on the CPU, or a :class:`SamplingGraph` (then the frontier has
+    no data to copy). For ``device="cuda"`` a DGL graph's CSC is pinned in place on first use and
+    stays so while ``g`` lives (a :class:`SamplingGraph` used with ``with`` gives the lifetime to the
+    caller). ``device``: ``"cuda"``/``"cuda:N"``, ``"emulator"`` (the CUDA kernel run on the CPU) or
+    ``"reference"``. ``seed``: the RNG key (same key, same picks, on every device); None draws one
+    from torch's generator (``torch.manual_seed`` reproduces; ``dgl.seed`` does not).
+
+    Raises IndexError for a node id outside ``[0, num_nodes)``, ValueError for a bad fanout,
+    device or graph, TypeError for non-integer ids."""
+    import dgl
+
+    backend, run_on = resolve_device(device)
+    fanout = check_fanout(fanout)
+    key = draw_seed() if seed is None else check_seed(seed)
+    if isinstance(g, SamplingGraph):
+        graph, data = g, None
+    else:
+        graph, data = shared_graph(g, "host" if backend != "cuda" else "pinned", run_on, hold=True), g
+    check_placement(graph, backend, run_on)
+    seeds = as_seeds(nodes, graph, run_on)
+    picks = sample_layer(graph, seeds, fanout, bool(replace), key, backend)
+    num_picks = picks.src.numel()
+    dst = torch.repeat_interleave(seeds, picks.indptr[1:] - picks.indptr[:-1], output_size=num_picks)
+    eids = graph.edge_ids(picks.pos).cpu()
+    frontier = dgl.graph((picks.src.cpu(), dst.cpu()), num_nodes=graph.num_nodes, idtype=graph.idtype)
+    frontier.edata[EID] = eids
+    if data is not None and copy_ndata:
+        for name, value in data.ndata.items():
+            frontier.ndata[name] = value
+    if data is not None and copy_edata:
+        for name, value in data.edata.items():
+            frontier.edata[name] = value[eids.long()]
+    return frontier
+
+
+class GpuNeighborSampler:
+    """DGL's ``NeighborSampler`` on our kernels: ``sample(g, seeds)`` returns ``(input_nodes,
+    output_nodes, blocks)``, one :class:`DeviceBlock` per layer (the first is the input layer), as
+    DGL's: ``fanouts[i]`` in-edges per destination of layer ``i`` (-1: all), uniform without
+    replacement unless ``replace``; destinations first among the sources; ``srcdata[dgl.NID]``,
+    ``dstdata[dgl.NID]`` and ``edata[dgl.EID]`` (computed when first read). A seed given twice is a
+    destination twice, each with its own sample.
+
+    ``device``: where to sample (``"cuda"``, ``"cuda:N"``, ``"emulator"``, ``"reference"``);
+    ``placement``: where the CUDA kernels read the graph: ``"pinned"`` (its own pages registered in
+    place) or ``"device"`` (a copy in device memory); the CPU backends read it as it is.
+    ``output_device``: where the blocks and ids are returned (default: the sampling device).
+    ``prefetch_node_feats``/``prefetch_labels``/``prefetch_edge_feats``: names of ``g.ndata``/
+    ``g.edata`` that :meth:`sample` puts in ``blocks[0].srcdata``, ``blocks[-1].dstdata`` and every
+    block's ``edata`` (indexed on the tensor's device, so a host tensor costs a round trip; a loader
+    serves them from a FeatureStore instead, after :meth:`sample_blocks`). ``prob``/``mask`` (weighted
+    sampling), ``edge_dir="out"`` and ``exclude_eids`` are refused; ``fused`` is accepted and unused.
+
+    The graph of the last :meth:`sample` is kept (shared with other users of the same graph, see
+    :func:`.graph.shared_graph`); :meth:`close` (or ``with``) gives it back: the last user unpins it.
+    """
+
+    def __init__(
+        self,
+        fanouts: Sequence[int],
+        edge_dir: str = "in",
+        prob: str | None = None,
+        mask: str | None = None,
+        replace: bool = False,
+        prefetch_node_feats: Sequence[str] | None = None,
+        prefetch_labels: Sequence[str] | None = None,
+        prefetch_edge_feats: Sequence[str] | None = None,
+        output_device: Any = None,
+        fused: bool = True,
+        *,
+        device: Any = "cuda",
+        placement: str = "pinned",
+    ) -> None:
+        for option, value in (("prob", prob), ("mask", mask)):
+            if value is not None:
+                raise ValueError(
+                    f"{option}={value!r} (weighted neighbour sampling) is not supported by GpuNeighborSampler; "
+                    f"drop {option}= or sample with dgl.dataloading.NeighborSampler({option}=...)"
+                )
+        if edge_dir != "in":
+            raise ValueError(
+                f"GpuNeighborSampler samples in-edges (edge_dir='in'), but got edge_dir={edge_dir!r}; reverse the graph (dgl.reverse) to sample out-edges"
+            )
+        if isinstance(fanouts, int) or not isinstance(fanouts, Sequence) or any(isinstance(f, Mapping) for f in fanouts):
+            raise ValueError(f"fanouts must be a list of ints, one per layer (per-edge-type dicts are for heterographs), but got {fanouts!r}")
+        self.fanouts = [check_fanout(f, f"fanouts[{i}]") for i, f in enumerate(fanouts)]
+        if placement not in ("pinned", "device"):
+            raise ValueError(f"placement must be 'pinned' or 'device', but got {placement!r}")
+        self.backend, self.device = resolve_device(device)
+        self.placement = placement if self.backend == "cuda" else "host"
+        self.output_device = torch.device(output_device) if output_device is not None else self.device
+        self.replace, self.edge_dir, self.prob, self.fused = bool(replace), edge_dir, None, fused
+        # As DGL's BlockSampler keeps them: a list of names, or {type: names}.
+        self.prefetch_node_feats = prefetch_node_feats or []
+        self.prefetch_labels = prefetch_labels or []
+        self.prefetch_edge_feats = prefetch_edge_feats or []
+        self._source: Any = None  # the DGL graph of self._graph
+        self._graph: SamplingGraph | None = None
+        self._lock = threading.Lock()
+
+    # -- sampling -----------------------------------------------------------------------------------
+
+    def sample(self, g: Any, seeds: Any, exclude_eids: Any = None) -> tuple[torch.Tensor, torch.Tensor, list[DeviceBlock]]:
+        """:meth:`sample_blocks`, then the prefetched data (``prefetch_node_feats``, ``prefetch_labels``,
+        ``prefetch_edge_feats``) from ``g``'s node and edge data."""
+        input_nodes, output_nodes, blocks = self.sample_blocks(g, seeds, exclude_eids)
+        if self.prefetch_node_feats or self.prefetch_labels or self.prefetch_edge_feats:
+            self._prefetch(g, input_nodes, output_nodes, blocks)
+        return input_nodes, output_nodes, blocks
+
+    def sample_blocks(self, g: Any, seeds: Any, exclude_eids: Any = None) -> tuple[torch.Tensor, torch.Tensor, list[DeviceBlock]]:
+        """``(input_nodes, output_nodes, blocks)`` for the seed nodes ``seeds`` (1-D ids, on the CPU or
+        the sampling device) of ``g`` (a homogeneous DGL graph on the CPU, or a :class:`SamplingGraph`),
+        on :attr:`output_device`. Reads one size back per layer besides ``sample_csc``'s own (see the
+        module's docstring). Raises IndexError for a seed outside the graph."""
+        if exclude_eids is not None:
+            raise ValueError("GpuNeighborSampler does not exclude edges (exclude=); sample with dgl.dataloading.NeighborSampler for that")
+        if isinstance(seeds, Mapping):
+            raise ValueError("seeds per node type (a dict) are for heterographs; GpuNeighborSampler samples homogeneous graphs: pass one tensor")
+        graph = self._graph_for(g)
+        seeds = as_seeds(seeds, graph, self.device)
+        # One RNG key per layer, drawn before any sampling, output layer first (the order DGL samples in).
+        keys = [draw_seed() for _ in self.fanouts]
+        blocks: list[DeviceBlock] = []
+        dst = seeds
+        for fanout, key in zip(reversed(self.fanouts), keys):
+            picks = sample_layer(graph, dst, fanout, self.replace, key, self.backend)
+            nodes, local = relabel(dst, picks.src)
+            block = DeviceBlock(picks.indptr.to(graph.idtype), local.to(graph.idtype), nodes.numel(), {NID: nodes}, {NID: dst})
+            block.edata = LazyData(pending={EID: functools.partial(graph.edge_ids, picks.pos)})
+            blocks.insert(0, block)
+            dst = nodes
+        if self.output_device != self.device:
+            blocks = [_moved(block, self.output_device) for block in blocks]
+            dst, seeds = (to_device(t, self.output_device) for t in (dst, seeds))
+        return dst, seeds, blocks
+
+    def _prefetch(self, g: Any, input_nodes: torch.Tensor, output_nodes: torch.Tensor, blocks: list[DeviceBlock]) -> None:
+        if isinstance(g, SamplingGraph):
+            raise ValueError(
+                "prefetch_node_feats/prefetch_labels/prefetch_edge_feats read the DGL graph's data: pass the DGL graph to sample(), not a SamplingGraph"
+            )
+        for name in _names(self.prefetch_node_feats, g.ndata, "prefetch_node_feats", "node"):
+            blocks[0].srcdata[name] = _rows(g.ndata[name], input_nodes)
+        for name in _names(self.prefetch_labels, g.ndata, "prefetch_labels", "node"):
+            blocks[-1].dstdata[name] = _rows(g.ndata[name], output_nodes)
+        for name in _names(self.prefetch_edge_feats, g.edata, "prefetch_edge_feats", "edge"):
+            for block in blocks:
+                block.edata[name] = _rows(g.edata[name], block.edata[EID])
+
+    def _graph_for(self, g: Any) -> SamplingGraph:
+        """The SamplingGraph of ``g``, kept for the next batches of the same graph."""
+        if isinstance(g, SamplingGraph):
+            check_placement(g, self.backend, self.device)
+            return g
+        with self._lock:
+            if self._source is not g or self._graph is None or self._graph.closed:
+                check_homogeneous(g)
+                graph = shared_graph(g, self.placement, self.device)
+                self._give_back()
+                self._source, self._graph = g, graph
+            return self._graph
+
+    # -- lifecycle ------------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Give back the graph this sampler holds (the last user unpins it). Idempotent; a later
+        :meth:`sample` takes the graph again."""
+        with self._lock:
+            self._give_back()
+
+    def _give_back(self) -> None:
+        if self._graph is not None:
+            release(self._graph)
+        self._source = self._graph = None
+
+    def __enter__(self) -> GpuNeighborSampler:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __getstate__(self) -> dict:
+        # Sent to another process (a loader's workers): without the graph, which that process takes itself.
+        state = dict(self.__dict__)
+        state.update(_source=None, _graph=None, _lock=None)
+        return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def __repr__(self) -> str:
+        return f"GpuNeighborSampler(fanouts={self.fanouts}, replace={self.replace}, device={self.backend if self.backend != 'cuda' else str(self.device)!r}, placement={self.placement!r})"
+
+
+def _moved(block: DeviceBlock, device: torch.device) -> DeviceBlock:
+    """``block`` on ``device``, its edge ids still computed on first read (then copied there)."""
+    moved = block.to(device)
+    pending = {name: functools.partial(_read_moved, block.edata, name, device) for name in getattr(block.edata, "pending", list)()}
+    moved.edata = LazyData(dict(moved.edata), pending)
+    return moved
+
+
+def _read_moved(data: Mapping, name: str, device: torch.device) -> torch.Tensor:
+    return to_device(data[name], device)
+
+
+def _names(names: Any, frames: Any, option: str, kind: str) -> list[str]:
+    """A prefetch list (names, or ``{type: names}`` for the graph's one type), each checked to exist."""
+    if isinstance(names, Mapping):
+        names = [name for listed in names.values() for name in listed]
+    for name in names:
+        if name not in frames:
+            raise KeyError(f"{option} names {name!r}, but the graph's {kind} data has no such tensor (it has {sorted(frames.keys())})")
+    return list(names)
+
+
+def _rows(data: torch.Tensor, ids: torch.Tensor) -> torch.Tensor:
+    """``data[ids]`` on ``ids``' device (indexed where ``data`` lives)."""
+    rows = torch.index_select(data, 0, ids.to(data.device))
+    return to_device(rows, ids.device)
