@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+import torch
 from conftest import REPO, SHARED_DATA
 
 pytest.importorskip("dgl")
@@ -25,9 +26,9 @@ RGCN_METRIC = r"Test Accuracy ([0-9.]+)"
 LINK_METRIC = r"Test AUC ([0-9.]+)"
 # Cora when the shared data folder holds it, else the generated graph (whose AUC is lower).
 if (SHARED_DATA / "planetoid").is_dir():
-    LINK_DATA, LINK_BOUND = ["--dataset", "cora", "--data-root", str(SHARED_DATA)], 0.8
-else:
-    LINK_DATA, LINK_BOUND = ["--dataset", "synthetic", "--num-nodes", "3000"], 0.6
+    LINK_DATA, LINK_TINY_BOUND, LINK_BOUND = ["--dataset", "cora", "--data-root", str(SHARED_DATA)], 0.7, 0.8
+else:  # measured: tiny 0.65, full 0.68
+    LINK_DATA, LINK_TINY_BOUND, LINK_BOUND = ["--dataset", "synthetic", "--num-nodes", "3000"], 0.55, 0.6
 
 
 def _variant(tmp_path, script, *changes):
@@ -73,27 +74,31 @@ def _side_by_side(scripts, argv) -> list[str]:
 
 
 RGCN_TINY = ["--mode", "cpu", "--num-papers", "2000", "--epochs", "3", "--batch-size", "64", "--fanouts", "5,5", "--hidden", "32", "--seed", "0"]
-LINK_TINY = ["--mode", "cpu", *LINK_DATA, "--epochs", "1", "--hidden", "32", "--fanouts", "5,5", "--batch-size", "1024", "--seed", "0"]
+LINK_TINY = ["--mode", "cpu", *LINK_DATA, "--epochs", "2", "--hidden", "32", "--fanouts", "5,5", "--batch-size", "512", "--seed", "0"]
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread, as the subprocesses have: on shared cores more threads only wait for each other."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize(
-    "script,argv,pattern,bound", [(RGCN, RGCN_TINY, RGCN_METRIC, 0.25), (LINK, LINK_TINY, LINK_METRIC, 0.6)], ids=["rgcn", "link_prediction"]
+    "script,argv,pattern,bound", [(RGCN, RGCN_TINY, RGCN_METRIC, 0.25), (LINK, LINK_TINY, LINK_METRIC, LINK_TINY_BOUND)], ids=["rgcn", "link_prediction"]
 )
-@pytest.mark.parametrize("switched", ["as_written", "our_nn"])
-def test_each_example_trains_in_process(tmp_path, capsys, monkeypatch, script, argv, pattern, bound, switched):
-    """A tiny run (a few seconds) above chance: RGCN's 8 classes give 0.125, a random scorer's AUC 0.5."""
-    path = script if switched == "as_written" else _variant(tmp_path, script, NN_LINE)
-    assert _metric(pattern, _in_process(path, argv, capsys, monkeypatch)) > bound
-
-
-@pytest.mark.skip(reason="waits for issue 27 items 1-2 (dgl_zerocopy.DataLoader taking dict ids and edge ids); remove this skip when they land")
-@pytest.mark.parametrize("script,argv,pattern", [(RGCN, RGCN_TINY, RGCN_METRIC), (LINK, LINK_TINY, LINK_METRIC)], ids=["rgcn", "link_prediction"])
-def test_each_example_switched_by_one_line_trains_in_process(tmp_path, capsys, monkeypatch, script, argv, pattern):
-    """Our DataLoader in the tiny run: the metric within 0.1 of DGL's loader's (tiny runs move more
-    from seed to seed than the slow tier's full ones)."""
+def test_each_example_trains_in_process_with_dgls_loader_and_ours(tmp_path, capsys, monkeypatch, one_thread, script, argv, pattern, bound):
+    """Tiny runs (a second or two each): as written, above chance (RGCN's 8 classes give 0.125, a
+    random scorer's AUC 0.5; measured: RGCN 0.30-0.36, Cora 0.74-0.81); switched to our
+    DataLoader, and to our layers too, within 0.1 of it (runs of one seed differ by up to 0.04
+    here, with DGL's loader as with ours)."""
     theirs = _metric(pattern, _in_process(script, argv, capsys, monkeypatch))
     ours = _metric(pattern, _in_process(_variant(tmp_path, script, ONE_LINE), argv, capsys, monkeypatch))
-    assert abs(ours - theirs) < 0.1, (theirs, ours)
+    with_our_layers = _metric(pattern, _in_process(_variant(tmp_path, script, ONE_LINE, NN_LINE), argv, capsys, monkeypatch))
+    assert theirs > bound, theirs
+    assert abs(ours - theirs) < 0.1 and abs(with_our_layers - theirs) < 0.1, (theirs, ours, with_our_layers)
 
 
 RGCN_RUN = ["--mode", "cpu", "--num-papers", "10000", "--epochs", "5", "--batch-size", "256", "--seed", "0"]
@@ -101,7 +106,6 @@ LINK_RUN = ["--mode", "cpu", *LINK_DATA, "--epochs", "3", "--hidden", "64", "--s
 
 
 @pytest.mark.slow
-@pytest.mark.skip(reason="waits for issue 27 items 1-2 (dgl_zerocopy.DataLoader taking dict ids and edge ids); remove this skip when they land")
 @pytest.mark.parametrize(
     "script,argv,pattern,bound,tolerance",
     [(RGCN, RGCN_RUN, RGCN_METRIC, 0.6, 0.05), (LINK, LINK_RUN, LINK_METRIC, LINK_BOUND, 0.04)],
