@@ -4,13 +4,18 @@ sampling contract, against each other (exactly), and against DGL's sampler."""
 from __future__ import annotations
 
 import itertools
+import logging
 import random
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
 
-from dgl_zerocopy.cuda.sampling import SampledCSC, instantiations, rng, sample_csc
+from dgl_zerocopy.cuda import nvrtc
+from dgl_zerocopy.cuda.sampling import SampledCSC, instantiations, pcie_model, rng, sample_csc
+from dgl_zerocopy.cuda.sampling import launcher as sampling_launcher
 from dgl_zerocopy.cuda.sampling.emulator import emulate_sample
 
 CPU_BACKENDS = ["reference", "emulator"]
@@ -280,3 +285,106 @@ def test_bad_arguments_name_the_value():
         sample_csc(indptr[:0], indices, seeds[:0], 3, backend="reference")
     with pytest.raises(ValueError, match=r"indptr\[-1\] is .* but indices has only"):
         sample_csc(indptr, indices[:-1], seeds, 3, backend="reference")
+
+
+# --------------------------------------------------------------------------- NVRTC (no GPU)
+
+
+def _nvrtc_archs() -> tuple[str, ...]:
+    try:
+        return nvrtc.default_archs()
+    except OSError:
+        return ()
+
+
+ARCHS = _nvrtc_archs()
+requires_nvrtc = pytest.mark.skipif(not ARCHS, reason="no NVRTC found (torch's CUDA wheels bring it)")
+FAST_ARCH = "sm_90" if "sm_90" in ARCHS else ARCHS[-1] if ARCHS else "no-nvrtc"
+
+
+@requires_nvrtc
+@pytest.mark.parametrize("arch", [a if a == FAST_ARCH else pytest.param(a, marks=pytest.mark.slow) for a in ARCHS or ["no-nvrtc"]])
+def test_every_sampling_instantiation_compiles_without_warnings(arch, caplog):
+    """With CuPy's own options (kernel_source.nvrtc_options), for every architecture of the found
+    NVRTC's CUDA major (sm_90 here, the others in the slow tier)."""
+    with caplog.at_level(logging.WARNING, logger="dgl_zerocopy.cuda.nvrtc"):
+        cubin = sampling_launcher.compile_check(arch)
+    assert cubin[:4] == b"\x7fELF"
+    assert not caplog.records, caplog.text
+
+
+@requires_nvrtc
+def test_ptx_has_every_entry_and_the_64_bit_multiply_high():
+    ptx = sampling_launcher.compile_check(FAST_ARCH.replace("sm_", "compute_")).decode()
+    assert ptx.count(".entry ") == len(instantiations.all_name_expressions())
+    assert "mul.hi.u64" in ptx  # zc_uniform's __umul64hi
+    assert "curand" not in ptx and ".ftz" not in ptx
+
+
+@requires_nvrtc
+def test_compile_error_names_the_bad_instantiation():
+    with pytest.raises(nvrtc.KernelCompileError, match="no_such_type"):
+        sampling_launcher.compile_check(FAST_ARCH, ["sample_fetch<no_such_type>"])
+
+
+def test_cuda_backend_without_a_gpu_is_a_clear_error():
+    """The launcher imports without CuPy; CPU seeds on backend 'cuda' name the emulator."""
+    code = (
+        "import sys; sys.modules['cupy'] = None\n"
+        "import torch\n"
+        "from dgl_zerocopy.cuda.sampling import launcher, pcie_model, sample_csc\n"
+        "try:\n"
+        "    sample_csc(torch.tensor([0, 1]), torch.tensor([0]), torch.tensor([0]), 2)\n"
+        "except ValueError as e:\n"
+        "    assert \"backend='emulator'\" in str(e), e\n"
+        "else:\n"
+        "    raise SystemExit('no error')\n"
+        "try:\n"
+        "    launcher._cupy()\n"
+        "except RuntimeError as e:\n"
+        "    assert 'CuPy' in str(e) and 'emulator' in str(e), e\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+
+
+# --------------------------------------------------------------------------- the PCIe model
+
+
+def test_pcie_model_counts_one_request_per_line_of_picks():
+    """One seed taking all 64 in-edges (int32, 256 B on two lines): the flat fetch reads them in two
+    instructions of 32 lanes (one line each), the per-seed fetch in 64 (one request each); its
+    two offsets are one request."""
+    indptr = torch.tensor([0, 64], dtype=torch.int32)
+    indices = torch.zeros(64, dtype=torch.int32)
+    flat = pcie_model.model_layers(indptr, indices, (-1,), batch_size=1)
+    per_seed = pcie_model.model_layers(indptr, indices, (-1,), batch_size=1, variant="per_seed")
+    assert flat[0].edges == per_seed[0].edges == 64
+    assert (flat[0].indices_requests, flat[0].indices_fetched) == (2, 256)
+    assert (per_seed[0].indices_requests, per_seed[0].indices_fetched) == (64, 64 * 32)
+    assert flat[0].indptr_requests == 1 and flat[0].scan_requests == 2
+    with_eids = pcie_model.model_layers(indptr, indices, (-1,), batch_size=1, edge_ids=True)
+    assert (with_eids[0].eid_requests, with_eids[0].eid_fetched) == (2, 256)
+
+
+def test_pcie_model_on_a_products_shaped_graph():
+    """Small graph: the flat fetch costs fewer requests and link bytes per edge than a thread per
+    seed and than scanning whole lists; int32 ids fewer than int64; edge ids add to both."""
+    indptr, indices = pcie_model.products_like_csc(20_000)
+    degrees = indptr.diff().double()
+    assert 40 < degrees.mean() < 60 and degrees.min() >= 1
+    result = {}
+    for dtype in (torch.int32, torch.int64):
+        for variant in ("flat", "per_seed"):
+            for edge_ids in (False, True):
+                layers = pcie_model.model_layers(indptr.to(dtype), indices.to(dtype), (15, 10, 5), batch_size=256, edge_ids=edge_ids, variant=variant)
+                assert [m.fanout for m in layers] == [5, 10, 15] and layers[0].seeds == 256
+                assert all(m.edges <= m.seeds * m.fanout for m in layers)
+                result[dtype, variant, edge_ids] = pcie_model.totals(layers)
+    for dtype in (torch.int32, torch.int64):
+        flat, per_seed = result[dtype, "flat", False], result[dtype, "per_seed", False]
+        assert flat["requests_per_edge"] < per_seed["requests_per_edge"]
+        assert flat["link_bytes_per_edge"] < per_seed["link_bytes_per_edge"]
+        assert flat["link_bytes_per_edge"] < flat["scan_link_bytes_per_edge"]
+        assert result[dtype, "flat", True]["link_bytes_per_edge"] > flat["link_bytes_per_edge"]
+    assert result[torch.int32, "flat", False]["link_bytes_per_edge"] < result[torch.int64, "flat", False]["link_bytes_per_edge"]

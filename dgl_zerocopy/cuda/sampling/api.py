@@ -102,6 +102,8 @@ def sample_csc(
     seeds = _check_ids("seeds", seeds)
     if len(indptr) == 0:
         raise ValueError("indptr must have N + 1 >= 1 entries (CSC offsets), but it is empty")
+    if indptr.device.type == "cpu" and int(indptr[-1]) > len(indices):  # host memory: no sync
+        raise ValueError(f"indptr[-1] is {int(indptr[-1])} but indices has only {len(indices)} entries; pass a matching CSC")
     if backend == "cuda":
         from dgl_zerocopy.cuda.sampling.launcher import launch_sample
 
@@ -110,10 +112,7 @@ def sample_csc(
         if tensor.device.type != "cpu":
             raise ValueError(f"backend {backend!r} runs on the CPU, but {name} is on {tensor.device}; pass CPU tensors (.cpu()) or use backend='cuda'")
     indptr, indices, seeds = indptr.contiguous(), indices.contiguous(), seeds.contiguous()
-    num_nodes = len(indptr) - 1
-    check_seed_range(seeds, num_nodes)
-    if num_nodes and int(indptr[-1]) > len(indices):
-        raise ValueError(f"indptr[-1] is {int(indptr[-1])} but indices has only {len(indices)} entries; pass a matching CSC")
+    check_seed_range(seeds, len(indptr) - 1)
     if backend == "emulator":
         from dgl_zerocopy.cuda.sampling.emulator import emulate_sample
 

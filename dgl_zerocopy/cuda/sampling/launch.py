@@ -71,13 +71,15 @@ def run_passes(
     num_sms: int,
     max_blocks: int | None = None,
     fetch_variant: str = "flat",
+    csc_addresses: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Sample with the kernels of ``kernels/sample.cu``; the outputs on ``seeds``' device.
 
     ``indptr`` and ``indices`` must be readable by the kernels (device memory or pinned host
     memory for the GPU; any CPU memory for the emulator), contiguous, arguments checked
-    (:func:`~dgl_zerocopy.cuda.sampling.api.sample_csc`). One host synchronisation: the total and
-    the bad-seed flag, read together after the scan.
+    (:func:`~dgl_zerocopy.cuda.sampling.api.sample_csc`). ``csc_addresses``: the addresses the
+    kernels read them at (default their ``data_ptr()``; the GPU's mapping of pinned host memory).
+    One host synchronisation: the total and the bad-seed flag, read together after the scan.
 
     Raises:
         IndexError: a seed outside ``[0, len(indptr) - 1)`` (found by the bounds pass).
@@ -90,13 +92,14 @@ def run_passes(
     counts = torch.empty(num_seeds, **long)
     bad = torch.full((1,), -1, **long)
     out_indptr = torch.zeros(num_seeds + 1, **long)
+    indptr_arg, indices_arg = (_ptr(indptr), _ptr(indices)) if csc_addresses is None else (("ptr", csc_addresses[0]), ("ptr", csc_addresses[1]))
     if num_seeds:
         launch(
             Step(
                 instantiations.bounds_name(indptr.element_size(), seeds.element_size()),
                 grid_for(2 * num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
                 BLOCK,
-                (_ptr(indptr), ("i64", num_nodes), _ptr(seeds), ("i64", num_seeds), _ptr(bounds), _ptr(bad)),
+                (indptr_arg, ("i64", num_nodes), _ptr(seeds), ("i64", num_seeds), _ptr(bounds), _ptr(bad)),
             )
         )
         launch(
@@ -133,6 +136,6 @@ def run_passes(
         grid, size = grid_for(total, BLOCK, num_sms=num_sms, max_blocks=max_blocks), ("i64", total)
     else:  # per_seed: every lane loops as long as the largest count (the model only)
         grid, size = grid_for(num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks), ("i64", int(counts.max()))
-    args = (_ptr(indices), _ptr(bounds), _ptr(out_indptr), ("i64", num_seeds), size, *flags, _ptr(pos), _ptr(src))
+    args = (indices_arg, _ptr(bounds), _ptr(out_indptr), ("i64", num_seeds), size, *flags, _ptr(pos), _ptr(src))
     launch(Step(name, grid, BLOCK, args))
     return out_indptr, src, pos

@@ -1,0 +1,151 @@
+"""GPU launcher of the sampling kernels (``kernels/sample.cu``): backend ``"cuda"``, and their NVRTC
+compile check.
+
+The passes and the scan between them are :func:`~dgl_zerocopy.cuda.sampling.launch.run_passes`,
+the emulator's driver too; here each pass is a CuPy ``RawModule`` kernel launched on torch's
+current stream of the seeds' device (so a caller samples on a side stream with
+``torch.cuda.stream(side)``). The CSC is read where it lies: pinned host memory over PCIe
+(zero-copy, UVA: the host address is the device address) or device memory. One host
+synchronisation per call: the total (and the bad-seed flag) after the scan.
+
+CuPy is imported lazily, inside the functions that launch, so this module imports on machines
+without CUDA; :func:`compile_check` needs no GPU.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from dgl_zerocopy.cuda.gather.launcher import cupy_stream
+from dgl_zerocopy.cuda.kernel_source import kernel_options, read_kernel
+from dgl_zerocopy.cuda.nvrtc import compile_program, preload_for_cupy
+from dgl_zerocopy.cuda.sampling import instantiations
+from dgl_zerocopy.cuda.sampling.launch import Step, run_passes
+
+__all__ = ["compile_check", "compile_sample_module", "launch_sample"]
+
+logger = logging.getLogger(__name__)
+
+
+def compile_check(arch: str, name_expressions: Sequence[str] | None = None) -> bytes:
+    """Compile every sampling instantiation (or ``name_expressions``) of ``sample.cu`` for ``arch``
+    with NVRTC and CuPy's options (:func:`dgl_zerocopy.cuda.nvrtc.compile_program`): the cubin for
+    ``"sm_XX"``, the PTX for ``"compute_XX"``. Needs no GPU; raises as ``compile_program``."""
+    names = instantiations.all_name_expressions() if name_expressions is None else name_expressions
+    return compile_program(instantiations.SOURCE, arch, names)
+
+
+def _cupy() -> Any:
+    try:
+        import cupy
+    except ImportError as error:
+        raise RuntimeError(
+            "backend 'cuda' of sample_csc needs CuPy and a CUDA GPU: pip install dgl-zerocopy[cuda12] or "
+            "dgl-zerocopy[cuda13], matching torch's CUDA; without a GPU use backend='emulator'"
+        ) from error
+    return cupy
+
+
+@functools.cache
+def compile_sample_module(device_id: int, name_expressions: tuple[str, ...] | None = None) -> Any:
+    """The ``cupy.RawModule`` of ``kernels/sample.cu`` for CUDA device ``device_id`` holding
+    ``name_expressions`` (default all), compiled once per device and names (memoized)."""
+    cupy = _cupy()
+    preload_for_cupy(cupy)
+    names = instantiations.all_name_expressions() if name_expressions is None else tuple(name_expressions)
+    with cupy.cuda.Device(device_id):
+        module = cupy.RawModule(code=read_kernel(instantiations.SOURCE), options=kernel_options(), name_expressions=names)
+        module.compile()
+    logger.info("compiled %d kernel(s) of %s for CUDA device %d", len(names), instantiations.SOURCE, device_id)
+    return module
+
+
+@functools.cache
+def _kernel(device_id: int, names: tuple[str, ...], name: str) -> Any:
+    return compile_sample_module(device_id, names).get_function(name)
+
+
+@functools.cache
+def _num_sms(device_id: int) -> int:
+    return int(_cupy().cuda.Device(device_id).attributes["MultiProcessorCount"])
+
+
+def _names(indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor) -> tuple[str, ...]:
+    """The four instantiations one call launches (compiled together: one NVRTC run per dtype mix)."""
+    return (
+        instantiations.bounds_name(indptr.element_size(), seeds.element_size()),
+        instantiations.count_name(),
+        instantiations.pick_name(),
+        instantiations.fetch_name(indices.element_size()),
+    )
+
+
+_SCALARS = {"ptr": np.uint64, "i64": np.int64, "i32": np.int32, "u64": np.uint64}
+
+
+def _kernel_address(cupy: Any, name: str, tensor: torch.Tensor, device: torch.device) -> int:
+    """The address the kernels read ``tensor`` at: its own on the seeds' GPU; for pinned host
+    memory the device's mapping of it, asked of the runtime (equal to the host address under UVA)."""
+    if not tensor.is_contiguous():
+        raise ValueError(f"{name} must be contiguous (the kernels read it in place); pass {name}.contiguous()")
+    if tensor.device == device:
+        return int(tensor.data_ptr())
+    if tensor.device.type != "cpu":
+        raise ValueError(f"{name} is on {tensor.device} but the seeds are on {device}; put the CSC on {device} or in pinned host memory")
+    if tensor.numel() == 0:
+        return int(tensor.data_ptr())
+    runtime = cupy.cuda.runtime
+    try:
+        attributes = runtime.pointerGetAttributes(int(tensor.data_ptr()))
+        pinned = attributes.type == runtime.memoryTypeHost
+    except runtime.CUDARuntimeError:  # pageable memory, before CUDA 11
+        pinned = False
+    if not pinned:
+        raise ValueError(
+            f"{name} is in pageable host memory, which the GPU cannot read: pin it in place "
+            f"(dgl_zerocopy.store.pinning.PinnedRange, or {name}.pin_memory() for a pinned copy) or move it to {device}"
+        )
+    address = int(attributes.devicePointer)
+    if address == 0:
+        raise ValueError(f"{name} is page-locked but not mapped into the GPU's address space; register it mapped (PinnedRange) or move it to {device}")
+    return address
+
+
+def launch_sample(
+    indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanout: int, *, replace: bool = False, seed: int = 0, max_blocks: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(out_indptr, src, pos)`` of :func:`~dgl_zerocopy.cuda.sampling.sample_csc` on the GPU of
+    ``seeds``, enqueued on torch's current stream there (one synchronisation: the total).
+
+    ``indptr`` and ``indices`` (checked by ``sample_csc``) are contiguous, and pinned host memory
+    or on the seeds' device; they and ``seeds`` must not change until the stream has run the kernels.
+
+    Raises:
+        ValueError: seeds not on a GPU, or the CSC pageable, strided or on another GPU.
+        IndexError: a seed outside ``[0, N)``. RuntimeError: CuPy or CUDA unavailable.
+    """
+    if seeds.device.type != "cuda":
+        raise ValueError(f"backend 'cuda' samples on the seeds' GPU, but seeds are on {seeds.device}; pass seeds.cuda() or backend='emulator'")
+    device = seeds.device
+    cupy = _cupy()
+    device_id = device.index if device.index is not None else torch.cuda.current_device()
+    seeds = seeds.contiguous()
+    names = _names(indptr, indices, seeds)
+    stream = cupy_stream(cupy, torch.cuda.current_stream(device), device_id)
+
+    def run(step: Step) -> None:
+        if step.grid == 0:
+            return
+        kernel = _kernel(device_id, names, step.kernel)
+        logger.debug("launch %s grid=%d block=%d", step.kernel, step.grid, step.block)
+        kernel((step.grid,), (step.block,), tuple(_SCALARS[kind](value) for kind, value in step.args))
+
+    with cupy.cuda.Device(device_id), stream:
+        addresses = (_kernel_address(cupy, "indptr", indptr, device), _kernel_address(cupy, "indices", indices, device))
+        return run_passes(indptr, indices, seeds, fanout, replace, seed, run, num_sms=_num_sms(device_id), max_blocks=max_blocks, csc_addresses=addresses)
