@@ -22,6 +22,7 @@ def test_wheel_ships_kernels_and_finds_them(tmp_path):
     (wheel,) = (tmp_path / "dist").glob("dgl_zerocopy-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     assert "dgl_zerocopy/kernels/gather.cu" in names
+    assert {"dgl_zerocopy/kernels/sample.cu", "dgl_zerocopy/kernels/sample_rng.cuh", "dgl_zerocopy/cuda/sampling/launcher.py"} <= set(names)
     assert "dgl_zerocopy_graphbolt.pth" in names and "_dgl_zerocopy_graphbolt.py" in names
 
     target = tmp_path / "site"
