@@ -168,7 +168,7 @@ def test_dgl_names_the_loader_relies_on_exist():
     assert isinstance(g._node_frames[0], Frame) and isinstance(g._edge_frames[0], Frame) and isinstance(g._node_frames[0]._columns, dict)
     assert {"name", "id_"} <= set(LazyFeature.__slots__)
     assert callable(dgl_loader.remove_parent_storage_columns) and callable(dgl_loader.restore_parent_storage_columns)
-    assert callable(dgl.utils.set_num_threads) and callable(dgl.utils.recursive_apply)
+    assert callable(dgl.utils.recursive_apply)
     assert callable(dgl.dataloading.dataloader.DDPTensorizedDataset)  # the reference of the split tests
 
 

@@ -30,12 +30,14 @@ IDTYPES = [torch.int64, torch.int32]
 ETYPES = [("user", "click", "item"), ("item", "clicked-by", "user"), ("user", "follow", "user")]
 
 
+DGL_THREADS = dgl.utils.get_num_threads()  # the process's own count, before the fixture below
+
+
 @pytest.fixture(autouse=True, scope="module")
 def one_dgl_thread():
-    before = dgl.utils.get_num_threads()
     dgl.utils.set_num_threads(1)
     yield
-    dgl.utils.set_num_threads(before)
+    dgl.utils.set_num_threads(DGL_THREADS)
 
 
 @pytest.fixture(autouse=True)
@@ -302,7 +304,11 @@ def test_batches_equal_dgls_with_worker_processes(use, tmp_path):
     """DGL splits an epoch's batches among the processes and torch takes one from each in turn:
     the same order and the same samples here (each process forked with DGL's random state)."""
     graph, indices, sampler, kw = use(torch.int64, tmp_path)
-    assert run_both(graph, indices, sampler, dgl_kw={**kw, "num_workers": 2, "timeout": 60}, prefetch=2) > 1
+    dgl.utils.set_num_threads(DGL_THREADS)  # the processes run DGL with one thread themselves, as DGL's do
+    try:
+        assert run_both(graph, indices, sampler, dgl_kw={**kw, "num_workers": 2, "timeout": 60}, prefetch=2) > 1
+    finally:
+        dgl.utils.set_num_threads(1)
 
 
 @pytest.mark.parametrize("use", USES, ids=[u.__name__ for u in USES])
@@ -350,6 +356,31 @@ def test_every_use_keeps_the_stream_protocol(use, tmp_path, monkeypatch):
         taken, in_slots = taken + 1, in_slots + len(served)
     assert taken == len(loader) and model.violations == []
     assert in_slots, "the fast path served the 2-D data"
+
+
+class _ShuffledEdgeBlocks(dgl.dataloading.BlockSampler):
+    """One block of all in-edges of the seeds, its edges in a random order (not by destination)."""
+
+    def sample_blocks(self, g, seed_nodes, exclude_eids=None):
+        frontier = dgl.in_subgraph(g, seed_nodes)
+        order = torch.randperm(frontier.num_edges())
+        shuffled = dgl.edge_subgraph(frontier, order, relabel_nodes=False)
+        shuffled.edata[dgl.EID] = frontier.edata[dgl.EID][order]
+        self.last = dgl.to_block(shuffled, seed_nodes)
+        return self.last.srcdata[dgl.NID], seed_nodes, [self.last]
+
+
+def test_device_block_edge_data_follows_its_csc_order():
+    from dgl_zerocopy.loading.blocks import _csc
+
+    graph = homogeneous(torch.int64)
+    sampler = _ShuffledEdgeBlocks(prefetch_edge_feats=["ef", "w"])
+    for _, _, (block,) in DataLoader(graph, ids(40, torch.int64), sampler, batch_size=16, prefetch=0, blocks="device"):
+        order = _csc(sampler.last, None)[2].long()
+        assert not torch.equal(order, torch.arange(len(order))), "the DGL block's edges are not in CSC order already"
+        parent = sampler.last.edata[dgl.EID][order]
+        for name in ("ef", "w"):
+            assert torch.equal(block.edata[name], graph.edata[name][parent]), name
 
 
 @pytest.mark.parametrize("use", [node_classification, hetero_node_classification, full_neighbours_edge_features], ids=lambda u: u.__name__)

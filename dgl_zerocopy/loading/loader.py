@@ -48,7 +48,7 @@ from .prefetch import Prefetcher, close_iterator
 from .ring import Fill, Slot, SlotRing
 from .seeds import PARTITION, EpochOrder, SeedSet, index_kind
 from .timing import StageTimer
-from .worker_dataset import EpochBatches, WorkerInit, restore_parent_columns
+from .worker_dataset import EpochBatches, restore_parent_columns
 from .workers import identity, sampled_batches
 
 log = logging.getLogger(__name__)
@@ -246,8 +246,7 @@ class DataLoader:
             self.graph.create_formats_()  # once here, not once per worker
             self._positions = positions.clone().share_memory_()  # the workers see every epoch's order through it
             dataset = EpochBatches(self.graph, self.graph_sampler, self.seeds, self._positions, self.batch_size, len(self))
-            kwargs = {**self._worker_kwargs, "worker_init_fn": WorkerInit(self._worker_kwargs.get("worker_init_fn"))}
-            self._workers = torch.utils.data.DataLoader(dataset, batch_size=None, collate_fn=identity, **kwargs)
+            self._workers = torch.utils.data.DataLoader(dataset, batch_size=None, collate_fn=identity, **self._worker_kwargs)
         else:
             self._positions.copy_(positions)
         return sampled_batches(iter(self._workers), self.timer)  # closing it stops non-persistent processes

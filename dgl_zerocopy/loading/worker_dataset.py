@@ -2,11 +2,12 @@
 them, DGL's setup of each process, and its way of sending sampled graphs back.
 
 As DGL's loader does, worker ``w`` samples a contiguous run of the epoch's batches
-(:func:`~dgl_zerocopy.loading.seeds.worker_batches`), each process runs DGL with one thread before
-the user's ``worker_init_fn``, and a sampled graph goes back without the parent graph's tensors
-that its frames share (DGL's ``remove_parent_storage_columns``; the loader puts them back with
-:func:`restore_parent_columns`). torch takes one batch from each process in turn, so the epoch's
-batches come in DGL's order, each sampled with the random state DGL's would have.
+(:func:`~dgl_zerocopy.loading.seeds.worker_batches`), and a sampled graph goes back without the
+parent graph's tensors that its frames share (DGL's ``remove_parent_storage_columns``; the loader
+puts them back with :func:`restore_parent_columns`). torch takes one batch from each process in
+turn, so the epoch's batches come in DGL's order, each sampled with the random state DGL's would
+have (the processes are forked where DGL's are, and torch runs each with one thread, which DGL's
+loader also sets).
 """
 
 from __future__ import annotations
@@ -35,22 +36,6 @@ class EpochBatches(torch.utils.data.IterableDataset):
             rows = self.order[i * self.batch_size : (i + 1) * self.batch_size]
             output = self.sampler.sample(self.graph, self.seeds.batch(rows))
             yield recursive_apply(output, remove_parent_storage_columns, self.graph)
-
-
-class WorkerInit:
-    """A sampling process's ``worker_init_fn``: DGL with one thread (as DGL's loader sets it: its
-    samplers then take the same code path, and the processes do not oversubscribe the cores), then
-    the user's function. A class, so that it pickles for a ``spawn`` context."""
-
-    def __init__(self, fn=None) -> None:
-        self.fn = fn
-
-    def __call__(self, worker_id: int) -> None:
-        from dgl.utils import set_num_threads
-
-        set_num_threads(1)
-        if self.fn is not None:
-            self.fn(worker_id)
 
 
 def restore_parent_columns(output, graph):
