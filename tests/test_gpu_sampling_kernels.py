@@ -110,10 +110,14 @@ def test_one_host_synchronisation_per_call():
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             sample_csc(placed.indptr, placed.indices, seeds, 10, backend="cuda")
+        with warnings.catch_warnings(record=True) as none:
+            warnings.simplefilter("always")
+            empty = sample_csc(placed.indptr, placed.indices, seeds[:0], 10, backend="cuda")
     finally:
         torch.cuda.set_sync_debug_mode(0)
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     assert len(syncs) == 1, [str(w.message) for w in syncs]
+    assert not [w for w in none if "synchroniz" in str(w.message)] and empty.indptr.tolist() == [0]
 
 
 @pytest.mark.parametrize("placement", ["pinned", "device"])

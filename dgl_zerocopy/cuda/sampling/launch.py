@@ -92,25 +92,26 @@ def run_passes(
     counts = torch.empty(num_seeds, **long)
     bad = torch.full((1,), -1, **long)
     out_indptr = torch.zeros(num_seeds + 1, **long)
+    if num_seeds == 0:  # nothing to launch, nothing to read back
+        return out_indptr, torch.empty(0, dtype=indices.dtype, device=device), torch.empty(0, **long)
     indptr_arg, indices_arg = (_ptr(indptr), _ptr(indices)) if csc_addresses is None else (("ptr", csc_addresses[0]), ("ptr", csc_addresses[1]))
-    if num_seeds:
-        launch(
-            Step(
-                instantiations.bounds_name(indptr.element_size(), seeds.element_size()),
-                grid_for(2 * num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
-                BLOCK,
-                (indptr_arg, ("i64", num_nodes), _ptr(seeds), ("i64", num_seeds), _ptr(bounds), _ptr(bad)),
-            )
+    launch(
+        Step(
+            instantiations.bounds_name(indptr.element_size(), seeds.element_size()),
+            grid_for(2 * num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
+            BLOCK,
+            (indptr_arg, ("i64", num_nodes), _ptr(seeds), ("i64", num_seeds), _ptr(bounds), _ptr(bad)),
         )
-        launch(
-            Step(
-                instantiations.count_name(),
-                grid_for(num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
-                BLOCK,
-                (_ptr(bounds), ("i64", num_seeds), ("i32", fanout), ("i32", int(replace)), _ptr(counts)),
-            )
+    )
+    launch(
+        Step(
+            instantiations.count_name(),
+            grid_for(num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
+            BLOCK,
+            (_ptr(bounds), ("i64", num_seeds), ("i32", fanout), ("i32", int(replace)), _ptr(counts)),
         )
-        torch.cumsum(counts, 0, out=out_indptr[1:])
+    )
+    torch.cumsum(counts, 0, out=out_indptr[1:])
     total, bad_position = torch.stack((out_indptr[-1], bad[0])).tolist()  # the one host read
     if bad_position >= 0:
         value = int(seeds[bad_position])
