@@ -159,6 +159,46 @@ def test_a_missing_name_fails_at_construction_naming_its_type():
         )
 
 
+def test_features_and_labels_by_type_on_a_heterograph():
+    h = hetero(torch.int64)
+    loader = DataLoader(
+        h,
+        {"user": ids(30, torch.int64), "item": ids(20, torch.int64)},
+        dgl.dataloading.NeighborSampler([2, 2]),
+        features={("user", "feat"): h.nodes["user"].data["feat"], ("item", "feat"): h.nodes["item"].data["feat"]},
+        labels={("user", "label"): h.nodes["user"].data["label"]},
+        batch_size=8,
+        prefetch=2,
+    )
+    assert set(loader.features) == {("user", "feat"), ("item", "feat")} and set(loader.labels) == {("user", "label")}
+    for input_nodes, output_nodes, blocks in loader:
+        for ntype in ("user", "item"):
+            assert torch.equal(blocks[0].srcnodes[ntype].data["feat"], h.nodes[ntype].data["feat"][input_nodes[ntype]])
+        if "user" in output_nodes:
+            assert torch.equal(blocks[-1].dstnodes["user"].data["label"], h.nodes["user"].data["label"][output_nodes["user"]])
+    with pytest.raises(TypeError, match=r"\(node type, name\) pairs on a heterograph"):
+        DataLoader(h, {"user": ids(3, torch.int64)}, dgl.dataloading.NeighborSampler([2]), features={"feat": h.nodes["user"].data["feat"]})
+    with pytest.raises(ValueError, match=r"has 40 rows but the graph has 60 nodes of type 'user'"):
+        DataLoader(h, {"user": ids(3, torch.int64)}, dgl.dataloading.NeighborSampler([2]), features={("user", "feat"): h.nodes["item"].data["feat"]})
+
+
+def _note_worker(worker_id: int) -> None:
+    open(os.path.join(os.environ["DGL_ZEROCOPY_TEST_WORKERS"], f"{os.getpid()}-{worker_id}"), "w").close()
+
+
+@pytest.mark.slow
+def test_worker_init_fn_runs_in_each_sampling_process(tmp_path, monkeypatch):
+    monkeypatch.setenv("DGL_ZEROCOPY_TEST_WORKERS", str(tmp_path))
+    g = homogeneous(torch.int64)
+    loader = DataLoader(g, ids(64, torch.int64), dgl.dataloading.NeighborSampler([2]), batch_size=8, num_workers=2, worker_init_fn=_note_worker, timeout=60)
+    try:
+        assert sum(1 for _ in loader) == len(loader)
+    finally:
+        loader.close()
+    notes = sorted(p.name for p in tmp_path.iterdir())
+    assert len(notes) == 2 and {n.split("-")[1] for n in notes} == {"0", "1"} and len({n.split("-")[0] for n in notes}) == 2, notes
+
+
 def test_dgl_names_the_loader_relies_on_exist():
     """DGL's private names the collation uses, present in the installed DGL."""
     from dgl.dataloading import dataloader as dgl_loader

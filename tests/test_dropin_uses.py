@@ -358,6 +358,29 @@ def test_every_use_keeps_the_stream_protocol(use, tmp_path, monkeypatch):
     assert in_slots, "the fast path served the 2-D data"
 
 
+class _LeafSampler(dgl.dataloading.Sampler):
+    """A sampler of one's own that returns a LazyFeature leaf (served from ``attach_data``)."""
+
+    def sample(self, g, indices):
+        return indices, {"score": dgl.LazyFeature("score", indices)}
+
+
+def test_lazy_feature_leaves_come_from_attached_data():
+    graph = homogeneous(torch.int64)
+    score = torch.randn(graph.num_nodes(), 2)
+    theirs_loader = dgl.dataloading.DataLoader(graph, ids(50, torch.int64), _LeafSampler(), batch_size=16, shuffle=True)
+    theirs_loader.attach_data("score", score)
+    with pytest.raises(KeyError, match=r"loader.attach_data\('score'"):
+        next(iter(DataLoader(graph, ids(50, torch.int64), _LeafSampler(), batch_size=16, prefetch=2)))
+    ours_loader = DataLoader(graph, ids(50, torch.int64), _LeafSampler(), batch_size=16, shuffle=True, prefetch=2)
+    ours_loader.attach_data("score", score)
+    seed_all(0)
+    theirs = list(theirs_loader)
+    seed_all(0)
+    ours = [(i.clone(), {"score": d["score"].clone()}) for i, d in ours_loader]
+    assert_same(ours, [tuple(batch) for batch in theirs])
+
+
 class _ShuffledEdgeBlocks(dgl.dataloading.BlockSampler):
     """One block of all in-edges of the seeds, its edges in a random order (not by destination)."""
 

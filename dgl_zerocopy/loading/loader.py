@@ -46,7 +46,7 @@ from .dgl_options import OTHER_TORCH_KWARGS, WORKER_KWARGS, apply_dgl_options, d
 from .feature_sources import Sources
 from .prefetch import Prefetcher, close_iterator
 from .ring import Fill, Slot, SlotRing
-from .seeds import PARTITION, EpochOrder, SeedSet, index_kind
+from .seeds import EDGE, PARTITION, EpochOrder, SeedSet, index_kind
 from .timing import StageTimer
 from .worker_dataset import EpochBatches, restore_parent_columns
 from .workers import identity, sampled_batches
@@ -163,7 +163,7 @@ class DataLoader:
         partitions = len(graph_sampler.partition_offset) - 1 if kind == PARTITION else None
         self.seeds = SeedSet(indices, graph, kind, partitions)
         # DGL's own samplers return only node and edge ids of the graph they sample: no range checks.
-        inner = getattr(graph_sampler, "sampler", None) if kind == "edge" else None
+        inner = getattr(graph_sampler, "sampler", None) if kind == EDGE else None
         self._trusted = is_dgl_sampler(graph_sampler) and (inner is None or is_dgl_sampler(inner))
         self._sources = Sources(graph, self.device, store_options or {}, gpu_cache_rows(gpu_cache, graph.num_nodes()), graph_sampler)
         self._marks = (self._sources.add(features, "features"), self._sources.add(labels, "labels"))
