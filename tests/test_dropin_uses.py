@@ -311,6 +311,15 @@ def test_batches_equal_dgls_with_worker_processes(use, tmp_path):
         dgl.utils.set_num_threads(1)
 
 
+@pytest.mark.slow
+@pytest.mark.parametrize("use", [node_classification, link_prediction_self], ids=lambda u: u.__name__)
+def test_batches_equal_dgls_with_persistent_worker_processes(use, tmp_path):
+    """Persistent processes see each epoch's new order through shared memory, as DGL's do."""
+    graph, indices, sampler, kw = use(torch.int64, tmp_path)
+    workers = {**kw, "num_workers": 2, "persistent_workers": True, "timeout": 60}
+    assert run_both(graph, indices, sampler, epochs=3, dgl_kw=workers, prefetch=2) > 2
+
+
 @pytest.mark.parametrize("use", USES, ids=[u.__name__ for u in USES])
 def test_prefetching_serves_every_mark_from_the_parent_graph(use, tmp_path):
     graph, indices, sampler, kw = use(torch.int64, tmp_path)
