@@ -38,7 +38,7 @@ NID = EID = "_ID"  # DGL's dgl.NID and dgl.EID
 class Need:
     """One ``LazyFeature`` of a batch. ``graph``: the position of its graph among the graphs of
     the output in walk order, or None for a LazyFeature leaf (``leaf``: its position among the
-    leaves). ``kind``: ``"node"`` or ``"edge"``; ``frame``: the index of the graph's node or edge
+    leaves). ``kind``: ``"node"``, ``"edge"`` or ``"leaf"``; ``frame``: the index of the graph's node or edge
     frame; ``side``: ``"src"``/``"dst"`` for a block's node frame; ``type``: that frame's node type
     or canonical edge type; ``key``: the column; ``name``: the parent graph's data it takes;
     ``ids``: the parent's ids to gather (CPU); ``given``: the mark carried its own ids."""
