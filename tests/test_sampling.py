@@ -197,6 +197,7 @@ def test_blocks_equal_to_block_of_the_same_frontier(g, fixed_keys, replace):
     seeds = torch.tensor([HUB, 11, 42, ISOLATED, 7], dtype=g.idtype)
     input_nodes, output_nodes, blocks = GpuNeighborSampler(fanouts, replace=replace, device="reference").sample(g, seeds)
     assert len(blocks) == 3 and torch.equal(output_nodes, seeds) and torch.equal(input_nodes, blocks[0].srcdata[dgl.NID])
+    assert len(fixed_keys) == 3 and len(set(fixed_keys)) == 3  # one RNG key per layer
     dst = seeds
     for i, key in zip(reversed(range(3)), fixed_keys):
         ours = blocks[i]
