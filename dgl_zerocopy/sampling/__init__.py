@@ -1,7 +1,7 @@
 """Sampling on the GPU: DGL's neighbour sampling for PyPI's CPU-only DGL, on our kernels.
 
 - :mod:`.graph`: :class:`SamplingGraph`, a graph's in-edge CSC pinned in place, in device memory,
-  or as it is on the host (for the CPU backends); :func:`shared_graph`: one per graph and placement.
+  or as it is on the host (for the CPU backends); :func:`shared_graph`/:func:`release`: one per graph and placement.
 - :mod:`.layer`: one layer of picks (``sample_csc`` of :mod:`dgl_zerocopy.cuda.sampling`), and the
   checks every entry point shares.
 - :mod:`.relabel`: unique and relabel on the device (destinations first, as ``dgl.to_block``).
@@ -12,7 +12,7 @@
 This layer sits beside ``loading`` (it imports the kernel layer, the store and ``loading.blocks``).
 """
 
-from .graph import SamplingGraph, shared_graph
+from .graph import SamplingGraph, release, shared_graph
 from .neighbor import GpuNeighborSampler, sample_neighbors
 
-__all__ = ["GpuNeighborSampler", "SamplingGraph", "sample_neighbors", "shared_graph"]
+__all__ = ["GpuNeighborSampler", "SamplingGraph", "release", "sample_neighbors", "shared_graph"]
