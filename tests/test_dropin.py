@@ -21,7 +21,7 @@ from conftest import REPO  # noqa: E402
 
 from dgl_zerocopy import DataLoader, FeatureStore  # noqa: E402
 from dgl_zerocopy.loading import dgl_options  # noqa: E402
-from dgl_zerocopy.loading.seeds import EpochOrder  # noqa: E402
+from dgl_zerocopy.loading.seeds import EpochOrder, interleaved  # noqa: E402
 
 
 @pytest.fixture
@@ -201,13 +201,16 @@ def _psutil_children():
 @pytest.mark.slow
 @pytest.mark.parametrize("persistent", [False, True])
 def test_worker_processes_sample_the_same_seeds(graph, train_idx, persistent):
+    """The same seeds in the same batches, in DGL's order with processes: each samples a
+    contiguous run of the epoch's batches and torch takes one from each in turn."""
     serial = DataLoader(graph, train_idx, _prefetching_sampler(), batch_size=100, shuffle=True, seed=5)
     workers = DataLoader(
         graph, train_idx, _prefetching_sampler(), batch_size=100, shuffle=True, seed=5, num_workers=2, persistent_workers=persistent, timeout=60
     )
     before = _children()
     for epoch in range(2):
-        expected = [output_nodes for _, output_nodes, _ in serial]
+        in_order = [output_nodes for _, output_nodes, _ in serial]
+        expected = [in_order[i] for i in interleaved(len(in_order), 2)]
         got = []
         for input_nodes, output_nodes, blocks in workers:
             torch.testing.assert_close(blocks[0].srcdata["feat"], graph.ndata["feat"][input_nodes])
