@@ -162,6 +162,7 @@ class Sources:
                 if kind == "leaf":
                     if name not in self.attached:
                         raise KeyError(f"the sampler returned LazyFeature({name!r}); attach its storage with loader.attach_data({name!r}, tensor)")
+                    log_once(f"leaf:{name}", f"LazyFeature leaves {name!r} are served from attach_data by indexing, as DGL's loader does", log)
                     self._sources[key] = (self.attached[name], False)
                 else:
                     data = self._data(kind, type_)
