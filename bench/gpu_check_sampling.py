@@ -1,0 +1,151 @@
+"""The sampling step of bench/gpu_check.py: bench/sampling.py on the GPU, time-limited, with partial results.
+
+Our sampler with the graph's CSC pinned in place (``gpu-pinned``) and in device memory
+(``gpu-device``), against DGL's CPU sampler (``dgl-cpu``) on the same machine and graph: ms per
+minibatch and sampled edges/s (relabelling and blocks included), each checked before it is timed
+(bench/sampling.py). The graph is the products-shaped synthetic one at a size the step's time limit
+holds (:data:`SAMPLING_ARGS`; docs/gpu.md sizes it); ogbn-products' full scale is a run of its own
+(docs/benchmarks.md). The results folder may hold only 8 files, so bench/sampling.py writes into
+the check's work folder and its rows go into summary.json and summary.md (:func:`sampling_figures`,
+:func:`sampling_markdown`).
+
+Without CUDA (``DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1``) the reference backend stands in for the GPU
+methods: the orchestration runs, the figures mean nothing.
+
+The end-to-end epoch table of issue 23 (GPU sampling + zero-copy gather against CPU sampling +
+zero-copy gather and DGL's default path) waits for the DataLoader's GPU-sampling route: not here yet.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+from gpu_check_report import TIME_LIMIT_STATUS, result_rows
+from gpu_check_setup import Part, Run, last_line, run_bounded
+
+BENCH = Path(__file__).resolve().parent
+#: bench/sampling.py's arguments per mode: a graph whose generation fits the step (docs/gpu.md).
+SAMPLING_ARGS = {
+    "full": ["--num-nodes", "250000", "--batches", "10", "--repeats", "5", "--warmup", "3"],
+    "quick": ["--num-nodes", "50000", "--batch-size", "512", "--batches", "5", "--repeats", "3"],
+}
+#: bench/sampling.py starts no method this close to the step's limit: the longest method at the
+#: check's size (kernels compiled cold, the check against the reference backend, the timed
+#: repeats) and the writing of the rows and the plot.
+SAMPLING_RESERVE = 20
+FIGURE_KEYS = (
+    "method",
+    "what",
+    "num_nodes",
+    "num_edges",
+    "fanouts",
+    "batch_size",
+    "ms_per_batch_median",
+    "ms_per_batch_q1",
+    "ms_per_batch_q3",
+    "medges_per_s_median",
+    "medges_per_s_q1",
+    "medges_per_s_q3",
+    "edges_per_batch",
+    "layer_edges",
+    "input_nodes_per_batch",
+    "x_dgl_cpu",
+    "status",
+    "wall_s",
+)
+
+
+def sampling_methods(cuda: bool) -> str:
+    """The methods the step times: ours pinned and device-resident and DGL's CPU sampler; without
+    CUDA the reference backend stands in for ours."""
+    return "gpu-pinned,gpu-device,dgl-cpu" if cuda else "reference,dgl-cpu"
+
+
+def sampling_part(env: dict, limit: float, workdir: Path, mode: str, cuda: bool) -> tuple[Part, str]:
+    """bench/sampling.py within ``limit`` seconds (it starts no method after ``limit -
+    SAMPLING_RESERVE``), its files in ``workdir``."""
+    soft = max(limit - SAMPLING_RESERVE, 1)
+    stem = workdir / "sampling"
+    args = [*SAMPLING_ARGS[mode], "--methods", sampling_methods(cuda), "--time-limit", f"{soft:g}"]
+    run = run_bounded([sys.executable, str(BENCH / "sampling.py"), *args, "--out", str(stem)], limit, env)
+    part = judge_sampling(run, result_rows(workdir, "sampling"), limit)
+    part.details["command"] = "python3 bench/sampling.py " + " ".join(args)
+    return part, run.output
+
+
+def judge_sampling(run: Run, rows: list[dict], limit: float) -> Part:
+    """The step's outcome. A method that failed (its check or its run) fails the step; methods the
+    time limit left out (not started, or cut off at a kill: the rows written by then are kept)
+    make it partial; a method that could not run here (no DGL) is named in the reason."""
+    part = Part("sampling", seconds=run.seconds, limit=limit)
+    ok = [r for r in rows if r.get("status") == "ok"]
+    failed = [r for r in rows if str(r.get("status", "")).startswith("failed")]
+    for_time = [r for r in rows if r.get("status") == TIME_LIMIT_STATUS]
+    other = [r for r in rows if r not in ok and r not in failed and r not in for_time]
+    part.details = {"results": len(ok), "skipped_for_time": len(for_time), "skipped": len(other), "failed": len(failed)}
+    skipped = "".join(f"; {r['method']} {r['status']}" for r in other)
+    if failed:
+        part.status = "failed"
+        part.reason = f"{len(failed)} of {len(rows)} methods failed: " + "; ".join(f"{r['method']}: {r['status']}" for r in failed[:3])
+    elif run.returncode is None:
+        part.status = "partial"
+        part.reason = (
+            f"time limit ({limit:.0f} s) reached; methods finished: {', '.join(r['method'] for r in ok) or 'none'}; the rest skipped: time limit{skipped}"
+        )
+    elif run.returncode != 0 or not rows:
+        part.status, part.reason = "failed", last_line(run.output, run.returncode)
+    elif for_time:
+        part.status = "partial"
+        part.reason = f"{figures_text(ok) or 'no method measured'}; {', '.join(r['method'] for r in for_time)} {TIME_LIMIT_STATUS}{skipped}"
+    elif not ok:
+        part.status, part.reason = "failed", "no method measured" + skipped
+    else:
+        part.status, part.reason = "ok", figures_text(ok) + skipped
+    return part
+
+
+def figures_text(ok: list[dict]) -> str:
+    """One line of the measured figures: ms per batch and M edges/s per method, pinned over device."""
+    text = "; ".join(f"{r['method']} {r['ms_per_batch_median']:.2f} ms/batch, {r['medges_per_s_median']:.1f} M edges/s" for r in ok)
+    by = {r["method"]: r for r in ok}
+    if "gpu-pinned" in by and "gpu-device" in by:
+        text += f"; device-resident {by['gpu-device']['medges_per_s_median'] / by['gpu-pinned']['medges_per_s_median']:.2f}x pinned"
+    return text + ("; each checked before timing" if ok else "")
+
+
+def sampling_figures(rows: list[dict]) -> list[dict]:
+    """The step's rows as summary.json keeps them (the keys of :data:`FIGURE_KEYS`)."""
+    return [{k: r.get(k) for k in FIGURE_KEYS} for r in rows]
+
+
+def _n(value, fmt: str = ".2f") -> str:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    return format(value, fmt) if ok else "–"
+
+
+def sampling_markdown(figures: list[dict]) -> list[str]:
+    """summary.md's sampling section (no lines without figures)."""
+    if not figures:
+        return []
+    first = figures[0]
+    lines = [
+        "",
+        f"## Sampling: our sampler against DGL's CPU sampler ({_n(first['num_nodes'], ',')} nodes, {_n(first['num_edges'], ',')} edges, "
+        f"fanouts {first['fanouts']}, batch {first['batch_size']}; relabelling and blocks included)",
+        "",
+        "| method | ms per batch median (q1–q3) | M sampled edges/s median (q1–q3) | × DGL CPU | edges per batch (per layer) | what | status |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in figures:
+        ms = f"{_n(f['ms_per_batch_median'])} ({_n(f['ms_per_batch_q1'])}–{_n(f['ms_per_batch_q3'])})"
+        rate = f"{_n(f['medges_per_s_median'])} ({_n(f['medges_per_s_q1'])}–{_n(f['medges_per_s_q3'])})"
+        per = f"{_n(f['edges_per_batch'], ',.0f')} ({f['layer_edges']})" if f["status"] == "ok" else "–"
+        lines.append(f"| {f['method']} | {ms} | {rate} | {_n(f['x_dgl_cpu'])} | {per} | {f['what']} | {str(f['status']).replace('|', '/')} |")
+    by = {f["method"]: f for f in figures if f["status"] == "ok"}
+    if "gpu-pinned" in by and "gpu-device" in by:
+        ratio = by["gpu-pinned"]["ms_per_batch_median"] / by["gpu-device"]["ms_per_batch_median"]
+        lines += ["", f"Pinned in place takes {ratio:.2f}x the time per batch of device-resident (issue 23's goal: within 1.5x)."]
+    lines += ["", "No end-to-end epoch table with GPU sampling yet: the DataLoader's GPU-sampling route does not exist."]
+    return lines
