@@ -248,6 +248,9 @@ def render_markdown(summary: dict) -> str:
                 f"| {e['source']} | {e['prefetch']} | {_spread(e['epoch_time'], e['epoch_min'], e['epoch_max'])} | {share} | "
                 f"{_num(e['test_acc'], '.4f')} | {_cell(e['status'])} |"
             )
+    from gpu_check_sampling import sampling_markdown  # here, not above: that module imports this one
+
+    lines += sampling_markdown(summary["figures"].get("sampling", []))
     if summary.get("transfer_problems"):
         lines += ["", "## Results folder", "", *(f"- {p}" for p in summary["transfer_problems"])]
     return "\n".join(lines) + "\n"

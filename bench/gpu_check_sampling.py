@@ -139,9 +139,11 @@ def sampling_markdown(figures: list[dict]) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for f in figures:
-        ms = f"{_n(f['ms_per_batch_median'])} ({_n(f['ms_per_batch_q1'])}–{_n(f['ms_per_batch_q3'])})"
-        rate = f"{_n(f['medges_per_s_median'])} ({_n(f['medges_per_s_q1'])}–{_n(f['medges_per_s_q3'])})"
-        per = f"{_n(f['edges_per_batch'], ',.0f')} ({f['layer_edges']})" if f["status"] == "ok" else "–"
+        ms = rate = per = "–"
+        if f["status"] == "ok":
+            ms = f"{_n(f['ms_per_batch_median'])} ({_n(f['ms_per_batch_q1'])}–{_n(f['ms_per_batch_q3'])})"
+            rate = f"{_n(f['medges_per_s_median'])} ({_n(f['medges_per_s_q1'])}–{_n(f['medges_per_s_q3'])})"
+            per = f"{_n(f['edges_per_batch'], ',.0f')} ({f['layer_edges']})"
         lines.append(f"| {f['method']} | {ms} | {rate} | {_n(f['x_dgl_cpu'])} | {per} | {f['what']} | {str(f['status']).replace('|', '/')} |")
     by = {f["method"]: f for f in figures if f["status"] == "ok"}
     if "gpu-pinned" in by and "gpu-device" in by:

@@ -356,7 +356,7 @@ def on_cpu(monkeypatch):
     monkeypatch.setenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "1")
     monkeypatch.delenv("CUPY_CACHE_DIR", raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    for name in ("pytest", "gather", "epoch", "ddp"):
+    for name in ("pytest", "gather", "sampling", "epoch", "ddp"):
         monkeypatch.setattr(gpu_check, f"{name}_part", _fake_step(name))
     return monkeypatch
 
@@ -397,7 +397,7 @@ def test_step_limits_keep_the_later_steps_their_time():
     assert gpu_check.step_limit(230, left=400, later=260) == 140  # a slow setup shortens this step, not the later ones
     assert gpu_check.step_limit(100, left=50, later=0) == 50
     assert gpu_check.step_limit(100, left=10, later=60) == 0
-    one_gpu = sum(gpu_check.LIMITS[s] for s in ("wheels", "pytest", "gather", "epoch"))
+    one_gpu = sum(gpu_check.LIMITS[s] for s in ("wheels", "pytest", "gather", "sampling", "epoch"))
     assert one_gpu <= gpu_check.TOTAL_LIMIT <= 600 - 45, "one H100: every step at its own limit, inside one 10-minute command"
     assert gpu_check.GATHER_RESERVE < gpu_check.LIMITS["gather"] and gpu_check.PYTEST_GRACE < gpu_check.LIMITS["pytest"]
 
@@ -421,6 +421,7 @@ def test_a_step_left_without_time_is_reported_not_failed(on_cpu, tmp_path, capsy
         ("wheels", "ok"),
         ("pytest", "ok"),
         ("gather", "partial"),
+        ("sampling", "not run"),
         ("epoch", "partial"),
         ("ddp", "not run"),
     ]
@@ -700,3 +701,109 @@ def test_the_epoch_bench_writes_each_route_as_it_finishes(tmp_path, monkeypatch)
     with pytest.raises(Stop):
         epoch.main(["--sources", "cpu", "--prefetch", "2", "--epochs", "3", "--out", str(stem)])
     assert len(calls) == 2
+
+
+# -- the sampling step (issue 23): bench/sampling.py's rows in the summary ---------------------------------
+
+
+def _sampling_row(method, ms, status="ok", **extra):
+    nan = float("nan")
+    figures = (
+        {"ms_per_batch_median": ms, "ms_per_batch_q1": 0.9 * ms, "ms_per_batch_q3": 1.1 * ms}
+        | {"medges_per_s_median": 800 / ms, "medges_per_s_q1": 700 / ms, "medges_per_s_q3": 900 / ms}
+        | {"edges_per_batch": 800_000.0, "layer_edges": "740000/55000/5000", "x_dgl_cpu": 40.0 / ms}
+        if status == "ok"
+        else dict.fromkeys(("ms_per_batch_median", "ms_per_batch_q1", "ms_per_batch_q3", "medges_per_s_median", "medges_per_s_q1", "medges_per_s_q3"), nan)
+        | {"edges_per_batch": nan, "layer_edges": "", "x_dgl_cpu": nan}
+    )
+    what = "CPU measurement: DGL's NeighborSampler (baseline)" if method == "dgl-cpu" else f"GPU measurement: {method}"
+    return {
+        "method": method,
+        "what": what,
+        "num_nodes": 250000,
+        "num_edges": 12_000_000,
+        "fanouts": "15,10,5",
+        "batch_size": 1024,
+        **figures,
+        "status": status,
+        **extra,
+    }
+
+
+def test_the_sampling_step_is_judged_from_its_rows():
+    """ok with the figures and pinned against device; a failed method fails it; methods left out for
+    time (or a kill) make it partial and keep what finished; a method that cannot run here is named."""
+    import gpu_check_sampling as gs
+
+    ok = [_sampling_row("gpu-pinned", 2.0), _sampling_row("gpu-device", 1.6), _sampling_row("dgl-cpu", 40.0)]
+    part = gpu_check.judge_sampling(gpu_check.Run(0, "", 30.0), ok, 50)
+    assert part.status == "ok" and part.details == {"results": 3, "skipped_for_time": 0, "skipped": 0, "failed": 0}
+    assert part.reason.startswith("gpu-pinned 2.00 ms/batch, 400.0 M edges/s; gpu-device 1.60 ms/batch, 500.0 M edges/s; dgl-cpu 40.00 ms/batch")
+    assert "device-resident 1.25x pinned" in part.reason and part.reason.endswith("each checked before timing")
+    failed = gpu_check.judge_sampling(gpu_check.Run(1, "", 30.0), [ok[0], _sampling_row("gpu-device", 0, "failed: CheckError: block 2: boom")], 50)
+    assert failed.status == "failed" and failed.reason == "1 of 2 methods failed: gpu-device: failed: CheckError: block 2: boom"
+    for_time = gpu_check.judge_sampling(gpu_check.Run(0, "", 31.0), [ok[0], _sampling_row("dgl-cpu", 0, gs.TIME_LIMIT_STATUS)], 50)
+    assert for_time.status == "partial" and for_time.reason.endswith("; dgl-cpu skipped: time limit")
+    killed = gpu_check.judge_sampling(gpu_check.Run(None, "", 50.0), ok[:1], 50)
+    assert killed.status == "partial" and killed.reason.startswith("time limit (50 s) reached; methods finished: gpu-pinned; the rest skipped")
+    no_dgl = gpu_check.judge_sampling(gpu_check.Run(0, "", 20.0), [*ok[:2], _sampling_row("dgl-cpu", 0, "skipped: import dgl failed: ModuleNotFoundError")], 50)
+    assert no_dgl.status == "ok" and no_dgl.reason.endswith("; dgl-cpu skipped: import dgl failed: ModuleNotFoundError")
+    crashed = gpu_check.judge_sampling(gpu_check.Run(1, "Traceback\nMemoryError: x\n", 5.0), [], 50)
+    assert (crashed.status, crashed.reason) == ("failed", "MemoryError: x")
+    assert [gpu_check.exit_code([p]) for p in (part, failed, for_time, killed, no_dgl, crashed)] == [0, 1, 0, 0, 0, 1]
+    assert gs.sampling_methods(True) == "gpu-pinned,gpu-device,dgl-cpu" and gs.sampling_methods(False) == "reference,dgl-cpu"
+    assert gs.SAMPLING_RESERVE < gpu_check.LIMITS["sampling"]
+
+
+def test_the_sampling_rows_are_in_summary_json_and_md(tmp_path):
+    """The rows travel in the two summaries (the folder holds at most 8 files); no CPU row passes for a GPU one."""
+    summary = _made_up_summary(tmp_path)
+    rows = [_sampling_row("gpu-pinned", 2.0), _sampling_row("gpu-device", 1.6), _sampling_row("dgl-cpu", 40.0, wall_s=9.0)]
+    rows.append(
+        {**_sampling_row("gpu-device", 0, "failed: x|y"), "method": "emulator", "what": "CPU emulation of our CUDA kernel (correctness tool): NOT a GPU figure"}
+    )
+    summary["figures"]["sampling"] = gpu_check.sampling_figures(rows)
+    json_path, md_path = gpu_check.write_summary(tmp_path, summary, {})
+    data = json.loads(json_path.read_text())
+    assert [f["method"] for f in data["figures"]["sampling"]] == ["gpu-pinned", "gpu-device", "dgl-cpu", "emulator"]
+    assert data["figures"]["sampling"][2]["wall_s"] == 9.0 and data["figures"]["sampling"][3]["ms_per_batch_median"] is None
+    md = md_path.read_text(encoding="utf-8")
+    assert "## Sampling: our sampler against DGL's CPU sampler (250,000 nodes, 12,000,000 edges, fanouts 15,10,5, batch 1024;" in md
+    assert "| gpu-pinned | 2.00 (1.80–2.20) | 400.00 (350.00–450.00) | 20.00 | 800,000 (740000/55000/5000) | GPU measurement: gpu-pinned | ok |" in md
+    assert "| emulator | – | – | – | – | CPU emulation of our CUDA kernel (correctness tool): NOT a GPU figure | failed: x/y |" in md
+    assert "Pinned in place takes 1.25x the time per batch of device-resident (issue 23's goal: within 1.5x)." in md
+    assert "No end-to-end epoch table with GPU sampling yet" in md
+    assert gpu_check.transfer_problems(tmp_path) == [] and not any("sampling" in f for f in gpu_check.RESULT_FILES)
+    assert "## Sampling" not in gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "sampling": []}})
+
+
+def test_main_runs_the_sampling_step_after_gather_with_its_limit(on_cpu, tmp_path, capsys):
+    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--parts", "sampling,gather"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.index("step gather runs") < out.index(f"step sampling runs with a limit of {gpu_check.LIMITS['sampling']} s")
+    assert "gpu-check [2/2] sampling: ok" in out and f"sampling {gpu_check.LIMITS['sampling']} s" in out.splitlines()[6]
+    data = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [p["name"] for p in data["parts"]] == ["wheels", "pytest", "gather", "sampling", "epoch", "ddp"]
+    assert data["figures"]["sampling"] == []
+
+
+@pytest.mark.slow
+def test_the_sampling_step_runs_bench_sampling_with_the_reference_backend(tmp_path, monkeypatch):
+    """The real step without CUDA: bench/sampling.py in a subprocess, the reference backend standing in
+    for the GPU sampler beside DGL's; its rows read back from the work folder; killed at its limit, partial."""
+    import gpu_check_sampling as gs
+
+    monkeypatch.setitem(gs.SAMPLING_ARGS, "quick", ["--num-nodes", "3000", "--batch-size", "64", "--batches", "2", "--repeats", "2"])
+    env = {**gpu_check.child_env(None), "DGL_ZEROCOPY_CACHE": str(tmp_path / "cache")}
+    part, log = gs.sampling_part(env, 240, tmp_path, "quick", cuda=False)
+    assert part.status == "ok", (part, log)
+    assert part.details["command"].startswith("python3 bench/sampling.py --num-nodes 3000") and "--methods reference,dgl-cpu" in part.details["command"]
+    rows = gpu_check.result_rows(tmp_path, "sampling")
+    assert [(r["method"], r["status"]) for r in rows] == [("reference", "ok"), ("dgl-cpu", "ok")]
+    assert all(r["ms_per_batch_median"] > 0 and r["medges_per_s_median"] > 0 for r in rows)
+    assert rows[0]["what"].endswith("NOT a GPU figure")
+    figures = gpu_check.sampling_figures(rows)
+    assert "| reference |" in "\n".join(gs.sampling_markdown(figures))
+    killed, _ = gs.sampling_part(env, 0.5, tmp_path / "killed", "quick", cuda=False)
+    assert killed.status == "partial" and "methods finished: none" in killed.reason
