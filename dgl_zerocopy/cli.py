@@ -19,7 +19,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from .data import DATASETS, DatasetError
+from .data import DATASETS, HETERO_DATASETS, DatasetError
 from .training.config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml
 from .training.models import MODELS
 
@@ -50,10 +50,10 @@ def _parser() -> argparse.ArgumentParser:
     t = sub.add_parser("train", help="train a GNN and print accuracy and a timing breakdown")
     t.add_argument("--config", help="YAML file with the same keys as these flags (flags override it)")
     t.add_argument("--dataset", help=f"one of: {', '.join(DATASETS)} (default synthetic)")
-    t.add_argument("--num-nodes", type=int, help="node count of the generated dataset (synthetic only)")
+    t.add_argument("--num-nodes", type=int, help="size of a generated dataset: synthetic's nodes, hetero-synthetic's papers (authors: 2/5 of them)")
     t.add_argument("--data-root", help="folder holding the real datasets (cora, coauthor-cs, ogbn-products, ...)")
     t.add_argument("--self-loop", action="store_const", const=True, help="add a self-loop to every node (GCN's A + I)")
-    t.add_argument("--model", help=f"one of: {', '.join(MODELS)} (default sage)")
+    t.add_argument("--model", help=f"one of: {', '.join(MODELS)} (default sage; rgcn, and only rgcn, on a heterograph: {', '.join(HETERO_DATASETS)})")
     t.add_argument("--fanouts", type=_fanouts, help="neighbours sampled per layer, e.g. 15,10,5 (-1: all)")
     t.add_argument("--batch-size", type=int)
     t.add_argument("--eval-batch-size", type=int)
@@ -123,6 +123,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "partition":
             from .dist.commands import partition
 
+            _homogeneous_only(args.dataset, "partition")
             return partition(args)
         if args.command == "launch-local":
             from .dist.commands import launch_local
@@ -191,6 +192,7 @@ def _train(args: argparse.Namespace) -> int:
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "no_progress", "dist", "ip_config")}
     cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
     if args.dist is not None:
+        _homogeneous_only(cfg.dataset, "train --dist")
         return _train_dist(cfg, args)
     with _signals_unwind():
         return _train_local(cfg, args)
@@ -200,18 +202,20 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
     """``train`` in this process, or in ``--nproc`` DDP ranks."""
     from torch.multiprocessing.spawn import ProcessExitedException
 
-    from .data import SyntheticSpec, load_dataset
+    from .data import HeteroSpec, SyntheticSpec, load_dataset
     from .training.train import best_epoch, resolve_device, timing_table, train
 
     device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc)  # fail before the dataset loads
     spec = SyntheticSpec(num_nodes=cfg.num_nodes) if cfg.num_nodes else SyntheticSpec()
-    dataset = load_dataset(cfg.dataset, synthetic=spec, root=cfg.data_root, split_seed=cfg.seed)
+    hetero = HeteroSpec.scaled(cfg.num_nodes) if cfg.num_nodes else None  # --num-nodes: papers
+    dataset = load_dataset(cfg.dataset, synthetic=spec, root=cfg.data_root, split_seed=cfg.seed, hetero=hetero)
     if cfg.self_loop:
         dataset = dataset.with_self_loops()
     print(dataset.summary())
     compressed = f", features stored as {cfg.feature_compression}" if cfg.feature_compression != "none" else ""
     cached = f", cache {cfg.feature_cache} ({cfg.cache_policy})" if cfg.feature_cache != "0" else ""
-    print(f"model {cfg.model}, fanouts {cfg.fanouts}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{cached}")
+    per_type = " per edge type" if cfg.dataset in HETERO_DATASETS else ""
+    print(f"model {cfg.model}, fanouts {cfg.fanouts}{per_type}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{cached}")
     if cfg.nproc > 1:
         from .training.ddp import share_dataset
 
@@ -244,6 +248,14 @@ def _train_dist(cfg, args: argparse.Namespace) -> int:
     print(timing_table(history))
     print(f"\nfinal test accuracy {history[-1].test_acc:.4f} (best val {best.val_acc:.4f} at epoch {best.epoch}, test {best.test_acc:.4f})")
     return 0
+
+
+def _homogeneous_only(dataset: str, command: str) -> None:
+    """DistDGL partitions here hold homogeneous graphs: a heterograph is refused in one line."""
+    if dataset in HETERO_DATASETS:
+        raise ConfigError(
+            f"`{command}` takes homogeneous datasets (DistDGL partitions of one node type), and {dataset!r} is a heterograph; train it without --dist"
+        )
 
 
 def _print_epoch(stats) -> None:

@@ -113,7 +113,7 @@ def _write(tmp_path, name, text):
 
 BAD = {
     "unknown dataset": (["--dataset", "nope"], "unknown dataset 'nope'; choose from: synthetic"),
-    "unknown model": (["--model", "gat"], "'sage' or 'gcn'"),
+    "unknown model": (["--model", "gat"], "'sage', 'gcn' or 'rgcn'"),
     "malformed fanouts": (["--fanouts", "15,x"], "'x' is not an integer"),
     "zero fanout": (["--fanouts", "15,0"], "positive integers"),
     "batch size zero": (["--batch-size", "0"], "batch_size: Input should be greater than 0, but got 0"),

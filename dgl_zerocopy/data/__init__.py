@@ -1,4 +1,6 @@
-"""Datasets by name, each loaded into a :class:`GraphDataset`; generated ones cached on disk."""
+"""Datasets by name, each loaded into a :class:`GraphDataset` (or, for the heterographs of
+:data:`HETERO_DATASETS`, a :class:`~dgl_zerocopy.data.hetero.HeteroGraphDataset`); the generated
+homogeneous one cached on disk."""
 
 from __future__ import annotations
 
@@ -12,9 +14,21 @@ from pathlib import Path
 import numpy as np
 
 from .base import DatasetError, GraphDataset
+from .hetero import HeteroGraphDataset, HeteroSpec, generate_hetero
 from .synthetic import SyntheticSpec, generate
 
-__all__ = ["GraphDataset", "DatasetError", "SyntheticSpec", "DATASETS", "REAL_DATASETS", "cache_dir", "load_dataset"]
+__all__ = [
+    "GraphDataset",
+    "HeteroGraphDataset",
+    "DatasetError",
+    "SyntheticSpec",
+    "HeteroSpec",
+    "DATASETS",
+    "REAL_DATASETS",
+    "HETERO_DATASETS",
+    "cache_dir",
+    "load_dataset",
+]
 
 log = logging.getLogger(__name__)
 
@@ -22,7 +36,11 @@ PLANETOID = ("cora", "citeseer")
 GRAPHDATA = ("amazon-computers", "amazon-photo", "coauthor-cs", "coauthor-physics")
 OGB = ("ogbn-products", "ogbn-arxiv", "ogbn-papers100M")
 REAL_DATASETS = PLANETOID + GRAPHDATA + OGB  # read from a --data-root folder, never downloaded
-DATASETS = ("synthetic",) + REAL_DATASETS
+# Heterographs (several node and edge types), loaded as HeteroGraphDataset and trained by RGCN:
+# hetero-synthetic is data/hetero.py's papers, authors and fields, generated in memory (well under
+# a second at the default 20,000 papers), so not cached.
+HETERO_DATASETS = ("hetero-synthetic",)
+DATASETS = ("synthetic",) + HETERO_DATASETS + REAL_DATASETS
 _ARRAYS = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")
 CACHE_ENV = "DGL_ZEROCOPY_CACHE"  # the folder of generated datasets (and of the CPU emulator's build)
 
@@ -34,9 +52,15 @@ def cache_dir() -> Path:
 
 
 def load_dataset(
-    name: str, synthetic: SyntheticSpec | None = None, cache: Path | None = None, root: str | Path | None = None, split_seed: int = 0
-) -> GraphDataset:
-    """Load dataset ``name``.
+    name: str,
+    synthetic: SyntheticSpec | None = None,
+    cache: Path | None = None,
+    root: str | Path | None = None,
+    split_seed: int = 0,
+    hetero: HeteroSpec | None = None,
+) -> GraphDataset | HeteroGraphDataset:
+    """Load dataset ``name``: a :class:`GraphDataset`, or a :class:`HeteroGraphDataset` for a name of
+    :data:`HETERO_DATASETS` (``hetero`` sizes it, :meth:`HeteroSpec.scaled` from a paper count).
 
     ``synthetic`` sizes the generated graph and ``cache`` overrides :func:`cache_dir` for it. The
     real datasets are read from ``root`` (``--data-root``); ``split_seed`` draws the random
@@ -46,6 +70,8 @@ def load_dataset(
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose from: {', '.join(DATASETS)}")
+    if name == "hetero-synthetic":
+        return generate_hetero(hetero or HeteroSpec())
     if name == "synthetic":
         return _load_synthetic(
             synthetic or SyntheticSpec(), Path(cache) if cache is not None else cache_dir(), cache is None and bool(os.environ.get(CACHE_ENV))

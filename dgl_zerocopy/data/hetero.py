@@ -56,6 +56,15 @@ class HeteroSpec:
         if min(self.train_frac, self.val_frac, self.test_frac) <= 0 or self.train_frac + self.val_frac + self.test_frac > 1:
             raise ValueError(f"the split fractions must be positive and sum to at most 1, but got {self.train_frac}, {self.val_frac}, {self.test_frac}")
 
+    @classmethod
+    def scaled(cls, num_papers: int, seed: int = 0) -> HeteroSpec:
+        """The default graph's shape at ``num_papers`` papers: authors two fifths of them (at
+        least one), fields and the rest as the defaults. What ``--num-nodes`` means for the
+        ``hetero-synthetic`` dataset (and ``--num-papers`` for examples/rgcn_hetero.py)."""
+        if int(num_papers) < 1:
+            raise ValueError(f"num_papers must be at least 1, but got {num_papers}")
+        return cls(num_papers=int(num_papers), num_authors=max(1, int(num_papers) * 2 // 5), seed=seed)
+
 
 @dataclass(frozen=True)
 class HeteroGraphDataset:

@@ -8,7 +8,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
 
-from ..data import DATASETS
+from ..data import DATASETS, HETERO_DATASETS
 from ..store.compression.codec import check_codec_name
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
@@ -24,10 +24,10 @@ class TrainConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dataset: str = "synthetic"
-    num_nodes: PositiveInt | None = None  # size of the generated dataset (synthetic only)
+    num_nodes: PositiveInt | None = None  # size of a generated dataset: synthetic's nodes, hetero-synthetic's papers
     data_root: str | None = None  # folder of the real datasets (all but synthetic)
     self_loop: bool = False  # add one self-loop per node before training (GCN's A + I)
-    model: Literal["sage", "gcn"] = "sage"
+    model: Literal["sage", "gcn", "rgcn"] = "sage"  # rgcn: heterographs only, and their default (see _model_follows_the_graph)
     fanouts: list[int] = [15, 10, 5]
     batch_size: PositiveInt = 1024
     eval_batch_size: PositiveInt = 4096
@@ -47,6 +47,49 @@ class TrainConfig(BaseModel):
     # which rows: "degree" (the degree sampling follows: out-degree for DGL's in-edge sampling), "in_degree",
     # "out_degree", or "presample" (most gathered in a presampled epoch)
     cache_policy: Literal["degree", "in_degree", "out_degree", "presample"] = "degree"
+
+    @model_validator(mode="before")
+    @classmethod
+    def _model_follows_the_graph(cls, values):
+        """No model given: ``rgcn`` on a heterograph (the only model that reads typed blocks), else ``sage``."""
+        if isinstance(values, dict) and values.get("model") is None and values.get("dataset") in HETERO_DATASETS:
+            values = {**values, "model": "rgcn"}
+        return values
+
+    @model_validator(mode="after")
+    def _fits_the_graph(self) -> TrainConfig:
+        """The model and options that need one kind of graph get it (one line for each mismatch).
+
+        Homogeneous models (sage, gcn) are refused on a heterograph rather than mapped onto
+        RGCN's relations: a config that says ``sage`` would then train another model, with a
+        weight per edge type, and its figures would be read as GraphSAGE's."""
+        hetero = self.dataset in HETERO_DATASETS
+        if hetero and self.model != "rgcn":
+            raise ValueError(
+                f"model {self.model!r} trains on homogeneous graphs, and dataset {self.dataset!r} is a heterograph; "
+                f"use --model rgcn (one SAGEConv per edge type, summed per node type)"
+            )
+        if not hetero and self.model == "rgcn":
+            raise ValueError(
+                f"model 'rgcn' trains on heterographs, and dataset {self.dataset!r} is homogeneous; "
+                f"use --model sage or gcn, or a heterograph ({', '.join(HETERO_DATASETS)})"
+            )
+        if hetero and self.feature_source == "dgl-storage":
+            raise ValueError(
+                f"feature source 'dgl-storage' (DGL's loader with our storage hook) serves homogeneous graphs only, and dataset "
+                f"{self.dataset!r} is a heterograph; use --feature-source cpu (zerocopy or gpu on a GPU) or dgl"
+            )
+        if hetero and parse_cache_size(self.feature_cache)[1] != 0:
+            raise ValueError(
+                f"feature_cache {self.feature_cache!r}: the hot-row cache ranks the rows of a homogeneous graph, and dataset "
+                f"{self.dataset!r} is a heterograph; leave --feature-cache at 0"
+            )
+        if hetero and self.self_loop:
+            raise ValueError(
+                f"self_loop adds a self-loop per node of a homogeneous graph, and dataset {self.dataset!r} is a heterograph "
+                f"(RGCN's SAGEConv relations read each node's own features anyway); drop --self-loop"
+            )
+        return self
 
     @field_validator("dataset")
     @classmethod
@@ -186,6 +229,8 @@ def _one_line(error: ValidationError) -> str:
         allowed = ", ".join(TrainConfig.model_fields)
         return f"unknown config key {key!r}; allowed keys: {allowed}"
     msg = first["msg"].removeprefix("Value error, ")
-    if msg.startswith(("unknown", "fanouts", "dropout", "prefetch", "weight_decay", "feature_compression", "feature_cache")):
+    if msg.startswith(
+        ("unknown", "fanouts", "dropout", "prefetch", "weight_decay", "feature_compression", "feature_cache", "model", "feature source", "self_loop")
+    ):
         return msg
     return f"{key}: {msg}, but got {first['input']!r}"

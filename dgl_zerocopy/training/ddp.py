@@ -50,7 +50,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..data import GraphDataset
+from ..data import GraphDataset, HeteroGraphDataset
 from ..data.base import tensor_view
 
 #: Seconds a collective (or the rendezvous) may wait for a peer before it fails.
@@ -396,23 +396,23 @@ class _MappedFile:
 
 @dataclass(frozen=True)
 class SharedDataset:
-    """A :class:`GraphDataset` to send to spawned processes: its arrays are in shared memory (or
-    are file maps) and travel by handle. :meth:`open` in the receiver gives the dataset back, its
-    arrays NumPy views of the same memory; a FeatureStore made there over ``features`` pins or
-    gathers the one table every process shares."""
+    """A :class:`GraphDataset` (or a :class:`~dgl_zerocopy.data.hetero.HeteroGraphDataset`) to send
+    to spawned processes: its arrays are in shared memory (or are file maps) and travel by handle.
+    :meth:`open` in the receiver gives the dataset back, its arrays NumPy views of the same memory;
+    a FeatureStore made there over ``features`` pins or gathers the one table every process shares."""
 
-    dataset: GraphDataset  # every array replaced by an empty placeholder of its dtype
-    arrays: dict  # field name -> shared torch.Tensor or _MappedFile
+    dataset: Any  # every array replaced by an empty placeholder of its dtype (a field of dicts of arrays: an empty dict)
+    arrays: dict  # field name -> shared torch.Tensor or _MappedFile, or a dict/tuple of them as the field holds its arrays
 
-    def open(self) -> GraphDataset:
-        return dataclasses.replace(self.dataset, **{k: _attach(v) for k, v in self.arrays.items()})
+    def open(self) -> Any:
+        return dataclasses.replace(self.dataset, **{k: _attach_all(v) for k, v in self.arrays.items()})
 
     @property
     def name(self) -> str:
         return self.dataset.name
 
 
-def share_dataset(dataset: GraphDataset | SharedDataset) -> SharedDataset:
+def share_dataset(dataset: GraphDataset | HeteroGraphDataset | SharedDataset) -> SharedDataset:
     """``dataset`` ready for :func:`launch`'s ``args``, without a copy per process.
 
     Each array (features, graph, labels, splits) is sent by reference: a memory-mapped file (an
@@ -428,7 +428,28 @@ def share_dataset(dataset: GraphDataset | SharedDataset) -> SharedDataset:
         if isinstance(value, np.ndarray):
             arrays[field.name] = _share_array(value, field.name)
             placeholders[field.name] = np.empty((0,) + value.shape[1:], dtype=value.dtype)
+        elif isinstance(value, dict) and _holds_arrays(value):  # a heterograph's per-type features and edges
+            arrays[field.name] = _share_all(value, field.name)
+            placeholders[field.name] = {}
     return SharedDataset(dataclasses.replace(dataset, **placeholders), arrays)
+
+
+def _holds_arrays(value) -> bool:
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else ()
+    return isinstance(value, np.ndarray) or any(map(_holds_arrays, items))
+
+
+def _share_all(value, name: str):
+    """Each array in a dict/tuple tree shared (:func:`_share_array`), the tree kept."""
+    if isinstance(value, dict):
+        return {k: _share_all(v, f"{name}[{k!r}]") for k, v in value.items()}
+    return tuple(_share_all(v, f"{name}[{i}]") for i, v in enumerate(value)) if isinstance(value, tuple) else _share_array(value, name)
+
+
+def _attach_all(shared):
+    if isinstance(shared, dict):
+        return {k: _attach_all(v) for k, v in shared.items()}
+    return tuple(map(_attach_all, shared)) if isinstance(shared, tuple) else _attach(shared)
 
 
 def _share_array(array: np.ndarray, name: str):

@@ -19,7 +19,8 @@ from torch.nn import functional as F
 
 from ..nn import GraphConv, HeteroGraphConv, SAGEConv
 
-MODELS = ("sage", "gcn")
+MODELS = ("sage", "gcn", "rgcn")  # rgcn: for heterographs (build_model needs etypes)
+RELATION_LAYERS = ("sage", "gcn")  # RGCN's layer per edge type
 
 
 class _BlockGNN(nn.Module):
@@ -89,8 +90,8 @@ class RGCN(nn.Module):
         conv: str = "sage",
     ) -> None:
         super().__init__()
-        if conv not in MODELS:
-            raise ValueError(f"unknown relation layer {conv!r}; choose from: {', '.join(MODELS)}")
+        if conv not in RELATION_LAYERS:
+            raise ValueError(f"unknown relation layer {conv!r}; choose from: {', '.join(RELATION_LAYERS)}")
         if not etypes:
             raise ValueError("etypes must name at least one edge type (graph.etypes, or graph.canonical_etypes where names repeat)")
         dims = _dims(in_feats, hidden, num_classes, num_layers)
@@ -112,8 +113,17 @@ class RGCN(nn.Module):
         return h
 
 
-def build_model(name: str, in_feats: int, hidden: int, num_classes: int, num_layers: int, dropout: float) -> nn.Module:
-    """The model called ``name`` (one of :data:`MODELS`)."""
+def build_model(
+    name: str, in_feats: int, hidden: int, num_classes: int, num_layers: int, dropout: float, *, etypes: Sequence[str | tuple[str, str, str]] | None = None
+) -> nn.Module:
+    """The model called ``name`` (one of :data:`MODELS`). ``rgcn`` (:class:`RGCN`, one SAGEConv per
+    edge type) needs ``etypes``, the heterograph's edge types; the others take no ``etypes``."""
+    if name == "rgcn":
+        if not etypes:
+            raise ValueError("model 'rgcn' needs etypes, the heterograph's edge types (graph.etypes, or graph.canonical_etypes where names repeat)")
+        return RGCN(in_feats, hidden, num_classes, etypes, num_layers, dropout)
+    if etypes is not None and name in MODELS:
+        raise ValueError(f"model {name!r} trains on homogeneous graphs and takes no etypes, but got {list(etypes)}; use 'rgcn' for a heterograph")
     if name == "sage":
         return GraphSAGE(in_feats, hidden, num_classes, num_layers, dropout)
     if name == "gcn":

@@ -40,6 +40,7 @@ import torch
 
 from ..data import GraphDataset
 from ..data.base import tensor_view
+from ..data.hetero import HeteroGraphDataset
 from ..loading.dgl_options import dgl_has_cuda
 from ..loading.loader import DataLoader
 from ..loading.timing import StageTimer
@@ -241,7 +242,12 @@ def make_source(
     cache: CacheRequest = CacheRequest(),
 ):
     """The feature source called ``name`` (see :data:`FEATURE_SOURCES`) for ``dataset`` on ``device``;
-    ``compression`` (None/``"none"``, ``"fp16"``, ``"bf16"``, ``"int8"``) and ``cache`` for the FeatureStore sources."""
+    ``compression`` (None/``"none"``, ``"fp16"``, ``"bf16"``, ``"int8"``) and ``cache`` for the FeatureStore sources.
+    A heterograph (:class:`~dgl_zerocopy.data.hetero.HeteroGraphDataset`) gets one of :mod:`.hetero_sources`."""
+    if isinstance(dataset, HeteroGraphDataset):
+        from .hetero_sources import make_hetero_source
+
+        return make_hetero_source(name, dataset, fanouts, device, prefetch, seed, compression, parse_cache_size(cache.size)[1])
     compression = check_codec_name(compression)
     if name == "dgl":
         for what, used in ((f"compression {compression!r}", compression is not None), (f"a cache of {cache.size!r}", parse_cache_size(cache.size)[1] != 0)):

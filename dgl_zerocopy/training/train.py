@@ -8,6 +8,12 @@ pinned for its own GPU). ``batch_size`` stays the *global* batch: each rank trai
 ``ceil(batch_size / nproc)`` seeds per step of its share (the loader's ``use_ddp`` split), DDP averages the
 gradients, so a step sees as many seeds as with one process and an epoch takes as many steps:
 ``nproc`` changes the speed, not the optimisation. Evaluation is split too (see :func:`_fit`).
+
+A heterograph (:class:`~dgl_zerocopy.data.hetero.HeteroGraphDataset`) trains the same way with
+``model="rgcn"``: the seeds are the target type's nodes, the sources (:mod:`.hetero_sources`) serve
+every node type's features and the target's labels, and the loss and accuracy are over the target's
+logits; with DDP its parameters that a batch leaves unused (relations into types the last layer
+does not predict) are allowed (``find_unused_parameters``).
 """
 
 from __future__ import annotations
@@ -18,7 +24,7 @@ import pickle
 import random
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -26,7 +32,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
-from ..data import GraphDataset
+from ..data import GraphDataset, HeteroGraphDataset
 from ..data.base import tensor_view
 from ..loading.dgl_options import dgl_has_cuda
 from ..loading.timing import STAGES, StageTimer
@@ -106,7 +112,7 @@ def train(cfg: TrainConfig, dataset: GraphDataset, on_epoch: Callable[[EpochStat
     module-level function, not a lambda)."""
     if cfg.nproc > 1:
         return _train_parallel(cfg, dataset, on_epoch, progress)
-    if not isinstance(dataset, GraphDataset):  # a SharedDataset (made for nproc > 1): its arrays, viewed here
+    if not isinstance(dataset, (GraphDataset, HeteroGraphDataset)):  # a SharedDataset (made for nproc > 1): its arrays, viewed here
         dataset = dataset.open()
     device = resolve_device(cfg.device, cfg.feature_source)
     return _fit(cfg, dataset, device, on_epoch, progress)[0]
@@ -134,12 +140,14 @@ def _fit(
     parallel = world_size > 1
     seed_everything(cfg.seed)  # the same initial parameters everywhere (DDP also broadcasts rank 0's)
     timer = StageTimer()
-    model = build_model(cfg.model, dataset.features.shape[1], cfg.hidden, dataset.num_classes, len(cfg.fanouts), cfg.dropout).to(device)
+    hetero = isinstance(dataset, HeteroGraphDataset)
+    target = dataset.target if hetero else None
+    model = _build(cfg, dataset).to(device)
     module = model
     if parallel:
         from torch.nn.parallel import DistributedDataParallel
 
-        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None)
+        model = DistributedDataParallel(model, device_ids=[device.index] if device.type == "cuda" else None, find_unused_parameters=hetero)
         # tqdm's default lock holds a multiprocessing RLock, in a spawned rank a named semaphore
         # that a rank killed by a signal leaves to the resource tracker's "leaked semaphore" warning;
         # one process draws the bars (rank 0), so a thread lock is all they need.
@@ -170,7 +178,7 @@ def _fit(
             for blocks, x, y in bar:
                 # On CUDA, the device time of the step (events; no synchronize in the loop).
                 with timer.stage("compute", stream=torch.cuda.current_stream(device) if device.type == "cuda" else None):
-                    logits = model(blocks, x.float())
+                    logits = _logits(model, blocks, x, target)
                     loss = F.cross_entropy(logits, y)
                     optimizer.zero_grad(set_to_none=True)
                     loss.backward()
@@ -188,11 +196,13 @@ def _fit(
             if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
                 if parallel:  # DDP's forward may talk to the other ranks; the plain module does not
                     val_acc, test_acc = (
-                        _evaluate_split(module, source, eval_sets[k], len(getattr(dataset, k)), cfg.eval_batch_size, device) for k in ("val_idx", "test_idx")
+                        _evaluate_split(module, source, eval_sets[k], len(getattr(dataset, k)), cfg.eval_batch_size, device, target)
+                        for k in ("val_idx", "test_idx")
                     )
                 else:
-                    val_acc = evaluate(model, source, dataset.val_idx, cfg.eval_batch_size, dataset.evaluator)
-                    test_acc = evaluate(model, source, dataset.test_idx, cfg.eval_batch_size, dataset.evaluator)
+                    evaluator = getattr(dataset, "evaluator", None)
+                    val_acc = evaluate(model, source, dataset.val_idx, cfg.eval_batch_size, evaluator, target)
+                    test_acc = evaluate(model, source, dataset.test_idx, cfg.eval_batch_size, evaluator, target)
             else:  # skipped (eval_every): on large test sets evaluation costs more than the epoch
                 val_acc = test_acc = float("nan")
             stats = EpochStats(
@@ -205,6 +215,25 @@ def _fit(
     finally:
         source.close()
     return history, module
+
+
+def _build(cfg: TrainConfig, dataset: GraphDataset | HeteroGraphDataset) -> torch.nn.Module:
+    """``cfg.model`` for ``dataset``: on a heterograph RGCN over its edge types (names, or canonical
+    types where names repeat), its inputs as wide as the target type's features (every type's are)."""
+    if not isinstance(dataset, HeteroGraphDataset):
+        return build_model(cfg.model, dataset.features.shape[1], cfg.hidden, dataset.num_classes, len(cfg.fanouts), cfg.dropout)
+    names = dataset.etypes
+    etypes = names if len(set(names)) == len(names) else list(dataset.edges)
+    in_feats = dataset.features[dataset.target].shape[1]
+    return build_model(cfg.model, in_feats, cfg.hidden, dataset.num_classes, len(cfg.fanouts), cfg.dropout, etypes=etypes)
+
+
+def _logits(model: torch.nn.Module, blocks, x, target: str | None) -> torch.Tensor:
+    """The model's logits of the batch's output nodes: on a heterograph (``x`` per node type) the
+    target type's of the ``{ntype: logits}`` the model returns."""
+    if isinstance(x, Mapping):
+        return model(blocks, {ntype: v.float() for ntype, v in x.items()})[target]
+    return model(blocks, x.float())
 
 
 def _train_parallel(cfg: TrainConfig, dataset, on_epoch, progress: bool) -> list[EpochStats]:
@@ -247,12 +276,13 @@ def best_epoch(history: list[EpochStats]) -> EpochStats:
 
 
 @torch.no_grad()
-def evaluate(model: torch.nn.Module, source, nodes: np.ndarray, batch_size: int, evaluator: str | None = None) -> float:
+def evaluate(model: torch.nn.Module, source, nodes: np.ndarray, batch_size: int, evaluator: str | None = None, target: str | None = None) -> float:
     """Accuracy on ``nodes`` with the same sampled neighbourhoods as training (dropout off);
-    with ``evaluator`` (an OGB dataset name) computed by OGB's ``Evaluator``."""
+    with ``evaluator`` (an OGB dataset name) computed by OGB's ``Evaluator``; ``target``: on a
+    heterograph, the node type of ``nodes`` (the model's logits of that type are read)."""
     if len(nodes) == 0:
         return float("nan")
-    y_pred, y_true = _predict(model, source, tensor_view(nodes), batch_size)
+    y_pred, y_true = _predict(model, source, tensor_view(nodes), batch_size, target)
     if evaluator is not None:
         from ogb.nodeproppred import Evaluator
 
@@ -261,17 +291,17 @@ def evaluate(model: torch.nn.Module, source, nodes: np.ndarray, batch_size: int,
 
 
 @torch.no_grad()
-def _predict(model: torch.nn.Module, source, nodes: torch.Tensor, batch_size: int) -> tuple[torch.Tensor, torch.Tensor]:
+def _predict(model: torch.nn.Module, source, nodes: torch.Tensor, batch_size: int, target: str | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Predicted and true classes of ``nodes`` (on the CPU), dropout off."""
     model.eval()
     preds, truth = [], []
     for blocks, x, y in source.batches(nodes, batch_size, shuffle=False, timer=StageTimer()):
-        preds.append(model(blocks, x.float()).argmax(1).cpu())
+        preds.append(_logits(model, blocks, x, target).argmax(1).cpu())
         truth.append(y.cpu())
     return torch.cat(preds), torch.cat(truth)
 
 
-def _evaluate_split(model: torch.nn.Module, source, share: torch.Tensor, total: int, batch_size: int, device: torch.device) -> float:
+def _evaluate_split(model: torch.nn.Module, source, share: torch.Tensor, total: int, batch_size: int, device: torch.device, target: str | None = None) -> float:
     """Accuracy on a node set split over the ranks: this rank predicts ``share``, the correct
     counts are summed over the ranks. (OGB's node-classification ``Evaluator`` computes the same
     accuracy, the fraction correct, so it is not called here.)"""
@@ -279,7 +309,7 @@ def _evaluate_split(model: torch.nn.Module, source, share: torch.Tensor, total: 
         return float("nan")
     correct = 0
     if len(share):
-        y_pred, y_true = _predict(model, source, share, batch_size)
+        y_pred, y_true = _predict(model, source, share, batch_size, target)
         correct = int((y_pred == y_true).sum())
     return _sum_over_ranks([correct], device)[0] / total
 
