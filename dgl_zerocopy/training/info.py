@@ -80,6 +80,29 @@ def _cupy() -> str:
     return f"{cupy.__version__} ({', '.join(details)})"
 
 
+def _gpu_sampling(cuda_available: bool) -> str:
+    """Whether ``GpuNeighborSampler(device="cuda")`` can sample here: a CUDA GPU, CuPy, and NVRTC
+    compiling the sampling kernels (one instantiation of ``kernels/sample.cu``, for GPU 0's
+    architecture: a fraction of a second)."""
+    if not cuda_available:
+        return "not available: no CUDA GPU (torch.cuda.is_available() is False); device='emulator' runs the same kernels on the CPU"
+    try:
+        import cupy  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - ImportError, or CuPy finding no CUDA libraries
+        return f"not available: CuPy is not usable ({type(e).__name__}); pip install dgl-zerocopy[cuda12] or dgl-zerocopy[cuda13], matching torch's CUDA"
+    import torch
+
+    from ..cuda.sampling import instantiations
+    from ..cuda.sampling.launcher import compile_check
+
+    arch = "sm_%d%d" % torch.cuda.get_device_capability(0)
+    try:
+        compile_check(arch, (instantiations.count_name(),))
+    except Exception as e:  # noqa: BLE001 - no NVRTC, an architecture it does not know, a compile error
+        return f"not available: NVRTC cannot compile the sampling kernels for {arch} ({type(e).__name__}: {str(e).splitlines()[0][:80] if str(e) else ''})"
+    return f"available (CUDA, CuPy, NVRTC compiles kernels/sample.cu for {arch}): GpuNeighborSampler(device='cuda')"
+
+
 def environment_report() -> str:
     """A few aligned ``key: value`` lines."""
     cuda, gpus = _cuda()
@@ -92,6 +115,7 @@ def environment_report() -> str:
         ("CUDA", cuda),
         ("NVRTC", _nvrtc()),
         ("GPU", gpus),
+        ("GPU sampling", _gpu_sampling(cuda.startswith("available"))),
         ("RLIMIT_MEMLOCK", _memlock()),
         ("CPU count", str(os.cpu_count())),
     ]
