@@ -6,7 +6,16 @@ from conftest import REPO
 from dgl_zerocopy.training.config import build_config, read_yaml
 
 CONFIGS = sorted((REPO / "configs").glob("*.yaml"))
-EXPECTED = {"ogbn-products-sage", "ogbn-products-gcn", "ogbn-arxiv-sage", "ogbn-papers100m-sage", "synthetic-sage", "cora-gcn", "coauthor-physics-sage"}
+EXPECTED = {
+    "ogbn-products-sage",
+    "ogbn-products-gcn",
+    "ogbn-arxiv-sage",
+    "ogbn-papers100m-sage",
+    "synthetic-sage",
+    "cora-gcn",
+    "coauthor-physics-sage",
+    "hetero-synthetic-rgcn",
+}
 
 
 @pytest.mark.parametrize("path", CONFIGS, ids=[p.stem for p in CONFIGS])
@@ -27,6 +36,16 @@ def test_products_sage_has_dgls_example_settings():
     assert cfg.dataset == "ogbn-products" and cfg.model == "sage"
     assert cfg.fanouts == [15, 10, 5]  # three layers
     assert (cfg.batch_size, cfg.hidden, cfg.lr, cfg.dropout) == (1024, 256, 0.003, 0.5)
+
+
+def test_hetero_rgcn_has_the_rgcn_examples_settings():
+    """configs/hetero-synthetic-rgcn.yaml: RGCN on the generated heterograph with examples/rgcn_hetero.py's settings."""
+    from dgl_zerocopy.data import HETERO_DATASETS
+
+    cfg = build_config(read_yaml(REPO / "configs" / "hetero-synthetic-rgcn.yaml"), {})
+    assert cfg.dataset in HETERO_DATASETS and cfg.model == "rgcn" and cfg.feature_source == "cpu"
+    assert (cfg.fanouts, cfg.batch_size, cfg.hidden, cfg.lr, cfg.weight_decay, cfg.dropout, cfg.epochs) == ([10, 10], 512, 64, 0.01, 5e-4, 0.5, 5)
+    assert build_config(read_yaml(REPO / "configs" / "hetero-synthetic-rgcn.yaml"), {"feature_source": "dgl"}).model == "rgcn"
 
 
 def test_ogb_configs_leave_the_data_root_to_the_user():
