@@ -220,6 +220,10 @@ class DataLoader:
         # ever): the new one starts after it has stopped. Then every slot is released after the
         # work the consumer has queued so far (an epoch left by `break` released nothing).
         self._ring.begin_epoch()
+        # Epoch hook (issue 24): a sampler with per-epoch state (SnapshotSampler) updates it here,
+        # after the previous epoch's sampling stopped and before this epoch's workers start.
+        if callable(getattr(self.graph_sampler, "on_epoch_start", None)):
+            self.graph_sampler.on_epoch_start(self.graph)
         positions = self._order.next_epoch(self.epoch)  # shuffled here, where DGL's loader shuffles
         self.epoch += 1
         if self._worker_kwargs.get("num_workers", 0) > 0:

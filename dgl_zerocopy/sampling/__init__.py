@@ -8,11 +8,14 @@
 - :mod:`.lazy`: block data computed when first read (edge ids).
 - :mod:`.neighbor`: :func:`sample_neighbors` (one layer, a DGL frontier) and
   :class:`GpuNeighborSampler` (DGL's ``NeighborSampler`` arguments, :class:`DeviceBlock` output).
+- :mod:`.snapshot`: :class:`SnapshotSampler`, a DGL block sampler over a cached, partly refreshed
+  sample of each node's in-edges (:mod:`.snapshot_csc`: its compact CSC and draws).
 
 This layer sits beside ``loading`` (it imports the kernel layer, the store and ``loading.blocks``).
 """
 
 from .graph import SamplingGraph, release, shared_graph
 from .neighbor import GpuNeighborSampler, sample_neighbors
+from .snapshot import SnapshotSampler
 
-__all__ = ["GpuNeighborSampler", "SamplingGraph", "release", "sample_neighbors", "shared_graph"]
+__all__ = ["GpuNeighborSampler", "SamplingGraph", "SnapshotSampler", "release", "sample_neighbors", "shared_graph"]
