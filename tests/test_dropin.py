@@ -56,7 +56,7 @@ def test_signature_is_dgls_up_to_its_last_argument():
 def test_dgls_call_with_every_keyword_runs_and_matches_the_graph(graph, train_idx):
     """The call of DGL's examples, verbatim, plus the torch keywords DGL forwards."""
     with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # use_uva warns; tested below
+        warnings.simplefilter("ignore")  # pin_prefetcher warns; tested below
         loader = DataLoader(
             graph,
             train_idx,
@@ -101,7 +101,7 @@ def test_unknown_keywords_fail_like_a_python_call(graph, train_idx):
         DataLoader(graph, train_idx, dgl.dataloading.NeighborSampler([2]), collate_fn=lambda x: x)
 
 
-@pytest.mark.parametrize("kw,phrase", [(dict(use_uva=True), "sampling runs on the CPU"), (dict(pin_prefetcher=True), "has no effect")])
+@pytest.mark.parametrize("kw,phrase", [(dict(pin_prefetcher=True), "has no effect")])  # use_uva: tests/test_loader_gpu_sampling.py
 def test_options_that_cannot_apply_warn_once(graph, train_idx, kw, phrase):
     with pytest.warns(UserWarning, match=phrase):
         DataLoader(graph, train_idx, dgl.dataloading.NeighborSampler([2]), device="cpu", **kw)

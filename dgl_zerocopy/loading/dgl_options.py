@@ -1,5 +1,5 @@
 """DGL's DataLoader arguments, mapped to what :class:`~dgl_zerocopy.loading.loader.DataLoader` does:
-the torch keywords it forwards, its prefetcher, UVA and ``gpu_cache`` options, and what the
+the torch keywords it forwards, its prefetcher and ``gpu_cache`` options (``use_uva``: :mod:`.gpu_sampling`), and what the
 installed DGL can do (CUDA graphs or not); messages said once. CPU only.
 """
 
@@ -28,9 +28,10 @@ def is_dgl_sampler(sampler) -> bool:
     return all(cls is object or cls.__module__.split(".")[0] == "dgl" for cls in type(sampler).__mro__)
 
 
-def apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread, pin_prefetcher, use_uva, gpu_cache, kwargs: Mapping) -> int:
-    """Map DGL's prefetcher, UVA and cache options to what happens here; warn once where one cannot
-    apply. Returns the prefetch depth."""
+def apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread, pin_prefetcher, kwargs: Mapping) -> int:
+    """Map DGL's prefetcher and pinning options to what happens here; warn once where one cannot
+    apply. Returns the prefetch depth. (``use_uva`` is :mod:`.gpu_sampling`'s, ``gpu_cache``
+    :func:`gpu_cache_rows`'.)"""
     if use_prefetch_thread is False:
         prefetch = 0  # DGL: no prefetch thread; here: no background thread either
     elif use_prefetch_thread is True and prefetch == 0:
@@ -41,12 +42,6 @@ def apply_dgl_options(prefetch: int, device: torch.device, use_prefetch_thread, 
             "pin",
             f"pin_prefetcher/pin_memory={pin} has no effect here: on a CUDA device the rows are read from pinned "
             "host memory or staged in a pinned buffer always; on the CPU nothing needs pinning",
-        )
-    if use_uva:
-        warn_once(
-            "uva",
-            "use_uva=True: sampling runs on the CPU here (as with use_uva=False in DGL); the features are read "
-            "by the GPU straight from pinned host memory, which is what UVA does for them",
         )
     return prefetch
 

@@ -9,7 +9,10 @@ name)`` for a LazyFeature leaf (a storage given to ``attach_data``). Two ways to
   slot on the worker's stream: the fast path;
 - **own**: anything else (labels, 1-D data such as edge weights or masks, dtypes a store does not
   hold) is indexed, ``tensor[ids]``, into a tensor of its own and copied to the device, as DGL's
-  loader does; said once in the log, unless it is a label.
+  loader does; said once in the log, unless it is a label. With ``device_ids`` (the ids are sampled
+  on the device, ``use_uva=True``) such data of a FeatureStore dtype, 1-D or 2-D, is gathered on the
+  device instead, by a FeatureStore over it as a table (one column for 1-D data), so no id crosses
+  back to the host; the rest (e.g. bool masks) is indexed on the host at the cost of a round trip.
 
 Sources for the names a sampler declares (``prefetch_node_feats``, ``prefetch_labels``,
 ``prefetch_edge_feats``, ``prefetch_ndata``, ``prefetch_edata``, an edge-prediction wrapper's
@@ -52,10 +55,12 @@ DECLARED = (
 class Sources:
     """The sources of one loader over ``graph``, gathering onto ``device``. ``store_options``:
     keyword arguments of the FeatureStores it makes; ``cached_rows``: ``gpu_cache``'s rows per node
-    feature name (homogeneous graphs); ``sampler``: for the cache's degree ranking."""
+    feature name (homogeneous graphs); ``sampler``: for the cache's degree ranking; ``device_ids``:
+    the ids come on ``device`` (GPU sampling): data not served into a slot is gathered there too."""
 
-    def __init__(self, graph, device: torch.device, store_options: Mapping, cached_rows: Mapping[str, int], sampler) -> None:
+    def __init__(self, graph, device: torch.device, store_options: Mapping, cached_rows: Mapping[str, int], sampler, device_ids: bool = False) -> None:
         self.graph, self.device, self._sampler = graph, device, sampler
+        self.device_ids = device_ids
         self._store_options = dict(store_options)
         self._cached_rows = dict(cached_rows)
         self._sources: dict[tuple, tuple[object, bool]] = {}  # key -> (source, served into a slot)
@@ -177,11 +182,15 @@ class Sources:
         count = self.graph.num_nodes(type_) if kind == "node" else self.graph.num_edges(type_)
         if isinstance(value, np.ndarray):
             value = tensor_view(value)
+        in_slot = isinstance(value, FeatureStore) and role != "labels"
         if isinstance(value, torch.Tensor):
             if role != "labels" and value.dim() == 2 and value.shape[1] > 0 and value.dtype in SUPPORTED_DTYPES:
-                value = self._make_store(kind, type_, name, value)
+                value, in_slot = self._make_store(kind, type_, name, value), True
+            elif self.device_ids and value.dim() in (1, 2) and value.numel() > 0 and value.dtype in SUPPORTED_DTYPES:
+                # Device ids: gathered on the device as a table (1-D data as one column), handed out as its own tensor.
+                value = shared_store(value.contiguous().view(value.shape[0], -1), self.device)
             else:
-                if role != "labels":
+                if role != "labels" or self.device_ids:
                     log_once(
                         f"own:{kind}:{type_}:{name}",
                         f"{kind} data {name!r} ({value.dtype}, shape {tuple(value.shape)}) is not a 2-D table of a FeatureStore dtype: "
@@ -204,7 +213,7 @@ class Sources:
                     f"{what} gathers on {value.device} but the loader's device is {self.device}; create the store with device={str(self.device)!r}"
                 ) from error
             remember_store(value)  # later loaders over that memory use it
-        return value, isinstance(value, FeatureStore) and role != "labels"
+        return value, in_slot
 
     def _make_store(self, kind: str, type_, name: str, tensor: torch.Tensor) -> FeatureStore:
         cached = self._cached_rows.get(name, 0) if kind == "node" else 0
@@ -249,11 +258,12 @@ class Sources:
 
 
 def own_rows(source, ids: torch.Tensor, device: torch.device, unchecked: bool = False) -> torch.Tensor:
-    """``source[ids]`` on ``device`` as a tensor of its own (a FeatureStore's ``(n, 1)`` rows squeezed, as labels)."""
+    """``source[ids]`` on ``device`` as a tensor of its own (a FeatureStore's ``(n, 1)`` rows squeezed,
+    as labels). A host tensor indexed by device ids reads them back first (a host wait)."""
     if isinstance(source, FeatureStore):
         out = source.gather(ids, out=None, unchecked=unchecked).clone()
         return out.squeeze(1) if out.dim() == 2 and out.shape[1] == 1 else out
-    return to_device(source[ids], device)
+    return to_device(source[ids.to(source.device)], device)
 
 
 def _check_ids(ids: torch.Tensor, rows: int, need: Need) -> None:

@@ -29,6 +29,11 @@ epoch starts only after the previous epoch's worker has stopped.
 Ids: a batch of DGL's own sampler (and, for an edge-prediction wrapper, its inner sampler) holds
 only node and edge ids of the graph, so the gathers skip the range check; the marks of a sampler
 of one's own are range-checked.
+
+``use_uva=True`` samples on the GPU (:mod:`.gpu_sampling`): DGL's ``NeighborSampler`` becomes our
+``GpuNeighborSampler`` over the graph's CSC pinned in place (or in device memory), each batch is
+sampled on the side stream inside its slot's fill, and the sampled ids feed the gathers on the
+device, unchecked.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from ..store.feature_store import resolve_device
 from .collate import find_needs, mark_blocks, move, put
 from .dgl_options import OTHER_TORCH_KWARGS, WORKER_KWARGS, apply_dgl_options, dgl_has_cuda, gpu_cache_rows, is_dgl_sampler
 from .feature_sources import Sources
+from .gpu_sampling import DeviceSampling, check_cuda
 from .prefetch import Prefetcher, close_iterator
 from .ring import Fill, Slot, SlotRing
 from .seeds import EDGE, PARTITION, EpochOrder, SeedSet, index_kind
@@ -86,6 +92,11 @@ class DataLoader:
     :class:`~dgl_zerocopy.loading.blocks.DeviceBlock`, for a CUDA device with PyPI's CPU-only DGL;
     default: ``"device"`` exactly then), ``timer``, ``store_options`` (keyword arguments for the
     FeatureStores the loader makes).
+
+    ``use_uva=True`` samples on the GPU (:mod:`.gpu_sampling`: DGL's ``NeighborSampler`` only, on a
+    homogeneous graph; blocks as DeviceBlocks; RuntimeError without CUDA), the graph's CSC placed by
+    ``graph_placement`` (keyword-only: ``"pinned"``, in place, or ``"device"``, a copy in GPU memory),
+    held until :meth:`close`.
     """
 
     def __init__(
@@ -112,6 +123,7 @@ class DataLoader:
         blocks: str | None = None,
         timer: StageTimer | None = None,
         store_options: Mapping | None = None,
+        graph_placement: str = "pinned",
         **kwargs,
     ) -> None:
         unknown = sorted(set(kwargs) - set(WORKER_KWARGS) - set(OTHER_TORCH_KWARGS))
@@ -119,14 +131,18 @@ class DataLoader:
             raise TypeError(
                 f"DataLoader got unexpected keyword argument(s) {unknown}: it takes DGL's arguments, torch "
                 f"DataLoader's {list(WORKER_KWARGS + OTHER_TORCH_KWARGS)} and features=, labels=, prefetch=, "
-                f"seed=, blocks=, timer=, store_options= (it makes its own batches, sampler and collate_fn)"
+                f"seed=, blocks=, timer=, store_options=, graph_placement= (it makes its own batches, sampler and collate_fn)"
             )
+        if use_uva:
+            check_cuda(device)  # before anything touches the device
+        elif graph_placement != "pinned":
+            raise ValueError(f"graph_placement={graph_placement!r} places the graph for sampling on the GPU, which use_uva=True turns on")
         if use_uva and device is None and torch.cuda.is_available():
             device = torch.cuda.current_device()  # DGL's default with UVA
         self.device = resolve_device(device if device is not None else graph.device)
         cuda_dgl = self.device.type == "cuda" and dgl_has_cuda()
         if blocks is None:
-            blocks = "device" if self.device.type == "cuda" and not cuda_dgl else "dgl"
+            blocks = "device" if use_uva or (self.device.type == "cuda" and not cuda_dgl) else "dgl"
         if blocks not in BLOCK_KINDS:
             raise ValueError(f"blocks must be 'dgl' or 'device', but got {blocks!r}")
         if not isinstance(prefetch, int) or prefetch < 0:
@@ -165,7 +181,9 @@ class DataLoader:
         # DGL's own samplers return only node and edge ids of the graph they sample: no range checks.
         inner = getattr(graph_sampler, "sampler", None) if kind == EDGE else None
         self._trusted = is_dgl_sampler(graph_sampler) and (inner is None or is_dgl_sampler(inner))
-        self._sources = Sources(graph, self.device, store_options or {}, gpu_cache_rows(gpu_cache, graph.num_nodes()), graph_sampler)
+        # GPU sampling checks what it cannot sample before any store is made.
+        self._device_sampling = DeviceSampling(graph, graph_sampler, self.device, graph_placement, num_workers, blocks) if use_uva else None
+        self._sources = Sources(graph, self.device, store_options or {}, gpu_cache_rows(gpu_cache, graph.num_nodes()), graph_sampler, device_ids=bool(use_uva))
         self._marks = (self._sources.add(features, "features"), self._sources.add(labels, "labels"))
         self._sources.declare(graph_sampler)
         self._sources.check_cached()
@@ -174,7 +192,7 @@ class DataLoader:
         self.seed, self.blocks = seed, blocks
         self._order = EpochOrder(len(self.seeds), batch_size, drop_last, shuffle, (self.rank, self.world_size) if use_ddp else None, seed, ddp_seed)
         self._move_graphs = cuda_dgl
-        self.prefetch = apply_dgl_options(prefetch, self.device, use_prefetch_thread, pin_prefetcher, use_uva, gpu_cache, kwargs)
+        self.prefetch = apply_dgl_options(prefetch, self.device, use_prefetch_thread, pin_prefetcher, kwargs)
         self.timer = timer or StageTimer()
         self.epoch = 0
         self._worker_kwargs = {k: kwargs[k] for k in WORKER_KWARGS if k in kwargs}
@@ -184,6 +202,8 @@ class DataLoader:
         self._ring = SlotRing(self.device, self.prefetch, side_stream=use_alternate_streams is not False)
         # A weak reference: leaving the loop drops the epoch's iterator, whose finalizer stops the worker.
         self._active: weakref.ref | None = None
+        if self._device_sampling is not None:  # the graph is given back after the worker stopped
+            weakref.finalize(self, _close_sampling, self._ring, self._device_sampling)
 
     @property
     def sampler(self):
@@ -220,6 +240,8 @@ class DataLoader:
         # ever): the new one starts after it has stopped. Then every slot is released after the
         # work the consumer has queued so far (an epoch left by `break` released nothing).
         self._ring.begin_epoch()
+        if self._device_sampling is not None:
+            self._device_sampling.open()  # taken again after close()
         # Epoch hook (issue 24): a sampler with per-epoch state (SnapshotSampler) updates it here,
         # after the previous epoch's sampling stopped and before this epoch's workers start.
         if callable(getattr(self.graph_sampler, "on_epoch_start", None)):
@@ -260,9 +282,12 @@ class DataLoader:
         (``num_workers > 0``, persistent ones too; iterating again starts new ones). Idempotent. A
         worker inside a step (sampling or gathering a batch) is not interrupted: close() waits for it
         a few seconds (:data:`dgl_zerocopy.loading.prefetch.JOIN_TIMEOUT`) and goes on; the next epoch
-        waits for it to end, and the processes stop when it does."""
+        waits for it to end, and the processes stop when it does. With ``use_uva=True`` it waits for
+        the worker to end its step, then gives back the graph (the last user unpins it)."""
         self._end_epoch()
         self._workers = self._positions = None  # torch stops its processes when its iterator is freed
+        if self._device_sampling is not None:
+            _close_sampling(self._ring, self._device_sampling)
 
     def _end_epoch(self) -> None:
         iterator = self._active() if self._active is not None else None
@@ -276,6 +301,8 @@ class DataLoader:
         (index, the sampler's output from a worker process)."""
         index, work = task
         timer = self.timer
+        if self._device_sampling is not None:
+            return self._produce_on_device(index, work.ids)
         if isinstance(work, _Seeds):
             with timer.stage("sample"):
                 output = self.graph_sampler.sample(self.graph, work.ids)
@@ -292,6 +319,24 @@ class DataLoader:
             with timer.stage("gather", stream=timed_on):
                 served = [self._sources.serve(need, fill, self._trusted) for need in needs]
         return _Batch(output, graphs, needs, served, fill)
+
+    def _produce_on_device(self, index: int, seeds) -> _Batch:
+        """Sample on the device and gather, both inside the slot's fill (on the side stream); the
+        ids stay on the device and are gathered unchecked (the sampler made them)."""
+        with self._ring.fill(index) as fill:
+            with self.timer.stage("sample"):  # wall time: it holds the per-layer size reads
+                output, needs, pending = self._device_sampling.sample(seeds, list(self._sources.features), list(self._sources.labels))
+            _name_slots(needs)
+            timed_on = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+            with self.timer.stage("gather", stream=timed_on):
+                served = [self._sources.serve(need, fill, True) for need in needs]
+        return _Batch(output, output[2], needs, served, fill, pending)
+
+
+def _close_sampling(ring: SlotRing, sampling: DeviceSampling) -> None:
+    """Give back the GPU sampling's graph once the ring's worker has stopped (its kernels read it)."""
+    ring.stop_writer("the prefetch worker, before the graph it samples is unpinned")
+    sampling.close()
 
 
 class _Seeds(NamedTuple):
@@ -319,6 +364,7 @@ class _Batch(NamedTuple):
     needs: list
     served: list
     fill: Fill
+    pending: list = []  # GPU sampling: tensors the blocks' pending edge ids will read (record_stream-ed too)
 
 
 class _EpochIterator:
@@ -359,7 +405,7 @@ class _EpochIterator:
             raise
         values = [value for value, _ in batch.served]
         # Everything not in the slot is record_stream-ed on the consumer's stream (the protocol).
-        loose = (batch.output, [value for value, in_slot in batch.served if not in_slot])
+        loose = (batch.output, [value for value, in_slot in batch.served if not in_slot], batch.pending)
         self._held = loader._ring.hand_over(batch.fill, [value for value, in_slot in batch.served if in_slot], loose, loader.timer)
         return put(batch.output, batch.graphs, batch.needs, values)
 

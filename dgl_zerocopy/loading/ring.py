@@ -95,16 +95,23 @@ class SlotRing:
         """Before a new epoch's first batch: stop the previous epoch's worker if it still runs and
         wait until it has stopped (it may be in a long step: a kernel compile, a huge sample, an
         RPC), then release every slot after the work the consumer has queued so far."""
-        if self._writer is not None:
-            ref, thread = self._writer
-            self._writer = None
-            worker = ref()
-            if worker is not None:
-                worker.close()
-            wait_stopped(thread, "the prefetch worker of the previous epoch")
+        self.stop_writer("the prefetch worker of the previous epoch")
         self.release(self.slots)
         for slot in self.slots:  # the loop variable of the last epoch may still hold its last batch: fine
             slot.handed_out = []
+
+    def stop_writer(self, what: str = "the prefetch worker") -> None:
+        """Stop this epoch's worker, if any, and wait until it has stopped (``what`` names it in the
+        warning of a long wait); from its own thread (a finalizer run there), only stop it."""
+        if self._writer is None:
+            return
+        ref, thread = self._writer
+        self._writer = None
+        worker = ref()
+        if worker is not None:
+            worker.close()
+        if thread is not threading.current_thread():
+            wait_stopped(thread, what)
 
     def set_writer(self, worker: Prefetcher) -> None:
         """``worker`` fills the slots this epoch; the next :meth:`begin_epoch` waits for its end."""
