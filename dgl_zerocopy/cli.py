@@ -67,6 +67,8 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--device", help="auto, cpu or cuda (default auto)")
     t.add_argument("--feature-source", help=f"one of: {', '.join(FEATURE_SOURCES)} (default cpu)")
     t.add_argument("--prefetch", type=int, help="batches prepared ahead on a background thread (0: serial; default 2)")
+    t.add_argument("--sampler", help="cpu (DGL's sampler, the default) or gpu (ours, on the GPU: use_uva=True; needs CUDA)")
+    t.add_argument("--graph-placement", help="with --sampler gpu: pinned (the graph's CSC pinned in place, the default) or device (copied to GPU memory)")
     t.add_argument(
         "--feature-compression", help="host features stored as none, fp16, bf16 or int8 (per-column min/max), decoded to float32 in the gather (default none)"
     )
@@ -193,6 +195,8 @@ def _train(args: argparse.Namespace) -> int:
     cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
     if args.dist is not None:
         _homogeneous_only(cfg.dataset, "train --dist")
+        if cfg.sampler == "gpu":
+            raise ConfigError("train --dist samples with DistDGL's sampler on the CPU; drop --sampler gpu")
         return _train_dist(cfg, args)
     with _signals_unwind():
         return _train_local(cfg, args)
@@ -205,7 +209,7 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
     from .data import HeteroSpec, SyntheticSpec, load_dataset
     from .training.train import best_epoch, resolve_device, timing_table, train
 
-    device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc)  # fail before the dataset loads
+    device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc, cfg.sampler)  # fail before the dataset loads
     spec = SyntheticSpec(num_nodes=cfg.num_nodes) if cfg.num_nodes else SyntheticSpec()
     hetero = HeteroSpec.scaled(cfg.num_nodes) if cfg.num_nodes else None  # --num-nodes: papers
     dataset = load_dataset(cfg.dataset, synthetic=spec, root=cfg.data_root, split_seed=cfg.seed, hetero=hetero)
@@ -215,7 +219,8 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
     compressed = f", features stored as {cfg.feature_compression}" if cfg.feature_compression != "none" else ""
     cached = f", cache {cfg.feature_cache} ({cfg.cache_policy})" if cfg.feature_cache != "0" else ""
     per_type = " per edge type" if cfg.dataset in HETERO_DATASETS else ""
-    print(f"model {cfg.model}, fanouts {cfg.fanouts}{per_type}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{cached}")
+    sampled = f", sampled on the GPU (graph {cfg.graph_placement})" if cfg.sampler == "gpu" else ""
+    print(f"model {cfg.model}, fanouts {cfg.fanouts}{per_type}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{cached}{sampled}")
     if cfg.nproc > 1:
         from .training.ddp import share_dataset
 

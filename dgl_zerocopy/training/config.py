@@ -47,6 +47,9 @@ class TrainConfig(BaseModel):
     # which rows: "degree" (the degree sampling follows: out-degree for DGL's in-edge sampling), "in_degree",
     # "out_degree", or "presample" (most gathered in a presampled epoch)
     cache_policy: Literal["degree", "in_degree", "out_degree", "presample"] = "degree"
+    # where neighbours are sampled: "cpu" (DGL's sampler) or "gpu" (ours, use_uva=True: a CUDA GPU, our DataLoader)
+    sampler: Literal["cpu", "gpu"] = "cpu"
+    graph_placement: Literal["pinned", "device"] = "pinned"  # --sampler gpu: the CSC pinned in place, or copied to GPU memory
 
     @model_validator(mode="before")
     @classmethod
@@ -89,6 +92,20 @@ class TrainConfig(BaseModel):
                 f"self_loop adds a self-loop per node of a homogeneous graph, and dataset {self.dataset!r} is a heterograph "
                 f"(RGCN's SAGEConv relations read each node's own features anyway); drop --self-loop"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _gpu_sampler_in_our_loader(self) -> TrainConfig:
+        """``sampler: gpu`` samples in our DataLoader (``use_uva=True``), on homogeneous graphs."""
+        if self.sampler != "gpu":
+            return self
+        if self.feature_source in ("dgl", "dgl-storage"):
+            raise ValueError(
+                f"sampler 'gpu' samples in our DataLoader, but feature source {self.feature_source!r} runs DGL's; "
+                f"use --feature-source zerocopy (or cpu, gpu), or --sampler cpu"
+            )
+        if self.dataset in HETERO_DATASETS:
+            raise ValueError(f"sampler 'gpu' samples homogeneous graphs, and dataset {self.dataset!r} is a heterograph; use --sampler cpu")
         return self
 
     @field_validator("dataset")
@@ -230,7 +247,7 @@ def _one_line(error: ValidationError) -> str:
         return f"unknown config key {key!r}; allowed keys: {allowed}"
     msg = first["msg"].removeprefix("Value error, ")
     if msg.startswith(
-        ("unknown", "fanouts", "dropout", "prefetch", "weight_decay", "feature_compression", "feature_cache", "model", "feature source", "self_loop")
+        ("unknown", "fanouts", "dropout", "prefetch", "weight_decay", "feature_compression", "feature_cache", "model", "feature source", "self_loop", "sampler")
     ):
         return msg
     return f"{key}: {msg}, but got {first['input']!r}"

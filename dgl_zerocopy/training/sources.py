@@ -5,7 +5,10 @@
 - ``dgl-storage``: DGL's own DataLoader with our FeatureStore attached (:mod:`dgl_zerocopy.loading.dgl`):
   DGL samples and prefetches; the input rows are gathered by the store's backend.
 - ``cpu`` / ``zerocopy`` / ``gpu``: DGL samples; our :class:`DataLoader` gathers with a
-  :class:`FeatureStore` on that backend, ``prefetch`` batches ahead of training.
+  :class:`FeatureStore` on that backend, ``prefetch`` batches ahead of training. With ``sampling=("gpu",
+  placement)`` our DataLoader samples on the GPU instead (``use_uva=True``, the graph's CSC
+  ``"pinned"`` in place or in ``"device"`` memory; it views the dataset's arrays, in shared memory
+  under DDP, so the ranks pin one copy).
 
 Compressed features (``compression`` ``fp16``/``bf16``/``int8``, the ``feature_compression`` of a
 config): the FeatureStore sources hold the codes and gather decoded float32 rows. A memory-mapped
@@ -185,9 +188,11 @@ class StoreSource(_StoreStats):
         seed: int = 0,
         compression: str | None = None,
         cache: CacheRequest = CacheRequest(),
+        sampling: tuple[str, str] = ("cpu", "pinned"),
     ) -> None:
         self.graph = dataset.to_dgl(with_data=False)
         self.fanouts, self.device, self.prefetch, self.seed = fanouts, device, prefetch, seed
+        self.sampling = sampling
         table, codec = feature_table(dataset, compression)
         self.features = FeatureStore(
             table,
@@ -218,7 +223,9 @@ class StoreSource(_StoreStats):
                 shuffle=shuffle,
                 prefetch=self.prefetch,
                 seed=self.seed,
-                blocks=self.blocks,
+                blocks="device" if self.sampling[0] == "gpu" else self.blocks,
+                use_uva=self.sampling[0] == "gpu",
+                graph_placement=self.sampling[1],
             )
         loader = self._loaders[key]
         loader.timer = timer
@@ -240,9 +247,11 @@ def make_source(
     seed: int = 0,
     compression: str | None = None,
     cache: CacheRequest = CacheRequest(),
+    sampling: tuple[str, str] = ("cpu", "pinned"),
 ):
     """The feature source called ``name`` (see :data:`FEATURE_SOURCES`) for ``dataset`` on ``device``;
-    ``compression`` (None/``"none"``, ``"fp16"``, ``"bf16"``, ``"int8"``) and ``cache`` for the FeatureStore sources.
+    ``compression`` (None/``"none"``, ``"fp16"``, ``"bf16"``, ``"int8"``) and ``cache`` for the FeatureStore sources;
+    ``sampling``: (``"cpu"`` or ``"gpu"``, the graph's placement) for our DataLoader's sources.
     A heterograph (:class:`~dgl_zerocopy.data.hetero.HeteroGraphDataset`) gets one of :mod:`.hetero_sources`."""
     if isinstance(dataset, HeteroGraphDataset):
         from .hetero_sources import make_hetero_source
@@ -257,7 +266,7 @@ def make_source(
     if name == "dgl-storage":
         return DglStorageSource(dataset, fanouts, device, compression=compression, cache=cache)
     if name in ("cpu", "zerocopy", "gpu"):
-        return StoreSource(dataset, fanouts, device, backend=name, prefetch=prefetch, seed=seed, compression=compression, cache=cache)
+        return StoreSource(dataset, fanouts, device, backend=name, prefetch=prefetch, seed=seed, compression=compression, cache=cache, sampling=sampling)
     raise ValueError(f"unknown feature source {name!r}; choose from: {', '.join(FEATURE_SOURCES)}")
 
 

@@ -35,6 +35,7 @@ from tqdm import tqdm
 from ..data import GraphDataset, HeteroGraphDataset
 from ..data.base import tensor_view
 from ..loading.dgl_options import dgl_has_cuda
+from ..loading.gpu_sampling import stand_in
 from ..loading.timing import STAGES, StageTimer
 from .config import ConfigError, TrainConfig
 from .models import build_model
@@ -64,11 +65,12 @@ class EpochStats:
         )
 
 
-def resolve_device(name: str, feature_source: str, nproc: int = 1) -> torch.device:
+def resolve_device(name: str, feature_source: str, nproc: int = 1, sampler: str = "cpu") -> torch.device:
     """``auto`` -> CUDA when it can be used, else CPU. DGL's own path (``dgl``) needs a CUDA build
     of DGL on a GPU; our sources hand device-side blocks to the models instead. On CUDA, ``nproc``
     processes need ``nproc`` GPUs (one rank per GPU); on the CPU, a core and about
-    :data:`~dgl_zerocopy.training.ddp.RANK_BYTES` of memory each (:func:`~dgl_zerocopy.training.ddp.cpu_rank_limit`)."""
+    :data:`~dgl_zerocopy.training.ddp.RANK_BYTES` of memory each (:func:`~dgl_zerocopy.training.ddp.cpu_rank_limit`).
+    ``sampler="gpu"`` needs the device to be CUDA (or the CPU stand-in of :func:`~dgl_zerocopy.loading.gpu_sampling.emulate_on_cpu`)."""
     needs_dgl_cuda = feature_source in ("dgl", "dgl-storage")  # DGL's own DataLoader moves DGL blocks
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() and (not needs_dgl_cuda or dgl_has_cuda()) else "cpu"
@@ -81,6 +83,9 @@ def resolve_device(name: str, feature_source: str, nproc: int = 1) -> torch.devi
             )
     elif feature_source in ("zerocopy", "gpu"):
         raise ConfigError(f"feature source {feature_source!r} needs a CUDA GPU, and the device is {name!r}; use --feature-source cpu or dgl")
+    elif sampler == "gpu" and stand_in() is None:
+        why = "CUDA is not available here" if not torch.cuda.is_available() else "the device is 'cpu'"
+        raise ConfigError(f"sampler 'gpu' samples on a CUDA GPU, but {why}; use --sampler cpu")
     if name == "cuda" and nproc > torch.cuda.device_count():
         raise ConfigError(
             f"--nproc {nproc} runs one process per GPU, but this machine has {torch.cuda.device_count()} CUDA GPU(s); "
@@ -114,7 +119,7 @@ def train(cfg: TrainConfig, dataset: GraphDataset, on_epoch: Callable[[EpochStat
         return _train_parallel(cfg, dataset, on_epoch, progress)
     if not isinstance(dataset, (GraphDataset, HeteroGraphDataset)):  # a SharedDataset (made for nproc > 1): its arrays, viewed here
         dataset = dataset.open()
-    device = resolve_device(cfg.device, cfg.feature_source)
+    device = resolve_device(cfg.device, cfg.feature_source, sampler=cfg.sampler)
     return _fit(cfg, dataset, device, on_epoch, progress)[0]
 
 
@@ -157,7 +162,15 @@ def _fit(
     train_idx = tensor_view(dataset.train_idx)
     cache = CacheRequest(cfg.feature_cache, cfg.cache_policy, seeds=train_idx, batch_size=cfg.batch_size)
     source = make_source(
-        cfg.feature_source, dataset, cfg.fanouts, device, prefetch=cfg.prefetch, seed=cfg.seed, compression=cfg.feature_compression, cache=cache
+        cfg.feature_source,
+        dataset,
+        cfg.fanouts,
+        device,
+        prefetch=cfg.prefetch,
+        seed=cfg.seed,
+        compression=cfg.feature_compression,
+        cache=cache,
+        sampling=(cfg.sampler, cfg.graph_placement),
     )
     batch_size = -(-cfg.batch_size // world_size)  # per rank; the global batch stays cfg.batch_size
     per_rank = -(-len(train_idx) // world_size)  # seeds per rank, padded as DGL's use_ddp does
@@ -240,7 +253,7 @@ def _train_parallel(cfg: TrainConfig, dataset, on_epoch, progress: bool) -> list
     """``cfg.nproc`` DDP ranks over one shared copy of the dataset; rank 0's history."""
     from .ddp import launch, share_dataset
 
-    device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc)
+    device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc, cfg.sampler)
     if on_epoch is not None:
         try:
             pickle.dumps(on_epoch)
