@@ -14,17 +14,24 @@
 //      Lanes 2i and 2i+1 of a warp read the two adjacent offsets of a seed in one instruction:
 //      one request per seed (two when the pair straddles a 128-byte line), not two.
 //   2. sample_count: thread per seed: counts[i] = its number of picks.
-//      The host scans counts into out_indptr and reads the total back: the one synchronisation.
+//      The host scans counts into out_indptr (torch, on the device). The total out_indptr[S]
+//      stays on the device: the outputs are allocated for a capacity >= the total that the host
+//      knows without asking (S x fanout, or a total it read earlier), and passes 3 and 4 read the
+//      total where it lies. sample_csc reads it back to size its outputs exactly: its one sync.
 //   3. sample_pick: thread per sampling seed: its sorted picked positions into pos[out_indptr[i]..].
 //      Device memory only: the picks are chosen from deg alone, so a hub of degree 10^6 costs
 //      fanout draws, never a pass over its neighbours.
-//   4. sample_fetch: thread per output edge: src[e] = indices[pos[e]]                [reads indices]
-//      Consecutive lanes take consecutive picks of a seed, sorted: the picks of one seed that
-//      share a 128-byte line cost one request. (sample_fetch_per_seed, a thread per seed, is
-//      the comparison point of the PCIe model, as gather_naive is for the gather.)
+//   4. sample_fetch: thread per output slot: src[e] = indices[pos[e]] for e < total   [reads indices]
+//      and src[e] = pos[e] = -1 for the unused slots up to the capacity. Consecutive lanes take
+//      consecutive picks of a seed, sorted: the picks of one seed that share a 128-byte line cost
+//      one request. (sample_fetch_per_seed, a thread per seed, is the comparison point of the
+//      PCIe model, as gather_naive is for the gather.)
 //
 // Seeds outside [0, num_nodes) are not read: their bounds are [0, 0) (no picks), and the
-// position of one of them goes to *bad, which the host reads together with the total.
+// position of one of them goes to *bad, which the host reads together with the total. Seeds at
+// positions >= *limit (a count on the device: the valid prefix of a buffer sized for more) are
+// skipped alike, without flagging. A total above the capacity (a caller's error) makes passes 3
+// and 4 write nothing but the -1 slots: no write lands outside the outputs.
 //
 // No __syncthreads, shuffles or atomics: the CPU emulator runs threads one after another. Loops
 // over traced loads are per warp (all lanes iterate together) so that the emulator can group a
@@ -47,22 +54,26 @@ __device__ __forceinline__ long long zc_pick_count(long long deg, int fanout, in
   return deg < (long long)fanout ? deg : (long long)fanout;
 }
 
-// Pass 1. bounds holds 2 * num_seeds int64 (device memory); *bad starts at -1.
+// Pass 1. bounds holds 2 * num_seeds int64 (device memory); *bad starts at -1. limit: null (every
+// seed) or a device int64 holding how many leading seeds are live.
 template <typename PtrT, typename SeedT>
 __global__ void sample_bounds(const PtrT* __restrict__ indptr, long long num_nodes,
                               const SeedT* __restrict__ seeds, long long num_seeds,
-                              long long* __restrict__ bounds, long long* __restrict__ bad) {
+                              const long long* __restrict__ limit, long long* __restrict__ bounds,
+                              long long* __restrict__ bad) {
   const long long lane = (long long)(threadIdx.x & 31u);
   const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x - lane;
   const long long stride = (long long)gridDim.x * blockDim.x;
   const long long entries = 2 * num_seeds;
+  const long long live = limit != nullptr && *limit < num_seeds ? *limit : num_seeds;
   for (long long base = first; base < entries; base += stride) {
     const long long t = base + lane;
     const bool active = t < entries;
     const long long tt = active ? t : base;  // masked lanes still walk the load site
-    const long long v = (long long)seeds[tt >> 1];
-    const bool valid = v >= 0 && v < num_nodes;
-    if (active && !valid) {
+    const bool used = (tt >> 1) < live;      // past the limit: not a seed, never read
+    const long long v = used ? (long long)seeds[tt >> 1] : 0;
+    const bool valid = used && v >= 0 && v < num_nodes;
+    if (active && used && !valid) {
       *bad = tt >> 1;  // any bad position will do: every writer writes one
     }
     const PtrT value = zc_load_if(indptr + (valid ? v : 0) + (tt & 1), active && valid);
@@ -110,9 +121,12 @@ __device__ __forceinline__ void zc_insert(long long* p, long long n, long long a
 // binary search tests membership and places t. With replacement, each draw is inserted after its
 // equals. O(fanout log fanout) comparisons and at most fanout^2 / 2 moves in device memory.
 __global__ void sample_pick(const long long* __restrict__ bounds, const long long* __restrict__ out_indptr,
-                            long long num_seeds, int fanout, int replace, unsigned long long seed,
-                            long long* __restrict__ pos) {
+                            long long num_seeds, long long capacity, int fanout, int replace,
+                            unsigned long long seed, long long* __restrict__ pos) {
   const long long stride = (long long)gridDim.x * blockDim.x;
+  if (out_indptr[num_seeds] > capacity) {
+    return;  // outputs too small for the total: write nothing (the fetch writes -1 everywhere)
+  }
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < num_seeds; i += stride) {
     const long long lo = bounds[2 * i];
     const long long deg = bounds[2 * i + 1] - lo;
@@ -155,29 +169,38 @@ __device__ __forceinline__ long long zc_owner(const long long* __restrict__ out_
   return low;
 }
 
-// Pass 4. Thread per output edge, grid-stride per warp. Seeds that take all their in-edges get
-// their positions here (pos[e] = lo + rank), the others' were written by sample_pick.
+// Pass 4. Thread per output slot, grid-stride per warp over the capacity; the total is read from
+// device memory. Seeds that take all their in-edges get their positions here (pos[e] = lo + rank),
+// the others' were written by sample_pick. Slots from the total to the capacity get -1.
 template <typename IdT>
 __global__ void sample_fetch(const IdT* __restrict__ indices, const long long* __restrict__ bounds,
-                             const long long* __restrict__ out_indptr, long long num_seeds, long long total,
+                             const long long* __restrict__ out_indptr, long long num_seeds, long long capacity,
                              int fanout, int replace, long long* __restrict__ pos, IdT* __restrict__ src) {
   const long long lane = (long long)(threadIdx.x & 31u);
   const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x - lane;
   const long long stride = (long long)gridDim.x * blockDim.x;
-  for (long long base = first; base < total; base += stride) {
+  const long long stored = out_indptr[num_seeds];
+  const long long total = stored <= capacity ? stored : 0;  // too small: no picks, all -1
+  for (long long base = first; base < capacity; base += stride) {
     const long long e = base + lane;
     const bool active = e < total;
-    const long long ee = active ? e : base;
-    const long long i = zc_owner(out_indptr, num_seeds, ee);
-    const long long lo = bounds[2 * i];
-    const bool all = zc_takes_all(bounds[2 * i + 1] - lo, fanout, replace);
-    const long long p = all ? lo + (ee - out_indptr[i]) : pos[ee];
+    long long p = 0;  // masked lanes walk the load site at indices[0], reading nothing
+    bool all = false;
+    if (active) {
+      const long long i = zc_owner(out_indptr, num_seeds, e);
+      const long long lo = bounds[2 * i];
+      all = zc_takes_all(bounds[2 * i + 1] - lo, fanout, replace);
+      p = all ? lo + (e - out_indptr[i]) : pos[e];
+    }
     const IdT value = zc_load_if(indices + p, active);
     if (active) {
       if (all) {
         pos[e] = p;
       }
       src[e] = value;
+    } else if (e < capacity) {
+      pos[e] = -1;
+      src[e] = (IdT)-1;
     }
   }
 }

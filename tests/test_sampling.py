@@ -264,41 +264,39 @@ def test_edge_ids_are_computed_only_when_read(monkeypatch):
     assert torch.equal(dst, blocks[1].dstdata[dgl.NID][blocks[1].edge_dst()])
 
 
-def test_one_size_read_per_layer_and_no_other(monkeypatch):
-    """The host reads the device in sample_blocks only in relabel.read_size (once per layer) and inside
-    sample_csc (its own one read per call): every other way a tensor's value reaches Python is counted."""
+@pytest.mark.parametrize(
+    "fanouts,reads",
+    [([5, 4, 3], 3), ([-1, 4, 3], 3), ([2, -1, 3], 3), ([3, -1], 3), ([-1, 3, -1], 4)],
+    ids=["fixed", "input-all", "middle-all", "output-all", "all-all"],
+)
+def test_one_size_read_per_layer_and_no_other(monkeypatch, fanouts, reads):
+    """sample_blocks on the emulated CUDA kernels (the GPU's driver and kernel source) reads the
+    device once per layer, in relabel.read_sizes: every way a tensor's value reaches Python is
+    counted, the kernel layer included. A fanout of -1 is sized by its total, read with the layer
+    before's sizes; for the output layer (sampled first) that is one read more."""
     g = make_graph()
-    sampler = GpuNeighborSampler([5, 4, 3], device="reference")
-    sampler.sample(g, torch.arange(8))  # the graph taken, outside the count
+    sampler = GpuNeighborSampler(fanouts, device="emulator")
+    sampler.sample(g, torch.arange(8))  # the graph taken, the emulator built, outside the count
+    torch.manual_seed(0)
+    expected = GpuNeighborSampler(fanouts, device="reference").sample_blocks(g, torch.arange(64))
+    torch.manual_seed(0)
+    keys = iter([neighbor.draw_seed() for _ in fanouts])  # the same keys, drawn before the count
     counts = Counter()
-    inside_kernel = [False]
-    for name in ("item", "tolist", "numpy", "__int__", "__index__", "__bool__", "__float__"):
+    for name in ("item", "tolist", "numpy", "__int__", "__index__", "__bool__", "__float__", "__array__"):
         original = getattr(torch.Tensor, name)
 
         def counted(self, *args, _original=original, _name=name, **kwargs):
-            if not inside_kernel[0]:
-                counts[_name] += 1
+            counts[_name] += 1
             return _original(self, *args, **kwargs)
 
         monkeypatch.setattr(torch.Tensor, name, counted)
-    from dgl_zerocopy.cuda import sampling as kernels
-
-    original_sample = kernels.sample_csc
-
-    def sample_csc(*args, **kwargs):
-        counts["sample_csc"] += 1
-        inside_kernel[0] = True
-        try:
-            return original_sample(*args, **kwargs)
-        finally:
-            inside_kernel[0] = False
-
-    monkeypatch.setattr(kernels, "sample_csc", sample_csc)
-    monkeypatch.setattr(neighbor, "draw_seed", lambda: 1)  # a host generator, not the device
-    original_read = relabel.read_size
-    monkeypatch.setattr(relabel, "read_size", lambda t: counts.update(["read_size"]) or original_read(t))
-    sampler.sample_blocks(g, torch.arange(64))
-    assert counts == {"sample_csc": 3, "read_size": 3, "__int__": 3}, counts
+    original_read = relabel.read_sizes
+    monkeypatch.setattr(relabel, "read_sizes", lambda t: counts.update(["read_sizes"]) or original_read(t))
+    monkeypatch.setattr(neighbor, "draw_seed", lambda: next(keys))  # a host generator, not the device
+    ours = sampler.sample_blocks(g, torch.arange(64))
+    assert counts == {"read_sizes": reads, "tolist": reads}, counts
+    monkeypatch.undo()
+    assert torch.equal(ours[0], expected[0]) and all(block_triples(a) == block_triples(b) for a, b in zip(ours[2], expected[2]))
 
 
 def test_prefetch_fills_the_named_data():

@@ -4,15 +4,20 @@ shares (device, fanout, seeds, RNG key) and the call of the kernel layer's ``sam
 Devices (``device=``): ``"cuda"`` (or ``"cuda:N"``, a ``torch.device``): the CUDA kernel on that
 GPU; ``"emulator"``: the same kernel source compiled for the CPU by the gather emulator's build;
 ``"reference"``: the NumPy/torch twin. The three give identical picks for the same arguments.
+
+:func:`sample_layer` reads its total back (one host read); :func:`sample_layer_deferred` and
+:func:`plan_every_edge` read nothing: the sampler reads their sizes with its own, once per layer.
 """
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, NamedTuple
 
 import numpy as np
 import torch
 
+from ..cuda.sampling import CSCPlan, DeferredCSC
 from .graph import SamplingGraph
 
 CPU_BACKENDS = ("emulator", "reference")
@@ -70,8 +75,9 @@ def draw_seed() -> int:
 
 def as_seeds(nodes: Any, graph: SamplingGraph, device: torch.device) -> torch.Tensor:
     """``nodes`` (a tensor, NumPy array, sequence or int of node ids) as a 1-D tensor in the graph's
-    id dtype on ``device``. Ranges are checked by the kernel (IndexError naming the id); ids that a
-    narrower id dtype cannot hold become -1 first, so they are reported rather than wrapped around."""
+    id dtype on ``device`` (copied there without a host sync). Ranges are checked by the kernel
+    (IndexError naming the id); ids that a narrower id dtype cannot hold become -1 first, so they
+    are reported rather than wrapped around."""
     if isinstance(nodes, np.ndarray):
         nodes = torch.from_numpy(nodes)
     elif not isinstance(nodes, torch.Tensor):
@@ -84,7 +90,12 @@ def as_seeds(nodes: Any, graph: SamplingGraph, device: torch.device) -> torch.Te
         raise TypeError(f"nodes must be integer node ids, but got {nodes.dtype}; convert them with .long()")
     if nodes.dtype == torch.int64 and graph.idtype == torch.int32:
         nodes = torch.where((nodes < 0) | (nodes >= graph.num_nodes), -1, nodes)
-    return nodes.to(device=device, dtype=graph.idtype).contiguous()
+    nodes = nodes.to(dtype=graph.idtype).contiguous()
+    if device.type == "cuda" and nodes.device.type == "cpu":
+        # From pageable memory a copy waits for the device (a host sync); from pinned memory it is
+        # enqueued. A pinned tensor is read in place: it must not change until the stream has run.
+        return (nodes if nodes.is_pinned() else nodes.pin_memory()).to(device, non_blocking=True)
+    return nodes.to(device)
 
 
 def check_placement(graph: SamplingGraph, backend: str, device: torch.device) -> None:
@@ -109,9 +120,38 @@ def sample_layer(graph: SamplingGraph, seeds: torch.Tensor, fanout: int, replace
         return Picks(torch.zeros(seeds.numel() + 1, dtype=torch.int64, device=seeds.device), empty.to(graph.idtype), empty)
     from ..cuda.sampling import sample_csc
 
-    if backend == "cuda":
-        with torch.cuda.device(seeds.device):
-            out = sample_csc(graph.indptr, graph.indices, seeds, fanout, replace=replace, seed=seed, backend=backend)
-    else:
+    with _on_device(seeds, backend):
         out = sample_csc(graph.indptr, graph.indices, seeds, fanout, replace=replace, seed=seed, backend=backend)
     return Picks(out.indptr, out.src, out.pos)
+
+
+def _on_device(seeds: torch.Tensor, backend: str) -> contextlib.AbstractContextManager:
+    """The CUDA device of ``seeds`` made current for a CUDA backend (the kernels launch there)."""
+    return torch.cuda.device(seeds.device) if backend == "cuda" else contextlib.nullcontext()
+
+
+def sample_layer_deferred(
+    graph: SamplingGraph, seeds: torch.Tensor, fanout: int, replace: bool, seed: int, backend: str, *, capacity: int | None = None, plan: CSCPlan | None = None
+) -> DeferredCSC:
+    """One layer as :func:`sample_layer` picks it, without a host read (``sample_csc_deferred``):
+    ``src``/``pos`` hold ``capacity`` entries (default ``len(seeds) * fanout``; for ``fanout == -1``
+    the total, read back earlier from ``plan``), the picks first and -1 after; the total and a bad
+    seed's position stay on the device (``DeferredCSC.sizes()``). Fanout 0: no picks."""
+    if fanout == 0:
+        zeros = torch.zeros(seeds.numel() + 1, dtype=torch.int64, device=seeds.device)
+        empty = torch.zeros(0, dtype=torch.int64, device=seeds.device)
+        return DeferredCSC(zeros, empty.to(graph.idtype), empty, torch.full((1,), -1, dtype=torch.int64, device=seeds.device))
+    from ..cuda.sampling import sample_csc_deferred
+
+    with _on_device(seeds, backend):
+        return sample_csc_deferred(graph.indptr, graph.indices, seeds, fanout, replace=replace, seed=seed, backend=backend, capacity=capacity, plan=plan)
+
+
+def plan_every_edge(graph: SamplingGraph, nodes: torch.Tensor, count: torch.Tensor | None, backend: str) -> CSCPlan:
+    """The plan of a fanout -1 layer over the first ``count`` entries of ``nodes`` (``count``: a
+    one-element int64 tensor on their device; None: all), no host read: its total,
+    ``plan.out_indptr[-1]``, is read back with the layer before's sizes, and sizes the picks."""
+    from ..cuda.sampling import plan_csc
+
+    with _on_device(nodes, backend):
+        return plan_csc(graph.indptr, nodes, -1, num_valid=count, backend=backend)

@@ -6,11 +6,16 @@
   ``(input_nodes, output_nodes, blocks)`` with the blocks as :class:`DeviceBlock` on the sampling device.
 
 The graph's in-edge CSC is read where :mod:`.graph` placed it (pinned in place by default); the
-picks come from the kernel layer's ``sample_csc``; unique and relabel run on the same device
-(:mod:`.relabel`). Per layer the host waits for the device twice, each to read one size back:
-the number of picks (inside ``sample_csc``) and the number of source nodes (:func:`.relabel.read_size`);
-nothing else in ``sample_blocks`` reads the device. Edge ids (``edata[dgl.EID]``) are computed
-when first read (:mod:`.lazy`). The kernels draw from a counter-based RNG keyed per layer by
+picks come from the kernel layer's ``sample_csc`` (a frontier) or its halves without a host read,
+``plan_csc``/``sample_csc_deferred`` (blocks); unique and relabel run on the same device
+(:mod:`.relabel`). Per layer of blocks the host waits for the device once
+(:func:`.relabel.read_sizes`, the one read), to read back together the number of source nodes, the number of
+picks, the bad-seed flag and, when the next layer takes every in-edge (fanout -1), that layer's
+total, planned before the read. Picks are sized without asking: ``len(seeds) * fanout`` slots
+(-1 in the unused ones), or the total read earlier. A fanout of -1 for the output layer (the
+first sampled) reads its total first: one read more per batch. Nothing else in ``sample_blocks``
+reads the device (the seeds go to it from pinned memory). Edge ids (``edata[dgl.EID]``) are
+computed when first read (:mod:`.lazy`). The kernels draw from a counter-based RNG keyed per layer by
 :func:`.layer.draw_seed`, from torch's generator: ``torch.manual_seed`` reproduces a batch.
 """
 
@@ -23,12 +28,15 @@ from typing import Any
 
 import torch
 
+from ..cuda.sampling import CSCPlan
+from ..cuda.sampling.launch import bad_seed_error
 from ..loading.blocks import EID, NID, DeviceBlock
 from ..store.transfer import to_device
+from . import relabel
 from .graph import SamplingGraph, check_homogeneous, release, shared_graph
-from .layer import as_seeds, check_fanout, check_placement, check_seed, draw_seed, resolve_device, sample_layer
+from .layer import as_seeds, check_fanout, check_placement, check_seed, draw_seed, plan_every_edge, resolve_device, sample_layer, sample_layer_deferred
 from .lazy import LazyData
-from .relabel import relabel
+from .relabel import relabel_deferred
 
 
 def sample_neighbors(
@@ -155,8 +163,8 @@ class GpuNeighborSampler:
     def sample_blocks(self, g: Any, seeds: Any, exclude_eids: Any = None) -> tuple[torch.Tensor, torch.Tensor, list[DeviceBlock]]:
         """``(input_nodes, output_nodes, blocks)`` for the seed nodes ``seeds`` (1-D ids, on the CPU or
         the sampling device) of ``g`` (a homogeneous DGL graph on the CPU, or a :class:`SamplingGraph`),
-        on :attr:`output_device`. Reads one size back per layer besides ``sample_csc``'s own (see the
-        module's docstring). Raises IndexError for a seed outside the graph."""
+        on :attr:`output_device`. One host read per layer, one more when the output layer's fanout
+        is -1 (see the module's docstring). Raises IndexError for a seed outside the graph."""
         if exclude_eids is not None:
             raise ValueError("GpuNeighborSampler does not exclude edges (exclude=); sample with dgl.dataloading.NeighborSampler for that")
         if isinstance(seeds, Mapping):
@@ -165,19 +173,43 @@ class GpuNeighborSampler:
         seeds = as_seeds(seeds, graph, self.device)
         # One RNG key per layer, drawn before any sampling, output layer first (the order DGL samples in).
         keys = [draw_seed() for _ in self.fanouts]
+        fanouts = list(reversed(self.fanouts))
         blocks: list[DeviceBlock] = []
         dst = seeds
-        for fanout, key in zip(reversed(self.fanouts), keys):
-            picks = sample_layer(graph, dst, fanout, self.replace, key, self.backend)
-            nodes, local = relabel(dst, picks.src)
-            block = DeviceBlock(picks.indptr.to(graph.idtype), local.to(graph.idtype), nodes.numel(), {NID: nodes}, {NID: dst})
-            block.edata = LazyData(pending={EID: functools.partial(graph.edge_ids, picks.pos)})
+        # A fanout -1 layer's picks are sized by its total, planned and read back with the layer
+        # before's sizes; the output layer has no layer before: its total costs a read of its own.
+        ahead = self._plan_first(graph, seeds) if fanouts and fanouts[0] == -1 else None
+        for layer, (fanout, key) in enumerate(zip(fanouts, keys)):
+            plan, capacity = ahead if ahead is not None else (None, None)
+            picks = sample_layer_deferred(graph, dst, fanout, self.replace, key, self.backend, capacity=capacity, plan=plan)
+            nodes, local, count = relabel_deferred(dst, picks.src)
+            sizes = [count, picks.sizes()]
+            every_edge_next = layer + 1 < len(fanouts) and fanouts[layer + 1] == -1
+            if every_edge_next:
+                next_plan = plan_every_edge(graph, nodes, count, self.backend)
+                sizes.append(next_plan.out_indptr[-1:])
+            num_src, num_edges, bad, *next_total = relabel.read_sizes(torch.cat(sizes))  # the layer's one host read
+            if bad >= 0:
+                raise bad_seed_error(int(dst[bad]), graph.num_nodes)
+            picked = picks.trimmed(num_edges)
+            nodes = nodes[:num_src]
+            block = DeviceBlock(picked.indptr.to(graph.idtype), local[:num_edges].to(graph.idtype), num_src, {NID: nodes}, {NID: dst})
+            block.edata = LazyData(pending={EID: functools.partial(graph.edge_ids, picked.pos)})
             blocks.insert(0, block)
             dst = nodes
+            ahead = (next_plan.head(num_src), next_total[0]) if every_edge_next else None
         if self.output_device != self.device:
             blocks = [_moved(block, self.output_device) for block in blocks]
             dst, seeds = (to_device(t, self.output_device) for t in (dst, seeds))
         return dst, seeds, blocks
+
+    def _plan_first(self, graph: SamplingGraph, seeds: torch.Tensor) -> tuple[CSCPlan, int]:
+        """The plan of a fanout -1 output layer and its total: one read (with the bad-seed flag)."""
+        plan = plan_every_edge(graph, seeds, None, self.backend)
+        total, bad = relabel.read_sizes(torch.cat((plan.out_indptr[-1:], plan.bad)))
+        if bad >= 0:
+            raise bad_seed_error(int(seeds[bad]), graph.num_nodes)
+        return plan, total
 
     def _prefetch(self, g: Any, input_nodes: torch.Tensor, output_nodes: torch.Tensor, blocks: list[DeviceBlock]) -> None:
         if isinstance(g, SamplingGraph):

@@ -4,9 +4,11 @@ A block's source nodes are its destination nodes first (as given, in their order
 that the sampled edges bring in and that is not a destination, in the order of its first appearance
 among the edges: what ``dgl.to_block`` gives for a frontier whose edges are in that order.
 
-No operation here waits for the device except one: :func:`read_size`, which reads the number of
-source nodes back to size the result (torch's ``unique``, boolean masks and ``nonzero`` would each
-read a size back too, so they are not used). The tests count the calls of :func:`read_size`.
+:func:`relabel_deferred` waits for nothing: it works over the sampler's buffers (the picks, then
+-1 in the unused slots) and leaves the number of source nodes on the device (torch's ``unique``,
+boolean masks and ``nonzero`` would each read a size back, so they are not used). The sampler
+reads that count with the layer's other sizes in one :func:`read_sizes`, the one place of this
+layer that reads the device; the tests count its calls.
 """
 
 from __future__ import annotations
@@ -14,26 +16,29 @@ from __future__ import annotations
 import torch
 
 
-def read_size(count: torch.Tensor) -> int:
-    """The one place of the sampler layer that reads a value back from the device (a host sync on CUDA)."""
-    return int(count)
+def read_sizes(values: torch.Tensor) -> list[int]:
+    """``values`` (a 1-D integer tensor) as Python ints: one read back from the device, a host sync on CUDA."""
+    return values.tolist()
 
 
-def relabel(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """``(nodes, local_src)``: the block's source nodes (``dst`` first, then the new nodes of ``src`` in
-    order of first appearance; ``src``'s dtype) and each entry of ``src`` as an index into ``nodes``
-    (int64). ``dst`` and ``src`` are 1-D tensors of node ids of one dtype on one device.
+def relabel_deferred(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``(nodes, local, count)`` without a host read. ``dst`` (the destinations) and ``src`` (sampled
+    source ids; entries < 0 are unused slots, never nodes) are 1-D tensors of node ids of one dtype
+    on one device.
 
+    ``nodes`` (``src``'s dtype) holds the block's source nodes in its first ``count`` entries
+    (``count``: an int64 tensor of one element on the device): ``dst`` first, then the new nodes of
+    ``src`` in order of first appearance; the entries after them are unspecified. ``local`` (int64,
+    one per entry of ``src``) is each entry as an index into ``nodes`` (unspecified for unused slots).
     A node given twice in ``dst`` keeps both places; an entry of ``src`` equal to it points to its
-    first place (``dgl.to_block`` points to the last: its destinations are meant to be distinct).
-    Reads one size back from the device (:func:`read_size`), none when ``src`` is empty."""
+    first place (``dgl.to_block`` points to the last: its destinations are meant to be distinct)."""
     num_dst, num_src = dst.numel(), src.numel()
     if num_src == 0:
-        return dst, torch.zeros(0, dtype=torch.int64, device=dst.device)
+        return dst, torch.zeros(0, dtype=torch.int64, device=dst.device), torch.full((1,), num_dst, dtype=torch.int64, device=dst.device)
     total = num_dst + num_src
     cand = torch.cat([dst, src])
     # A stable sort puts equal ids together, each run in increasing position: its first element is
-    # the id's first appearance.
+    # the id's first appearance. Unused slots (-1) form runs of their own, before every node.
     order = torch.argsort(cand, stable=True)
     ids = cand[order]
     starts = torch.ones(total, dtype=torch.bool, device=cand.device)
@@ -42,7 +47,7 @@ def relabel(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.T
     run_start = torch.cummax(torch.where(starts, step, 0), 0).values  # sorted index of each run's first element
     first = order[run_start]  # for each sorted element: the position of its id's first appearance
     # A node is new when its first appearance is among the sampled sources; numbered by that position.
-    new_at_sorted = (starts & (order >= num_dst)).long()
+    new_at_sorted = (starts & (order >= num_dst) & (ids >= 0)).long()
     new_at = torch.empty_like(new_at_sorted).scatter_(0, order, new_at_sorted)  # by position (order is a permutation)
     rank = torch.cumsum(new_at, 0) - 1 + num_dst  # the local id of a new node, at its first position
     label = torch.where(first < num_dst, first, rank[first])
@@ -52,5 +57,15 @@ def relabel(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.T
     slot = torch.where(new_at.bool(), rank, total)
     nodes = torch.empty(total + 1, dtype=cand.dtype, device=cand.device).scatter_(0, slot, cand)
     nodes[:num_dst] = dst
-    count = read_size(new_at.sum()) + num_dst
-    return nodes[:count], local[num_dst:]
+    count = (new_at.sum() + num_dst).reshape(1)
+    return nodes, local[num_dst:], count
+
+
+def relabel(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``(nodes, local)`` of :func:`relabel_deferred`, ``nodes`` cut to the source nodes: one read
+    (:func:`read_sizes`) of their count; none when ``src`` is empty (then ``nodes`` is ``dst``)."""
+    if src.numel() == 0:
+        return dst, torch.zeros(0, dtype=torch.int64, device=dst.device)
+    nodes, local, count = relabel_deferred(dst, src)
+    (num_nodes,) = read_sizes(count)
+    return nodes[:num_nodes], local

@@ -1,6 +1,7 @@
 """The neighbour-sampling kernels (``kernels/sample.cu``), beside :mod:`..gather`.
 
-- :mod:`.api`: ``sample_csc`` and ``SampledCSC``, the one entry point, its checks and backends.
+- :mod:`.api`: ``sample_csc`` and ``SampledCSC``, the entry point, its checks and backends; and its
+  two halves without a host read, ``plan_csc`` and ``sample_csc_deferred`` (``CSCPlan``, ``DeferredCSC``).
 - :mod:`.rng`: the counter-based RNG in NumPy, the kernel's ``sample_rng.cuh`` bit for bit.
 - :mod:`.reference`: the algorithm in NumPy (backend ``"reference"``).
 - :mod:`.instantiations`, :mod:`.launch`: template arguments, launch plan (GPU and emulator alike).
@@ -10,6 +11,6 @@
 Importing this package imports no CuPy.
 """
 
-from dgl_zerocopy.cuda.sampling.api import BACKENDS, SampledCSC, sample_csc
+from dgl_zerocopy.cuda.sampling.api import BACKENDS, CSCPlan, DeferredCSC, SampledCSC, plan_csc, sample_csc, sample_csc_deferred
 
-__all__ = ["BACKENDS", "SampledCSC", "sample_csc"]
+__all__ = ["BACKENDS", "CSCPlan", "DeferredCSC", "SampledCSC", "plan_csc", "sample_csc", "sample_csc_deferred"]

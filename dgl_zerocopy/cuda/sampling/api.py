@@ -5,6 +5,11 @@ node, ``min(deg, fanout)`` distinct in-edges without replacement, ``fanout`` dra
 replacement (none for an isolated node), every in-edge at ``fanout == -1``; the picks a pure
 function of ``(seed, position in seeds, draw index, deg)``, so the backends ``"cuda"``,
 ``"emulator"`` and ``"reference"`` return identical results.
+
+:func:`sample_csc` reads the total back to size its outputs (one host synchronisation).
+:func:`plan_csc` and :func:`sample_csc_deferred` read nothing: for a caller that reads the sizes
+together with its own values (the sampler reads one per layer), the outputs sized by a capacity
+it knows and the total left on the device.
 """
 
 from __future__ import annotations
@@ -14,7 +19,9 @@ from typing import NamedTuple
 
 import torch
 
-__all__ = ["BACKENDS", "SampledCSC", "sample_csc"]
+from dgl_zerocopy.cuda.sampling.launch import CSCPlan, bad_seed_error
+
+__all__ = ["BACKENDS", "CSCPlan", "DeferredCSC", "SampledCSC", "plan_csc", "sample_csc", "sample_csc_deferred"]
 
 BACKENDS = ("cuda", "emulator", "reference")
 _ID_DTYPES = (torch.int32, torch.int64)
@@ -32,6 +39,33 @@ class SampledCSC(NamedTuple):
     indptr: torch.Tensor
     src: torch.Tensor
     pos: torch.Tensor
+
+
+class DeferredCSC(NamedTuple):
+    """One sampled layer whose total is still on the device (:func:`sample_csc_deferred`).
+
+    Attributes:
+        indptr: int64, ``len(seeds) + 1``, exact; ``indptr[-1]`` is the total.
+        src, pos: ``capacity`` entries: the first ``indptr[-1]`` as :class:`SampledCSC`'s, the
+            others -1 (all -1 if the total exceeds the capacity).
+        bad: int64 ``(1,)``: the position in ``seeds`` of a seed outside ``[0, N)`` (one of them,
+            which one unspecified), or -1; no backend raises for it here.
+    """
+
+    indptr: torch.Tensor
+    src: torch.Tensor
+    pos: torch.Tensor
+    bad: torch.Tensor
+
+    def sizes(self) -> torch.Tensor:
+        """``[total, bad position]`` as one int64 tensor on the device, to read with other values."""
+        return torch.cat((self.indptr[-1:], self.bad))
+
+    def trimmed(self, total: int) -> SampledCSC:
+        """The :class:`SampledCSC` once the total is known on the host (views, no copy)."""
+        if total > len(self.src):
+            raise ValueError(f"the total {total} exceeds the capacity {len(self.src)}: nothing was sampled; pass a capacity >= the total")
+        return SampledCSC(self.indptr, self.src[:total], self.pos[:total])
 
 
 def _check_ids(name: str, tensor: object) -> torch.Tensor:
@@ -60,6 +94,22 @@ def _check_scalars(fanout: object, replace: object, seed: object, backend: objec
     return fanout, replace, seed
 
 
+def _check_num_valid(num_valid: object, seeds: torch.Tensor) -> torch.Tensor | None:
+    if num_valid is None:
+        return None
+    if not isinstance(num_valid, torch.Tensor) or num_valid.dtype != torch.int64 or num_valid.numel() != 1:
+        raise TypeError(f"num_valid must be None or an int64 tensor of one element (a count on the device), but got {num_valid!r}")
+    if num_valid.device != seeds.device:
+        raise ValueError(f"num_valid is on {num_valid.device} but the seeds are on {seeds.device}; put it beside the seeds")
+    return num_valid.reshape(1).contiguous()
+
+
+def _check_cpu(backend: str, **tensors: torch.Tensor) -> None:
+    for name, tensor in tensors.items():
+        if tensor.device.type != "cpu":
+            raise ValueError(f"backend {backend!r} runs on the CPU, but {name} is on {tensor.device}; pass CPU tensors (.cpu()) or use backend='cuda'")
+
+
 def check_seed_range(seeds: torch.Tensor, num_nodes: int) -> None:
     """Raise ``IndexError`` naming the first seed outside ``[0, num_nodes)`` (CPU tensors)."""
     if len(seeds) == 0:
@@ -67,9 +117,7 @@ def check_seed_range(seeds: torch.Tensor, num_nodes: int) -> None:
     bad = (seeds < 0) | (seeds >= num_nodes)
     if bool(bad.any()):
         value = int(seeds[bad.nonzero()[0, 0]])
-        raise IndexError(
-            f"seed node id {value} is out of range for a CSC of {num_nodes} nodes (indptr has {num_nodes + 1} entries); pass node ids in [0, {num_nodes})"
-        )
+        raise bad_seed_error(value, num_nodes)
 
 
 def sample_csc(
@@ -108,9 +156,7 @@ def sample_csc(
         from dgl_zerocopy.cuda.sampling.launcher import launch_sample
 
         return SampledCSC(*launch_sample(indptr, indices, seeds, fanout, replace=replace, seed=seed))
-    for name, tensor in (("indptr", indptr), ("indices", indices), ("seeds", seeds)):
-        if tensor.device.type != "cpu":
-            raise ValueError(f"backend {backend!r} runs on the CPU, but {name} is on {tensor.device}; pass CPU tensors (.cpu()) or use backend='cuda'")
+    _check_cpu(backend, indptr=indptr, indices=indices, seeds=seeds)
     indptr, indices, seeds = indptr.contiguous(), indices.contiguous(), seeds.contiguous()
     check_seed_range(seeds, len(indptr) - 1)
     if backend == "emulator":
@@ -120,3 +166,104 @@ def sample_csc(
     from dgl_zerocopy.cuda.sampling.reference import sample_reference
 
     return SampledCSC(*sample_reference(indptr, indices, seeds, fanout, replace, seed))
+
+
+def plan_csc(
+    indptr: torch.Tensor, seeds: torch.Tensor, fanout: int, *, replace: bool = False, num_valid: torch.Tensor | None = None, backend: str = "cuda"
+) -> CSCPlan:
+    """The first half of :func:`sample_csc` for ``seeds``: their CSC ranges, pick counts and output
+    offsets (:class:`CSCPlan`), enqueued on the seeds' device; no host read. ``plan.out_indptr[-1]``
+    (the total) and ``plan.bad`` stay on the device for the caller to read with its own values;
+    :func:`sample_csc_deferred` takes the plan (or its :meth:`~CSCPlan.head`) to finish.
+
+    Args:
+        indptr, seeds, fanout, replace, backend: as for :func:`sample_csc`.
+        num_valid: None, or an int64 tensor of one element on the seeds' device: only that many
+            leading entries of ``seeds`` are seeds; the others get no picks and are never read
+            (a buffer sized for more than it holds, whose count is on the device).
+
+    Raises:
+        TypeError / ValueError: an argument of the wrong type, dtype, shape, value or device.
+        (A bad seed is reported in ``plan.bad``, not raised.)
+    """
+    fanout, replace, _ = _check_scalars(fanout, replace, 0, backend)
+    indptr, seeds = _check_ids("indptr", indptr), _check_ids("seeds", seeds)
+    if len(indptr) == 0:
+        raise ValueError("indptr must have N + 1 >= 1 entries (CSC offsets), but it is empty")
+    num_valid = _check_num_valid(num_valid, seeds)
+    if backend == "cuda":
+        from dgl_zerocopy.cuda.sampling.launcher import launch_plan
+
+        return launch_plan(indptr, seeds, fanout, replace, num_valid=num_valid)
+    _check_cpu(backend, indptr=indptr, seeds=seeds)
+    indptr, seeds = indptr.contiguous(), seeds.contiguous()
+    if backend == "emulator":
+        from dgl_zerocopy.cuda.sampling.emulator import emulate_plan
+
+        return emulate_plan(indptr, seeds, fanout, replace, num_valid=num_valid)
+    from dgl_zerocopy.cuda.sampling.reference import reference_plan
+
+    return reference_plan(indptr, seeds, fanout, replace, num_valid)
+
+
+def sample_csc_deferred(
+    indptr: torch.Tensor,
+    indices: torch.Tensor,
+    seeds: torch.Tensor,
+    fanout: int,
+    *,
+    replace: bool = False,
+    seed: int = 0,
+    backend: str = "cuda",
+    capacity: int | None = None,
+    plan: CSCPlan | None = None,
+) -> DeferredCSC:
+    """:func:`sample_csc` without its host read: the outputs hold ``capacity`` entries, the picks
+    first (``indptr[-1]`` of them, a count left on the device) and -1 after; a bad seed is reported
+    in ``bad``, not raised. Equal arguments give :func:`sample_csc`'s picks on every backend.
+
+    Args:
+        indptr, indices, seeds, fanout, replace, seed, backend: as for :func:`sample_csc`; the
+            CSC is trusted to be consistent (``indptr[-1] <= len(indices)``, checked by
+            :func:`sample_csc` only: here it would cost a read).
+        capacity: entries of ``src`` and ``pos``, at least the total: default
+            ``len(seeds) * fanout`` (enough for any picks); required for ``fanout == -1`` (the
+            total, e.g. ``plan.out_indptr[-1]`` read back). A smaller one gives no picks at all.
+        plan: :func:`plan_csc` of these seeds over this CSC with this fanout and replace (its
+            :meth:`~CSCPlan.head` when it was planned for a longer buffer); default: planned here.
+
+    Raises:
+        TypeError / ValueError: an argument of the wrong type, dtype, shape, value or device, or a
+        plan made for another fanout or number of seeds.
+    """
+    fanout, replace, seed = _check_scalars(fanout, replace, seed, backend)
+    indices, seeds = _check_ids("indices", indices), _check_ids("seeds", seeds)
+    if capacity is None:
+        if fanout == -1:
+            raise ValueError("fanout -1 needs capacity= (the total: every in-edge of the seeds, e.g. plan_csc(...).out_indptr[-1] read back)")
+        capacity = len(seeds) * fanout
+    if isinstance(capacity, bool) or not isinstance(capacity, int) or capacity < 0:
+        raise ValueError(f"capacity must be an int >= 0, but got {capacity!r}")
+    if plan is None:
+        plan = plan_csc(indptr, seeds, fanout, replace=replace, backend=backend)
+    elif not isinstance(plan, CSCPlan) or (plan.fanout, plan.replace, len(plan.out_indptr)) != (fanout, replace, len(seeds) + 1):
+        got = (plan.fanout, plan.replace, len(plan.out_indptr) - 1) if isinstance(plan, CSCPlan) else type(plan).__name__
+        raise ValueError(f"plan must be plan_csc(...) of these {len(seeds)} seeds with fanout={fanout}, replace={replace}, but got {got}")
+    else:
+        _check_ids("indptr", indptr)
+    if backend == "cuda":
+        from dgl_zerocopy.cuda.sampling.launcher import launch_pick_and_fetch
+
+        src, pos = launch_pick_and_fetch(plan, indptr.element_size(), indices, seed, capacity)
+    else:
+        _check_cpu(backend, indices=indices, plan=plan.bounds)
+        indices = indices.contiguous()
+        if backend == "emulator":
+            from dgl_zerocopy.cuda.sampling.emulator import emulate_pick_and_fetch
+
+            src, pos = emulate_pick_and_fetch(plan, indices, seed, capacity)
+        else:
+            from dgl_zerocopy.cuda.sampling.reference import reference_pick_and_fetch
+
+            src, pos = reference_pick_and_fetch(plan, indices, seed, capacity)
+    return DeferredCSC(plan.out_indptr, src, pos, plan.bad)

@@ -2,8 +2,8 @@
 
 The same ``.cu`` is compiled unchanged by g++ through ``kernels/cpu_shim.h``
 (:func:`dgl_zerocopy.cuda.gather.emulator_build.build_library`, cached beside the gather's
-library) and driven by :func:`~dgl_zerocopy.cuda.sampling.launch.run_passes`, the GPU launcher's
-driver: same passes, grids, blocks and arguments, on CPU tensors. With ``trace=True`` every load
+library) and driven by :mod:`~dgl_zerocopy.cuda.sampling.launch` (``run_passes``, ``plan_passes``,
+``pick_and_fetch``), the GPU launcher's driver: same passes, grids, blocks and arguments, on CPU tensors. With ``trace=True`` every load
 of the CSC (``indptr`` by the bounds pass, ``indices`` by the fetch pass) is recorded for
 :mod:`dgl_zerocopy.cuda.sampling.pcie_model`.
 
@@ -24,9 +24,9 @@ import torch
 
 from dgl_zerocopy.cuda.gather.emulator_build import RECORD_DTYPE, build_library, entry_symbol
 from dgl_zerocopy.cuda.sampling import instantiations
-from dgl_zerocopy.cuda.sampling.launch import Step, run_passes
+from dgl_zerocopy.cuda.sampling.launch import CSCPlan, Step, pick_and_fetch, plan_passes, run_passes
 
-__all__ = ["SampleTrace", "emulate_sample", "library"]
+__all__ = ["SampleTrace", "emulate_pick_and_fetch", "emulate_plan", "emulate_sample", "library"]
 
 logger = logging.getLogger(__name__)
 
@@ -155,3 +155,18 @@ def emulate_sample(
             indices_range=(istart, istart + indices.numel() * indices.element_size()),
         ),
     )
+
+
+def emulate_plan(
+    indptr: torch.Tensor, seeds: torch.Tensor, fanout: int, replace: bool, *, num_valid: torch.Tensor | None = None, max_blocks: int | None = None
+) -> CSCPlan:
+    """:func:`~dgl_zerocopy.cuda.sampling.launch.plan_passes` run by the emulated kernels (CPU
+    tensors, contiguous; ``num_valid`` an int64 tensor of one element, or None)."""
+    return plan_passes(indptr, seeds, fanout, replace, _runner(False, []), num_sms=NUM_SMS, max_blocks=max_blocks, num_valid=num_valid)
+
+
+def emulate_pick_and_fetch(
+    plan: CSCPlan, indices: torch.Tensor, seed: int, capacity: int, *, max_blocks: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~dgl_zerocopy.cuda.sampling.launch.pick_and_fetch` run by the emulated kernels."""
+    return pick_and_fetch(plan, indices, seed, capacity, _runner(False, []), num_sms=NUM_SMS, max_blocks=max_blocks)

@@ -1,22 +1,26 @@
 """Launch plan of the sampling kernels (``kernels/sample.cu``) and the passes that run them.
 
-:func:`run_passes` is the one driver of the four passes (bounds, count, pick, fetch) and the scan
-between them, for the GPU launcher and the CPU emulator alike: both hand it a ``launch(step,
-args)`` callable that runs one kernel, and the torch operations in between (the scan, the one
-read of the total, the allocations) run on the tensors' device. So the emulator runs the GPU's
-grids, blocks, arguments and host logic, not a copy of them. Pure Python and torch: no CUDA needed.
+:func:`plan_passes` (bounds, count, and the scan of the counts) and :func:`pick_and_fetch` (pick,
+fetch) are the one driver of the four passes, for the GPU launcher and the CPU emulator alike: both
+hand them a ``launch(step)`` callable that runs one kernel, and the torch operations in between
+(the scan, the allocations) run on the tensors' device. So the emulator runs the GPU's grids,
+blocks, arguments and host logic, not a copy of them. Neither reads anything back: the outputs
+are sized by a capacity the caller knows, the kernels read the total on the device.
+:func:`run_passes` joins them with the one read of the total between them (exact sizes).
+Pure Python and torch: no CUDA needed.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
 
 from dgl_zerocopy.cuda.sampling import instantiations
 
-__all__ = ["BLOCK", "MAX_THREADS_PER_SM", "PICK_BLOCK", "Step", "grid_for", "run_passes"]
+__all__ = ["BLOCK", "MAX_THREADS_PER_SM", "PICK_BLOCK", "CSCPlan", "Step", "bad_seed_error", "grid_for", "pick_and_fetch", "plan_passes", "run_passes"]
 
 #: Threads per block of the passes that read the CSC (bounds, fetch) and of the count pass.
 BLOCK = 256
@@ -59,6 +63,133 @@ def _ptr(tensor: torch.Tensor) -> KernelArg:
     return ("ptr", int(tensor.data_ptr()))
 
 
+class CSCPlan(NamedTuple):
+    """Passes 1 and 2 and the scan, run for ``S`` seeds (:func:`plan_passes`), tensors on the seeds'
+    device; what passes 3 and 4 need besides ``indices``.
+
+    Attributes:
+        bounds: int64 ``2 * S``: seed ``i``'s CSC range ``[bounds[2i], bounds[2i + 1])`` (empty for
+            a bad or skipped seed).
+        out_indptr: int64 ``S + 1``: the output offsets; ``out_indptr[-1]`` is the total.
+        bad: int64 ``(1,)``: the position of a seed outside ``[0, N)``, or -1.
+        fanout, replace: what the counts were computed for (the picks must use the same).
+    """
+
+    bounds: torch.Tensor
+    out_indptr: torch.Tensor
+    bad: torch.Tensor
+    fanout: int
+    replace: bool
+
+    def head(self, n: int) -> CSCPlan:
+        """The plan of the first ``n`` seeds (views): equal to planning them alone when the seeds
+        past ``n`` got no picks (skipped by ``num_valid``, as a buffer's unused tail is)."""
+        if not 0 <= n <= len(self.out_indptr) - 1:
+            raise ValueError(f"n must be in [0, {len(self.out_indptr) - 1}] (the planned seeds), but got {n}")
+        return self._replace(bounds=self.bounds[: 2 * n], out_indptr=self.out_indptr[: n + 1])
+
+
+def plan_passes(
+    indptr: torch.Tensor,
+    seeds: torch.Tensor,
+    fanout: int,
+    replace: bool,
+    launch: Callable[[Step], None],
+    *,
+    num_sms: int,
+    max_blocks: int | None = None,
+    indptr_address: int | None = None,
+    num_valid: torch.Tensor | None = None,
+) -> CSCPlan:
+    """The bounds and count passes and the scan of the counts, enqueued; nothing read back.
+
+    ``num_valid``: None, or an int64 tensor of one element on the seeds' device: only that many
+    leading seeds are sampled, the others get no picks (and are never read: a buffer may be
+    longer than its valid prefix). ``indptr_address``: the address the kernels read ``indptr`` at
+    (default its ``data_ptr()``).
+    """
+    device = seeds.device
+    num_seeds = len(seeds)
+    long = dict(dtype=torch.int64, device=device)
+    bounds = torch.empty(2 * num_seeds, **long)
+    counts = torch.empty(num_seeds, **long)
+    bad = torch.full((1,), -1, **long)
+    out_indptr = torch.zeros(num_seeds + 1, **long)
+    if num_seeds == 0:  # nothing to launch
+        return CSCPlan(bounds, out_indptr, bad, fanout, replace)
+    indptr_arg = ("ptr", int(indptr.data_ptr()) if indptr_address is None else indptr_address)
+    limit = ("ptr", 0) if num_valid is None else _ptr(num_valid)
+    launch(
+        Step(
+            instantiations.bounds_name(indptr.element_size(), seeds.element_size()),
+            grid_for(2 * num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
+            BLOCK,
+            (indptr_arg, ("i64", len(indptr) - 1), _ptr(seeds), ("i64", num_seeds), limit, _ptr(bounds), _ptr(bad)),
+        )
+    )
+    launch(
+        Step(
+            instantiations.count_name(),
+            grid_for(num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
+            BLOCK,
+            (_ptr(bounds), ("i64", num_seeds), ("i32", fanout), ("i32", int(replace)), _ptr(counts)),
+        )
+    )
+    torch.cumsum(counts, 0, out=out_indptr[1:])
+    return CSCPlan(bounds, out_indptr, bad, fanout, replace)
+
+
+def pick_and_fetch(
+    plan: CSCPlan,
+    indices: torch.Tensor,
+    seed: int,
+    capacity: int,
+    launch: Callable[[Step], None],
+    *,
+    num_sms: int,
+    max_blocks: int | None = None,
+    indices_address: int | None = None,
+    fetch_variant: str = "flat",
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Passes 3 and 4 over ``plan``: ``(src, pos)`` of ``capacity`` entries, the first
+    ``plan.out_indptr[-1]`` the picks, the others -1 (all -1 when the total exceeds ``capacity``).
+    Reads nothing back: the kernels read the total on the device. The per-seed fetch (the model's
+    baseline) needs ``capacity`` equal to the total and reads the largest count back."""
+    device = plan.bounds.device
+    num_seeds = len(plan.out_indptr) - 1
+    long = dict(dtype=torch.int64, device=device)
+    pos = torch.empty(capacity, **long)
+    src = torch.empty(capacity, dtype=indices.dtype, device=device)
+    if capacity == 0:
+        return src, pos
+    indices_arg = ("ptr", int(indices.data_ptr()) if indices_address is None else indices_address)
+    flags = (("i32", plan.fanout), ("i32", int(plan.replace)))
+    bounds, out_indptr = _ptr(plan.bounds), _ptr(plan.out_indptr)
+    if plan.fanout != -1:
+        launch(
+            Step(
+                instantiations.pick_name(),
+                grid_for(num_seeds, PICK_BLOCK, num_sms=num_sms, max_blocks=max_blocks),
+                PICK_BLOCK,
+                (bounds, out_indptr, ("i64", num_seeds), ("i64", capacity), *flags, ("u64", seed), _ptr(pos)),
+            )
+        )
+    name = instantiations.fetch_name(indices.element_size(), fetch_variant)
+    if fetch_variant == "flat":
+        grid, size = grid_for(capacity, BLOCK, num_sms=num_sms, max_blocks=max_blocks), ("i64", capacity)
+    else:  # per_seed: every lane loops as long as the largest count (the model only)
+        grid, size = grid_for(num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks), ("i64", int(plan.out_indptr.diff().max()))
+    launch(Step(name, grid, BLOCK, (indices_arg, bounds, out_indptr, ("i64", num_seeds), size, *flags, _ptr(pos), _ptr(src))))
+    return src, pos
+
+
+def bad_seed_error(value: int, num_nodes: int) -> IndexError:
+    """The error for seed node id ``value`` outside ``[0, num_nodes)``, every backend's words."""
+    return IndexError(
+        f"seed node id {value} is out of range for a CSC of {num_nodes} nodes (indptr has {num_nodes + 1} entries); pass node ids in [0, {num_nodes})"
+    )
+
+
 def run_passes(
     indptr: torch.Tensor,
     indices: torch.Tensor,
@@ -73,7 +204,7 @@ def run_passes(
     fetch_variant: str = "flat",
     csc_addresses: tuple[int, int] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Sample with the kernels of ``kernels/sample.cu``; the outputs on ``seeds``' device.
+    """Sample with the kernels of ``kernels/sample.cu``; the outputs on ``seeds``' device, sized exactly.
 
     ``indptr`` and ``indices`` must be readable by the kernels (device memory or pinned host
     memory for the GPU; any CPU memory for the emulator), contiguous, arguments checked
@@ -84,59 +215,13 @@ def run_passes(
     Raises:
         IndexError: a seed outside ``[0, len(indptr) - 1)`` (found by the bounds pass).
     """
-    device = seeds.device
-    num_seeds = len(seeds)
-    num_nodes = len(indptr) - 1
-    long = dict(dtype=torch.int64, device=device)
-    bounds = torch.empty(2 * num_seeds, **long)
-    counts = torch.empty(num_seeds, **long)
-    bad = torch.full((1,), -1, **long)
-    out_indptr = torch.zeros(num_seeds + 1, **long)
-    if num_seeds == 0:  # nothing to launch, nothing to read back
-        return out_indptr, torch.empty(0, dtype=indices.dtype, device=device), torch.empty(0, **long)
-    indptr_arg, indices_arg = (_ptr(indptr), _ptr(indices)) if csc_addresses is None else (("ptr", csc_addresses[0]), ("ptr", csc_addresses[1]))
-    launch(
-        Step(
-            instantiations.bounds_name(indptr.element_size(), seeds.element_size()),
-            grid_for(2 * num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
-            BLOCK,
-            (indptr_arg, ("i64", num_nodes), _ptr(seeds), ("i64", num_seeds), _ptr(bounds), _ptr(bad)),
-        )
-    )
-    launch(
-        Step(
-            instantiations.count_name(),
-            grid_for(num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
-            BLOCK,
-            (_ptr(bounds), ("i64", num_seeds), ("i32", fanout), ("i32", int(replace)), _ptr(counts)),
-        )
-    )
-    torch.cumsum(counts, 0, out=out_indptr[1:])
-    total, bad_position = torch.stack((out_indptr[-1], bad[0])).tolist()  # the one host read
+    addresses = csc_addresses or (None, None)
+    kw = dict(num_sms=num_sms, max_blocks=max_blocks)
+    plan = plan_passes(indptr, seeds, fanout, replace, launch, indptr_address=addresses[0], **kw)
+    if len(seeds) == 0:  # nothing launched, nothing to read back
+        return plan.out_indptr, torch.empty(0, dtype=indices.dtype, device=seeds.device), torch.empty(0, dtype=torch.int64, device=seeds.device)
+    total, bad_position = torch.stack((plan.out_indptr[-1], plan.bad[0])).tolist()  # the one host read
     if bad_position >= 0:
-        value = int(seeds[bad_position])
-        raise IndexError(
-            f"seed node id {value} is out of range for a CSC of {num_nodes} nodes (indptr has {num_nodes + 1} entries); pass node ids in [0, {num_nodes})"
-        )
-    pos = torch.empty(total, **long)
-    src = torch.empty(total, dtype=indices.dtype, device=device)
-    if total == 0:
-        return out_indptr, src, pos
-    flags = (("i32", fanout), ("i32", int(replace)))
-    if fanout != -1:
-        launch(
-            Step(
-                instantiations.pick_name(),
-                grid_for(num_seeds, PICK_BLOCK, num_sms=num_sms, max_blocks=max_blocks),
-                PICK_BLOCK,
-                (_ptr(bounds), _ptr(out_indptr), ("i64", num_seeds), *flags, ("u64", seed), _ptr(pos)),
-            )
-        )
-    name = instantiations.fetch_name(indices.element_size(), fetch_variant)
-    if fetch_variant == "flat":
-        grid, size = grid_for(total, BLOCK, num_sms=num_sms, max_blocks=max_blocks), ("i64", total)
-    else:  # per_seed: every lane loops as long as the largest count (the model only)
-        grid, size = grid_for(num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks), ("i64", int(counts.max()))
-    args = (indices_arg, _ptr(bounds), _ptr(out_indptr), ("i64", num_seeds), size, *flags, _ptr(pos), _ptr(src))
-    launch(Step(name, grid, BLOCK, args))
-    return out_indptr, src, pos
+        raise bad_seed_error(int(seeds[bad_position]), len(indptr) - 1)
+    src, pos = pick_and_fetch(plan, indices, seed, total, launch, indices_address=addresses[1], fetch_variant=fetch_variant, **kw)
+    return plan.out_indptr, src, pos

@@ -6,7 +6,9 @@ the emulator's driver too; here each pass is a CuPy ``RawModule`` kernel launche
 current stream of the seeds' device (so a caller samples on a side stream with
 ``torch.cuda.stream(side)``). The CSC is read where it lies: pinned host memory over PCIe
 (zero-copy, UVA: the host address is the device address) or device memory. One host
-synchronisation per call: the total (and the bad-seed flag) after the scan.
+synchronisation per :func:`launch_sample`: the total (and the bad-seed flag) after the scan;
+none in :func:`launch_plan` and :func:`launch_pick_and_fetch` (the two halves, for a caller that
+reads the sizes with its own).
 
 CuPy is imported lazily, inside the functions that launch, so this module imports on machines
 without CUDA; :func:`compile_check` needs no GPU.
@@ -14,9 +16,10 @@ without CUDA; :func:`compile_check` needs no GPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -26,9 +29,9 @@ from dgl_zerocopy.cuda.gather.launcher import cupy_stream
 from dgl_zerocopy.cuda.kernel_source import kernel_options, read_kernel
 from dgl_zerocopy.cuda.nvrtc import compile_program, preload_for_cupy
 from dgl_zerocopy.cuda.sampling import instantiations
-from dgl_zerocopy.cuda.sampling.launch import Step, run_passes
+from dgl_zerocopy.cuda.sampling.launch import CSCPlan, Step, pick_and_fetch, plan_passes, run_passes
 
-__all__ = ["compile_check", "compile_sample_module", "launch_sample"]
+__all__ = ["compile_check", "compile_sample_module", "launch_pick_and_fetch", "launch_plan", "launch_sample"]
 
 logger = logging.getLogger(__name__)
 
@@ -76,13 +79,13 @@ def _num_sms(device_id: int) -> int:
     return int(_cupy().cuda.Device(device_id).attributes["MultiProcessorCount"])
 
 
-def _names(indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor) -> tuple[str, ...]:
+def _names(indptr_size: int, indices_size: int, seed_size: int) -> tuple[str, ...]:
     """The four instantiations one call launches (compiled together: one NVRTC run per dtype mix)."""
     return (
-        instantiations.bounds_name(indptr.element_size(), seeds.element_size()),
+        instantiations.bounds_name(indptr_size, seed_size),
         instantiations.count_name(),
         instantiations.pick_name(),
-        instantiations.fetch_name(indices.element_size()),
+        instantiations.fetch_name(indices_size),
     )
 
 
@@ -117,6 +120,38 @@ def _kernel_address(cupy: Any, name: str, tensor: torch.Tensor, device: torch.de
     return address
 
 
+class _Launch:
+    """What one call needs to launch on the GPU of ``on`` (a tensor there): the kernels' runner, the
+    SM count, and the addresses the kernels read the CSC's arrays at; used inside ``with self.context():``.
+    The widths pick the module (compiled once per mix: the sampler's seeds have the indices' width)."""
+
+    def __init__(self, on: torch.Tensor, indptr_size: int, indices_size: int, seed_size: int) -> None:
+        if on.device.type != "cuda":
+            raise ValueError(f"backend 'cuda' samples on the seeds' GPU, but seeds are on {on.device}; pass seeds.cuda() or backend='emulator'")
+        self.device = on.device
+        self.cupy = _cupy()
+        self.device_id = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        self.names = _names(indptr_size, indices_size, seed_size)
+        self.num_sms = _num_sms(self.device_id)
+
+    @contextlib.contextmanager
+    def context(self) -> Iterator[None]:
+        """CuPy's current device and stream: torch's current stream of the device."""
+        stream = cupy_stream(self.cupy, torch.cuda.current_stream(self.device), self.device_id)
+        with self.cupy.cuda.Device(self.device_id), stream:
+            yield
+
+    def address(self, name: str, tensor: torch.Tensor) -> int:
+        return _kernel_address(self.cupy, name, tensor, self.device)
+
+    def run(self, step: Step) -> None:
+        if step.grid == 0:
+            return
+        kernel = _kernel(self.device_id, self.names, step.kernel)
+        logger.debug("launch %s grid=%d block=%d", step.kernel, step.grid, step.block)
+        kernel((step.grid,), (step.block,), tuple(_SCALARS[kind](value) for kind, value in step.args))
+
+
 def launch_sample(
     indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanout: int, *, replace: bool = False, seed: int = 0, max_blocks: int | None = None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -130,22 +165,31 @@ def launch_sample(
         ValueError: seeds not on a GPU, or the CSC pageable, strided or on another GPU.
         IndexError: a seed outside ``[0, N)``. RuntimeError: CuPy or CUDA unavailable.
     """
-    if seeds.device.type != "cuda":
-        raise ValueError(f"backend 'cuda' samples on the seeds' GPU, but seeds are on {seeds.device}; pass seeds.cuda() or backend='emulator'")
-    device = seeds.device
-    cupy = _cupy()
-    device_id = device.index if device.index is not None else torch.cuda.current_device()
     seeds = seeds.contiguous()
-    names = _names(indptr, indices, seeds)
-    stream = cupy_stream(cupy, torch.cuda.current_stream(device), device_id)
+    gpu = _Launch(seeds, indptr.element_size(), indices.element_size(), seeds.element_size())
+    with gpu.context():
+        addresses = (gpu.address("indptr", indptr), gpu.address("indices", indices))
+        return run_passes(indptr, indices, seeds, fanout, replace, seed, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks, csc_addresses=addresses)
 
-    def run(step: Step) -> None:
-        if step.grid == 0:
-            return
-        kernel = _kernel(device_id, names, step.kernel)
-        logger.debug("launch %s grid=%d block=%d", step.kernel, step.grid, step.block)
-        kernel((step.grid,), (step.block,), tuple(_SCALARS[kind](value) for kind, value in step.args))
 
-    with cupy.cuda.Device(device_id), stream:
-        addresses = (_kernel_address(cupy, "indptr", indptr, device), _kernel_address(cupy, "indices", indices, device))
-        return run_passes(indptr, indices, seeds, fanout, replace, seed, run, num_sms=_num_sms(device_id), max_blocks=max_blocks, csc_addresses=addresses)
+def launch_plan(
+    indptr: torch.Tensor, seeds: torch.Tensor, fanout: int, replace: bool, *, num_valid: torch.Tensor | None = None, max_blocks: int | None = None
+) -> CSCPlan:
+    """:func:`~dgl_zerocopy.cuda.sampling.launch.plan_passes` on the GPU of ``seeds`` (torch's current
+    stream; no synchronisation). ``indptr`` as for :func:`launch_sample`; ``num_valid`` on the seeds' GPU."""
+    seeds = seeds.contiguous()
+    gpu = _Launch(seeds, indptr.element_size(), seeds.element_size(), seeds.element_size())
+    with gpu.context():
+        address = gpu.address("indptr", indptr)
+        return plan_passes(indptr, seeds, fanout, replace, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks, indptr_address=address, num_valid=num_valid)
+
+
+def launch_pick_and_fetch(
+    plan: CSCPlan, indptr_size: int, indices: torch.Tensor, seed: int, capacity: int, *, max_blocks: int | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~dgl_zerocopy.cuda.sampling.launch.pick_and_fetch` on the GPU of ``plan`` (torch's
+    current stream; no synchronisation). ``indptr_size``: the CSC's offset width (which module)."""
+    gpu = _Launch(plan.bounds, indptr_size, indices.element_size(), indices.element_size())
+    with gpu.context():
+        address = gpu.address("indices", indices)
+        return pick_and_fetch(plan, indices, seed, capacity, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks, indices_address=address)

@@ -9,7 +9,9 @@ Per seed node ``v = seeds[i]`` with in-degree ``deg = indptr[v + 1] - indptr[v]`
   reads nothing but the picked positions of ``indices``, whatever the degree;
 - with replacement, ``deg > 0``: ``fanout`` independent ``uniform(draw(key, d), deg)``;
 
-``key = row_key(seed, i)`` (:mod:`.rng`). A seed's picks are sorted by position. Vectorised over
+``key = row_key(seed, i)`` (:mod:`.rng`). A seed's picks are sorted by position. The steps are
+the kernels' (:mod:`.launch`): :func:`reference_plan` (bounds, counts, offsets) and
+:func:`reference_pick_and_fetch` (outputs of a given capacity, -1 past the picks). Vectorised over
 the seeds: one NumPy pass per draw index, so ``O(len(seeds) * fanout^2)`` work for Floyd's
 membership test, as the kernel's.
 """
@@ -20,8 +22,9 @@ import numpy as np
 import torch
 
 from dgl_zerocopy.cuda.sampling import rng
+from dgl_zerocopy.cuda.sampling.launch import CSCPlan
 
-__all__ = ["output_counts", "pick_offsets", "reference_sample"]
+__all__ = ["output_counts", "pick_offsets", "reference_pick_and_fetch", "reference_plan", "sample_reference"]
 
 
 def output_counts(deg: np.ndarray, fanout: int, replace: bool) -> np.ndarray:
@@ -54,21 +57,37 @@ def pick_offsets(keys: np.ndarray, deg: np.ndarray, fanout: int, replace: bool) 
     return picks
 
 
-def reference_sample(
-    indptr: np.ndarray, indices: np.ndarray, seeds: np.ndarray, fanout: int, replace: bool, seed: int
-) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """``(out_indptr, src, pos)`` as NumPy arrays for already validated arguments (ids in range).
-
-    ``out_indptr`` int64, ``len(seeds) + 1``; ``src`` of ``indices``' dtype; ``pos`` int64.
-    """
-    seeds = seeds.astype(np.int64, copy=False)
-    start = indptr[seeds].astype(np.int64)
-    deg = indptr[seeds + 1].astype(np.int64) - start
-    counts = output_counts(deg, fanout, replace)
+def reference_plan(indptr: torch.Tensor, seeds: torch.Tensor, fanout: int, replace: bool, num_valid: torch.Tensor | None = None) -> CSCPlan:
+    """Passes 1 and 2 and the scan, as the kernels compute them, on CPU tensors (:class:`.launch.CSCPlan`):
+    seeds past ``num_valid`` and seeds outside ``[0, N)`` get an empty range; ``bad`` holds the
+    first bad position (the kernels: any one of them), or -1."""
+    ptr, ids = indptr.numpy(), seeds.numpy().astype(np.int64)
+    live = len(ids) if num_valid is None else max(0, min(int(num_valid.reshape(-1)[0]), len(ids)))
+    ids = ids[:live]
+    bad = (ids < 0) | (ids >= len(ptr) - 1)
+    safe = np.where(bad, 0, ids)
+    bounds = np.zeros((len(seeds), 2), dtype=np.int64)
+    bounds[:live, 0] = np.where(bad, 0, ptr[safe])
+    bounds[:live, 1] = np.where(bad, 0, ptr[safe + 1])
     out_indptr = np.zeros(len(seeds) + 1, dtype=np.int64)
-    np.cumsum(counts, out=out_indptr[1:])
+    np.cumsum(output_counts(bounds[:, 1] - bounds[:, 0], fanout, replace), out=out_indptr[1:])
+    first_bad = int(np.flatnonzero(bad)[0]) if bad.any() else -1
+    return CSCPlan(torch.from_numpy(bounds.reshape(-1)), torch.from_numpy(out_indptr), torch.tensor([first_bad]), fanout, replace)
+
+
+def reference_pick_and_fetch(plan: CSCPlan, indices: torch.Tensor, seed: int, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Passes 3 and 4 over ``plan``: ``(src, pos)`` of ``capacity`` entries, the picks first, then -1
+    (only -1 when the total exceeds ``capacity``), as the kernels write them."""
+    fanout, replace = plan.fanout, plan.replace
+    bounds, out_indptr = plan.bounds.numpy().reshape(-1, 2), plan.out_indptr.numpy()
+    start, deg = bounds[:, 0], bounds[:, 1] - bounds[:, 0]
+    counts = np.diff(out_indptr)
     total = int(out_indptr[-1])
-    owner = np.repeat(np.arange(len(seeds)), counts)  # the seed of each output entry
+    src = np.full(capacity, -1, dtype=indices.numpy().dtype)
+    pos = np.full(capacity, -1, dtype=np.int64)
+    if total > capacity:
+        return torch.from_numpy(src), torch.from_numpy(pos)
+    owner = np.repeat(np.arange(len(counts)), counts)  # the seed of each output entry
     offset = np.arange(total, dtype=np.int64) - out_indptr[owner]  # all positions, in order
     if fanout != -1:
         sampled = deg > fanout if not replace else deg > 0
@@ -77,14 +96,16 @@ def reference_sample(
             keys = rng.row_key(seed, rows)
             picks = pick_offsets(keys, deg[rows], fanout, replace)
             offset[np.repeat(sampled, counts)] = picks.reshape(-1)
-    pos = start[owner] + offset
-    src = indices[pos]
-    return out_indptr, src, pos
+    pos[:total] = start[owner] + offset
+    src[:total] = indices.numpy()[pos[:total]]
+    return torch.from_numpy(src), torch.from_numpy(pos)
 
 
 def sample_reference(
     indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, fanout: int, replace: bool, seed: int
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """:func:`reference_sample` on CPU tensors (zero-copy views), results as CPU tensors."""
-    out_indptr, src, pos = reference_sample(indptr.numpy(), indices.numpy(), seeds.numpy(), fanout, replace, seed)
-    return torch.from_numpy(out_indptr), torch.from_numpy(np.ascontiguousarray(src)), torch.from_numpy(pos)
+    """``(out_indptr, src, pos)`` for already validated CPU arguments (ids in range), sized exactly:
+    ``out_indptr`` int64, ``len(seeds) + 1``; ``src`` of ``indices``' dtype; ``pos`` int64."""
+    plan = reference_plan(indptr, seeds, fanout, replace)
+    src, pos = reference_pick_and_fetch(plan, indices, seed, int(plan.out_indptr[-1]))
+    return plan.out_indptr, src, pos
