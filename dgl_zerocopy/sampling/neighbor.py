@@ -204,11 +204,10 @@ class GpuNeighborSampler:
         return dst, seeds, blocks
 
     def _plan_first(self, graph: SamplingGraph, seeds: torch.Tensor) -> tuple[CSCPlan, int]:
-        """The plan of a fanout -1 output layer and its total: one read (with the bad-seed flag)."""
+        """The plan of a fanout -1 output layer and its total: one read. (A bad seed gets no picks
+        here; the flag is read, and raised, with the layer's sizes.)"""
         plan = plan_every_edge(graph, seeds, None, self.backend)
-        total, bad = relabel.read_sizes(torch.cat((plan.out_indptr[-1:], plan.bad)))
-        if bad >= 0:
-            raise bad_seed_error(int(seeds[bad]), graph.num_nodes)
+        (total,) = relabel.read_sizes(plan.out_indptr[-1:])
         return plan, total
 
     def _prefetch(self, g: Any, input_nodes: torch.Tensor, output_nodes: torch.Tensor, blocks: list[DeviceBlock]) -> None:
