@@ -17,7 +17,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)", allow_module_level=True)
 cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x or cupy-cuda13x)")
 
-from dgl_zerocopy.cuda.sampling import SampledCSC, sample_csc  # noqa: E402
+from dgl_zerocopy.cuda.sampling import SampledCSC, plan_csc, sample_csc, sample_csc_deferred  # noqa: E402
 from dgl_zerocopy.store.pinning import PinnedRange  # noqa: E402
 
 PLACEMENTS = ["pinned", "registered", "device"]
@@ -118,6 +118,48 @@ def test_one_host_synchronisation_per_call():
     syncs = [w for w in caught if "synchroniz" in str(w.message)]
     assert len(syncs) == 1, [str(w.message) for w in syncs]
     assert not [w for w in none if "synchroniz" in str(w.message)] and empty.indptr.tolist() == [0]
+
+
+@pytest.mark.parametrize("placement", PLACEMENTS)
+@pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
+def test_deferred_halves_equal_reference_exactly_without_a_sync(placement, dtype):
+    """plan_csc (over a longer buffer with num_valid on the device) and sample_csc_deferred under
+    torch's sync debug mode "error": no synchronisation; every output entry equal to the
+    reference's (the -1 slots, the plan of the buffer, a bad seed's flag included)."""
+    indptr, indices = power_law_csc(3000, dtype, seed=5)
+    gen = torch.Generator().manual_seed(2)
+    seeds = torch.randint(0, 3000, (700,), generator=gen).to(dtype)
+    buffer = torch.cat([seeds, torch.full((300,), -7, dtype=dtype)])
+    placed = Placed(indptr, indices, placement)
+    try:
+        ref = {}
+        for fanout, replace in ((10, False), (10, True), (-1, False)):
+            ref[fanout, replace] = (
+                plan_csc(indptr, buffer, fanout, replace=replace, num_valid=torch.tensor([700]), backend="reference"),
+                sample_csc_deferred(indptr, indices, seeds, fanout, replace=replace, seed=4, capacity=None if fanout > 0 else 99_999, backend="reference"),
+            )
+        gpu_seeds, gpu_buffer, count = seeds.cuda(), buffer.cuda(), torch.tensor([700], device="cuda")
+        sample_csc_deferred(placed.indptr, placed.indices, gpu_seeds, 3, backend="cuda")  # compiled, outside the check
+        torch.cuda.synchronize()
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            got = {}
+            for fanout, replace in ref:
+                plan = plan_csc(placed.indptr, gpu_buffer, fanout, replace=replace, num_valid=count, backend="cuda")
+                capacity = None if fanout > 0 else 99_999
+                out = sample_csc_deferred(
+                    placed.indptr, placed.indices, gpu_seeds, fanout, replace=replace, seed=4, capacity=capacity, plan=plan.head(700), backend="cuda"
+                )
+                got[fanout, replace] = (plan, out)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        for key, (plan, out) in got.items():
+            for x, y in zip((*plan[:3], *out), (*ref[key][0][:3], *ref[key][1])):
+                assert x.is_cuda and x.dtype == y.dtype and torch.equal(x.cpu(), y), key
+        flagged = sample_csc_deferred(placed.indptr, placed.indices, torch.tensor([3, 3000, 7], device="cuda", dtype=dtype), 4, backend="cuda")
+        assert flagged.sizes().tolist()[1] == 1
+    finally:
+        placed.close()
 
 
 @pytest.mark.parametrize("placement", ["pinned", "device"])

@@ -158,3 +158,19 @@ def test_sample_csc_is_unchanged_by_the_halves():
         plan = plan_csc(indptr, seeds, 5, backend=backend)
         out = sample_csc_deferred(indptr, indices, seeds, 5, seed=2, plan=plan, capacity=int(plan.out_indptr[-1]), backend=backend)
         assert_same(SampledCSC(*out[:3]), sample_csc(indptr, indices, seeds, 5, seed=2, backend=backend))
+
+
+@pytest.mark.parametrize("fanouts", [[-1, 3, -1], [2, -1]])
+def test_sampler_every_edge_layers_with_replace_equal_reference(fanouts):
+    """replace=True means nothing to a fanout -1 layer: its plan, made ahead, serves it."""
+    from test_sampling import block_triples, make_graph
+
+    from dgl_zerocopy.sampling import GpuNeighborSampler
+
+    g = make_graph(torch.int32)
+    torch.manual_seed(4)
+    ours = GpuNeighborSampler(fanouts, replace=True, device="emulator").sample_blocks(g, torch.arange(0, 400, 9))
+    torch.manual_seed(4)
+    ref = GpuNeighborSampler(fanouts, replace=True, device="reference").sample_blocks(g, torch.arange(0, 400, 9))
+    assert torch.equal(ours[0], ref[0]) and all(block_triples(a) == block_triples(b) for a, b in zip(ours[2], ref[2]))
+    assert plan_csc(torch.tensor([0, 2]), torch.tensor([0]), -1, replace=True, backend="reference").replace is False

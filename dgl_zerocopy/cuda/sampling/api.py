@@ -83,6 +83,8 @@ def _check_scalars(fanout: object, replace: object, seed: object, backend: objec
         raise ValueError(f"fanout must be an int >= 1 or -1 (every in-edge), but got {fanout!r}")
     if not isinstance(replace, bool):
         raise TypeError(f"replace must be a bool, but got {replace!r}")
+    if fanout == -1:
+        replace = False  # every in-edge, with or without: one meaning, one plan
     try:
         seed = operator.index(seed)  # type: ignore[arg-type]
     except TypeError:
