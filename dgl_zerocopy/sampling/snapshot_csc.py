@@ -17,7 +17,7 @@ from typing import NamedTuple
 import torch
 
 _INT32_MAX = 2**31 - 1
-_CHUNK = 1 << 22  # entries of the [nodes, size] draw matrix made at once (bounds the build's scratch memory)
+_CHUNK = 1 << 20  # entries of the [nodes, size] draw matrix made at once (bounds the build's scratch memory: ~40 bytes each)
 
 
 class Snapshot(NamedTuple):
