@@ -28,13 +28,13 @@ from gpu_check_setup import Part, Run, last_line, run_bounded
 BENCH = Path(__file__).resolve().parent
 #: bench/sampling.py's arguments per mode: a graph whose generation fits the step (docs/gpu.md).
 SAMPLING_ARGS = {
-    "full": ["--num-nodes", "250000", "--batches", "10", "--repeats", "5", "--warmup", "3"],
+    "full": ["--num-nodes", "200000", "--batches", "10", "--repeats", "5", "--warmup", "3"],
     "quick": ["--num-nodes", "50000", "--batch-size", "512", "--batches", "5", "--repeats", "3"],
 }
 #: bench/sampling.py starts no method this close to the step's limit: the longest method at the
 #: check's size (kernels compiled cold, the check against the reference backend, the timed
 #: repeats) and the writing of the rows and the plot.
-SAMPLING_RESERVE = 20
+SAMPLING_RESERVE = 15
 FIGURE_KEYS = (
     "method",
     "what",
