@@ -263,3 +263,26 @@ def test_our_dataloader_refreshes_at_every_epoch():
         # Epoch 0 builds the snapshot; each later epoch redraws ceil(refresh * partial) nodes first.
         assert sampler.nodes_refreshed == epoch * math.ceil(0.25 * partial)
     loader.close()
+
+
+@pytest.mark.slow  # starts worker processes
+def test_worker_processes_sample_from_the_refreshed_snapshot():
+    """num_workers > 0: the main process builds and refreshes (on_epoch_start); each epoch's workers
+    start with that snapshot, so every edge they pick is in it."""
+    from dgl_zerocopy import DataLoader
+
+    g = random_graph()
+    sampler = SnapshotSampler([4, 3], snapshot_size=4, refresh=1.0)
+    loader = DataLoader(g, torch.arange(64), sampler, batch_size=16, num_workers=2, features={"feat": torch.randn(g.num_nodes(), 4)})
+    try:
+        previous = None
+        for epoch in range(3):
+            picked = torch.cat([blocks[0].edata[dgl.EID] for _, _, blocks in loader])
+            current = sampler.snapshot.eid.clone()
+            assert torch.isin(picked, current.long()).all(), f"epoch {epoch}: a worker picked an edge outside the main snapshot"
+            if previous is not None:
+                assert not torch.equal(current, previous), "refresh=1 redraws the snapshot every epoch"
+            previous = current
+        assert sampler.nodes_refreshed == 2 * int((g.in_degrees() > 4).sum())
+    finally:
+        loader.close()
