@@ -214,6 +214,13 @@ def test_a_cpu_device_is_refused_where_cuda_is(monkeypatch):
         DataLoader(make_graph(), seeds_of(), sampler(), device="cpu", use_uva=True)
 
 
+def test_the_dgl_sampler_attributes_read_exist():
+    """What gpu_sampling reads of DGL's NeighborSampler, in the installed DGL (prob holds prob or mask)."""
+    s = dgl.dataloading.NeighborSampler([3, 2], mask="m", replace=True, prefetch_edge_feats=["w"])
+    assert (s.fanouts, s.replace, s.prob, s.edge_dir, s.prefetch_edge_feats) == ([3, 2], True, "m", "in", ["w"])
+    assert dgl.dataloading.MultiLayerFullNeighborSampler(2).fanouts == [-1, -1]
+
+
 # -- the graph: in place, shared, given back -----------------------------------------------------------------------
 
 

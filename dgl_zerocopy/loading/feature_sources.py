@@ -263,7 +263,9 @@ def own_rows(source, ids: torch.Tensor, device: torch.device, unchecked: bool = 
     if isinstance(source, FeatureStore):
         out = source.gather(ids, out=None, unchecked=unchecked).clone()
         return out.squeeze(1) if out.dim() == 2 and out.shape[1] == 1 else out
-    return to_device(source[ids.to(source.device)], device)
+    if isinstance(source, torch.Tensor) and ids.device != source.device:
+        ids = ids.to(source.device)
+    return to_device(source[ids], device)
 
 
 def _check_ids(ids: torch.Tensor, rows: int, need: Need) -> None:
