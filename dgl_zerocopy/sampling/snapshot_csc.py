@@ -171,7 +171,7 @@ class Relabel:
 
     def __init__(self, num_nodes: int) -> None:
         self.state = torch.zeros(num_nodes, dtype=torch.uint8)
-        self.local = torch.empty(num_nodes, dtype=id_dtype(num_nodes))
+        self.local = torch.empty(num_nodes, dtype=torch.int64)  # int64: the block's indices, with no conversion
 
     def __call__(self, dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """``(nodes, local)``: the source nodes (int64; ``dst`` first) and each of ``src`` as an index
@@ -191,7 +191,7 @@ class Relabel:
             state.index_fill_(0, dst, 0)
         nodes = torch.cat([dst, new])
         self.local.index_copy_(0, nodes, torch.arange(nodes.numel(), dtype=self.local.dtype))
-        return nodes, torch.index_select(self.local, 0, src).long()
+        return nodes, torch.index_select(self.local, 0, src)
 
     @property
     def nbytes(self) -> int:
