@@ -166,3 +166,14 @@ def test_smoke_run_through_the_cli_writes_consistent_figures(tmp_path):
     assert rows["emulator"]["checked"].endswith("equal to the reference backend")
     assert rows["dgl-cpu"]["x_dgl_cpu"] == 1.0 and rows["emulator"]["what"].endswith("NOT a GPU figure")
     assert "| emulator |" in r.stdout and "NOT a GPU figure" in r.stdout
+
+
+def test_the_dgl_calls_it_makes_exist(graph):
+    """DGL's side of the comparison: a graph made from the CSC (``("csc", ...)``, positions as edge
+    ids), ``NeighborSampler(replace=).sample_blocks`` and ``block.edges(order="eid")``, on this DGL."""
+    pytest.importorskip("dgl")
+    indptr, indices, _ = graph
+    method = sampling.Method("dgl-cpu", indptr, indices, FANOUTS, replace=False)
+    seeds = torch.arange(0, 400, 11)
+    sampling.check_batch(indptr, indices, seeds, method.sample(seeds), FANOUTS, replace=False)
+    method.close()
