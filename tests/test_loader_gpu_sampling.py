@@ -395,9 +395,10 @@ def test_cuda_batches_equal_the_reference_backend(placement, idtype):
 @requires_cuda
 def test_no_host_sync_but_the_size_reads_under_sync_debug_mode(monkeypatch):
     """torch's sync debug mode raises on any synchronising call; it is lifted only inside the
-    sampler's size reads. Zero-copy features, labels through a store, prefetching on the side stream."""
+    sampler's size reads. Zero-copy features, labels through a store, prefetching on the side stream;
+    the nids given on the GPU, as a DGL script with a CUDA build may."""
     g = make_graph()
-    ours = DataLoader(g, seeds_of(), sampler(), device="cuda", use_uva=True, batch_size=32, prefetch=2)
+    ours = DataLoader(g, seeds_of().cuda(), sampler(), device="cuda", use_uva=True, batch_size=32, prefetch=2)
     for _ in ours:  # kernels compiled, stores bound, outside the check
         pass
     reads = []
