@@ -7,16 +7,23 @@ stage breakdown, the time the training step waited for data (and its share of th
 test accuracy. Writes CSV/JSON and a stacked-bar PNG. A route that raises becomes a row with
 ``status`` "failed: ..." (its traceback on stderr), the others still run, and the exit code is 1.
 
+``--samplers cpu,gpu`` adds, for each FeatureStore route (not DGL's loaders, which sample on the
+CPU), the same route sampling on the GPU (``use_uva=True``, the graph's CSC pinned in place):
+GPU sampling + zero-copy gather, CPU sampling + zero-copy gather and DGL's default path side by
+side, same graph and seeds. Default ``cpu`` only. Without CUDA ``--samplers gpu`` is refused in
+one line (exit 2).
+
 ``--feature-compression fp16|bf16|int8`` holds the features compressed in every FeatureStore route
 (``dgl`` is then left out: it slices DGL's own table).
 
-    python bench/epoch.py [--num-nodes 200000] [--epochs 4] [--prefetch 2] [--sources cpu,zerocopy,gpu] [--feature-compression int8] [--out STEM or /path/STEM]
+    python bench/epoch.py [--num-nodes 200000] [--epochs 4] [--prefetch 2] [--sources cpu,zerocopy,gpu] [--samplers cpu,gpu] [--feature-compression int8] [--out STEM or /path/STEM]
     dgl-zerocopy bench epoch  (the same)
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import sys
 import traceback
 from pathlib import Path
@@ -44,11 +51,17 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated feature sources, in this order, the first the baseline of the ratios "
         "(default: dgl, dgl-storage, cpu, and on a GPU gpu and zerocopy)",
     )
+    parser.add_argument(
+        "--samplers", default="cpu", help="comma-separated: cpu (DGL's sampler) and/or gpu (ours, use_uva=True; FeatureStore routes only, CUDA)"
+    )
+    # Testing aid, not for users: the GPU sampler's CPU reference backend stands in for CUDA (figures mean nothing).
+    parser.add_argument("--emulate-gpu-sampler", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--feature-compression", default="none", help="none, fp16, bf16 or int8: how the FeatureStore routes hold the features")
     parser.add_argument("--out", default="epoch", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
 
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
+    from dgl_zerocopy.loading.gpu_sampling import emulate_on_cpu
     from dgl_zerocopy.store.backends import zerocopy_available
     from dgl_zerocopy.store.compression import check_codec_name
     from dgl_zerocopy.training.config import FEATURE_SOURCES, TrainConfig
@@ -66,16 +79,24 @@ def main(argv: list[str] | None = None) -> int:
         sources = [s.strip() for s in args.sources.split(",") if s.strip()]
         if unknown := [s for s in sources if s not in FEATURE_SOURCES]:
             parser.error(f"unknown source {unknown[0]!r}; choose from {', '.join(FEATURE_SOURCES)}")
+    samplers = [s.strip() for s in args.samplers.split(",") if s.strip()]
+    if not samplers or (unknown := [s for s in samplers if s not in ("cpu", "gpu")]):
+        parser.error(f"unknown sampler {(unknown or [args.samplers])[0]!r}; choose from cpu, gpu")
+    if "gpu" in samplers and not cuda and not args.emulate_gpu_sampler:
+        # one line, before any work: the GPU sampler has no CPU path a user should time
+        print("epoch.py: --samplers gpu samples on a CUDA GPU, but torch.cuda.is_available() is False; use --samplers cpu", file=sys.stderr)
+        return 2
     dataset = load_dataset("synthetic", synthetic=SyntheticSpec(num_nodes=args.num_nodes))
     meta = {
         "command": command_line(),
         "machine": machine(),
         "device": torch.cuda.get_device_name() if cuda else "cpu (no GPU)",
         "setup": f"synthetic {args.num_nodes:,} nodes, features {compression if compression != 'none' else 'float32'}, {args.model}, fanouts {args.fanouts}, batch {args.batch_size}, hidden {args.hidden}, "
-        f"median (min-max) over epochs 1..{args.epochs - 1} (epoch 0 warms up); test accuracy after the last",
+        f"samplers {','.join(samplers)}, median (min-max) over epochs 1..{args.epochs - 1} (epoch 0 warms up); test accuracy after the last",
     }
     rows = []
-    for source in sources:
+    routes = [(source, sampler) for source in sources for sampler in samplers if sampler == "cpu" or source not in ("dgl", "dgl-storage")]
+    for source, sampler in routes:
         dgl_loader = source in ("dgl", "dgl-storage")  # DGL's DataLoader: its own prefetching, no prefetch knob
         for prefetch in [0] if dgl_loader else [0, args.prefetch]:
             if dgl_loader and cuda:
@@ -96,14 +117,16 @@ def main(argv: list[str] | None = None) -> int:
                 seed=0,
                 device="auto",
                 feature_compression=compression,
+                sampler=sampler,
             )
             try:
-                history = train(cfg, dataset, progress=False)
+                with emulate_on_cpu("reference") if sampler == "gpu" and not cuda else contextlib.nullcontext():
+                    history = train(cfg, dataset, progress=False)
             except Exception as e:  # noqa: BLE001 - a failing route becomes a row; the others still run
                 traceback.print_exc()
                 failed = f"failed: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]
-                rows.append({"source": source, "prefetch": prefetch, **dict.fromkeys(NUMBERS, float("nan")), "status": failed})
-                print(f"{source:>11} prefetch {prefetch}: {failed}", flush=True)
+                rows.append({"source": source, "sampler": sampler, "prefetch": prefetch, **dict.fromkeys(NUMBERS, float("nan")), "status": failed})
+                print(f"{source:>11} sampler {sampler} prefetch {prefetch}: {failed}", flush=True)
                 _save(args.out, rows, meta)
                 continue
             measured = history[1:] or history  # epoch 0 warms up (allocations, caches, thread start)
@@ -113,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append(
                 {
                     "source": source,
+                    "sampler": sampler,
                     "prefetch": prefetch,
                     "epoch_time": float(np.median(times)),
                     "epoch_min": min(times),
@@ -124,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
                 }
             )
             print(
-                f"{source:>11} prefetch {prefetch}: epoch {rows[-1]['epoch_time']:.2f}s ({min(times):.2f}-{max(times):.2f}), "
+                f"{source:>11} sampler {sampler} prefetch {prefetch}: epoch {rows[-1]['epoch_time']:.2f}s ({min(times):.2f}-{max(times):.2f}), "
                 f"wait {stage['wait']:.2f}s, test acc {history[-1].test_acc:.4f}",
                 flush=True,
             )
@@ -136,12 +160,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n# {meta['command']}\n# {meta['device']}; {meta['machine']}; {meta['setup']}")
     ratio_key = "ratio_to_" + rows[0]["source"]
     print(
-        f"| source | prefetch | epoch s (min-max) | sample | gather | transfer | compute | wait | wait share of step | epoch / {rows[0]['source']} | test acc |"
+        f"| source | prefetch | sampler | epoch s (min-max) | sample | gather | transfer | compute | wait | wait share of step | epoch / {rows[0]['source']} | test acc |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
-            f"| {r['source']} | {r['prefetch']} | {r['epoch_time']:.2f} ({r['epoch_min']:.2f}-{r['epoch_max']:.2f}) | {r['sample']:.2f} | {r['gather']:.2f} | {r['transfer']:.2f} | "
+            f"| {r['source']} | {r['prefetch']} | {r['sampler']} | {r['epoch_time']:.2f} ({r['epoch_min']:.2f}-{r['epoch_max']:.2f}) | {r['sample']:.2f} | {r['gather']:.2f} | {r['transfer']:.2f} | "
             f"{r['compute']:.2f} | {r['wait']:.2f} | {100 * r['wait_share']:.1f} % | {r[ratio_key]:.2f} | {r['test_acc']:.4f} |"
             + ("" if r["status"] == "ok" else f" {r['status']}")
         )
@@ -163,7 +187,7 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    labels = [f"{r['source']}\nprefetch {r['prefetch']}" for r in rows]
+    labels = [f"{r['source']}\n{r['sampler']} sampling\nprefetch {r['prefetch']}" for r in rows]
     fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 4))
     bottom = np.zeros(len(rows))
     for stage in ("compute", "wait"):
