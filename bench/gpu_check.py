@@ -24,8 +24,10 @@ its own time limit (docs/gpu.md sizes them), output echoed as it comes:
 3. ``bench/sampling.py`` (bench/gpu_check_sampling.py): our GPU sampler, the CSC pinned in place and
    device-resident, against DGL's CPU sampler: ms per minibatch and sampled edges/s, each method
    checked first; it starts no method after its own limit; its rows go into the summary;
-4. ``bench/epoch.py``: GraphSAGE on the synthetic graph, sources cpu, zerocopy and gpu, prefetch
-   0 and 2; skipped, with the reason, when ``import dgl`` fails;
+4. ``bench/epoch.py``: GraphSAGE on the synthetic graph, sources dgl, zerocopy and gpu, each of
+   ours sampled on the CPU and on the GPU (``--samplers cpu,gpu``), prefetch 0 and 2; the summary's
+   end-to-end table sets GPU sampling + zero-copy gather against CPU sampling + zero-copy gather
+   and DGL's default path; skipped, with the reason, when ``import dgl`` fails;
 5. ``dgl-zerocopy train --nproc N`` on all N GPUs where ``torch.cuda.device_count() > 1``.
 
 Statuses: ok; partial (the time limit left something out, and everything that ran passed);
@@ -66,6 +68,7 @@ from gpu_check_report import (  # noqa: E402,F401
     SAFE_NAME,
     TIME_LIMIT_STATUS,
     TRANSFER,
+    end_to_end,
     epoch_figures,
     failure_digest,
     gather_figures,
@@ -353,14 +356,24 @@ def probe_dgl(part: Part, env: dict, timeout: float) -> tuple[Run, str | None]:
     return probe, next((ln.split("=", 1)[1] for ln in probe.output.splitlines() if ln.startswith("DGL_VERSION=")), "?")
 
 
-def epoch_part(env: dict, timeout: float, out: Path, mode: str, sources: str) -> tuple[Part, str, str]:
-    """The epoch benchmark, or skipped when ``import dgl`` fails. Also returns DGL's version."""
+def epoch_sources(cuda: bool) -> tuple[str, str]:
+    """bench/epoch.py's ``--sources`` and ``--samplers`` for the check: on a GPU DGL's default path
+    and the zerocopy and gpu routes, each of ours with CPU and GPU sampling (the ``cpu`` source
+    left out to keep the step in its limit: docs/gpu.md); without CUDA the cpu route with the stand-in."""
+    return ("dgl,zerocopy,gpu", "cpu,gpu") if cuda else ("cpu", "cpu,gpu")
+
+
+def epoch_part(env: dict, timeout: float, out: Path, mode: str, sources: str, samplers: str = "cpu") -> tuple[Part, str, str]:
+    """The epoch benchmark, or skipped when ``import dgl`` fails. Also returns DGL's version.
+    Without CUDA a GPU sampler in ``samplers`` runs the CPU stand-in (a testing aid)."""
     part = Part("epoch", limit=timeout)
     probe, dgl_version = probe_dgl(part, env, timeout)
     if dgl_version is None:
         return part, probe.output, f"not importable ({part.reason.removeprefix('import dgl failed: ')})"
     left = timeout - probe.seconds
-    cmd = [sys.executable, str(BENCH / "epoch.py"), *EPOCH_ARGS[mode], "--sources", sources, "--out", str(out / "epoch")]
+    cmd = [sys.executable, str(BENCH / "epoch.py"), *EPOCH_ARGS[mode], "--sources", sources, "--samplers", samplers, "--out", str(out / "epoch")]
+    if "gpu" in samplers.split(",") and os.environ.get("DGL_ZEROCOPY_GPU_CHECK_ON_CPU") == "1":
+        cmd.append("--emulate-gpu-sampler")
     run = run_bounded(cmd, left, env)
     part.seconds = probe.seconds + run.seconds
     rows = result_rows(out, "epoch")
@@ -368,13 +381,21 @@ def epoch_part(env: dict, timeout: float, out: Path, mode: str, sources: str) ->
     if bad:
         part.status, part.reason = "failed", f"{len(bad)} of {len(rows)} routes failed: " + failure_digest(bad, "source")
     elif run.returncode is None:  # stopped at its limit: the routes that finished are kept (epoch.py writes each row)
-        done = ", ".join(f"{r['source']} prefetch {r['prefetch']}" for r in rows) or "none"
+        done = ", ".join(_route(r) for r in rows) or "none"
         part.status, part.reason = "partial", f"time limit ({timeout:.0f} s) reached; routes finished: {done}; the rest skipped: time limit"
     elif run.returncode == 0 and rows:
-        part.status, part.reason = "ok", f"{len(rows)} routes: " + ", ".join(f"{r['source']} prefetch {r['prefetch']}" for r in rows)
+        part.status, part.reason = "ok", f"{len(rows)} routes: " + ", ".join(_route(r) for r in rows)
     else:
         part.status, part.reason = "failed", last_line(run.output, run.returncode)
+    e2e = end_to_end(epoch_figures(rows))
+    if e2e is not None and e2e["ratio"] is not None:
+        part.reason += f"; GPU-sampling epoch / CPU-sampling epoch {e2e['ratio']:.2f} ({e2e['source']}, prefetch {e2e['prefetch']}; goal at most 0.33)"
     return part, run.output, dgl_version
+
+
+def _route(row: dict) -> str:
+    """A route's name in the step's reason: source, sampler where it is the GPU's, prefetch."""
+    return f"{row['source']}{' gpu-sampled' if row.get('sampler') == 'gpu' else ''} prefetch {row['prefetch']}"
 
 
 def ddp_part(env: dict, timeout: float, mode: str, gpus: int) -> tuple[Part, str]:
@@ -517,7 +538,7 @@ def main(argv: list[str] | None = None) -> int:
         "time_limit_s": args.time_limit,
         "limits_s": LIMITS,
         "parts": [],
-        "figures": {"gather": [], "epoch": [], "sampling": []},
+        "figures": {"gather": [], "epoch": [], "end_to_end": None, "sampling": []},
     }
     logs: dict[str, str] = {}
 
@@ -530,6 +551,7 @@ def main(argv: list[str] | None = None) -> int:
             figures={
                 "gather": gather_figures(result_rows(out, "gather")),
                 "epoch": epoch_figures(result_rows(out, "epoch")),
+                "end_to_end": end_to_end(epoch_figures(result_rows(out, "epoch"))),
                 "sampling": sampling_figures(result_rows(workdir, "sampling")),  # its files stay in workdir: 8 files come back
             },
         )
@@ -560,8 +582,7 @@ def main(argv: list[str] | None = None) -> int:
             elif name == "ddp":
                 parts[name], logs[name] = ddp_part(env, limit, mode, gpus)
             else:
-                sources = "cpu,zerocopy,gpu" if cuda else "cpu"
-                parts[name], logs[name], environment_["dgl"] = epoch_part(env, limit, out, mode, sources)
+                parts[name], logs[name], environment_["dgl"] = epoch_part(env, limit, out, mode, *epoch_sources(cuda))
         except Exception as e:  # noqa: BLE001 - an error of the check itself fails this step; the others still run
             parts[name] = Part(name, "failed", f"gpu_check.py itself: {type(e).__name__}: {e}"[:300], time.monotonic() - begun, limit=limit)
         parts[name].details["kernels_compiled"] = cache_entries(kernel_cache) - compiled

@@ -70,10 +70,68 @@ def gather_figures(rows: list[dict]) -> list[dict]:
 
 
 def epoch_figures(rows: list[dict]) -> list[dict]:
-    """The key epoch figures: per source and prefetch, epoch seconds (median, min, max) and the
-    share of the step spent waiting for data."""
-    keys = ("source", "prefetch", "epoch_time", "epoch_min", "epoch_max", "wait_share", "test_acc", "status")
-    return [{k: r.get(k) for k in keys} for r in rows]
+    """The key epoch figures: per source, sampler (``cpu`` for rows written before bench/epoch.py
+    had samplers) and prefetch, epoch seconds (median, min, max) and the share of the step spent
+    waiting for data."""
+    keys = ("source", "sampler", "prefetch", "epoch_time", "epoch_min", "epoch_max", "wait_share", "test_acc", "status")
+    return [{k: r.get(k) for k in keys} | {"sampler": r.get("sampler") or "cpu"} for r in rows]
+
+
+def end_to_end(epoch: list[dict]) -> dict | None:
+    """Issue 23's end-to-end rows from the epoch figures: GPU sampling + zero-copy gather, CPU
+    sampling + zero-copy gather (the ``zerocopy`` source, else the first source with both samplers:
+    the CPU stand-in), both at the highest prefetch measured with GPU sampling, and DGL's default
+    path (``dgl``, prefetch 0; None where it did not run). ``ratio``: GPU-sampling epoch over
+    CPU-sampling epoch (the goal: at most 1/3); None when either did not finish. None without a
+    GPU-sampling row."""
+    gpu_rows = [e for e in epoch if e["sampler"] == "gpu"]
+    if not gpu_rows:
+        return None
+    source = "zerocopy" if any(e["source"] == "zerocopy" for e in gpu_rows) else gpu_rows[0]["source"]
+    prefetch = max(e["prefetch"] for e in gpu_rows if e["source"] == source)
+
+    def pick(src: str, sampler: str, pf: int) -> dict | None:
+        return next((e for e in epoch if (e["source"], e["sampler"], e["prefetch"]) == (src, sampler, pf)), None)
+
+    gpu, cpu, dgl = pick(source, "gpu", prefetch), pick(source, "cpu", prefetch), pick("dgl", "cpu", 0)
+    ok = [e is not None and e["status"] == "ok" and _finite(e["epoch_time"]) for e in (gpu, cpu)]
+    return {
+        "source": source,
+        "prefetch": prefetch,
+        "gpu_sampling": gpu,
+        "cpu_sampling": cpu,
+        "dgl_default": dgl,
+        "ratio": gpu["epoch_time"] / cpu["epoch_time"] if all(ok) else None,
+    }
+
+
+def end_to_end_markdown(e2e: dict | None) -> list[str]:
+    """summary.md's end-to-end table: the three rows and the ratio line."""
+    if e2e is None:
+        return []
+    lines = [
+        "",
+        f"## End to end: GPU sampling against CPU sampling ({e2e['source']} gather, prefetch {e2e['prefetch']}) and DGL's default path",
+        "",
+        "| route | epoch s median (min–max) | test acc | status |",
+        "|---|---|---|---|",
+    ]
+    names = (("gpu_sampling", f"GPU sampling + {e2e['source']} gather"), ("cpu_sampling", f"CPU sampling + {e2e['source']} gather"))
+    for key, name in (*names, ("dgl_default", "DGL's default path (its DataLoader, CPU sampling)")):
+        e = e2e[key]
+        if e is None:
+            why = "not run here (DGL's DataLoader needs a CUDA build of DGL on a GPU)" if key == "dgl_default" else "not run (time limit?)"
+            lines.append(f"| {name} | – | – | {why} |")
+        else:
+            lines.append(f"| {name} | {_spread(e['epoch_time'], e['epoch_min'], e['epoch_max'])} | {_num(e['test_acc'], '.4f')} | {_cell(e['status'])} |")
+    if e2e["ratio"] is not None:
+        acc = (e2e["gpu_sampling"]["test_acc"], e2e["cpu_sampling"]["test_acc"])
+        lines += [
+            "",
+            f"GPU-sampling epoch / CPU-sampling epoch: {e2e['ratio']:.2f} ({1 / e2e['ratio']:.2f}x faster; issue 23's goal: at least 3x, "
+            f"i.e. at most 0.33, at the same accuracy: test acc {_num(acc[0], '.4f')} against {_num(acc[1], '.4f')}).",
+        ]
+    return lines
 
 
 def _finite(value) -> bool:
@@ -234,20 +292,23 @@ def render_markdown(summary: dict) -> str:
                 f"{_num(rel)} | {_cell(g['status'])} |"
             )
     epoch = summary["figures"]["epoch"]
+    sampled = any(e.get("sampler") == "gpu" for e in epoch)  # the sampler column only where GPU sampling ran
     if epoch:
         lines += [
             "",
             "## Epoch: GraphSAGE on the synthetic graph",
             "",
-            "| source | prefetch | epoch s median (min–max) | wait share of step | test acc | status |",
-            "|---|---|---|---|---|---|",
+            f"| source |{' sampler |' if sampled else ''} prefetch | epoch s median (min–max) | wait share of step | test acc | status |",
+            "|---|---|---|---|---|---|" + ("---|" if sampled else ""),
         ]
         for e in epoch:
             share = f"{100 * e['wait_share']:.1f} %" if _finite(e["wait_share"]) else "–"
+            sampler_cell = f" {e['sampler']} |" if sampled else ""
             lines.append(
-                f"| {e['source']} | {e['prefetch']} | {_spread(e['epoch_time'], e['epoch_min'], e['epoch_max'])} | {share} | "
+                f"| {e['source']} |{sampler_cell} {e['prefetch']} | {_spread(e['epoch_time'], e['epoch_min'], e['epoch_max'])} | {share} | "
                 f"{_num(e['test_acc'], '.4f')} | {_cell(e['status'])} |"
             )
+    lines += end_to_end_markdown(end_to_end(epoch))
     from gpu_check_sampling import sampling_markdown  # here, not above: that module imports this one
 
     lines += sampling_markdown(summary["figures"].get("sampling", []))

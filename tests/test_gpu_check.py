@@ -772,7 +772,7 @@ def test_the_sampling_rows_are_in_summary_json_and_md(tmp_path):
     assert "| gpu-pinned | 2.00 (1.80–2.20) | 400.00 (350.00–450.00) | 20.00 | 800,000 (740000/55000/5000) | GPU measurement: gpu-pinned | ok |" in md
     assert "| emulator | – | – | – | – | CPU emulation of our CUDA kernel (correctness tool): NOT a GPU figure | failed: x/y |" in md
     assert "Pinned in place takes 1.25x the time per batch of device-resident (issue 23's goal: within 1.5x)." in md
-    assert "No end-to-end epoch table with GPU sampling yet" in md
+    assert "The end-to-end epoch table (GPU sampling against CPU sampling, DGL's default path) is under the epoch table." in md
     assert gpu_check.transfer_problems(tmp_path) == [] and not any("sampling" in f for f in gpu_check.RESULT_FILES)
     assert "## Sampling" not in gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "sampling": []}})
 
@@ -807,3 +807,76 @@ def test_the_sampling_step_runs_bench_sampling_with_the_reference_backend(tmp_pa
     assert "| reference |" in "\n".join(gs.sampling_markdown(figures))
     killed, _ = gs.sampling_part(env, 0.5, tmp_path / "killed", "quick", cuda=False)
     assert killed.status == "partial" and "methods finished: none" in killed.reason
+
+
+# -- the end-to-end epoch rows (issue 23): GPU sampling against CPU sampling and DGL's default path ----------
+
+
+def _sampled_row(source, sampler, prefetch, t, acc=0.9, status="ok"):
+    return {**_epoch_row(source, prefetch, status), "sampler": sampler, "epoch_time": t, "epoch_min": 0.9 * t, "epoch_max": 1.1 * t, "test_acc": acc}
+
+
+def test_the_end_to_end_rows_are_judged_and_in_summary_json_and_md(tmp_path):
+    """The three rows (GPU sampling + zero-copy gather, CPU sampling + zero-copy gather, DGL's default
+    path) and the ratio GPU / CPU sampling: in the step's reason, summary.json and summary.md."""
+    import gpu_check_report
+
+    rows = [
+        _sampled_row("dgl", "cpu", 0, 9.0, 0.91),
+        *(_sampled_row("zerocopy", "cpu", p, t) for p, t in ((0, 8.0), (2, 6.0))),
+        *(_sampled_row("zerocopy", "gpu", p, t, 0.92) for p, t in ((0, 2.5), (2, 1.5))),
+        _sampled_row("gpu", "gpu", 2, 1.2),
+    ]
+    e2e = gpu_check.end_to_end(gpu_check.epoch_figures(rows))
+    assert (e2e["source"], e2e["prefetch"], e2e["ratio"]) == ("zerocopy", 2, 0.25)
+    assert (e2e["gpu_sampling"]["epoch_time"], e2e["cpu_sampling"]["epoch_time"], e2e["dgl_default"]["epoch_time"]) == (1.5, 6.0, 9.0)
+    summary = _made_up_summary(tmp_path)
+    summary["figures"].update(epoch=gpu_check.epoch_figures(rows), end_to_end=e2e)
+    json_path, md_path = gpu_check.write_summary(tmp_path, summary, {})
+    assert json.loads(json_path.read_text())["figures"]["end_to_end"]["ratio"] == 0.25
+    md = md_path.read_text(encoding="utf-8")
+    assert "| zerocopy | gpu | 2 | 1.50 (1.35–1.65) | 10.0 % | 0.9200 | ok |" in md and "| dgl | cpu | 0 | 9.00" in md
+    assert "## End to end: GPU sampling against CPU sampling (zerocopy gather, prefetch 2) and DGL's default path" in md
+    assert "| GPU sampling + zerocopy gather | 1.50 (1.35–1.65) | 0.9200 | ok |" in md
+    assert "| CPU sampling + zerocopy gather | 6.00 (5.40–6.60) | 0.9000 | ok |" in md
+    assert "| DGL's default path (its DataLoader, CPU sampling) | 9.00 (8.10–9.90) | 0.9100 | ok |" in md
+    assert "GPU-sampling epoch / CPU-sampling epoch: 0.25 (4.00x faster; issue 23's goal: at least 3x" in md
+    # on a GPU with PyPI's DGL (no CUDA build) DGL's loader does not run: said so, not failed
+    no_dgl = gpu_check.end_to_end(gpu_check.epoch_figures(rows[1:]))
+    assert no_dgl["dgl_default"] is None and "| DGL's default path (its DataLoader, CPU sampling) | – | – | not run here" in "\n".join(
+        gpu_check_report.end_to_end_markdown(no_dgl)
+    )
+    # a GPU-sampling route that failed: no ratio; rows without a sampler (older files) read as CPU sampling
+    failed = gpu_check.end_to_end(gpu_check.epoch_figures([rows[2], _sampled_row("zerocopy", "gpu", 2, float("nan"), status="failed: x")]))
+    assert failed["ratio"] is None and failed["gpu_sampling"]["status"] == "failed: x"
+    assert gpu_check.end_to_end(gpu_check.epoch_figures([_epoch_row("cpu", 0)])) is None
+    assert gpu_check.epoch_figures([_epoch_row("cpu", 0)])[0]["sampler"] == "cpu"
+
+
+def test_the_epoch_step_passes_the_samplers_and_reports_the_ratio(tmp_path, monkeypatch):
+    """On a GPU: sources dgl, zerocopy, gpu with --samplers cpu,gpu; the stand-in flag only under
+    DGL_ZEROCOPY_GPU_CHECK_ON_CPU; the ratio in the step's reason."""
+    monkeypatch.setattr(gpu_check, "probe_dgl", lambda part, env, timeout: (gpu_check.Run(0, "", 2.0), "2.1.0"))
+    commands = []
+
+    def finished(cmd, timeout, env=None, **kwargs):
+        from common import write_results
+
+        commands.append(cmd)
+        rows = [_sampled_row("zerocopy", "cpu", 2, 6.0), _sampled_row("zerocopy", "gpu", 2, 1.5)]
+        write_results(cmd[cmd.index("--out") + 1], rows, {"command": "epoch"})
+        return gpu_check.Run(0, "", 10.0)
+
+    monkeypatch.setattr(gpu_check, "run_bounded", finished)
+    assert gpu_check.epoch_sources(True) == ("dgl,zerocopy,gpu", "cpu,gpu")
+    monkeypatch.delenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", raising=False)
+    part, _, _ = gpu_check.epoch_part({}, 100, tmp_path, "full", *gpu_check.epoch_sources(True))
+    assert part.status == "ok", part.reason
+    assert "zerocopy gpu-sampled prefetch 2" in part.reason and part.reason.endswith(
+        "GPU-sampling epoch / CPU-sampling epoch 0.25 (zerocopy, prefetch 2; goal at most 0.33)"
+    )
+    cmd = commands[-1]
+    assert cmd[cmd.index("--sources") + 1] == "dgl,zerocopy,gpu" and cmd[cmd.index("--samplers") + 1] == "cpu,gpu" and "--emulate-gpu-sampler" not in cmd
+    monkeypatch.setenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "1")
+    gpu_check.epoch_part({}, 100, tmp_path, "full", *gpu_check.epoch_sources(False))
+    assert "--emulate-gpu-sampler" in commands[-1] and commands[-1][commands[-1].index("--sources") + 1] == "cpu"
