@@ -6,7 +6,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import REPO
+from conftest import CUDA, REPO
 
 
 @pytest.mark.slow  # a benchmark smoke run; the routes yield the same batches in test_train
@@ -65,3 +65,48 @@ def test_epoch_bench_sources_are_checked(tmp_path):
     )
     assert r.returncode == 2 and "unknown source 'magic'" in r.stderr, r.stderr
     assert not list(tmp_path.iterdir())
+
+
+def _bench_epoch(args, timeout):
+    return subprocess.run(
+        [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "epoch", *args],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        cwd=REPO,
+        env=os.environ.copy(),
+        timeout=timeout,
+    )
+
+
+@pytest.mark.skipif(CUDA, reason="the refusal is for a machine without CUDA")
+def test_gpu_sampling_without_cuda_is_refused_in_one_line(tmp_path):
+    r = _bench_epoch(["--samplers", "cpu,gpu", "--out", str(tmp_path / "e")], 120)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines() == ["epoch.py: --samplers gpu samples on a CUDA GPU, but torch.cuda.is_available() is False; use --samplers cpu"], (
+        r.stderr
+    )
+    assert not list(tmp_path.iterdir())
+    bad = _bench_epoch(["--samplers", "tpu", "--out", str(tmp_path / "e")], 120)
+    assert bad.returncode == 2 and "unknown sampler 'tpu'" in bad.stderr, bad.stderr
+
+
+@pytest.mark.slow  # two short trainings; the GPU sampler's CPU stand-in (the hidden test-only flag)
+def test_the_sampler_dimension_measures_both_samplers_beside_dgls_path(tmp_path):
+    pytest.importorskip("dgl")
+    stem = tmp_path / "e"
+    args = ["--num-nodes", "1500", "--epochs", "3", "--batch-size", "128", "--hidden", "16", "--fanouts", "4,4", "--prefetch", "2"]
+    r = _bench_epoch([*args, "--sources", "dgl,cpu", "--samplers", "cpu,gpu", "--emulate-gpu-sampler", "--out", str(stem)], 600)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads(stem.with_suffix(".json").read_text())["rows"]
+    # DGL's loader samples on the CPU only; each FeatureStore route with both samplers, same prefetches
+    assert [(row["source"], row["sampler"], row["prefetch"]) for row in rows] == [
+        ("dgl", "cpu", 0),
+        ("cpu", "cpu", 0),
+        ("cpu", "cpu", 2),
+        ("cpu", "gpu", 0),
+        ("cpu", "gpu", 2),
+    ]
+    for row in rows:
+        assert row["status"] == "ok" and 0 < row["epoch_min"] <= row["epoch_time"] <= row["epoch_max"], row
+    assert "| cpu | 2 | gpu |" in r.stdout and "samplers cpu,gpu" in r.stdout
