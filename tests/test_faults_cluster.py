@@ -380,6 +380,7 @@ def launch_local(args):
         open({str(tmp_path / "unwound")!r}, "w").close()
 
 commands.launch_local = launch_local
+signal.signal({int(sig)}, signal.SIG_DFL)  # as a terminal leaves it (under nohup SIGHUP arrives ignored, and stays so)
 code = main(["launch-local", "--parts", "2", "--", "train", "--dist", "x"])
 assert signal.getsignal({int(sig)}) is signal.SIG_DFL, "the handler outlived the command"
 sys.exit(code)
