@@ -85,7 +85,12 @@ def test_the_scan_of_the_package_finds_its_cuda_calls(package_refs):
     }
     assert expected <= chains, f"not found: {sorted(expected - chains)}"
     files = {r.path for r in package_refs}
-    assert {"dgl_zerocopy/store/pinning.py", "dgl_zerocopy/cuda/gather/launcher.py", "dgl_zerocopy/cuda/sampling/launcher.py", "dgl_zerocopy/loading/loader.py"} <= files, sorted(files)
+    assert {
+        "dgl_zerocopy/store/pinning.py",
+        "dgl_zerocopy/cuda/gather/launcher.py",
+        "dgl_zerocopy/cuda/sampling/launcher.py",
+        "dgl_zerocopy/loading/loader.py",
+    } <= files, sorted(files)
 
 
 def test_missing_runtime_function_reached_through_from_import_is_reported():
