@@ -106,6 +106,55 @@ def test_batches_equal_the_gpu_sampler_called_directly(idtype, prefetch):
     assert count == 4
 
 
+@pytest.mark.parametrize("idtype", [torch.int64, torch.int32], ids=["int64", "int32"])
+def test_dgl_blocks_equal_the_device_blocks_and_run_dgls_graphsage(idtype):
+    """blocks='dgl' (a CUDA build of DGL's choice): each batch is DGL blocks equal to the DeviceBlocks
+    of blocks='device' for the same seed (CSC, NID, EID, node and edge features, labels), and a DGL
+    GraphSAGE (dgl.nn.SAGEConv) trains on them."""
+    g = make_graph(idtype)
+    seeds = seeds_of(100, idtype)
+    batches = {}
+    for kind in ("device", "dgl"):
+        made = loader(g, seeds, sampler(prefetch_edge_feats=["w"]), blocks=kind, prefetch=2)
+        torch.manual_seed(5)
+        # Copied as they come (slots are reused); the DGL block's CSC as DGL stores it.
+        batches[kind] = [
+            (
+                i,
+                o,
+                [(*_csc_of(b), b.num_src_nodes(), b.srcdata[NID], b.dstdata[NID], b.edata[EID], b.edata["w"].clone()) for b in bs],
+                bs[0].srcdata["feat"].clone(),
+                bs[-1].dstdata["label"].clone(),
+                bs,
+            )
+            for i, o, bs in made
+        ]
+        made.close()
+    assert len(batches["dgl"]) == len(batches["device"]) == 4
+    for ours, want in zip(batches["dgl"], batches["device"], strict=True):
+        assert all(isinstance(b, dgl.DGLGraph) and b.is_block and b.idtype == idtype for b in ours[5])
+        assert torch.equal(ours[0], want[0]) and torch.equal(ours[1], want[1])
+        for a, b in zip(ours[2], want[2], strict=True):
+            assert a[2] == b[2] and all(torch.equal(x, y) for x, y in zip(a[:2] + a[3:], b[:2] + b[3:], strict=True))
+        assert torch.equal(ours[3], want[3]) and torch.equal(ours[4], want[4])
+        assert torch.equal(ours[3], g.ndata["feat"][ours[0].long()]) and torch.equal(ours[4], g.ndata["label"][ours[1].long()])
+    layers = torch.nn.ModuleList([dgl.nn.SAGEConv(5, 8, "mean"), dgl.nn.SAGEConv(8, 7, "mean")])
+    optimiser = torch.optim.SGD(layers.parameters(), lr=0.1)
+    for _, _, _, x, y, blocks in batches["dgl"]:
+        for layer, block in zip(layers, blocks):
+            x = layer(block, x)
+        loss = torch.nn.functional.cross_entropy(x, y)
+        optimiser.zero_grad()
+        loss.backward()
+        optimiser.step()
+        assert x.shape == (blocks[-1].num_dst_nodes(), 7) and torch.isfinite(loss)
+
+
+def _csc_of(block) -> tuple[torch.Tensor, torch.Tensor]:
+    """(indptr, indices) of a DeviceBlock, or of a DGL block as DGL stores it."""
+    return (block.indptr, block.indices) if isinstance(block, DeviceBlock) else block.adj_tensors("csc")[:2]
+
+
 def test_the_loaders_own_features_and_labels_are_served_at_the_sampled_ids():
     g = make_graph()
     x, y = torch.randn(N, 3), torch.arange(N) * 2
@@ -176,7 +225,7 @@ REFUSED = {
     "shadow": (lambda: dgl.dataloading.ShaDowKHopSampler([2]), {}, "ShaDowKHopSampler"),
     "a subclass of one's own": (lambda: MySampler([2]), {}, "MySampler"),
     "num_workers": (sampler, {"num_workers": 2}, "num_workers must be 0"),
-    "dgl blocks": (sampler, {"blocks": "dgl"}, "blocks='dgl'"),
+    "block kind": (sampler, {"blocks": "graphbolt"}, "blocks must be 'dgl' or 'device'"),
     "placement": (sampler, {"graph_placement": "elsewhere"}, "graph_placement must be 'pinned'"),
 }
 
@@ -186,7 +235,7 @@ def test_what_the_gpu_sampler_cannot_do_is_refused_with_the_option_and_the_fix(m
     g = make_graph()
     with pytest.raises(ValueError, match=message) as raised:
         loader(g, seeds_of(), make(), **options)
-    fix = "use_uva=False" if "graph_placement" not in message and "num_workers" not in message else message
+    fix = "use_uva=False" if not any(word in message for word in ("graph_placement", "num_workers", "blocks")) else message
     assert fix in str(raised.value) and "\n" not in str(raised.value)
     assert graph_module._shared.get(g) is None, "a refused loader took the graph"
 
@@ -214,11 +263,31 @@ def test_a_cpu_device_is_refused_where_cuda_is(monkeypatch):
         DataLoader(make_graph(), seeds_of(), sampler(), device="cpu", use_uva=True)
 
 
+def test_dgl_blocks_on_a_gpu_need_a_cuda_build_of_dgl(monkeypatch):
+    """blocks='dgl' with use_uva=True is refused only where DGL cannot hold blocks on the GPU."""
+    from dgl_zerocopy.loading import loader as loader_module
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(loader_module, "dgl_has_cuda", lambda: False)
+    with pytest.raises(ValueError, match=r"blocks='dgl' on a CUDA device needs a CUDA build of DGL.*pass blocks='device'"):
+        DataLoader(make_graph(), seeds_of(), sampler(), device="cuda:0", use_uva=True, blocks="dgl")
+
+
 def test_the_dgl_sampler_attributes_read_exist():
     """What gpu_sampling reads of DGL's NeighborSampler, in the installed DGL (prob holds prob or mask)."""
     s = dgl.dataloading.NeighborSampler([3, 2], mask="m", replace=True, prefetch_edge_feats=["w"])
     assert (s.fanouts, s.replace, s.prob, s.edge_dir, s.prefetch_edge_feats) == ([3, 2], True, "m", "in", ["w"])
     assert dgl.dataloading.MultiLayerFullNeighborSampler(2).fanouts == [-1, -1]
+
+
+def test_dgl_create_block_takes_a_csc_with_empty_edge_ids():
+    """gpu_sampling.to_dgl_block's call: dgl.create_block(("csc", (indptr, indices, empty)), num_src_nodes=,
+    num_dst_nodes=, device=) keeps the id dtype and numbers the edges 0..E-1 in CSC order."""
+    for idtype in (torch.int64, torch.int32):
+        indptr, indices = torch.tensor([0, 1, 3], dtype=idtype), torch.tensor([2, 0, 1], dtype=idtype)
+        block = dgl.create_block(("csc", (indptr, indices, indptr.new_empty(0))), num_src_nodes=3, num_dst_nodes=2, device=torch.device("cpu"))
+        assert block.is_block and block.idtype == idtype and (block.num_src_nodes(), block.num_dst_nodes()) == (3, 2)
+        assert [t.tolist() for t in block.edges(order="eid")] == [[2, 0, 1], [0, 1, 1]]
 
 
 # -- the graph: in place, shared, given back -----------------------------------------------------------------------

@@ -8,7 +8,9 @@ and ``output_device`` changes nothing the loop sees (DGL's loader, too, puts eac
 ``device``). What the GPU sampler cannot do is refused at construction, each error naming the option
 and the fix (``use_uva=False``: sampling on the CPU): weighted picks (``prob=``/``mask=``),
 ``edge_dir="out"``, heterographs and fanouts per edge type, other samplers (edge prediction with its
-``exclude``, subgraph samplers, a subclass of one's own), ``num_workers > 0`` and ``blocks="dgl"``.
+``exclude``, subgraph samplers, a subclass of one's own) and ``num_workers > 0``. The blocks are
+DeviceBlocks, or with ``blocks="dgl"`` DGL blocks made from them on the same device (a CUDA build of
+DGL on a GPU; the loader refuses ``blocks="dgl"`` on a GPU with a CPU-only DGL).
 
 The graph's in-edge CSC is taken once per graph, placement and device
 (:func:`~dgl_zerocopy.sampling.shared_graph`): pinned in place (``graph_placement="pinned"``, the
@@ -89,13 +91,13 @@ class DeviceSampling:
     def __init__(self, graph: Any, sampler: Any, device: torch.device, placement: str, num_workers: int, blocks: str) -> None:
         from ..sampling import GpuNeighborSampler
 
-        _check(graph, sampler, device, placement, num_workers, blocks)
+        _check(graph, sampler, device, placement, num_workers)
         if device.type == "cuda":
             where, self.placement = device, placement
         else:
             where, self.placement = stand_in(), "host"
         self.sampler = GpuNeighborSampler(list(sampler.fanouts), replace=bool(sampler.replace), device=where, placement=placement)
-        self.source, self.device = graph, device
+        self.source, self.device, self.blocks = graph, device, blocks
         self.edge_features = _names(sampler.prefetch_edge_feats)
         self.ntype, self.etype = graph.ntypes[0], graph.canonical_etypes[0]
         self._graph = None  # taken by open(), at the start of each epoch
@@ -127,9 +129,12 @@ class DeviceSampling:
         if graph is None or graph.closed:
             raise RuntimeError("the DataLoader's GPU sampling was closed; iterate the loader again to take the graph again")
         input_nodes, output_nodes, blocks = self.sampler.sample_blocks(graph, seeds)
+        dst_frame = 0
+        if self.blocks == "dgl":
+            blocks, dst_frame = [to_dgl_block(block) for block in blocks], 1  # a DGL block's frames: src, then dst
         last = len(blocks) - 1
         needs = [Need(0, None, "node", 0, "src", self.ntype, name, name, input_nodes, False) for name in features]
-        needs += [Need(last, None, "node", 0, "dst", self.ntype, name, name, output_nodes, False) for name in labels]
+        needs += [Need(last, None, "node", dst_frame, "dst", self.ntype, name, name, output_nodes, False) for name in labels]
         if self.edge_features:
             from .blocks import EID
 
@@ -146,6 +151,21 @@ class DeviceSampling:
             graph, self._graph = self._graph, None
         if graph is not None:
             release(graph)
+
+
+def to_dgl_block(block: Any) -> Any:
+    """The DGL block of a homogeneous :class:`~dgl_zerocopy.loading.blocks.DeviceBlock` the GPU
+    sampler made, on its device and with its id dtype: the same CSC (edge ``i`` of the DGL block is
+    CSC position ``i``), ``srcdata``/``dstdata[dgl.NID]`` and ``edata[dgl.EID]`` (computed now, on
+    the current stream, as DGL's sampler gives them). The block's other data is not carried."""
+    import dgl
+
+    from .blocks import EID, NID
+
+    csc = ("csc", (block.indptr, block.indices, block.indptr.new_empty(0)))  # no edge ids: 0..E-1 in CSC order
+    made = dgl.create_block(csc, num_src_nodes=block.num_src_nodes(), num_dst_nodes=block.num_dst_nodes(), device=block.device)
+    made.srcdata[NID], made.dstdata[NID], made.edata[EID] = block.srcdata[NID], block.dstdata[NID], block.edata[EID]
+    return made
 
 
 def pending_inputs(blocks: list) -> list[torch.Tensor]:
@@ -167,7 +187,7 @@ def _names(names: Any) -> list[str]:
     return list(names or [])
 
 
-def _check(graph: Any, sampler: Any, device: torch.device, placement: str, num_workers: int, blocks: str) -> None:
+def _check(graph: Any, sampler: Any, device: torch.device, placement: str, num_workers: int) -> None:
     from dgl.dataloading import NeighborSampler
 
     if placement not in GRAPH_PLACEMENTS:
@@ -192,7 +212,4 @@ def _check(graph: Any, sampler: Any, device: torch.device, placement: str, num_w
         )
     if num_workers:
         raise ValueError(f"use_uva=True samples on the GPU in the loader's own thread, so num_workers must be 0, but got {num_workers}")
-    if blocks != "device":
-        raise ValueError(
-            f"use_uva=True yields blocks as DeviceBlocks (for dgl_zerocopy.nn and the models), but blocks={blocks!r}; pass blocks='device', or {_FIX}"
-        )
+    # blocks="dgl" is converted from the DeviceBlocks; on a GPU with a CPU-only DGL the loader refused it already.
