@@ -547,3 +547,20 @@ def test_graphsage_on_cora_sampled_on_the_gpu_is_as_accurate_as_cpu_sampling(dev
     theirs = [_cora_accuracy(False, device, seed) for seed in range(3)]
     assert sum(ours) / 3 >= sum(theirs) / 3 - 0.03, f"sampled on the GPU {ours} against on the CPU {theirs}"
     assert min(ours) > 0.7, ours
+
+
+@pytest.mark.parametrize(
+    "device_type, dgl_can_use_device, use_uva, kind",
+    [
+        ("cpu", False, False, "dgl"),  # DGL's own default
+        ("cpu", False, True, "device"),  # the GPU sampler's stand-in makes DeviceBlocks
+        ("cuda", False, False, "device"),  # PyPI's CPU-only DGL on a GPU
+        ("cuda", False, True, "device"),
+        ("cuda", True, False, "dgl"),  # a CUDA build of DGL
+        ("cuda", True, True, "dgl"),  # ... sampling on the GPU too: a DGL script gets DGL blocks
+    ],
+)
+def test_the_default_block_kind_is_dgls_wherever_dgl_can_hold_the_blocks(device_type, dgl_can_use_device, use_uva, kind):
+    from dgl_zerocopy.loading.dgl_options import default_block_kind
+
+    assert default_block_kind(device_type, dgl_can_use_device, use_uva) == kind

@@ -89,3 +89,13 @@ def dgl_has_cuda() -> bool:
         return True
     except Exception:  # noqa: BLE001 - DGL raises its own error types for a CPU build
         return False
+
+
+def default_block_kind(device_type: str, dgl_can_use_device: bool, use_uva: bool) -> str:
+    """The loader's ``blocks=`` when the user names none: DGL blocks wherever DGL can hold them (the
+    CPU, or a CUDA device with a CUDA build of DGL, GPU-sampled or not: a DGL script gets what it
+    expects); ``"device"`` blocks on a CUDA device with PyPI's CPU-only DGL, and for the GPU
+    sampler's CPU stand-in (``use_uva`` on a CPU device), whose blocks are made as DeviceBlocks."""
+    if dgl_can_use_device:
+        return "dgl"
+    return "device" if use_uva or device_type == "cuda" else "dgl"

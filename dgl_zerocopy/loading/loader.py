@@ -47,7 +47,7 @@ import torch
 
 from ..store.feature_store import resolve_device
 from .collate import find_needs, mark_blocks, move, put
-from .dgl_options import OTHER_TORCH_KWARGS, WORKER_KWARGS, apply_dgl_options, dgl_has_cuda, gpu_cache_rows, is_dgl_sampler
+from .dgl_options import OTHER_TORCH_KWARGS, WORKER_KWARGS, apply_dgl_options, default_block_kind, dgl_has_cuda, gpu_cache_rows, is_dgl_sampler
 from .feature_sources import Sources
 from .gpu_sampling import DeviceSampling, check_cuda
 from .prefetch import Prefetcher, close_iterator
@@ -142,7 +142,7 @@ class DataLoader:
         self.device = resolve_device(device if device is not None else graph.device)
         cuda_dgl = self.device.type == "cuda" and dgl_has_cuda()
         if blocks is None:
-            blocks = "device" if use_uva or (self.device.type == "cuda" and not cuda_dgl) else "dgl"
+            blocks = default_block_kind(self.device.type, cuda_dgl, use_uva)
         if blocks not in BLOCK_KINDS:
             raise ValueError(f"blocks must be 'dgl' or 'device', but got {blocks!r}")
         if not isinstance(prefetch, int) or prefetch < 0:
