@@ -26,7 +26,21 @@ from .training.models import MODELS
 log = logging.getLogger("dgl_zerocopy")
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
-BENCHMARKS = ("gather", "epoch", "cpu_gather", "pcie_model", "scaling", "accuracy", "ddp", "compression", "cache", "dist", "sampling")
+BENCHMARKS = (
+    "gather",
+    "epoch",
+    "cpu_gather",
+    "pcie_model",
+    "scaling",
+    "accuracy",
+    "ddp",
+    "compression",
+    "cache",
+    "dist",
+    "sampling",
+    "pcie_sampling",
+    "snapshot",
+)
 
 
 class _Parser(argparse.ArgumentParser):
