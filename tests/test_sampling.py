@@ -12,6 +12,7 @@ import inspect
 import pickle
 from collections import Counter
 
+import numpy as np
 import pytest
 import torch
 
@@ -120,12 +121,19 @@ def test_frontier_reproducible_by_seed_and_by_torch_manual_seed():
     assert not torch.equal(first, edges())  # the generator moved on
 
 
-@pytest.mark.parametrize("bad", [-1, N, 2**40])
-def test_bad_node_ids_raise_index_error(g, bad):
-    with pytest.raises(IndexError):
+@pytest.mark.parametrize("bad", [-1, N, 2**31, 2**40])
+def test_bad_node_ids_raise_index_error_naming_the_id(g, bad):
+    # On an int32 graph an int64 id it cannot hold is -1 inside (never wrapped into a valid id); the error
+    # still names the id given.
+    named = rf"seed node id {bad} is out of range"
+    with pytest.raises(IndexError, match=named):
         sample_neighbors(g, torch.tensor([1, bad]), 2, device="reference")
-    with pytest.raises(IndexError):
+    with pytest.raises(IndexError, match=named):
+        sample_neighbors(g, np.array([1, bad]), 2, device="emulator")
+    with pytest.raises(IndexError, match=named):
         GpuNeighborSampler([2], device="reference").sample(g, torch.tensor([bad, 1]))
+    with pytest.raises(IndexError, match=named):
+        GpuNeighborSampler([2, -1], device="emulator").sample(g, torch.tensor([1, bad]))
 
 
 def test_bad_arguments_are_refused_with_the_fix():

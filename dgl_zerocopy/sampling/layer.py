@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from ..cuda.sampling import CSCPlan, DeferredCSC
+from ..cuda.sampling.launch import bad_seed_error
 from .graph import SamplingGraph
 
 CPU_BACKENDS = ("emulator", "reference")
@@ -96,6 +97,20 @@ def as_seeds(nodes: Any, graph: SamplingGraph, device: torch.device) -> torch.Te
         # enqueued. A pinned tensor is read in place: it must not change until the stream has run.
         return (nodes if nodes.is_pinned() else nodes.pin_memory()).to(device, non_blocking=True)
     return nodes.to(device)
+
+
+def given_seed_error(given: Any, num_nodes: int, error: IndexError) -> IndexError:
+    """The IndexError to raise for ``error``, a bad seed found while sampling the caller's ids ``given``:
+    the first of ``given`` outside ``[0, num_nodes)``, by its own value. :func:`as_seeds` turns an id
+    that the graph's id dtype cannot hold into -1 (so that it cannot wrap around into a valid id), and
+    the kernels then name that -1. ``error`` itself when none of ``given`` is bad (an error path: the
+    host reads the ids)."""
+    ids = torch.from_numpy(np.asarray(given)) if not isinstance(given, torch.Tensor) else given
+    ids = ids.reshape(-1).cpu().to(torch.int64)
+    bad = ((ids < 0) | (ids >= num_nodes)).nonzero()
+    if len(bad) == 0:
+        return error
+    return bad_seed_error(int(ids[bad[0, 0]]), num_nodes)
 
 
 def check_placement(graph: SamplingGraph, backend: str, device: torch.device) -> None:

@@ -34,7 +34,18 @@ from ..loading.blocks import EID, NID, DeviceBlock
 from ..store.transfer import to_device
 from . import relabel
 from .graph import SamplingGraph, check_homogeneous, release, shared_graph
-from .layer import as_seeds, check_fanout, check_placement, check_seed, draw_seed, plan_every_edge, resolve_device, sample_layer, sample_layer_deferred
+from .layer import (
+    as_seeds,
+    check_fanout,
+    check_placement,
+    check_seed,
+    draw_seed,
+    given_seed_error,
+    plan_every_edge,
+    resolve_device,
+    sample_layer,
+    sample_layer_deferred,
+)
 from .lazy import LazyData
 from .relabel import relabel_deferred
 
@@ -70,7 +81,10 @@ def sample_neighbors(
         graph, data = shared_graph(g, "host" if backend != "cuda" else "pinned", run_on, hold=True), g
     check_placement(graph, backend, run_on)
     seeds = as_seeds(nodes, graph, run_on)
-    picks = sample_layer(graph, seeds, fanout, bool(replace), key, backend)
+    try:
+        picks = sample_layer(graph, seeds, fanout, bool(replace), key, backend)
+    except IndexError as error:
+        raise given_seed_error(nodes, graph.num_nodes, error) from None
     num_picks = picks.src.numel()
     dst = torch.repeat_interleave(seeds, picks.indptr[1:] - picks.indptr[:-1], output_size=num_picks)
     eids = graph.edge_ids(picks.pos).cpu()
@@ -170,7 +184,7 @@ class GpuNeighborSampler:
         if isinstance(seeds, Mapping):
             raise ValueError("seeds per node type (a dict) are for heterographs; GpuNeighborSampler samples homogeneous graphs: pass one tensor")
         graph = self._graph_for(g)
-        seeds = as_seeds(seeds, graph, self.device)
+        given, seeds = seeds, as_seeds(seeds, graph, self.device)
         # One RNG key per layer, drawn before any sampling, output layer first (the order DGL samples in).
         keys = [draw_seed() for _ in self.fanouts]
         fanouts = list(reversed(self.fanouts))
@@ -189,8 +203,8 @@ class GpuNeighborSampler:
                 next_plan = plan_every_edge(graph, nodes, count, self.backend)
                 sizes.append(next_plan.out_indptr[-1:])
             num_src, num_edges, bad, *next_total = relabel.read_sizes(torch.cat(sizes))  # the layer's one host read
-            if bad >= 0:
-                raise bad_seed_error(int(dst[bad]), graph.num_nodes)
+            if bad >= 0:  # only the caller's seeds (layer 0's destinations) can be bad
+                raise given_seed_error(given, graph.num_nodes, bad_seed_error(int(dst[bad]), graph.num_nodes))
             picked = picks.trimmed(num_edges)
             nodes = nodes[:num_src]
             block = DeviceBlock(picked.indptr.to(graph.idtype), local[:num_edges].to(graph.idtype), num_src, {NID: nodes}, {NID: dst})
