@@ -111,7 +111,7 @@ def test_bad_node_ids_fail_at_construction(indices, match):
         DataLoader(g, indices, dgl.dataloading.NeighborSampler([2]))
 
 
-def test_edge_ids_are_checked_as_edges_and_types_by_name():
+def test_edge_ids_are_checked_as_edges_and_types_by_name(tmp_path):
     g, h = homogeneous(torch.int64), hetero(torch.int64)
     edges = dgl.dataloading.as_edge_prediction_sampler(dgl.dataloading.NeighborSampler([2]))
     DataLoader(g, torch.tensor([g.num_nodes(), g.num_edges() - 1]), edges)  # edge ids beyond the node count are fine
@@ -126,14 +126,7 @@ def test_edge_ids_are_checked_as_edges_and_types_by_name():
     with pytest.raises(TypeError, match="give indices as a dict"):
         DataLoader(h, torch.tensor([0]), dgl.dataloading.NeighborSampler([2]))
     with pytest.raises(IndexError, match="partition 6, outside the sampler's 6 partitions"):
-        DataLoader(g, torch.tensor([6]), cluster_gcn(torch.int64, _TmpPath())[2])
-
-
-class _TmpPath:
-    def __truediv__(self, name):
-        import tempfile
-
-        return os.path.join(tempfile.mkdtemp(prefix="dgl-zerocopy-cluster-"), name)
+        DataLoader(g, torch.tensor([6]), cluster_gcn(torch.int64, tmp_path)[2])
 
 
 def test_data_indexed_on_the_host_is_said_once(caplog):
