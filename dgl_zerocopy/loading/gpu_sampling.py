@@ -8,7 +8,11 @@ and ``output_device`` changes nothing the loop sees (DGL's loader, too, puts eac
 ``device``). What the GPU sampler cannot do is refused at construction, each error naming the option
 and the fix (``use_uva=False``: sampling on the CPU): weighted picks (``prob=``/``mask=``),
 ``edge_dir="out"``, heterographs and fanouts per edge type, other samplers (edge prediction with its
-``exclude``, subgraph samplers, a subclass of one's own) and ``num_workers > 0``. The blocks are
+``exclude``, subgraph samplers, a subclass of one's own) and ``num_workers > 0``. Our
+:class:`~dgl_zerocopy.sampling.SnapshotSampler` maps onto
+:class:`~dgl_zerocopy.sampling.GpuSnapshotSampler` (``fanouts``, ``snapshot_size``, ``refresh``): its
+snapshot lives in device memory, built and refreshed from the full CSC (placed as below) by the
+loader's epoch hook (:meth:`DeviceSampling.on_epoch_start`), so that a batch reads no PCIe. The blocks are
 DeviceBlocks, or with ``blocks="dgl"`` DGL blocks made from them on the same device (a CUDA build of
 DGL on a GPU; the loader refuses ``blocks="dgl"`` on a GPU with a CPU-only DGL).
 
@@ -85,18 +89,22 @@ def check_cuda(device: Any) -> None:
 
 class DeviceSampling:
     """The loader's GPU sampling over ``graph`` (a homogeneous DGL graph on the CPU) with DGL's
-    ``sampler`` (a ``NeighborSampler``), onto ``device``; ``placement``: ``"pinned"`` or ``"device"``.
-    Raises ValueError (naming the option and the fix) for what it cannot sample."""
+    ``sampler`` (a ``NeighborSampler``) or a :class:`~dgl_zerocopy.sampling.SnapshotSampler`, onto
+    ``device``; ``placement``: ``"pinned"`` or ``"device"``. Raises ValueError (naming the option and
+    the fix) for what it cannot sample."""
 
     def __init__(self, graph: Any, sampler: Any, device: torch.device, placement: str, num_workers: int, blocks: str) -> None:
-        from ..sampling import GpuNeighborSampler
+        from ..sampling import GpuNeighborSampler, GpuSnapshotSampler
 
-        _check(graph, sampler, device, placement, num_workers)
+        self.snapshot = _check(graph, sampler, device, placement, num_workers)
         if device.type == "cuda":
             where, self.placement = device, placement
         else:
             where, self.placement = stand_in(), "host"
-        self.sampler = GpuNeighborSampler(list(sampler.fanouts), replace=bool(sampler.replace), device=where, placement=placement)
+        if self.snapshot:  # the snapshot in device memory, built and refreshed by on_epoch_start
+            self.sampler = GpuSnapshotSampler(sampler.fanouts, sampler.snapshot_size, sampler.refresh, device=where, placement=placement)
+        else:
+            self.sampler = GpuNeighborSampler(list(sampler.fanouts), replace=bool(sampler.replace), device=where, placement=placement)
         self.source, self.device, self.blocks = graph, device, blocks
         self.edge_features = _names(sampler.prefetch_edge_feats)
         self.ntype, self.etype = graph.ntypes[0], graph.canonical_etypes[0]
@@ -113,11 +121,21 @@ class DeviceSampling:
         then shared), unless held already. Called on the consumer's thread, before a worker starts."""
         from ..sampling import shared_graph
 
+        if self.snapshot:
+            return  # the snapshot sampler takes the full CSC when on_epoch_start builds its snapshot
         with self._lock:
             if self._graph is None or self._graph.closed:
                 # A "device" copy is made here, on the current stream, by a blocking copy: complete
                 # before any side stream reads it.
                 self._graph = shared_graph(self.source, self.placement, self.device if self.placement != "host" else None)
+
+    def on_epoch_start(self, graph: Any) -> None:
+        """The loader's epoch hook, on the consumer's thread and stream, after the previous epoch's
+        worker stopped: the snapshot sampler builds its snapshot in device memory, or refreshes it
+        (ordered on the device against the batches still running on the side stream:
+        :class:`~dgl_zerocopy.sampling.snapshot_gpu.StreamOrder`). Nothing for a NeighborSampler."""
+        if self.snapshot:
+            self.sampler.on_epoch_start(graph)
 
     def sample(self, seeds: torch.Tensor, features: list[str], labels: list[str]) -> tuple[tuple, list[Need], list[torch.Tensor]]:
         """One batch on the current stream: ``(output, needs, pending)``: ``output`` is DGL's
@@ -125,8 +143,8 @@ class DeviceSampling:
         input nodes, the ``labels`` at the output nodes and the edge features at each block's edge ids
         (which computes them), each to serve unchecked; ``pending``: the tensors the blocks' pending
         data will read (:func:`pending_inputs`)."""
-        graph = self._graph
-        if graph is None or graph.closed:
+        graph = self.source if self.snapshot else self._graph
+        if graph is None or (not self.snapshot and graph.closed):
             raise RuntimeError("the DataLoader's GPU sampling was closed; iterate the loader again to take the graph again")
         input_nodes, output_nodes, blocks = self.sampler.sample_blocks(graph, seeds)
         dst_frame = 0
@@ -147,6 +165,9 @@ class DeviceSampling:
         caller makes sure no worker samples any more. :meth:`open` takes it again."""
         from ..sampling import release
 
+        if self.snapshot:
+            self.sampler.close()  # frees the device snapshot; the next epoch builds a new one
+            return
         with self._lock:
             graph, self._graph = self._graph, None
         if graph is not None:
@@ -187,24 +208,37 @@ def _names(names: Any) -> list[str]:
     return list(names or [])
 
 
-def _check(graph: Any, sampler: Any, device: torch.device, placement: str, num_workers: int) -> None:
+def _check(graph: Any, sampler: Any, device: torch.device, placement: str, num_workers: int) -> bool:
+    """Raise ValueError for what GPU sampling cannot do; returns whether ``sampler`` is a SnapshotSampler."""
     from dgl.dataloading import NeighborSampler
+
+    from ..sampling import SnapshotSampler
 
     if placement not in GRAPH_PLACEMENTS:
         raise ValueError(f"graph_placement must be 'pinned' (the CSC pinned in place) or 'device' (a copy in GPU memory), but got {placement!r}")
     if device.type != "cuda" and stand_in() is None:
         raise ValueError(f"use_uva=True samples on the GPU and puts the batches there, but device is {str(device)!r}; pass device='cuda', or {_FIX}")
-    if not isinstance(sampler, NeighborSampler) or not is_dgl_sampler(sampler):
+    snapshot = type(sampler) is SnapshotSampler
+    if not snapshot and (not isinstance(sampler, NeighborSampler) or not is_dgl_sampler(sampler)):
         raise ValueError(
-            f"use_uva=True samples on the GPU with dgl.dataloading.NeighborSampler's arguments, but the sampler is {type(sampler).__name__} "
-            f"(edge prediction with exclude=, subgraph samplers and samplers of one's own sample on the CPU); {_FIX}"
+            f"use_uva=True samples on the GPU with dgl.dataloading.NeighborSampler's arguments or dgl_zerocopy's SnapshotSampler, but the sampler "
+            f"is {type(sampler).__name__} (edge prediction with exclude=, subgraph samplers and samplers of one's own sample on the CPU); {_FIX}"
         )
+    if snapshot:
+        _check_graph_and_workers(graph, sampler, num_workers)
+        return True
     if sampler.prob is not None:
         raise ValueError(f"use_uva=True picks neighbours uniformly, but the NeighborSampler weights them (prob=/mask={sampler.prob!r}); {_FIX}")
     if sampler.edge_dir != "in":
         raise ValueError(
             f"use_uva=True samples in-edges, but the NeighborSampler has edge_dir={sampler.edge_dir!r}; reverse the graph (dgl.reverse), or {_FIX}"
         )
+    _check_graph_and_workers(graph, sampler, num_workers)
+    # blocks="dgl" is converted from the DeviceBlocks; on a GPU with a CPU-only DGL the loader refused it already.
+    return False
+
+
+def _check_graph_and_workers(graph: Any, sampler: Any, num_workers: int) -> None:
     if len(graph.ntypes) != 1 or len(graph.canonical_etypes) != 1 or any(isinstance(f, Mapping) for f in sampler.fanouts):
         raise ValueError(
             f"use_uva=True samples graphs of one node and one edge type with one fanout per layer, but this graph has node types "
@@ -212,4 +246,3 @@ def _check(graph: Any, sampler: Any, device: torch.device, placement: str, num_w
         )
     if num_workers:
         raise ValueError(f"use_uva=True samples on the GPU in the loader's own thread, so num_workers must be 0, but got {num_workers}")
-    # blocks="dgl" is converted from the DeviceBlocks; on a GPU with a CPU-only DGL the loader refused it already.

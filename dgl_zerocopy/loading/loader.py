@@ -31,9 +31,10 @@ only node and edge ids of the graph, so the gathers skip the range check; the ma
 of one's own are range-checked.
 
 ``use_uva=True`` samples on the GPU (:mod:`.gpu_sampling`): DGL's ``NeighborSampler`` becomes our
-``GpuNeighborSampler`` over the graph's CSC pinned in place (or in device memory), each batch is
-sampled on the side stream inside its slot's fill, and the sampled ids feed the gathers on the
-device, unchecked.
+``GpuNeighborSampler`` over the graph's CSC pinned in place (or in device memory), a
+``SnapshotSampler`` our ``GpuSnapshotSampler`` (its snapshot in device memory, refreshed from that
+CSC at each epoch's start); each batch is sampled on the side stream inside its slot's fill, and
+the sampled ids feed the gathers on the device, unchecked.
 """
 
 from __future__ import annotations
@@ -93,10 +94,10 @@ class DataLoader:
     default: ``"device"`` exactly then), ``timer``, ``store_options`` (keyword arguments for the
     FeatureStores the loader makes).
 
-    ``use_uva=True`` samples on the GPU (:mod:`.gpu_sampling`: DGL's ``NeighborSampler`` only, on a
-    homogeneous graph; blocks as DeviceBlocks; RuntimeError without CUDA), the graph's CSC placed by
-    ``graph_placement`` (keyword-only: ``"pinned"``, in place, or ``"device"``, a copy in GPU memory),
-    held until :meth:`close`.
+    ``use_uva=True`` samples on the GPU (:mod:`.gpu_sampling`: DGL's ``NeighborSampler``, or our
+    ``SnapshotSampler`` with its snapshot in device memory, on a homogeneous graph; RuntimeError
+    without CUDA), the graph's CSC placed by ``graph_placement`` (keyword-only: ``"pinned"``, in
+    place, or ``"device"``, a copy in GPU memory), held until :meth:`close`.
     """
 
     def __init__(
@@ -243,9 +244,11 @@ class DataLoader:
         if self._device_sampling is not None:
             self._device_sampling.open()  # taken again after close()
         # Epoch hook (issue 24): a sampler with per-epoch state (SnapshotSampler) updates it here,
-        # after the previous epoch's sampling stopped and before this epoch's workers start.
-        if callable(getattr(self.graph_sampler, "on_epoch_start", None)):
-            self.graph_sampler.on_epoch_start(self.graph)
+        # after the previous epoch's sampling stopped and before this epoch's workers start; with
+        # use_uva=True the GPU sampler does (its snapshot in device memory), never the CPU one.
+        hook = self._device_sampling if self._device_sampling is not None else self.graph_sampler
+        if callable(getattr(hook, "on_epoch_start", None)):
+            hook.on_epoch_start(self.graph)
         positions = self._order.next_epoch(self.epoch)  # shuffled here, where DGL's loader shuffles
         self.epoch += 1
         if self._worker_kwargs.get("num_workers", 0) > 0:

@@ -9,7 +9,9 @@
 - :mod:`.neighbor`: :func:`sample_neighbors` (one layer, a DGL frontier) and
   :class:`GpuNeighborSampler` (DGL's ``NeighborSampler`` arguments, :class:`DeviceBlock` output).
 - :mod:`.snapshot`: :class:`SnapshotSampler`, a DGL block sampler over a cached, partly refreshed
-  sample of each node's in-edges (:mod:`.snapshot_csc`: its compact CSC and draws).
+  sample of each node's in-edges (:mod:`.snapshot_csc`: its compact CSC and draws);
+  :mod:`.snapshot_gpu`: :class:`GpuSnapshotSampler`, the same snapshot in device memory, sampled and
+  refreshed with the kernels (what ``use_uva=True`` makes of a SnapshotSampler).
 
 This layer sits beside ``loading`` (it imports the kernel layer, the store and ``loading.blocks``).
 """
@@ -17,5 +19,6 @@ This layer sits beside ``loading`` (it imports the kernel layer, the store and `
 from .graph import SamplingGraph, release, shared_graph
 from .neighbor import GpuNeighborSampler, sample_neighbors
 from .snapshot import SnapshotSampler
+from .snapshot_gpu import GpuSnapshotSampler
 
-__all__ = ["GpuNeighborSampler", "SamplingGraph", "SnapshotSampler", "release", "sample_neighbors", "shared_graph"]
+__all__ = ["GpuNeighborSampler", "GpuSnapshotSampler", "SamplingGraph", "SnapshotSampler", "release", "sample_neighbors", "shared_graph"]

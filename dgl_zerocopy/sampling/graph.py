@@ -9,6 +9,9 @@ Placements (``placement=``):
 - ``"device"``: ``indptr`` and ``indices`` copied into device memory: the upper bound, as the
   ``gpu`` feature backend is for rows.
 
+:meth:`SamplingGraph.placed` wraps a CSC already where the kernels read it (on a GPU, or on the host
+for the CPU backends), with no copy: the GPU snapshot sampler's snapshot, which it rewrites in place.
+
 The edge ids (the graph's id of each CSC position) are not read by the kernels and cross PCIe only
 when something asks for them (:meth:`SamplingGraph.edge_ids`): on a pinned graph through a zero-copy
 :class:`~dgl_zerocopy.FeatureStore` over them (pinned in place on first use), on a device graph from
@@ -59,6 +62,7 @@ class SamplingGraph:
         self.num_nodes = indptr.numel() - 1
         self.num_edges = indices.numel()
         self.idtype = indices.dtype
+        self.edge_idtype = indices.dtype  # of edge_ids(): DGL's edge ids share the node ids' dtype
         self._host = (indptr, indices)  # kept alive while pinned
         self._eids = eids if eids is not None and eids.numel() > 0 else None
         self._pins: list[PinnedRange] = []
@@ -86,6 +90,36 @@ class SamplingGraph:
         check_homogeneous(g)
         return cls(*dgl_csc(g), placement=placement, device=device)
 
+    @classmethod
+    def placed(cls, indptr: torch.Tensor, indices: torch.Tensor, eids: torch.Tensor | None = None, *, edge_idtype: torch.dtype | None = None) -> SamplingGraph:
+        """A CSC whose tensors are already where the kernels read them, used as they are (no copy, no
+        pinning): on one CUDA device (placement ``"device"``) or on the CPU (``"host"``, for the CPU
+        backends). ``eids`` (the edge id of each position, on the same device, or None) is read by
+        :meth:`edge_ids`, which returns ``edge_idtype`` (default: ``indices``' dtype). Whoever made the
+        tensors may rewrite them in place (the GPU snapshot's refresh does) and orders those writes
+        against the kernels that read them; :meth:`close` waits for the device and drops them."""
+        device = indptr.device
+        for name, t in (("indptr", indptr), ("indices", indices), ("eids", eids)):
+            if t is None:
+                continue
+            if t.dim() != 1 or t.dtype not in ID_DTYPES or not t.is_contiguous():
+                raise TypeError(f"{name} must be a contiguous 1-D int32 or int64 tensor, but got {t.dtype} of shape {tuple(t.shape)}")
+            if t.device != device:
+                raise ValueError(f"{name} is on {t.device} but indptr on {device}: a placed graph lives on one device")
+        if indptr.numel() < 1:
+            raise ValueError("indptr must hold num_nodes + 1 >= 1 offsets, but it is empty")
+        graph = cls.__new__(cls)  # nothing to place: __init__'s copies and pinning do not apply
+        graph.placement = "device" if device.type == "cuda" else "host"
+        graph.device = device
+        graph.num_nodes, graph.num_edges, graph.idtype = indptr.numel() - 1, indices.numel(), indices.dtype
+        graph.edge_idtype = edge_idtype or indices.dtype
+        graph._host = None
+        graph._eids = eids if eids is not None and eids.numel() > 0 else None
+        graph._pins, graph._lock, graph.closed = [], threading.Lock(), False
+        graph._eid_source = graph._eids if graph.placement == "device" else None
+        graph.indptr, graph.indices = indptr, indices
+        return graph
+
     # -- edge ids -----------------------------------------------------------------------------------
 
     def edge_ids(self, pos: torch.Tensor) -> torch.Tensor:
@@ -95,13 +129,13 @@ class SamplingGraph:
         if self.closed:
             raise RuntimeError("this SamplingGraph is closed; sample from an open one")
         if self._eids is None:
-            return pos.to(self.idtype)
+            return pos.to(self.edge_idtype)
         if self.placement == "host":
-            return self._eids[pos.to(self._eids.device)].to(self.idtype)
+            return self._eids[pos.to(self._eids.device)].to(self.edge_idtype)
         source = self._edge_id_source()
         if isinstance(source, torch.Tensor):
-            return source[pos].to(self.idtype)
-        return source.gather(pos, unchecked=True).view(-1).to(self.idtype)
+            return source[pos].to(self.edge_idtype)
+        return source.gather(pos, unchecked=True).view(-1).to(self.edge_idtype)
 
     def _edge_id_source(self) -> Any:
         with self._lock:

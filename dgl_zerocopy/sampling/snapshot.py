@@ -98,6 +98,23 @@ def _check_fanouts(fanouts: Any) -> list[int]:
     return checked
 
 
+def check_options(fanouts: Any, snapshot_size: Any, refresh: Any) -> tuple[list[int], int, float]:
+    """``(fanouts, snapshot_size, refresh)`` checked (ValueError naming the value) and defaulted
+    (``snapshot_size`` None: twice the largest fanout): the CPU and the GPU snapshot samplers' options."""
+    fanouts = _check_fanouts(fanouts)
+    largest = max(fanouts)
+    if snapshot_size is None:
+        snapshot_size = 2 * largest
+    if isinstance(snapshot_size, bool) or not isinstance(snapshot_size, int | np.integer) or snapshot_size < largest:
+        raise ValueError(
+            f"snapshot_size={snapshot_size!r} is below the largest fanout {largest}, or not an int: a layer cannot draw more "
+            f"in-edges than the snapshot keeps; pass snapshot_size >= {largest}, or None for 2 x the largest fanout ({2 * largest})"
+        )
+    if isinstance(refresh, bool) or not isinstance(refresh, int | float | np.floating | np.integer) or not 0.0 <= float(refresh) <= 1.0:
+        raise ValueError(f"refresh={refresh!r} must be a share in [0, 1]: the part of the snapshot redrawn per epoch (0: static, 1: a new one every epoch)")
+    return fanouts, int(snapshot_size), float(refresh)
+
+
 class SnapshotSampler(_BlockSampler):
     """DGL's ``NeighborSampler`` over a snapshot: ``sample(g, seeds)`` returns ``(input_nodes,
     output_nodes, blocks)`` as DGL's does (one DGL block per layer, the first the input layer;
@@ -141,21 +158,10 @@ class SnapshotSampler(_BlockSampler):
     ) -> None:
         if _BlockSampler is object:
             raise ModuleNotFoundError("SnapshotSampler is a DGL BlockSampler and needs DGL: pip install dgl", name="dgl")
-        self.fanouts = _check_fanouts(fanouts)
-        largest = max(self.fanouts)
-        if snapshot_size is None:
-            snapshot_size = 2 * largest
-        if isinstance(snapshot_size, bool) or not isinstance(snapshot_size, int | np.integer) or snapshot_size < largest:
-            raise ValueError(
-                f"snapshot_size={snapshot_size!r} is below the largest fanout {largest}, or not an int: a layer cannot draw more "
-                f"in-edges than the snapshot keeps; pass snapshot_size >= {largest}, or None for 2 x the largest fanout ({2 * largest})"
-            )
-        if isinstance(refresh, bool) or not isinstance(refresh, int | float | np.floating | np.integer) or not 0.0 <= float(refresh) <= 1.0:
-            raise ValueError(f"refresh={refresh!r} must be a share in [0, 1]: the part of the snapshot redrawn per epoch (0: static, 1: a new one every epoch)")
+        self.fanouts, self.snapshot_size, self.refresh = check_options(fanouts, snapshot_size, refresh)
         super().__init__(
             prefetch_node_feats=prefetch_node_feats, prefetch_labels=prefetch_labels, prefetch_edge_feats=prefetch_edge_feats, output_device=output_device
         )
-        self.snapshot_size, self.refresh = int(snapshot_size), float(refresh)
         self._snapshot: Snapshot | None = None
         self._order: RefreshOrder | None = None
         self._tables: PickTables | None = None
