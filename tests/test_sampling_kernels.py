@@ -194,19 +194,46 @@ def test_instantiations():
 # --------------------------------------------------------------------------- uniformity
 
 
-def test_picks_uniform_over_positions_chi_square():
-    """Over 4000 RNG seeds, each position of a degree-40 hub is picked equally often."""
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+def test_picks_uniform_over_positions_chi_square(backend):
+    """Over 40 RNG seeds x 100 duplicate seeds (4000 draws, both key them), each position of a
+    degree-40 hub is picked equally often."""
     stats = pytest.importorskip("scipy.stats")
-    deg, fanout, trials = 40, 6, 4000
+    deg, fanout, rng_seeds, duplicates = 40, 6, 40, 100
     indptr = torch.tensor([0, deg])
     indices = torch.arange(deg)
+    seeds = torch.zeros(duplicates, dtype=torch.int64)
     for replace in (False, True):
         hits = np.zeros(deg, dtype=np.int64)
-        for s in range(trials):
-            result = sample_csc(indptr, indices, torch.tensor([0]), fanout, replace=replace, seed=s, backend="reference")
-            np.add.at(hits, result.pos.numpy(), 1)
-        assert hits.sum() == trials * fanout
+        for s in range(rng_seeds):
+            result = sample_csc(indptr, indices, seeds, fanout, replace=replace, seed=s, backend=backend)
+            hits += np.bincount(result.pos.numpy(), minlength=deg)
+        assert hits.sum() == rng_seeds * duplicates * fanout
         assert stats.chisquare(hits).pvalue > 1e-4, (replace, hits)
+
+
+@pytest.mark.parametrize("backend", CPU_BACKENDS)
+@pytest.mark.parametrize("replace", [False, True])
+def test_picks_uniform_over_positions_of_a_large_hub_chi_square(backend, replace):
+    """A hub of 10^6 in-edges (int32 CSC), 20,000 duplicate seeds (each drawn independently), fanout
+    10: 200,000 picks, binned two ways, each bin expecting 2,000. By range (100 bins of 10^4 positions:
+    the draw's high bits, a skew toward either end) and by residue mod 100 (its low bits, a bias of the
+    range reduction). RNG seed fixed, so deterministic; p > 1e-6 (99 degrees of freedom: a chi-square
+    statistic above about 181)."""
+    stats = pytest.importorskip("scipy.stats")
+    deg, fanout, trials, bins, first = 1_000_000, 10, 20_000, 100, 3
+    indptr = torch.tensor([0, first, first + deg], dtype=torch.int32)
+    indices = torch.arange(first + deg, dtype=torch.int32)
+    seeds = torch.ones(trials, dtype=torch.int32)
+    result = sample_csc(indptr, indices, seeds, fanout, replace=replace, seed=2024, backend=backend)
+    offsets = result.pos.numpy() - first
+    assert len(offsets) == trials * fanout and offsets.min() >= 0 and offsets.max() < deg
+    if not replace:  # no position twice within a seed's picks
+        assert (np.diff(np.sort(offsets.reshape(trials, fanout), axis=1), axis=1) > 0).all()
+    for name, binned in (("range", offsets * bins // deg), ("residue", offsets % bins)):
+        counts = np.bincount(binned, minlength=bins)
+        assert counts.sum() == trials * fanout
+        assert stats.chisquare(counts).pvalue > 1e-6, (name, counts.min(), counts.max())
 
 
 def test_subsets_uniform_without_replacement():
