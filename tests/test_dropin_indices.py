@@ -9,6 +9,9 @@ from __future__ import annotations
 import logging
 import os
 import socket
+import time
+from collections.abc import Mapping
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -16,7 +19,24 @@ import torch
 
 dgl = pytest.importorskip("dgl")
 
-from test_dropin_uses import assert_same, cluster_gcn, hetero, homogeneous, ids, node_classification, seed_all  # noqa: E402
+from conftest import requires_cuda  # noqa: E402
+from test_dropin_uses import (  # noqa: E402
+    IDTYPES,
+    USES,
+    _LeafSampler,
+    assert_both_fail_on_int32,
+    assert_same,
+    cluster_gcn,
+    hetero,
+    hetero_node_classification,
+    homogeneous,
+    ids,
+    link_prediction_reverse_id,
+    node_classification,
+    run_both,
+    saint,
+    seed_all,
+)
 
 from dgl_zerocopy import DataLoader  # noqa: E402
 from dgl_zerocopy.loading import dgl_options  # noqa: E402
@@ -140,6 +160,67 @@ def test_data_indexed_on_the_host_is_said_once(caplog):
     assert len(said) == 1, [r.getMessage() for r in caplog.records]
 
 
+def test_lazy_feature_leaves_served_by_indexing_are_said_once(caplog):
+    """A sampler's LazyFeature leaves come from attach_data by indexing (no FeatureStore): said once
+    through logging for two loaders, and the batches are DGL's loader's."""
+    graph = homogeneous(torch.int64)
+    score = torch.randn(graph.num_nodes(), 2)
+    theirs_loader = dgl.dataloading.DataLoader(graph, ids(50, torch.int64), _LeafSampler(), batch_size=16, shuffle=True)
+    theirs_loader.attach_data("score", score)
+    seed_all(0)
+    theirs = [tuple(batch) for batch in theirs_loader]
+    with caplog.at_level(logging.INFO, logger="dgl_zerocopy.loading"):
+        for _ in range(2):
+            ours_loader = DataLoader(graph, ids(50, torch.int64), _LeafSampler(), batch_size=16, shuffle=True, prefetch=0)
+            ours_loader.attach_data("score", score)
+            seed_all(0)
+            assert_same([(i.clone(), {"score": d["score"].clone()}) for i, d in ours_loader], theirs)
+    said = [r.getMessage() for r in caplog.records if "LazyFeature leaves 'score'" in r.getMessage() and "by indexing" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
+
+
+def test_a_graph_dgl_cannot_move_is_said_once(caplog):
+    """PyPI's DGL (a CPU build) cannot move a graph to CUDA: a subgraph sampler's graph stays on the
+    CPU, said once through logging. collate.move as the loader calls it for a CUDA device, here on
+    the CPU (nothing in a lone graph is moved: the loader on a GPU is the gpu test below)."""
+    from dgl_zerocopy.loading.collate import move
+
+    graph = homogeneous(torch.int64)
+    subgraph = dgl.node_subgraph(graph, torch.arange(10))
+    with caplog.at_level(logging.INFO, logger="dgl_zerocopy.loading"):
+        for _ in range(2):
+            output, graphs = move(subgraph, torch.device("cuda"), False, False, [])
+            assert output is subgraph and graphs == [subgraph]
+    said = [r.getMessage() for r in caplog.records if "stays on the CPU" in r.getMessage()]
+    assert len(said) == 1 and "a graph of the sampler's output" in said[0], [r.getMessage() for r in caplog.records]
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_a_subgraph_left_on_the_cpu_has_dgls_data_on_the_gpu(caplog, tmp_path):
+    """The loader on a CUDA device with a CPU build of DGL: ClusterGCN's subgraphs stay on the CPU
+    (said once), the same as DGL's loader's on the CPU, their marked data gathered onto the GPU."""
+    if dgl_options.dgl_has_cuda():
+        pytest.skip("a CUDA build of DGL moves the graph")
+    graph, indices, sampler, kw = cluster_gcn(torch.int64, tmp_path)
+    theirs = list(dgl.dataloading.DataLoader(graph, indices, sampler, **kw))
+    with caplog.at_level(logging.INFO, logger="dgl_zerocopy.loading"):
+        count = 0
+        for ours in DataLoader(graph, indices, sampler, device="cuda", prefetch=0, **kw):
+            dgls = theirs[count]
+            assert ours.device == torch.device("cpu") and ours.ndata["feat"].is_cuda
+            assert_same(ours.edges(form="all", order="eid"), dgls.edges(form="all", order="eid"), f"batch {count} edges")
+            for view in ("ndata", "edata"):
+                mine, reference = getattr(ours, view), getattr(dgls, view)
+                assert sorted(mine.keys()) == sorted(reference.keys()), view
+                for key in reference.keys():
+                    assert_same(mine[key].cpu(), reference[key], f"batch {count} {view}[{key!r}]")
+            count += 1
+    assert count == len(theirs) > 1
+    said = [r.getMessage() for r in caplog.records if "stays on the CPU" in r.getMessage()]
+    assert len(said) == 1, [r.getMessage() for r in caplog.records]
+
+
 def test_a_missing_name_fails_at_construction_naming_its_type():
     h = hetero(torch.int64)
     with pytest.raises(KeyError, match="'label'.*node type 'item'"):
@@ -205,7 +286,16 @@ def test_dgl_names_the_loader_relies_on_exist():
     assert callable(dgl.dataloading.dataloader.DDPTensorizedDataset)  # the reference of the split tests
 
 
-# -- a real 2-rank DDP run ------------------------------------------------------------------------
+# -- a real 2-rank DDP run: every use, drop_last on and off, on 127.0.0.1 ------------------------------
+
+# Also run with num_workers=2, drop_last off (DGL's padding) or on: (use, drop_last). A few, as each
+# case forks 2 processes per loader and epoch (about 3 s on 2 cores).
+DDP_WORKER_CASES = {(node_classification, False), (hetero_node_classification, False), (link_prediction_reverse_id, True), (saint, True)}
+
+
+def _ddp_cases():
+    """(use, drop_last, num_workers) for every use of tests/test_dropin_uses.py."""
+    return [(u, d, w) for u in USES for d in (False, True) for w in ((0, 2) if (u, d) in DDP_WORKER_CASES else (0,))]
 
 
 def _free_port() -> int:
@@ -214,53 +304,89 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _ddp_rank(rank: int, world: int, port: int, drop_last: bool, out: str) -> None:
+def _odd(indices):
+    """``indices`` less their last id where their count is even: an odd count does not split evenly
+    over 2 ranks (nor into whole batches), so DGL pads the last rank's share from its start
+    (drop_last off) or drops an id (on), and the last batch of a share is a partial one."""
+    if isinstance(indices, Mapping):
+        last = list(indices)[-1]
+        return indices if sum(len(v) for v in indices.values()) % 2 else {**indices, last: indices[last][:-1]}
+    return indices if len(indices) % 2 else indices[:-1]
+
+
+def _ddp_case(use, idtype, drop_last: bool, workers: int, tmp_path: Path) -> tuple[str, int]:
+    graph, indices, sampler, kw = use(idtype, tmp_path)
+    indices = _odd(indices)
+    kw = {"batch_size": 16, "shuffle": True, **kw, "drop_last": drop_last, "use_ddp": True}
+    if workers:
+        # A process started by spawn (each rank here, as torch.multiprocessing.spawn starts ranks)
+        # inherits spawn as its start method, so torch's DataLoader spawns its workers too: DGL's
+        # generator is then seeded afresh in each, not from the rank's dgl.seed, and DGL's own
+        # loader does not even repeat itself. Forked, each worker has the rank's DGL state, as
+        # without DDP, and both loaders draw the same samples.
+        kw.update(num_workers=workers, timeout=60, multiprocessing_context="fork")
+    if use is cluster_gcn and idtype == torch.int32:
+        assert_both_fail_on_int32(graph, indices, sampler, kw, prefetch=0)
+        return "both raised", 0
+    return "compared", run_both(graph, indices, sampler, dgl_kw=kw, prefetch=2 if workers else 0)
+
+
+def _ddp_rank(rank: int, world: int, port: int, idtype: torch.dtype, tmp: str, out: str) -> None:
+    """One rank: each use of tests/test_dropin_uses.py with drop_last off and on (and num_workers=2
+    for DDP_WORKER_CASES), our batches against DGL's loader's; every case runs, its outcome saved."""
+    import datetime
+    import traceback
+
     import torch.distributed as dist
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=__import__("datetime").timedelta(seconds=60))
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=60))
+    results = {}
+    own = Path(tmp) / f"rank{rank}"  # the ClusterGCN sampler's cache, one per rank
+    own.mkdir()
     try:
         dgl.utils.set_num_threads(1)
-        graph, indices, sampler, _ = node_classification(torch.int64, None)
-        kw = {"batch_size": 16, "shuffle": True, "drop_last": drop_last, "use_ddp": True}
-        theirs_loader = dgl.dataloading.DataLoader(graph, indices, sampler, device="cpu", **kw)
-        ours_loader = DataLoader(graph, indices, sampler, prefetch=0, **kw)
-        seen = []
-        for epoch in range(2):
-            seed_all(epoch)
-            theirs = list(theirs_loader)
-            seed_all(epoch)
-            count = 0
-            for batch in ours_loader:
-                assert_same(batch, theirs[count], f"rank {rank} epoch {epoch} batch {count}")
-                seen.append(batch[1].tolist())
-                count += 1
-            assert count == len(theirs) == len(ours_loader)
-        torch.save(seen, out)
+        for use, drop_last, workers in _ddp_cases():
+            case = f"{use.__name__} drop_last={drop_last} num_workers={workers}"
+            try:
+                results[case] = _ddp_case(use, idtype, drop_last, workers, own)
+            except Exception:  # every case runs; the test names each that failed
+                results[case] = ("failed", traceback.format_exc(limit=-3))
     finally:
+        torch.save(results, out)
         dist.destroy_process_group()
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("drop_last", [False, True])
-def test_two_gloo_ranks_get_dgls_batches(tmp_path, drop_last):
+@pytest.mark.parametrize("idtype", IDTYPES, ids=["int64", "int32"])
+def test_two_gloo_ranks_get_dgls_batches(tmp_path, idtype):
+    """A real DDP run of 2 gloo ranks (one spawn per id dtype): in each rank, each use's batches
+    against DGL's loader's, epoch by epoch from the same seed, an odd count of indices (DGL's padding)."""
     import torch.multiprocessing as mp
 
     port = _free_port()
     context = mp.get_context("spawn")
     outs = [str(tmp_path / f"rank{r}.pt") for r in range(2)]
-    procs = [context.Process(target=_ddp_rank, args=(r, 2, port, drop_last, outs[r]), daemon=True) for r in range(2)]
+    # Not daemonic: a rank starts its loaders' worker processes (killed below if it outlives the test).
+    procs = [context.Process(target=_ddp_rank, args=(r, 2, port, idtype, str(tmp_path), outs[r])) for r in range(2)]
     for p in procs:
         p.start()
     try:
+        deadline = time.monotonic() + 300
         for p in procs:
-            p.join(120)
-            assert p.exitcode == 0, f"rank exited with {p.exitcode}"
+            p.join(max(1.0, deadline - time.monotonic()))
+        assert [p.exitcode for p in procs] == [0, 0], "a rank failed or ran past 300 s"
     finally:
         for p in procs:
             if p.is_alive():
                 p.kill()
-    seen = [torch.load(out) for out in outs]
-    counts = [sum(len(b) for b in rank_batches) for rank_batches in seen]
-    assert counts[0] == counts[1] > 0, "as many seeds on each rank"
-    mine = [{i for b in rank_batches for i in b} for rank_batches in seen]
-    assert not mine[0] & mine[1], "each rank keeps its own chunk of the seeds (90 of them: no padding)"
+                p.join(10)
+    results = [torch.load(out) for out in outs]
+    cases = [f"{u.__name__} drop_last={d} num_workers={w}" for u, d, w in _ddp_cases()]
+    for rank, outcome in enumerate(results):
+        assert list(outcome) == cases, f"rank {rank} ran {list(outcome)}"
+        failed = {case: text for case, (kind, text) in outcome.items() if kind == "failed"}
+        assert not failed, f"rank {rank}:\n" + "\n".join(f"{case}: {text}" for case, text in failed.items())
+        for case, (kind, compared) in outcome.items():
+            int32_cluster = case.startswith("cluster_gcn") and idtype == torch.int32
+            assert (kind, compared > 0) == (("both raised", False) if int32_cluster else ("compared", True)), f"rank {rank} {case}: {kind} {compared}"
+    assert results[0] == results[1], "as many batches on each rank (DGL pads the shorter share)"

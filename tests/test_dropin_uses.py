@@ -283,6 +283,14 @@ def run_both(graph, indices, sampler, epochs=2, dgl_kw=None, **ours_kw):
     return compared
 
 
+def assert_both_fail_on_int32(graph, indices, sampler, dgl_kw, **ours_kw):
+    """DGL's ClusterGCNSampler builds int64 node ids: on an int32 graph it fails inside DGL, in
+    DGL's loader and in ours alike (in the worker processes too, the error re-raised by torch)."""
+    for loader in (dgl.dataloading.DataLoader(graph, indices, sampler, **dgl_kw), DataLoader(graph, indices, sampler, **dgl_kw, **ours_kw)):
+        with pytest.raises(dgl.DGLError, match="to have data type torch.int32"):
+            next(iter(loader))
+
+
 # -- the tests -----------------------------------------------------------------------------------
 
 
@@ -290,25 +298,73 @@ def run_both(graph, indices, sampler, epochs=2, dgl_kw=None, **ours_kw):
 @pytest.mark.parametrize("use", USES, ids=[u.__name__ for u in USES])
 def test_batches_equal_dgls(use, idtype, tmp_path):
     graph, indices, sampler, kw = use(idtype, tmp_path)
-    if use is cluster_gcn and idtype == torch.int32:  # DGL's sampler builds int64 node ids: it fails on int32 graphs, in both loaders
-        for loader in (dgl.dataloading.DataLoader(graph, indices, sampler), DataLoader(graph, indices, sampler, prefetch=0)):
-            with pytest.raises(dgl.DGLError, match="to have data type torch.int32"):
-                next(iter(loader))
+    if use is cluster_gcn and idtype == torch.int32:
+        assert_both_fail_on_int32(graph, indices, sampler, {}, prefetch=0)
         return
     assert run_both(graph, indices, sampler, dgl_kw=kw, prefetch=0) > 1
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("idtype", IDTYPES, ids=["int64", "int32"])
 @pytest.mark.parametrize("use", USES, ids=[u.__name__ for u in USES])
-def test_batches_equal_dgls_with_worker_processes(use, tmp_path):
+def test_batches_equal_dgls_with_worker_processes(use, idtype, tmp_path):
     """DGL splits an epoch's batches among the processes and torch takes one from each in turn:
     the same order and the same samples here (each process forked with DGL's random state)."""
-    graph, indices, sampler, kw = use(torch.int64, tmp_path)
+    graph, indices, sampler, kw = use(idtype, tmp_path)
+    workers = {"num_workers": 2, "timeout": 60}
     dgl.utils.set_num_threads(DGL_THREADS)  # the processes run DGL with one thread themselves, as DGL's do
     try:
-        assert run_both(graph, indices, sampler, dgl_kw={**kw, "num_workers": 2, "timeout": 60}, prefetch=2) > 1
+        if use is cluster_gcn and idtype == torch.int32:
+            assert_both_fail_on_int32(graph, indices, sampler, workers, prefetch=2)
+            return
+        assert run_both(graph, indices, sampler, dgl_kw={**kw, **workers}, prefetch=2) > 1
     finally:
         dgl.utils.set_num_threads(1)
+
+
+def _reseed_dgl(worker_id: int) -> None:
+    """A worker_init_fn as DGL scripts write them: each process's DGL generator seeded apart."""
+    dgl.seed(1000 + worker_id)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("idtype", IDTYPES, ids=["int64", "int32"])
+@pytest.mark.parametrize("use", [node_classification, link_prediction_reverse_id, hetero_node_classification, saint], ids=lambda u: u.__name__)
+def test_batches_equal_dgls_with_a_worker_init_fn(use, idtype, tmp_path):
+    """worker_init_fn runs in each sampling process after DGL's own set-up, as in DGL's loader:
+    re-seeded there, the processes draw DGL's samples (not those of the state they were forked with)."""
+    graph, indices, sampler, kw = use(idtype, tmp_path)
+    workers = {**kw, "num_workers": 2, "timeout": 60, "worker_init_fn": _reseed_dgl}
+    dgl.utils.set_num_threads(DGL_THREADS)
+    try:
+        assert run_both(graph, indices, sampler, dgl_kw=workers, prefetch=2) > 1
+    finally:
+        dgl.utils.set_num_threads(1)
+
+
+def _exclude_reverse_pairs(seed_edges: torch.Tensor) -> torch.Tensor:
+    """A callable ``exclude``: the batch's edges and their reverses (homogeneous()'s edge e has e + m, mod 2m)."""
+    half = 900  # homogeneous()'s m
+    return torch.cat([seed_edges, (seed_edges + half) % (2 * half)])
+
+
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)], ids=["num_workers=0", "num_workers=2"])
+@pytest.mark.parametrize("idtype", IDTYPES, ids=["int64", "int32"])
+def test_batches_equal_dgls_with_a_callable_exclude(idtype, workers):
+    graph = homogeneous(idtype)
+    assert graph.num_edges() == 2 * 900
+    base = dgl.dataloading.NeighborSampler([3, 2], prefetch_node_feats=["feat"], prefetch_edge_feats=["ef"])
+    sampler = dgl.dataloading.as_edge_prediction_sampler(base, exclude=_exclude_reverse_pairs, negative_sampler=dgl.dataloading.negative_sampler.Uniform(1))
+    indices = ids(900, idtype, 11)
+    kw = {"num_workers": 2, "timeout": 60} if workers else {}
+    assert run_both(graph, indices, sampler, dgl_kw=kw, prefetch=2 if workers else 0) > 1
+    excluded = 0
+    for _, pair_graph, _, blocks in DataLoader(graph, indices, sampler, batch_size=16, prefetch=0):
+        gone = _exclude_reverse_pairs(pair_graph.edata[dgl.EID])
+        for block in blocks:
+            assert not torch.isin(block.edata[dgl.EID], gone).any(), "an excluded edge in a block"
+        excluded += 1
+    assert excluded > 1
 
 
 @pytest.mark.slow
