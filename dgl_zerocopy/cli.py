@@ -81,8 +81,14 @@ def _parser() -> argparse.ArgumentParser:
     t.add_argument("--device", help="auto, cpu or cuda (default auto)")
     t.add_argument("--feature-source", help=f"one of: {', '.join(FEATURE_SOURCES)} (default cpu)")
     t.add_argument("--prefetch", type=int, help="batches prepared ahead on a background thread (0: serial; default 2)")
-    t.add_argument("--sampler", help="cpu (DGL's sampler, the default) or gpu (ours, on the GPU: use_uva=True; needs CUDA)")
+    t.add_argument(
+        "--sampler",
+        help="cpu (DGL's sampler, the default), gpu (ours, on the GPU: use_uva=True; needs CUDA) or snapshot "
+        "(training batches from a cached sample of each node's in-edges, refreshed in part each epoch; on the CPU)",
+    )
     t.add_argument("--graph-placement", help="with --sampler gpu: pinned (the graph's CSC pinned in place, the default) or device (copied to GPU memory)")
+    t.add_argument("--snapshot-size", type=int, help="with --sampler snapshot: in-edges kept per node, at least the largest fanout (default: twice it)")
+    t.add_argument("--snapshot-refresh", type=float, help="with --sampler snapshot: share of the snapshot redrawn each epoch, in [0, 1] (default 0.25)")
     t.add_argument(
         "--feature-compression", help="host features stored as none, fp16, bf16 or int8 (per-column min/max), decoded to float32 in the gather (default none)"
     )
@@ -209,8 +215,8 @@ def _train(args: argparse.Namespace) -> int:
     cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
     if args.dist is not None:
         _homogeneous_only(cfg.dataset, "train --dist")
-        if cfg.sampler == "gpu":
-            raise ConfigError("train --dist samples with DistDGL's sampler on the CPU; drop --sampler gpu")
+        if cfg.sampler in ("gpu", "snapshot"):
+            raise ConfigError(f"train --dist samples with DistDGL's sampler on the CPU; drop --sampler {cfg.sampler}")
         return _train_dist(cfg, args)
     with _signals_unwind():
         return _train_local(cfg, args)
@@ -234,6 +240,12 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
     cached = f", cache {cfg.feature_cache} ({cfg.cache_policy})" if cfg.feature_cache != "0" else ""
     per_type = " per edge type" if cfg.dataset in HETERO_DATASETS else ""
     sampled = f", sampled on the GPU (graph {cfg.graph_placement})" if cfg.sampler == "gpu" else ""
+    if cfg.sampler == "snapshot":
+        from .training.sources import SamplerRequest
+
+        request = SamplerRequest.of(cfg)
+        size = request.snapshot_size or 2 * max(cfg.fanouts)
+        sampled = f", sampled from a snapshot of {size} in-edges per node, refresh {request.refresh:g} per epoch (evaluation: the full graph)"
     print(f"model {cfg.model}, fanouts {cfg.fanouts}{per_type}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{cached}{sampled}")
     if cfg.nproc > 1:
         from .training.ddp import share_dataset

@@ -123,6 +123,21 @@ BAD = {
     "negative prefetch": (["--prefetch", "-1"], "prefetch must be >= 0"),
     "zerocopy without a GPU": (["--feature-source", "zerocopy", "--device", "cpu"], "needs a CUDA GPU"),
     "unknown cache policy": (["--cache-policy", "lru"], "'degree', 'in_degree', 'out_degree' or 'presample'"),
+    "unknown sampler": (["--sampler", "tpu"], "sampler: Input should be 'cpu', 'gpu' or 'snapshot'"),
+    "snapshot size without the snapshot sampler": (["--snapshot-size", "20"], "add --sampler snapshot, or drop --snapshot-size"),
+    "snapshot refresh without the snapshot sampler": (["--sampler", "cpu", "--snapshot-refresh", "0.5"], "add --sampler snapshot, or drop --snapshot-refresh"),
+    "snapshot below the largest fanout": (
+        ["--sampler", "snapshot", "--fanouts", "10,5", "--snapshot-size", "8"],
+        "snapshot_size 8 is below the largest fanout 10",
+    ),
+    "snapshot refresh above 1": (["--sampler", "snapshot", "--snapshot-refresh", "2"], "snapshot_refresh 2 must be a share in [0, 1]"),
+    "snapshot refresh not a number": (["--sampler", "snapshot", "--snapshot-refresh", "often"], "--snapshot-refresh: invalid float value: 'often'"),
+    "snapshot of full neighbourhoods": (["--sampler", "snapshot", "--fanouts", "-1,5"], "cannot give all of them (fanout -1"),
+    "snapshot of a heterograph": (["--sampler", "snapshot", "--dataset", "hetero-synthetic"], "sampler 'snapshot' samples homogeneous graphs"),
+    "snapshot with --dist": (
+        ["--sampler", "snapshot", "--dist", "/no/such/partitions"],
+        "train --dist samples with DistDGL's sampler on the CPU; drop --sampler snapshot",
+    ),
 }
 
 

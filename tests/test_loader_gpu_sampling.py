@@ -407,7 +407,7 @@ TINY = ["--num-nodes", "1500", "--fanouts", "4,4", "--batch-size", "128", "--hid
         (["--sampler", "gpu"], "sampler 'gpu' samples on a CUDA GPU, but CUDA is not available here; use --sampler cpu"),
         (["--sampler", "gpu", "--feature-source", "dgl"], "sampler 'gpu' samples in our DataLoader, but feature source 'dgl' runs DGL's"),
         (["--sampler", "gpu", "--dataset", "hetero-synthetic"], "sampler 'gpu' samples homogeneous graphs"),
-        (["--sampler", "tpu"], "sampler: Input should be 'cpu' or 'gpu'"),
+        (["--sampler", "tpu"], "sampler: Input should be 'cpu', 'gpu' or 'snapshot'"),
         (["--graph-placement", "disk"], "graph_placement: Input should be 'pinned' or 'device'"),
     ],
 )

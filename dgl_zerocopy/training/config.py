@@ -47,9 +47,12 @@ class TrainConfig(BaseModel):
     # which rows: "degree" (the degree sampling follows: out-degree for DGL's in-edge sampling), "in_degree",
     # "out_degree", or "presample" (most gathered in a presampled epoch)
     cache_policy: Literal["degree", "in_degree", "out_degree", "presample"] = "degree"
-    # where neighbours are sampled: "cpu" (DGL's sampler) or "gpu" (ours, use_uva=True: a CUDA GPU, our DataLoader)
-    sampler: Literal["cpu", "gpu"] = "cpu"
+    # where neighbours are sampled: "cpu" (DGL's sampler), "gpu" (ours, use_uva=True: a CUDA GPU, our DataLoader), or
+    # "snapshot" (SnapshotSampler on the CPU: the training batches from a cached sample of each node's in-edges)
+    sampler: Literal["cpu", "gpu", "snapshot"] = "cpu"
     graph_placement: Literal["pinned", "device"] = "pinned"  # --sampler gpu: the CSC pinned in place, or copied to GPU memory
+    snapshot_size: int | None = None  # --sampler snapshot: in-edges kept per node (None: 2 x the largest fanout)
+    snapshot_refresh: float | None = None  # --sampler snapshot: share of the snapshot redrawn per epoch, in [0, 1] (None: 0.25)
 
     @model_validator(mode="before")
     @classmethod
@@ -106,6 +109,36 @@ class TrainConfig(BaseModel):
             )
         if self.dataset in HETERO_DATASETS:
             raise ValueError(f"sampler 'gpu' samples homogeneous graphs, and dataset {self.dataset!r} is a heterograph; use --sampler cpu")
+        return self
+
+    @model_validator(mode="after")
+    def _snapshot_sampler_fits(self) -> TrainConfig:
+        """``sampler: snapshot`` on a homogeneous graph with positive fanouts, a snapshot at least as
+        large as the largest fanout and a refresh share in [0, 1]; its two keys only with it."""
+        if self.sampler != "snapshot":
+            given = [k for k in ("snapshot_size", "snapshot_refresh") if getattr(self, k) is not None]
+            if given:
+                flags = " and ".join(f"--{k.replace('_', '-')}" for k in given)
+                raise ValueError(f"{' and '.join(given)} set the snapshot sampler, but sampler is {self.sampler!r}; add --sampler snapshot, or drop {flags}")
+            return self
+        if self.dataset in HETERO_DATASETS:
+            raise ValueError(f"sampler 'snapshot' samples homogeneous graphs, and dataset {self.dataset!r} is a heterograph; use --sampler cpu")
+        if -1 in self.fanouts:
+            raise ValueError(
+                f"sampler 'snapshot' keeps a few in-edges per node and cannot give all of them (fanout -1 in {self.fanouts}); "
+                f"give positive fanouts, or use --sampler cpu for full neighbourhoods"
+            )
+        largest = max(self.fanouts)
+        if self.snapshot_size is not None and self.snapshot_size < largest:
+            raise ValueError(
+                f"snapshot_size {self.snapshot_size} is below the largest fanout {largest}: a layer cannot draw more in-edges than the snapshot keeps; "
+                f"use --snapshot-size {largest} or more (default {2 * largest}, twice the largest fanout)"
+            )
+        if self.snapshot_refresh is not None and not 0.0 <= self.snapshot_refresh <= 1.0:
+            raise ValueError(
+                f"snapshot_refresh {self.snapshot_refresh:g} must be a share in [0, 1]: the part of the snapshot redrawn per epoch "
+                f"(0: static, 1: a new snapshot every epoch; default 0.25)"
+            )
         return self
 
     @field_validator("dataset")
@@ -247,7 +280,20 @@ def _one_line(error: ValidationError) -> str:
         return f"unknown config key {key!r}; allowed keys: {allowed}"
     msg = first["msg"].removeprefix("Value error, ")
     if msg.startswith(
-        ("unknown", "fanouts", "dropout", "prefetch", "weight_decay", "feature_compression", "feature_cache", "model", "feature source", "self_loop", "sampler")
+        (
+            "unknown",
+            "fanouts",
+            "dropout",
+            "prefetch",
+            "weight_decay",
+            "feature_compression",
+            "feature_cache",
+            "model",
+            "feature source",
+            "self_loop",
+            "sampler",
+            "snapshot",
+        )
     ):
         return msg
     return f"{key}: {msg}, but got {first['input']!r}"

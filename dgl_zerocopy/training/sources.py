@@ -5,10 +5,18 @@
 - ``dgl-storage``: DGL's own DataLoader with our FeatureStore attached (:mod:`dgl_zerocopy.loading.dgl`):
   DGL samples and prefetches; the input rows are gathered by the store's backend.
 - ``cpu`` / ``zerocopy`` / ``gpu``: DGL samples; our :class:`DataLoader` gathers with a
-  :class:`FeatureStore` on that backend, ``prefetch`` batches ahead of training. With ``sampling=("gpu",
-  placement)`` our DataLoader samples on the GPU instead (``use_uva=True``, the graph's CSC
-  ``"pinned"`` in place or in ``"device"`` memory; it views the dataset's arrays, in shared memory
-  under DDP, so the ranks pin one copy).
+  :class:`FeatureStore` on that backend, ``prefetch`` batches ahead of training. With
+  ``sampling=SamplerRequest("gpu", placement)`` our DataLoader samples on the GPU instead
+  (``use_uva=True``, the graph's CSC ``"pinned"`` in place or in ``"device"`` memory; it views the
+  dataset's arrays, in shared memory under DDP, so the ranks pin one copy).
+
+Snapshot sampling (``sampling=SamplerRequest("snapshot", snapshot_size=K, refresh=R)``, any
+source of a homogeneous graph): the training batches (the shuffled ones) come from one
+:class:`~dgl_zerocopy.sampling.SnapshotSampler` per source, on the CPU whatever the device, refreshed
+once per epoch: by our DataLoader's epoch hook, or, for DGL's loader (``dgl``, ``dgl-storage``), by the
+source when the epoch's batches are asked for. Evaluation (unshuffled batches) samples the full
+graph with DGL's ``NeighborSampler``, as ``cpu`` does, so the accuracy of a model trained on
+snapshots is measured as any other's (and evaluating does not advance the refresh).
 
 Compressed features (``compression`` ``fp16``/``bf16``/``int8``, the ``feature_compression`` of a
 config): the FeatureStore sources hold the codes and gather decoded float32 rows. A memory-mapped
@@ -63,6 +71,51 @@ warnings.filterwarnings("ignore", message="Dataloader CPU affinity opt is not en
 
 NO_CACHE_STATS = {"hits": 0, "misses": 0, "hit_rate": 0.0}
 
+DEFAULT_SNAPSHOT_REFRESH = 0.25
+
+
+@dataclass(frozen=True)
+class SamplerRequest:
+    """How a run samples neighbours (the ``sampler``, ``graph_placement``, ``snapshot_size`` and
+    ``snapshot_refresh`` of a config): ``kind`` ``"cpu"`` (DGL's ``NeighborSampler``), ``"gpu"``
+    (ours in our DataLoader, ``use_uva=True``, the CSC at ``placement``) or ``"snapshot"`` (the
+    training batches from a :class:`~dgl_zerocopy.sampling.SnapshotSampler` of ``snapshot_size``
+    in-edges per node, None: twice the largest fanout, ``refresh`` of it redrawn per epoch)."""
+
+    kind: str = "cpu"
+    placement: str = "pinned"
+    snapshot_size: int | None = None
+    refresh: float = DEFAULT_SNAPSHOT_REFRESH
+
+    @classmethod
+    def of(cls, cfg) -> SamplerRequest:
+        """The request of a :class:`~.config.TrainConfig` (its unset snapshot keys: the defaults)."""
+        refresh = DEFAULT_SNAPSHOT_REFRESH if cfg.snapshot_refresh is None else cfg.snapshot_refresh
+        return cls(cfg.sampler, cfg.graph_placement, cfg.snapshot_size, refresh)
+
+    def snapshot_sampler(self, fanouts: list[int], **prefetch):
+        """The SnapshotSampler of the training batches; ``prefetch``: its ``prefetch_node_feats``/``prefetch_labels``."""
+        from ..sampling import SnapshotSampler
+
+        return SnapshotSampler(fanouts, snapshot_size=self.snapshot_size, refresh=self.refresh, **prefetch)
+
+
+class _SnapshotEpochs:
+    """For DGL's loader, which has no epoch hook: ``snapshot_sampler``, the training batches'
+    SnapshotSampler (None until first used, or without snapshot sampling), made once per source and
+    refreshed each time an epoch's training batches are asked for."""
+
+    def _sampler(self, shuffle: bool, **prefetch):
+        """The sampler of a DGL loader of ``shuffle``d (training) or unshuffled (evaluation) batches."""
+        import dgl
+
+        if not shuffle or self.sampling.kind != "snapshot":
+            return dgl.dataloading.NeighborSampler(self.fanouts, **prefetch)
+        if self.snapshot_sampler is None:
+            self.snapshot_sampler = self.sampling.snapshot_sampler(self.fanouts, **prefetch)
+        self.snapshot_sampler.refresh_snapshot(self.graph)  # the first call builds it
+        return self.snapshot_sampler
+
 
 @dataclass(frozen=True)
 class CacheRequest:
@@ -110,18 +163,19 @@ class _StoreStats:
         self.features.reset_cache_stats()
 
 
-class DglSource:
+class DglSource(_SnapshotEpochs):
     """DGL's DataLoader with ``prefetch_node_feats``: features sliced by DGL."""
 
-    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device) -> None:
+    def __init__(self, dataset: GraphDataset, fanouts: list[int], device: torch.device, sampling: SamplerRequest = SamplerRequest()) -> None:
         self.graph = dataset.to_dgl(with_data=True)
         self.fanouts = fanouts
         self.device = device
+        self.sampling, self.snapshot_sampler = sampling, None
 
     def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer, ddp: bool = False) -> Iterator:
         import dgl
 
-        sampler = dgl.dataloading.NeighborSampler(self.fanouts, prefetch_node_feats=["feat"], prefetch_labels=["label"])
+        sampler = self._sampler(shuffle, prefetch_node_feats=["feat"], prefetch_labels=["label"])
         # DGL's split: a fixed slice of the seeds per rank, shuffled within it (NumPy's global generator).
         loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device, use_ddp=ddp)
         for _, _, blocks in timer.timed(loader, "sample"):  # includes DGL's gather
@@ -139,17 +193,24 @@ class DglSource:
         pass
 
 
-class DglStorageSource(_StoreStats):
+class DglStorageSource(_StoreStats, _SnapshotEpochs):
     """DGL's own DataLoader with our FeatureStore attached: DGL samples and prefetches, the store
     gathers the input rows (backend ``auto``: zero-copy on a GPU, else cpu); labels from ``g.ndata``."""
 
     def __init__(
-        self, dataset: GraphDataset, fanouts: list[int], device: torch.device, compression: str | None = None, cache: CacheRequest = CacheRequest()
+        self,
+        dataset: GraphDataset,
+        fanouts: list[int],
+        device: torch.device,
+        compression: str | None = None,
+        cache: CacheRequest = CacheRequest(),
+        sampling: SamplerRequest = SamplerRequest(),
     ) -> None:
         self.graph = dataset.to_dgl(with_data=False)
         self.graph.ndata["label"] = tensor_view(dataset.labels)
         self.fanouts = fanouts
         self.device = device
+        self.sampling, self.snapshot_sampler = sampling, None
         table, codec = feature_table(dataset, compression)
         self.features = FeatureStore(
             table,
@@ -164,7 +225,7 @@ class DglStorageSource(_StoreStats):
 
         from ..loading.dgl import attach, with_features
 
-        sampler = with_features(dgl.dataloading.NeighborSampler(self.fanouts), features=["feat"], labels=["label"])
+        sampler = with_features(self._sampler(shuffle), features=["feat"], labels=["label"])
         loader = dgl.dataloading.DataLoader(self.graph, nodes, sampler, batch_size=batch_size, shuffle=shuffle, device=self.device, use_ddp=ddp)
         attach(loader, {"feat": self.features})
         for _, _, blocks in timer.timed(loader, "sample"):  # includes the gather, inside DGL's prefetcher
@@ -188,11 +249,12 @@ class StoreSource(_StoreStats):
         seed: int = 0,
         compression: str | None = None,
         cache: CacheRequest = CacheRequest(),
-        sampling: tuple[str, str] = ("cpu", "pinned"),
+        sampling: SamplerRequest = SamplerRequest(),
     ) -> None:
         self.graph = dataset.to_dgl(with_data=False)
         self.fanouts, self.device, self.prefetch, self.seed = fanouts, device, prefetch, seed
         self.sampling = sampling
+        self.snapshot_sampler = None  # the training loaders' SnapshotSampler (sampling.kind "snapshot"), refreshed by their epoch hook
         table, codec = feature_table(dataset, compression)
         self.features = FeatureStore(
             table,
@@ -210,10 +272,17 @@ class StoreSource(_StoreStats):
 
         key = (nodes.data_ptr(), len(nodes), batch_size, shuffle, ddp)
         if key not in self._loaders:  # one loader per node set, so its epoch counter reshuffles (and re-splits)
+            if shuffle and self.sampling.kind == "snapshot":
+                if self.snapshot_sampler is None:
+                    self.snapshot_sampler = self.sampling.snapshot_sampler(self.fanouts)
+                sampler = self.snapshot_sampler
+            else:
+                sampler = dgl.dataloading.NeighborSampler(self.fanouts)
+            gpu = self.sampling.kind == "gpu"
             self._loaders[key] = DataLoader(
                 self.graph,
                 nodes,
-                dgl.dataloading.NeighborSampler(self.fanouts),
+                sampler,
                 features={"feat": self.features},
                 labels={"label": self.labels},
                 device=self.device,
@@ -223,9 +292,9 @@ class StoreSource(_StoreStats):
                 shuffle=shuffle,
                 prefetch=self.prefetch,
                 seed=self.seed,
-                blocks="device" if self.sampling[0] == "gpu" else self.blocks,
-                use_uva=self.sampling[0] == "gpu",
-                graph_placement=self.sampling[1],
+                blocks="device" if gpu else self.blocks,
+                use_uva=gpu,
+                graph_placement=self.sampling.placement,
             )
         loader = self._loaders[key]
         loader.timer = timer
@@ -247,13 +316,17 @@ def make_source(
     seed: int = 0,
     compression: str | None = None,
     cache: CacheRequest = CacheRequest(),
-    sampling: tuple[str, str] = ("cpu", "pinned"),
+    sampling: SamplerRequest = SamplerRequest(),
 ):
     """The feature source called ``name`` (see :data:`FEATURE_SOURCES`) for ``dataset`` on ``device``;
     ``compression`` (None/``"none"``, ``"fp16"``, ``"bf16"``, ``"int8"``) and ``cache`` for the FeatureStore sources;
-    ``sampling``: (``"cpu"`` or ``"gpu"``, the graph's placement) for our DataLoader's sources.
+    ``sampling``: a :class:`SamplerRequest` (``"gpu"``: our DataLoader's sources only; ``"snapshot"``: homogeneous graphs).
     A heterograph (:class:`~dgl_zerocopy.data.hetero.HeteroGraphDataset`) gets one of :mod:`.hetero_sources`."""
+    if sampling.kind not in ("cpu", "gpu", "snapshot"):
+        raise ValueError(f"unknown sampler {sampling.kind!r}; choose from: cpu, gpu, snapshot")
     if isinstance(dataset, HeteroGraphDataset):
+        if sampling.kind == "snapshot":
+            raise ValueError("the snapshot sampler samples homogeneous graphs, and this dataset is a heterograph; sample it with SamplerRequest('cpu')")
         from .hetero_sources import make_hetero_source
 
         return make_hetero_source(name, dataset, fanouts, device, prefetch, seed, compression, parse_cache_size(cache.size)[1])
@@ -262,9 +335,9 @@ def make_source(
         for what, used in ((f"compression {compression!r}", compression is not None), (f"a cache of {cache.size!r}", parse_cache_size(cache.size)[1] != 0)):
             if used:
                 raise ValueError(f"{what} needs a FeatureStore source (dgl-storage, cpu, zerocopy or gpu); source 'dgl' slices DGL's own table")
-        return DglSource(dataset, fanouts, device)
+        return DglSource(dataset, fanouts, device, sampling=sampling)
     if name == "dgl-storage":
-        return DglStorageSource(dataset, fanouts, device, compression=compression, cache=cache)
+        return DglStorageSource(dataset, fanouts, device, compression=compression, cache=cache, sampling=sampling)
     if name in ("cpu", "zerocopy", "gpu"):
         return StoreSource(dataset, fanouts, device, backend=name, prefetch=prefetch, seed=seed, compression=compression, cache=cache, sampling=sampling)
     raise ValueError(f"unknown feature source {name!r}; choose from: {', '.join(FEATURE_SOURCES)}")

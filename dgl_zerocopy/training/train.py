@@ -39,7 +39,7 @@ from ..loading.gpu_sampling import stand_in
 from ..loading.timing import STAGES, StageTimer
 from .config import ConfigError, TrainConfig
 from .models import build_model
-from .sources import CacheRequest, make_source
+from .sources import CacheRequest, SamplerRequest, make_source
 
 log = logging.getLogger(__name__)
 
@@ -70,7 +70,8 @@ def resolve_device(name: str, feature_source: str, nproc: int = 1, sampler: str 
     of DGL on a GPU; our sources hand device-side blocks to the models instead. On CUDA, ``nproc``
     processes need ``nproc`` GPUs (one rank per GPU); on the CPU, a core and about
     :data:`~dgl_zerocopy.training.ddp.RANK_BYTES` of memory each (:func:`~dgl_zerocopy.training.ddp.cpu_rank_limit`).
-    ``sampler="gpu"`` needs the device to be CUDA (or the CPU stand-in of :func:`~dgl_zerocopy.loading.gpu_sampling.emulate_on_cpu`)."""
+    ``sampler="gpu"`` needs the device to be CUDA (or the CPU stand-in of :func:`~dgl_zerocopy.loading.gpu_sampling.emulate_on_cpu`);
+    ``"snapshot"``, like ``"cpu"``, samples on the CPU on any device."""
     needs_dgl_cuda = feature_source in ("dgl", "dgl-storage")  # DGL's own DataLoader moves DGL blocks
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() and (not needs_dgl_cuda or dgl_has_cuda()) else "cpu"
@@ -170,7 +171,7 @@ def _fit(
         seed=cfg.seed,
         compression=cfg.feature_compression,
         cache=cache,
-        sampling=(cfg.sampler, cfg.graph_placement),
+        sampling=SamplerRequest.of(cfg),
     )
     batch_size = -(-cfg.batch_size // world_size)  # per rank; the global batch stays cfg.batch_size
     per_rank = -(-len(train_idx) // world_size)  # seeds per rank, padded as DGL's use_ddp does
