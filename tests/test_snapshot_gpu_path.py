@@ -329,6 +329,55 @@ def test_refresh_and_batches_are_ordered_on_the_device(monkeypatch):
         assert any(e[0] == "wait" and e[1] == "side" and e[2] is last[2] and e[3] == last[3] and last[4] < e[4] < r[4] for e in log), r
 
 
+# -- the PCIe model of the device snapshot ---------------------------------------------------------------
+
+
+def test_pcie_model_of_a_refresh_counts_its_picks_and_their_edge_ids():
+    """Two nodes of 64 in-edges (int32, two lines each) redrawn at snapshot_size 64: the flat fetch
+    reads each node's 64 picks in two instructions of 32 lanes (one line each), the edge ids
+    likewise, the offsets in one request; the node list is uploaded (4 B a node)."""
+    from dgl_zerocopy.cuda.sampling import pcie_model
+
+    indptr = torch.tensor([0, 64, 128], dtype=torch.int32)
+    indices = torch.zeros(128, dtype=torch.int32)
+    m = pcie_model.model_refresh(indptr, indices, [0, 1], 64)
+    assert (m.nodes, m.picks) == (2, 128)
+    assert (m.indices_requests, m.indices_fetched) == (4, 512) and (m.eid_requests, m.eid_fetched) == (4, 512)
+    assert m.indptr_requests == 1 and m.upload_bytes == 8
+    assert m.link_bytes == m.indptr_fetched + 1024 + 24 * m.requests + 8
+    assert pcie_model.snapshot_link_per_edge(m, 10, 1000.0) == pytest.approx(m.link_bytes / 2 * 10 / 1000)
+    assert pcie_model.snapshot_link_per_edge(m, 0, 1000.0) == 0.0
+
+
+def test_bench_pcie_snapshot_rows(tmp_path):
+    """bench/pcie_sampling.py --parts snapshot at a small size: UVA rows per CSC dtype, snapshot rows
+    whose batches read nothing and whose refresh grows with the share; int64 costs more than int32."""
+    import json
+    import sys
+
+    from conftest import REPO
+
+    sys.path.insert(0, str(REPO / "bench"))
+    import pcie_sampling
+
+    stem = tmp_path / "snap"
+    args = ["--num-nodes", "3000", "--batches", "1", "--batch-size", "128", "--parts", "snapshot", "--refresh-sample", "256", "--snapshot-out", str(stem)]
+    assert pcie_sampling.main(args) == 0
+    rows = json.loads(stem.with_suffix(".json").read_text())["rows"]
+    assert stem.with_suffix(".csv").is_file() and not (tmp_path / "pcie_sampling.json").exists()
+    for csc in ("int32", "int64"):
+        mine = [r for r in rows if r["csc"] == csc]
+        uva = next(r for r in mine if r["method"] == "UVA, full CSC pinned")
+        snaps = [r for r in mine if r["method"] == "snapshot in device memory"]
+        assert [r["refresh"] for r in snaps] == [0, 0.1, 0.25, 1] and all(r["batch_link_bytes_per_edge"] == 0 for r in snaps)
+        links = [r["link_bytes_per_edge"] for r in snaps]
+        assert links[0] == 0 and links == sorted(links) and links[-1] > 0
+        assert uva["batch_link_bytes_per_edge"] > 0 and snaps[2]["uva_over_this"] == pytest.approx(uva["link_bytes_per_edge"] / links[2])
+        assert snaps[2]["refreshed_nodes_per_epoch"] == math.ceil(0.25 * uva["partial_nodes"])
+    by = {(r["csc"], r["refresh"]): r for r in rows if r["method"] == "snapshot in device memory"}
+    assert by["int64", 1.0]["refresh_link_bytes_per_node"] > by["int32", 1.0]["refresh_link_bytes_per_node"]
+
+
 # -- on a GPU ----------------------------------------------------------------------------------------------
 
 

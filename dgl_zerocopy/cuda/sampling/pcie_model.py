@@ -15,6 +15,14 @@ requests. What crosses the link when sampling one layer (:func:`model_layers`):
 For comparison, ``scan_*``: what reading each seed's whole neighbour list would cost (warp-
 coalesced, every line of ``[lo, lo + deg)`` once): a sampler that scans its hubs.
 
+Snapshot sampling with the snapshot in device memory (:func:`model_refresh`,
+:func:`snapshot_link_per_edge`): a batch reads no PCIe at all (the kernels read the snapshot in device
+memory); what crosses the link is the refresh, ``sample_csc`` over the pinned full CSC with fanout
+``snapshot_size`` at the nodes to redraw (their ``indptr`` bounds and ``min(deg, snapshot_size)``
+indices each, by the same kernels as a layer) plus those picks' edge ids (the zero-copy gather of
+one-id rows) and the upload of the node list (a bulk copy, ``id bytes`` a node, no request overhead
+counted), amortized over the edges an epoch samples.
+
 :func:`products_like_csc` draws a graph with ogbn-products' degree shape (mean in-degree 50.5,
 median about 25, a heavy tail clipped at products' largest degree, 17,481), neighbours drawn in
 proportion to degree as in a symmetric graph, so frontiers lean to hubs as products' do. The model
@@ -33,7 +41,7 @@ from dgl_zerocopy.cuda.gather.pcie_model import LINE_BYTES, SECTOR_BYTES, TLP_OV
 from dgl_zerocopy.cuda.sampling.api import SampledCSC
 from dgl_zerocopy.cuda.sampling.emulator import SampleTrace, emulate_sample
 
-__all__ = ["LayerMetrics", "model_layers", "products_like_csc", "totals"]
+__all__ = ["LayerMetrics", "RefreshMetrics", "model_layers", "model_refresh", "products_like_csc", "snapshot_link_per_edge", "totals"]
 
 #: ogbn-products: 2,449,029 nodes, 123,718,280 stored (directed) edges, largest in-degree 17,481.
 PRODUCTS_AVG_DEGREE = 123_718_280 / 2_449_029
@@ -231,3 +239,64 @@ def totals(layers: list[LayerMetrics]) -> dict[str, float]:
         "indptr_link_share": sum(m.indptr_fetched + TLP_OVERHEAD_BYTES * m.indptr_requests for m in layers) / (fetched + TLP_OVERHEAD_BYTES * requests),
         "scan_link_bytes_per_edge": scan / edges,
     }
+
+
+# -- snapshot sampling: the refresh ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RefreshMetrics:
+    """Modelled link traffic of redrawing the snapshot of ``nodes`` nodes (``picks`` in-edges in all)."""
+
+    nodes: int
+    picks: int
+    id_bytes: int
+    indptr_requests: int
+    indptr_fetched: int
+    indices_requests: int
+    indices_fetched: int
+    eid_requests: int
+    eid_fetched: int
+    upload_bytes: int  # the node list, host to device (a bulk copy)
+
+    @property
+    def requests(self) -> int:
+        return self.indptr_requests + self.indices_requests + self.eid_requests
+
+    @property
+    def link_bytes(self) -> int:
+        return self.indptr_fetched + self.indices_fetched + self.eid_fetched + TLP_OVERHEAD_BYTES * self.requests + self.upload_bytes
+
+    @property
+    def link_bytes_per_node(self) -> float:
+        return self.link_bytes / self.nodes if self.nodes else 0.0
+
+
+def model_refresh(indptr: torch.Tensor, indices: torch.Tensor, nodes: np.ndarray, size: int, *, seed: int = 0) -> RefreshMetrics:
+    """The link traffic of redrawing the snapshot of ``nodes`` (distinct node ids) from the full CSC
+    ``(indptr, indices)`` in pinned host memory (modelled at 128-byte-aligned addresses): what
+    :class:`~dgl_zerocopy.sampling.GpuSnapshotSampler`'s refresh reads, ``sample_csc`` with fanout
+    ``size`` at ``nodes`` (emulated, traced) and the picks' edge ids (``indices``' dtype, a
+    zero-copy gather), plus the node list's upload."""
+    indptr, indices = _line_aligned(indptr), _line_aligned(indices)
+    ids = torch.from_numpy(np.asarray(nodes, dtype=np.int64)).to(indices.dtype)
+    *out, trace = emulate_sample(indptr, indices, ids, size, seed=seed, trace=True)
+    sampled = SampledCSC(*out)
+    ptr_req, ptr_bytes = _requests_and_bytes(trace, trace.within(trace.indptr_range))
+    idx_req, idx_bytes = _requests_and_bytes(trace, trace.within(trace.indices_range))
+    eid_req = eid_bytes = 0
+    if len(sampled.pos):
+        eids = np.arange(len(indices), dtype=indices.numpy().dtype).reshape(-1, 1)
+        taken, eid_trace = emulate_gather(eids, sampled.pos.numpy(), trace=True)
+        assert np.array_equal(taken[:, 0], eids[sampled.pos.numpy(), 0])
+        metrics = analyze(eid_trace)
+        eid_req, eid_bytes = metrics.requests, metrics.fetched_bytes
+    id_bytes = indices.element_size()
+    return RefreshMetrics(len(ids), len(sampled.src), id_bytes, ptr_req, ptr_bytes, idx_req, idx_bytes, eid_req, eid_bytes, len(ids) * id_bytes)
+
+
+def snapshot_link_per_edge(refresh: RefreshMetrics, refreshed_per_epoch: int, edges_per_epoch: float) -> float:
+    """Link bytes per sampled edge of snapshot sampling with the snapshot in device memory: the
+    batches read none; an epoch's refresh (``refreshed_per_epoch`` nodes, each costing what ``refresh``
+    measured per node) spread over the ``edges_per_epoch`` edges the epoch's batches sample."""
+    return refresh.link_bytes_per_node * refreshed_per_epoch / edges_per_epoch if edges_per_epoch else 0.0
