@@ -4,19 +4,25 @@ On the products-shaped synthetic graph (dgl_zerocopy.data's generator; by defaul
 full scale: 2,449,029 nodes and an average in-degree of 50.5, about 124 M stored edges), samples the
 same minibatches (``--batch-size`` seed nodes from the training split, fanouts ``15,10,5``) with
 
-  gpu-pinned  GpuNeighborSampler on CUDA, the in-edge CSC pinned in place (read over PCIe)  GPU
-  gpu-device  the same with the CSC copied into device memory (the upper bound)             GPU
-  dgl-cpu     DGL's dgl.dataloading.NeighborSampler on the CPU (the baseline)                CPU
-  reference   GpuNeighborSampler(device="reference"): our NumPy twin of the kernels          CPU
-  emulator    GpuNeighborSampler(device="emulator"): the CUDA kernel source built with g++   CPU
+  gpu-pinned          GpuNeighborSampler on CUDA, the in-edge CSC pinned in place (read over PCIe)  GPU
+  gpu-device          the same with the CSC copied into device memory (the upper bound)             GPU
+  gpu-snapshot        GpuSnapshotSampler on CUDA: a snapshot (2 x the largest fanout in-edges per   GPU
+                      node) in device memory, built from the pinned CSC; batches read only it
+  dgl-cpu             DGL's dgl.dataloading.NeighborSampler on the CPU (the baseline)                CPU
+  reference           GpuNeighborSampler(device="reference"): our NumPy twin of the kernels          CPU
+  emulator            GpuNeighborSampler(device="emulator"): the CUDA kernel source built with g++   CPU
+  snapshot-reference  GpuSnapshotSampler(device="reference"): gpu-snapshot's CPU twin               CPU
 
 each side by side in one run, relabelling and blocks included (ours: unique/relabel and one
-DeviceBlock per layer on the sampling device; DGL's: to_block). ``reference`` and ``emulator`` are
-correctness tools run on the CPU: their figures are NOT GPU figures and say nothing about GPU speed.
+DeviceBlock per layer on the sampling device; DGL's: to_block). ``reference``, ``emulator`` and
+``snapshot-reference`` are correctness tools run on the CPU: their figures are NOT GPU figures and
+say nothing about GPU speed. The snapshot methods' timed batches are the snapshot's alone (its
+build, and one refresh at the default share 0.25, are timed apart: ``build_s``, ``refresh_ms``).
 Before timing, each method's first batch is checked: blocks chained as DGL's (destinations first,
 ``dstdata[NID]`` of the last block = the seeds), per destination ``min(in-degree, fanout)`` edges
 (``fanout`` with ``--replace``), each edge an in-edge of the graph named by ``edata[EID]``, no edge
-twice; ours also equal to the reference backend for the same RNG keys (``torch.manual_seed``).
+twice; ours also equal to the reference backend for the same RNG keys (``torch.manual_seed``); the
+snapshot's edges each in its destination's snapshot.
 
 Timing: ``--repeats`` times, the wall-clock time of sampling all ``--batches`` minibatches (after
 ``--warmup`` untimed ones), the device synchronised before and after; seeds are placed on the
@@ -52,16 +58,19 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import RESULTS, command_line, machine, summarize, write_results  # noqa: E402
 
-METHODS = ("gpu-pinned", "gpu-device", "dgl-cpu", "reference", "emulator")
-GPU_METHODS = ("gpu-pinned", "gpu-device")
-OURS = ("gpu-pinned", "gpu-device", "reference", "emulator")
+METHODS = ("gpu-pinned", "gpu-device", "gpu-snapshot", "dgl-cpu", "reference", "emulator", "snapshot-reference")
+GPU_METHODS = ("gpu-pinned", "gpu-device", "gpu-snapshot")
+SNAPSHOT_METHODS = ("gpu-snapshot", "snapshot-reference")
+OURS = ("gpu-pinned", "gpu-device", "reference", "emulator")  # GpuNeighborSampler, checked against its reference backend
 #: What each method's figures are: written into every row, so that no CPU figure passes for a GPU one.
 WHAT = {
     "gpu-pinned": "GPU measurement: our sampler, CSC pinned in place (read over PCIe)",
     "gpu-device": "GPU measurement: our sampler, CSC in device memory (upper bound)",
+    "gpu-snapshot": "GPU measurement: our snapshot sampler, snapshot in device memory (batches read no PCIe)",
     "dgl-cpu": "CPU measurement: DGL's NeighborSampler (baseline)",
     "reference": "CPU run of our NumPy reference sampler (correctness tool): NOT a GPU figure",
     "emulator": "CPU emulation of our CUDA kernel (correctness tool): NOT a GPU figure",
+    "snapshot-reference": "CPU run of our snapshot sampler on the NumPy reference (correctness tool): NOT a GPU figure",
 }
 PRODUCTS = {"nodes": 2_449_029, "edges": 123_718_280}  # ogbn-products as DGL stores it (both directions)
 TIME_LIMIT_STATUS = "skipped: time limit"
@@ -109,7 +118,21 @@ class Method:
         self.name, self.fanouts = name, fanouts
         self.device = torch.device("cuda") if name in GPU_METHODS else torch.device("cpu")
         self._closers = []
-        if name == "dgl-cpu":
+        self.snapshot, self.build_s = None, float("nan")
+        if name in SNAPSHOT_METHODS:
+            from dgl_zerocopy.sampling import GpuSnapshotSampler, SamplingGraph
+
+            gpu = name in GPU_METHODS
+            self.graph = SamplingGraph(indptr, indices, placement="pinned" if gpu else "host", device=self.device if gpu else None)
+            self.snapshot = GpuSnapshotSampler(fanouts, device="cuda" if gpu else "reference")
+            self._closers = [self.snapshot.close, self.graph.close]
+            self.sync()
+            start = time.perf_counter()
+            self.snapshot.refresh_snapshot(self.graph)  # the build: sample_csc over the pinned CSC
+            self.sync()
+            self.build_s = time.perf_counter() - start
+            self.sample = lambda seeds: self.snapshot.sample_blocks(self.graph, seeds)
+        elif name == "dgl-cpu":
             import dgl  # after dgl_zerocopy (imported by load_graph), which lets PyPI's DGL load on any torch
 
             self.graph = dgl.graph(("csc", (indptr, indices, torch.zeros(0, dtype=indices.dtype))), num_nodes=indptr.numel() - 1, idtype=indices.dtype)
@@ -129,15 +152,27 @@ class Method:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
 
+    def refresh_ms(self) -> float:
+        """One refresh of the snapshot (its default share), device synchronised; NaN for the other methods."""
+        if self.snapshot is None:
+            return float("nan")
+        self.sync()
+        start = time.perf_counter()
+        self.snapshot.refresh_snapshot()
+        self.sync()
+        return (time.perf_counter() - start) * 1e3
+
     def close(self) -> None:
         for close in self._closers:
             close()
 
 
-def unavailable(name: str) -> str | None:
-    """Why ``name`` cannot run on this machine, or None."""
+def unavailable(name: str, replace: bool = False) -> str | None:
+    """Why ``name`` cannot run on this machine (or with ``--replace``), or None."""
     if name in GPU_METHODS and not torch.cuda.is_available():
         return "skipped: no CUDA GPU here (torch.cuda.is_available() is False)"
+    if name in SNAPSHOT_METHODS and replace:
+        return "skipped: the snapshot samples without replacement (--replace)"
     if name == "dgl-cpu":
         try:
             import dgl  # noqa: F401
@@ -213,6 +248,9 @@ def check_method(method: Method, host: tuple[torch.Tensor, torch.Tensor], seeds:
     sampled = method.sample(seeds.to(method.device))
     check_batch(*host, seeds, sampled, method.fanouts, replace)
     said = "batch 0: chained blocks, min(in-degree, fanout) edges per destination, each an in-edge named by EID"
+    if method.snapshot is not None:
+        check_in_snapshot(method.snapshot, sampled)
+        said += "; each edge in its destination's snapshot"
     if method.name in OURS and method.name != "reference":
         from dgl_zerocopy.sampling import GpuNeighborSampler, SamplingGraph
 
@@ -221,6 +259,19 @@ def check_method(method: Method, host: tuple[torch.Tensor, torch.Tensor], seeds:
             check_same_as(sampled, ref.sample_blocks(graph, seeds))
         said += "; equal to the reference backend"
     return said
+
+
+def check_in_snapshot(sampler, sampled) -> None:
+    """Raise :class:`CheckError` unless every edge of ``sampled`` is in its destination's current
+    snapshot (``sampler``: a GpuSnapshotSampler; its snapshot's edge ids are the CSC positions here)."""
+    snap = sampler.snapshot
+    indptr, eid = snap.indptr.long().cpu(), snap.eid.long().cpu()
+    owner = torch.repeat_interleave(torch.arange(indptr.numel() - 1), indptr[1:] - indptr[:-1])
+    held = owner * (int(eid.max()) + 1) + eid
+    for layer, block in enumerate(sampled[2]):
+        _, dst, _, dst_nid, edge = block_coo(block)
+        if not bool(torch.isin(dst_nid[dst] * (int(eid.max()) + 1) + edge, held).all()):
+            raise CheckError(f"block {layer}: an edge that is not in its destination's snapshot")
 
 
 # -- timing -----------------------------------------------------------------------------------------
@@ -276,7 +327,7 @@ def summary_row(base: dict, raw: dict, batches: int) -> dict:
 
 
 def default_methods() -> list[str]:
-    return ["gpu-pinned", "gpu-device", "dgl-cpu"] if torch.cuda.is_available() else ["dgl-cpu", "reference", "emulator"]
+    return ["gpu-pinned", "gpu-device", "gpu-snapshot", "dgl-cpu"] if torch.cuda.is_available() else ["dgl-cpu", "reference", "emulator"]
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -349,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     for name in args.methods:
         row = {"method": name, "what": WHAT[name], **base}
         started = time.perf_counter()
-        why = TIME_LIMIT_STATUS if args.time_limit and started - began > args.time_limit else unavailable(name)
+        why = TIME_LIMIT_STATUS if args.time_limit and started - began > args.time_limit else unavailable(name, args.replace)
         if why is None:
             method = None
             try:
@@ -357,7 +408,7 @@ def main(argv: list[str] | None = None) -> int:
                 checked = check_method(method, (indptr, indices), batches[0], args.replace, args.seed)
                 raws[name] = time_method(method, batches, args.repeats, args.warmup, args.edge_ids)
                 row = summary_row(row, raws[name], args.batches)
-                row.update(checked=checked, status="ok")
+                row.update(checked=checked, status="ok", build_s=method.build_s, refresh_ms=method.refresh_ms())
             except Exception as e:  # noqa: BLE001 - a failing method becomes a row; the others still run
                 traceback.print_exc()
                 why = f"failed: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]
@@ -379,7 +430,7 @@ def main(argv: list[str] | None = None) -> int:
 
 #: Every row's keys in one order (a skipped row has the numbers as NaN), so the CSV has one header.
 KEYS = ("method", "what", "num_nodes", "num_edges", "idtype", "fanouts", "batch_size", "batches", "repeats", *NUMBERS)
-KEYS += ("edges_per_batch", "layer_edges", "seed_layer_edges", "input_nodes_per_batch", "x_dgl_cpu", "checked", "status", "wall_s")
+KEYS += ("edges_per_batch", "layer_edges", "seed_layer_edges", "input_nodes_per_batch", "x_dgl_cpu", "build_s", "refresh_ms", "checked", "status", "wall_s")
 
 
 def _complete(row: dict) -> dict:
@@ -398,9 +449,10 @@ def _save(stem: Path, rows: list[dict], meta: dict, raws: dict):
 def _line(r: dict) -> str:
     if r["status"] != "ok":
         return f"{r['method']}: {r['status']}"
+    snapshot = "" if np.isnan(r["build_s"]) else f", snapshot built in {r['build_s']:.2f} s, a refresh {r['refresh_ms']:.1f} ms"
     return (
         f"{r['method']}: {r['ms_per_batch_median']:.2f} ms per batch ({r['ms_per_batch_q1']:.2f}-{r['ms_per_batch_q3']:.2f}), "
-        f"{r['medges_per_s_median']:.2f} M edges/s, {r['edges_per_batch']:,.0f} edges per batch ({r['wall_s']:.1f} s) [{r['what']}]"
+        f"{r['medges_per_s_median']:.2f} M edges/s, {r['edges_per_batch']:,.0f} edges per batch{snapshot} ({r['wall_s']:.1f} s) [{r['what']}]"
     )
 
 
@@ -420,7 +472,25 @@ def markdown(rows: list[dict]) -> str:
             f"{'–' if np.isnan(r['x_dgl_cpu']) else format(r['x_dgl_cpu'], '.2f')} | {r['edges_per_batch']:,.0f} ({r['layer_edges']}) | "
             f"{r['input_nodes_per_batch']:,.0f} | {r['what']} | ok |"
         )
+    if (ratio := snapshot_ratio(rows)) is not None:
+        lines += ["", snapshot_line(ratio, next(r for r in rows if r["method"] == "gpu-snapshot"))]
     return "\n".join(lines)
+
+
+def snapshot_ratio(rows: list[dict]) -> float | None:
+    """UVA sampling of the full CSC (``gpu-pinned``) over the device-resident snapshot
+    (``gpu-snapshot``), ms per batch, where both ran; else None."""
+    by = {r["method"]: r for r in rows if r.get("status") == "ok"}
+    if "gpu-pinned" in by and "gpu-snapshot" in by:
+        return by["gpu-pinned"]["ms_per_batch_median"] / by["gpu-snapshot"]["ms_per_batch_median"]
+    return None
+
+
+def snapshot_line(ratio: float, row: dict) -> str:
+    return (
+        f"Device-resident snapshot: {ratio:.2f}x faster per batch than UVA sampling of the full CSC (issue 24's goal: at least 3x); "
+        f"its build took {row['build_s']:.2f} s, one refresh (share 0.25) {row['refresh_ms']:.1f} ms."
+    )
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
@@ -431,7 +501,7 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
 
     done = [r for r in rows if r["status"] == "ok"]
     fig, axes = plt.subplots(1, 2, figsize=(2.2 * max(len(done), 1) + 5, 4.2))
-    colour = {"gpu-pinned": "tab:blue", "gpu-device": "tab:green", "dgl-cpu": "tab:orange"}
+    colour = {"gpu-pinned": "tab:blue", "gpu-device": "tab:green", "gpu-snapshot": "tab:purple", "dgl-cpu": "tab:orange"}
     for ax, key, label in ((axes[0], "medges_per_s", "M sampled edges/s (log)"), (axes[1], "ms_per_batch", "ms per minibatch (log)")):
         for i, r in enumerate(done):
             med = r[f"{key}_median"]

@@ -98,7 +98,10 @@ def test_bad_arguments_are_one_line_errors(capsys):
     for argv, said in (
         (["--fanouts", "15,x"], "--fanouts must be comma-separated ints >= 1 (or -1: every in-edge)"),
         (["--fanouts", "15,0"], "--fanouts must be"),
-        (["--methods", "gpu,dgl-cpu"], "unknown method 'gpu'; choose from gpu-pinned, gpu-device, dgl-cpu, reference, emulator"),
+        (
+            ["--methods", "gpu,dgl-cpu"],
+            "unknown method 'gpu'; choose from gpu-pinned, gpu-device, gpu-snapshot, dgl-cpu, reference, emulator, snapshot-reference",
+        ),
         (["--batches", "0"], "--batches must be at least 1, but got 0"),
     ):
         with pytest.raises(SystemExit) as e:
@@ -119,7 +122,7 @@ def test_methods_left_out_are_rows_that_say_why(tmp_path, monkeypatch):
         assert sampling.unavailable("gpu-pinned") == "skipped: no CUDA GPU here (torch.cuda.is_available() is False)"
         assert sampling.default_methods() == ["dgl-cpu", "reference", "emulator"]
     assert all(sampling.WHAT[m].startswith("GPU measurement") for m in sampling.GPU_METHODS)
-    assert all(sampling.WHAT[m].endswith("NOT a GPU figure") for m in ("reference", "emulator"))
+    assert all(sampling.WHAT[m].endswith("NOT a GPU figure") for m in ("reference", "emulator", "snapshot-reference"))
 
 
 @pytest.mark.slow
@@ -177,3 +180,42 @@ def test_the_dgl_calls_it_makes_exist(graph):
     seeds = torch.arange(0, 400, 11)
     sampling.check_batch(indptr, indices, seeds, method.sample(seeds), FANOUTS, replace=False)
     method.close()
+
+
+def test_the_snapshot_method_runs_checks_and_times_its_build_and_refresh(tmp_path, monkeypatch):
+    """snapshot-reference (gpu-snapshot's CPU twin): checked (the contract, each edge in its
+    destination's snapshot), timed per batch, its build and one refresh timed apart; --replace
+    skips it; gpu-snapshot is a GPU row, skipped without CUDA; the ratio line needs both GPU rows."""
+    monkeypatch.setenv("DGL_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    stem = tmp_path / "s"
+    args = ["--num-nodes", "400", "--batch-size", "16", "--batches", "2", "--repeats", "2", "--warmup", "1", "--fanouts", "4,3"]
+    code = sampling.main([*args, "--methods", "snapshot-reference,gpu-snapshot", "--out", str(stem)])
+    rows = {r["method"]: r for r in json.loads(stem.with_suffix(".json").read_text())["rows"]}
+    row = rows["snapshot-reference"]
+    assert code == 0 and row["status"] == "ok", row
+    assert row["checked"].endswith("each edge in its destination's snapshot") and row["what"].endswith("NOT a GPU figure")
+    assert row["build_s"] > 0 and row["refresh_ms"] > 0 and row["ms_per_batch_median"] > 0
+    if not CUDA:
+        assert rows["gpu-snapshot"]["status"].startswith("skipped: no CUDA GPU")
+    assert sampling.unavailable("snapshot-reference", replace=True) == "skipped: the snapshot samples without replacement (--replace)"
+    ok = {"status": "ok", "build_s": 1.5, "refresh_ms": 20.0}
+    assert (
+        sampling.snapshot_ratio([{**ok, "method": "gpu-pinned", "ms_per_batch_median": 6.0}, {**ok, "method": "gpu-snapshot", "ms_per_batch_median": 1.5}])
+        == 4.0
+    )
+    assert sampling.snapshot_ratio([row]) is None
+    assert "4.00x faster per batch than UVA sampling of the full CSC (issue 24's goal: at least 3x)" in sampling.snapshot_line(4.0, ok)
+
+
+def test_the_snapshot_check_catches_an_edge_outside_the_snapshot(graph):
+    from dgl_zerocopy.sampling import GpuSnapshotSampler
+
+    indptr, indices, _ = graph
+    seeds = torch.arange(0, 400, 7)
+    with SamplingGraph(indptr, indices) as full, GpuSnapshotSampler(FANOUTS, snapshot_size=4, device="reference") as snap:
+        sampled = snap.sample_blocks(full, seeds)
+        sampling.check_batch(indptr, indices, seeds, sampled, FANOUTS, replace=False)
+        sampling.check_in_snapshot(snap, sampled)
+        outside = _sample(graph, seeds, seed=3)  # the full CSC's picks: some edges outside the snapshot (4 of 8 per node)
+        with pytest.raises(sampling.CheckError, match="not in its destination's snapshot"):
+            sampling.check_in_snapshot(snap, outside)
