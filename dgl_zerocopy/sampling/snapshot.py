@@ -20,12 +20,14 @@ partial snapshot is at most ``ceil(1 / refresh)`` epochs old.
 The sampling work per batch touches only the snapshot (a few slots per frontier node), the
 relabelling of the picked sources (a node-indexed map, reset after use) and the block.
 
-GPU (later, issue 24 item 2): the three snapshot arrays are a CSC that
-:class:`~.graph.SamplingGraph` can place in device memory (``placement="device"``, ``src`` as its
-indices, ``eid`` as its edge ids), each layer's picks then being ``sample_csc`` over it with the
-layer's fanout; the refresh is ``sample_csc`` over the pinned full CSC with fanout
-``snapshot_size`` at the nodes to redraw, whose per-node picks (``min(deg, snapshot_size)``,
-positions into the full CSC) are scattered into the same slots: a batch then reads no PCIe.
+GPU (issue 24 item 2): :class:`~.snapshot_gpu.GpuSnapshotSampler`, what
+``dgl_zerocopy.DataLoader(..., use_uva=True)`` makes of this sampler, keeps the same three arrays
+(same slot layout) in device memory, read by the kernels as a :class:`~.graph.SamplingGraph` placed
+there (``src`` its indices, ``eid`` its edge ids): each layer's picks are ``sample_csc`` over it with
+the layer's fanout, so a batch reads no PCIe; the build and each refresh are ``sample_csc`` over the
+full CSC pinned in place with fanout ``snapshot_size`` at the nodes to redraw, whose per-node picks
+(``min(deg, snapshot_size)`` CSC positions, mapped to sources and edge ids) are scattered into the
+same slots on the device. Refresh unit, order and guarantee are this module's.
 """
 
 from __future__ import annotations
@@ -144,6 +146,10 @@ class SnapshotSampler(_BlockSampler):
     Worker processes (``num_workers > 0``) sample from the copy of the snapshot they start with:
     built by :meth:`on_epoch_start` in the main process, refreshed there before the next epoch's
     workers start; persistent workers keep their first copy. ``exclude_eids`` is refused.
+
+    On the GPU, :class:`dgl_zerocopy.DataLoader` with ``use_uva=True`` samples with a
+    :class:`~.snapshot_gpu.GpuSnapshotSampler` of the same options instead (the snapshot in device
+    memory, refreshed at each epoch's start); this object then builds nothing.
     """
 
     def __init__(
