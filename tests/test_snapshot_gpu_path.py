@@ -39,9 +39,11 @@ BACKENDS = ["emulator", "reference"]
 
 
 def as_dgl(output):
-    """``(input_nodes, output_nodes, blocks)`` with the DeviceBlocks as DGL blocks on the CPU."""
+    """``(input_nodes, output_nodes, blocks)`` with the blocks (DeviceBlocks, or DGL blocks where a
+    CUDA build of DGL gets them) as DGL blocks on the CPU."""
     input_nodes, output_nodes, blocks = output
-    return input_nodes.cpu(), output_nodes.cpu(), [to_dgl_block(block.to("cpu")) for block in blocks]
+    blocks = [block.to("cpu") if isinstance(block, dgl.DGLGraph) else to_dgl_block(block.to("cpu")) for block in blocks]
+    return input_nodes.cpu(), output_nodes.cpu(), blocks
 
 
 def slot_edges(sampler, node: int) -> set[int]:
