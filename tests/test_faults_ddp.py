@@ -51,9 +51,73 @@ def _nothing(rank: int, world_size: int) -> int:
 # -- a job, killed in part ---------------------------------------------------------------------
 
 
-def _shm_of_jobs() -> set[str]:
-    """Shared memory a DDP job can make: torch's file-system segments and multiprocessing's named semaphores."""
-    return {n for n in os.listdir(SHM) if n.startswith(("torch_", "sem.mp-"))} if SHM.is_dir() else set()
+class _ShmWatch:
+    """The /dev/shm entries of one job, watched while it runs: those its processes (the parent, its
+    ranks, the resource tracker, whatever they start) map or hold open, and torch's segments named
+    with one of their pids (``torch_{pid}_...``). Polled every 0.1 s from the job's start until
+    :meth:`stop`; the entries of other processes on the machine (another test session, a CI run)
+    are never among them, whatever they make meanwhile.
+
+    An entry is known by its inode: a semaphore's creator maps it under a temporary name, unlinked
+    once linked as ``sem.mp-...`` (glibc's ``sem_open``), so its mapping reads "(deleted)". tmpfs
+    numbers inodes from a counter: a file made later does not take the number of one removed."""
+
+    def __init__(self, root: int) -> None:
+        self.names: set[str] = set()
+        self._inodes: set[int] = set()
+        self._procs = {root: psutil.Process(root)}
+        self._done = threading.Event()
+        self._thread = threading.Thread(target=self._watch, daemon=True)
+        self._thread.start()
+
+    def _watch(self) -> None:
+        while not self._done.wait(0.1):
+            self._poll()
+
+    def _poll(self) -> None:
+        # Every process seen stays watched (a rank whose parent was killed too); is_running() checks
+        # its start time, so a pid reused by another process is not taken for it.
+        live = {pid for pid, proc in self._procs.items() if proc.is_running()}
+        for proc in psutil.process_iter(["ppid"]):  # children of the live ones (a grandchild listed first: next poll)
+            if proc.info["ppid"] in live and proc.pid not in self._procs:
+                self._procs[proc.pid] = proc
+                live.add(proc.pid)
+        for pid in live:
+            self._inodes |= _shm_inodes(pid)
+        pids = {str(pid) for pid in live}
+        for entry in os.scandir(SHM) if SHM.is_dir() else ():
+            if entry.inode() in self._inodes or (entry.name.startswith("torch_") and entry.name.split("_")[1] in pids):
+                self.names.add(entry.name)
+
+    def stop(self) -> set[str]:
+        """Stop watching (once the job is gone); returns the entries seen."""
+        self._done.set()
+        self._thread.join()
+        return self.names
+
+    def left(self) -> list[str]:
+        """The entries seen that are still in /dev/shm."""
+        return sorted(n for n in self.names if (SHM / n).exists())
+
+
+def _shm_inodes(pid: int) -> set[int]:
+    """Inodes of the /dev/shm files that process ``pid`` maps (/proc/PID/maps) or holds open (/proc/PID/fd)."""
+    inodes = set()
+    try:
+        with open(f"/proc/{pid}/maps") as maps:
+            for line in maps:
+                fields = line.split(maxsplit=5)  # address, perms, offset, device, inode, path
+                if len(fields) == 6 and fields[5].startswith("/dev/shm/"):
+                    inodes.add(int(fields[4]))
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                if os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/dev/shm/"):
+                    inodes.add(os.stat(f"/proc/{pid}/fd/{fd}").st_ino)
+            except OSError:  # closed meanwhile
+                pass
+    except OSError:  # gone
+        pass
+    return inodes
 
 
 def _gone(pid: int) -> bool:
@@ -75,7 +139,8 @@ def _wait_gone(pids: set[int]) -> set[int]:
 def _job(tmp_path: Path, epochs: int = 100000):
     """``train --nproc 2`` in a session of its own, its temporary directory ``tmp_path``; yields
     the Popen once the first epoch line is out (``job.ranks``: the rank pids, ``job.pids``: every
-    process of the job). The whole session is killed on the way out, whatever happened."""
+    process of the job, ``job.shm``: its /dev/shm entries, complete after the ``with``). The whole
+    session is killed on the way out, whatever happened."""
     env = {**os.environ, "TMPDIR": str(tmp_path)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "dgl_zerocopy.cli", *JOB, "--epochs", str(epochs)],
@@ -86,6 +151,7 @@ def _job(tmp_path: Path, epochs: int = 100000):
         text=True,
         start_new_session=True,
     )
+    proc.shm = _ShmWatch(proc.pid)
     timer = threading.Timer(START_LIMIT + GONE_LIMIT, lambda: _killpg(proc.pid))
     timer.daemon = True
     timer.start()
@@ -106,6 +172,7 @@ def _job(tmp_path: Path, epochs: int = 100000):
         timer.cancel()
         _killpg(proc.pid)
         proc.communicate(timeout=GONE_LIMIT)
+        proc.shm.stop()
 
 
 def _killpg(pgid: int) -> None:
@@ -121,7 +188,6 @@ def _folders(tmp_path: Path) -> list[Path]:
 
 @pytest.mark.slow  # a 2-rank CLI job; test_sigterm_in_train_unwinds_as_ctrl_c is the fast check
 def test_sigterm_of_the_parent_stops_the_job_in_one_line_and_leaves_nothing(tmp_path, job_dataset):
-    shm = _shm_of_jobs()
     with _job(tmp_path) as job:
         assert [f.name.split("-")[3] for f in _folders(tmp_path)] == [str(job.pid)], "the folder names its owner"
         job.send_signal(signal.SIGTERM)
@@ -130,12 +196,11 @@ def test_sigterm_of_the_parent_stops_the_job_in_one_line_and_leaves_nothing(tmp_
         assert err.splitlines() == ["dgl-zerocopy: interrupted"], err
         assert _wait_gone(job.pids) == set(), "a process of the job outlived it"
     assert _folders(tmp_path) == []
-    assert _shm_of_jobs() - shm == set()
+    assert job.shm.left() == [], "the job's shared memory outlived it"
 
 
 @pytest.mark.slow  # a 2-rank CLI job and a 1-rank launch; test_launch_sweeps_... is the fast check
 def test_sigkill_of_the_parent_takes_the_ranks_and_the_next_launch_removes_its_folder(tmp_path, job_dataset, monkeypatch):
-    shm = _shm_of_jobs()
     with _job(tmp_path) as job:
         job.kill()
         out, err = job.communicate(timeout=GONE_LIMIT)
@@ -145,12 +210,11 @@ def test_sigkill_of_the_parent_takes_the_ranks_and_the_next_launch_removes_its_f
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
     assert ddp.launch(_nothing, 1, backend="gloo", timeout=60) == [0]
     assert _folders(tmp_path) == []  # ... the next launch did
-    assert _shm_of_jobs() - shm == set()
+    assert job.shm.left() == [], "the job's shared memory outlived it"
 
 
 @pytest.mark.slow  # a 2-rank CLI job; test_a_killed_rank_is_named_in_one_line is the fast check
 def test_a_rank_killed_by_a_signal_ends_the_job_in_one_line_naming_it(tmp_path, job_dataset):
-    shm = _shm_of_jobs()
     with _job(tmp_path) as job:
         victim = job.ranks[1]
         os.kill(victim, signal.SIGKILL)
@@ -161,7 +225,7 @@ def test_a_rank_killed_by_a_signal_ends_the_job_in_one_line_naming_it(tmp_path, 
         assert int(KILLED_RANK.match(lines[0])[2]) == victim
         assert _wait_gone(job.pids) == set(), "a process of the job outlived it"
     assert _folders(tmp_path) == []
-    assert _shm_of_jobs() - shm == set()
+    assert job.shm.left() == [], "the job's shared memory outlived it"
 
 
 @pytest.mark.slow  # a 2-rank CLI run; test_a_rank_exit_unlinks_its_semaphores is the fast check
@@ -172,9 +236,54 @@ def test_a_two_rank_run_ends_without_a_leaked_semaphore_warning(tmp_path, job_da
     assert "final test accuracy" in out
     assert "leaked semaphore" not in err and "Traceback" not in err, err
     assert _folders(tmp_path) == []
+    assert job.shm.left() == [], "the job's shared memory outlived it"
 
 
 # -- each mend in a unit -------------------------------------------------------------------------
+
+
+# A stand-in job for the watch: the parent holds an entry open, its child maps one (its file closed),
+# opens a named semaphore as multiprocessing does (mapped under a temporary name) and makes a
+# torch-named entry with its pid, then both sleep until killed.
+_SHM_CHILD = """
+import _multiprocessing, mmap, os, sys, time
+with open(f"/dev/shm/{sys.argv[1]}mapped", "w+b") as f:
+    f.truncate(4096)
+    mapped = mmap.mmap(f.fileno(), 4096)
+semaphore = _multiprocessing.SemLock(1, 1, 1, f"/{sys.argv[1]}semaphore", False)
+open(f"/dev/shm/torch_{os.getpid()}_0_0", "w").close()
+time.sleep(120)
+"""
+_SHM_JOB = f"""
+import subprocess, sys, time
+held = open(f"/dev/shm/{{sys.argv[1]}}held", "w")
+subprocess.Popen([sys.executable, "-c", {_SHM_CHILD!r}, sys.argv[1]])
+time.sleep(120)
+"""
+
+
+@pytest.mark.skipif(not SHM.is_dir(), reason="no /dev/shm")
+def test_the_watch_finds_a_jobs_own_shared_memory_and_no_other():
+    prefix = f"dglzc-test-{os.getpid()}-"
+    job = subprocess.Popen([sys.executable, "-c", _SHM_JOB, prefix], start_new_session=True)
+    watch = _ShmWatch(job.pid)
+    try:
+        (SHM / f"{prefix}other").write_bytes(b"x")  # another process's, made while the job runs
+        deadline = time.monotonic() + 30
+        while len(watch.names) < 4 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        _killpg(job.pid)
+        job.wait()
+        watch.stop()
+    try:
+        torch_names = [n for n in watch.names if n.startswith("torch_")]
+        assert len(torch_names) == 1, watch.names
+        assert watch.left() == sorted([f"{prefix}held", f"{prefix}mapped", f"sem.{prefix}semaphore", *torch_names])  # left behind: the check fails
+    finally:
+        for path in [*SHM.glob(f"{prefix}*"), *SHM.glob(f"sem.{prefix}*"), *(SHM / n for n in watch.names)]:
+            path.unlink(missing_ok=True)
+    assert watch.left() == []
 
 
 def test_a_dead_owners_folder_is_swept_and_a_live_ones_kept(tmp_path):
