@@ -8,11 +8,13 @@ launcher's message only: nothing of what DGL says when it is stopped.
 
 The fast tier runs the launcher with stand-in processes (``fault_worker.py``: no DGL, they start in
 milliseconds, and take 3 s over SIGTERM as DGL's handler can); the slow tier runs the real
-``dgl-zerocopy launch-local`` on two DistDGL partitions.
+``dgl-zerocopy launch-local`` on two DistDGL partitions, and prints the times that docs/distributed.md
+("When things fail") gives: ``pytest -m slow tests/test_faults_cluster.py -k launch_local -rP``.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -252,6 +254,41 @@ def test_a_killed_launcher_leaves_nothing(fake, sig):
     assert err == ("" if sig == signal.SIGKILL else "interrupted\n")  # nothing of the stopped processes
 
 
+def test_the_next_launch_sweeps_what_a_job_killed_with_its_guard_left(fake, caplog):
+    # The launcher and its guard both SIGKILLed (the guard first): the kernel kills the job's processes,
+    # but nothing of the job is left to remove its segments and folder. A real launch_local removes them
+    # before it starts its own job.
+    config, results = fake
+    launcher = subprocess.Popen(
+        [sys.executable, "-c", LAUNCHER, str(WORKER), str(results), str(config)], cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    try:
+        for name in ("server0", "server1", "trainer0", "trainer1"):
+            _wait_for(results / name)
+        guards = [pid for pid in _left(launcher.pid)["processes"] if b"guard" in Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")]
+        assert len(guards) == 1, _left(launcher.pid)
+        os.kill(guards[0], signal.SIGKILL)
+        launcher.kill()
+        launcher.wait()
+        deadline = time.monotonic() + CLEAN_WITHIN
+        while _left(launcher.pid)["processes"]:
+            assert time.monotonic() < deadline, f"the job's processes outlived their launcher: {_left(launcher.pid)}"
+            time.sleep(0.05)
+        left = _left(launcher.pid)
+        assert len(left["segments"]) == 4 and len(left["folders"]) == 1, left  # one per stand-in, the job's folder
+        (results / "next").mkdir()
+        with caplog.at_level(logging.INFO, logger="dgl_zerocopy.dist.local_cluster"):
+            job = launch_local([sys.executable, str(WORKER), str(results / "next"), "finish"], config, 2, timeout=60)
+        assert job.trainer_codes == [0, 0]
+        assert _left(launcher.pid) == {"processes": [], "segments": [], "folders": []}
+        swept = re.search(r"removed (\d+) shared-memory segment\(s\) and (\d+) folder\(s\) left by launch-local jobs whose launcher died", caplog.text)
+        assert swept and int(swept[1]) >= 4 and int(swept[2]) >= 1, caplog.text  # and any other dead job's on this machine
+    finally:
+        launcher.kill()
+        launcher.wait()
+        _remove_left(launcher.pid)
+
+
 # -- the slow tier: dgl-zerocopy launch-local on DistDGL -----------------------------------------
 TRAIN = ["--fanouts", "5,5", "--batch-size", "200", "--epochs", "100000", "--hidden", "16", "--eval-every", "1000", "--device", "cpu"]
 
@@ -294,15 +331,18 @@ class Job:
         _remove_left(self.proc.pid)
 
     def end(self, seconds: float) -> tuple[int, str, float]:
-        """(exit code, stderr, seconds since it started) within ``seconds``; kills it past them."""
+        """(exit code, stderr, seconds from its start to its exit) within ``seconds``; kills it past
+        them. ``self.ended``: when it exited (time.monotonic())."""
         try:
-            err = self.proc.stderr.read() if self.proc.wait(timeout=seconds) is not None else ""
+            self.proc.wait(timeout=seconds)
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
             pytest.fail(f"launch-local did not end within {seconds:.0f} s")
+        self.ended = time.monotonic()
+        err = self.proc.stderr.read()
         self.reader.join(timeout=10)
-        return self.proc.returncode, err, time.monotonic() - self.started
+        return self.proc.returncode, err, self.ended - self.started
 
 
 def _one_message(err: str) -> str:
@@ -322,14 +362,17 @@ def test_launch_local_killed_leaves_nothing(parts, sig):
         left = _left(job.proc.pid)
         assert len(left["processes"]) == 5 and len(left["segments"]) > 10 and len(left["folders"]) == 1  # 2 servers, 2 trainers, the guard
         job.proc.send_signal(sig)
+        sent = time.monotonic()
         code, err, _ = job.end(15)
         assert _wait_clean(job.proc.pid) < 3.0
+        clean = time.monotonic() - sent
     finally:
         job.stop()
     if sig == signal.SIGTERM:
         assert (code, err) == (143, "dgl-zerocopy: interrupted\n")  # as Ctrl-C, with 128 + SIGTERM as train gives
     else:
         assert (code, err) == (-9, "")
+    print(f"measured: {sig.name} of the launcher: it exited {job.ended - sent:.2f} s after the signal, nothing of the job left {clean:.2f} s after it")
 
 
 @pytest.mark.slow
@@ -341,8 +384,9 @@ def test_launch_local_with_a_killed_process_stops_within_seconds(parts, role):
         os.kill(job.process(role, 1), signal.SIGKILL)
         killed = time.monotonic()
         code, err, _ = job.end(30)
-        ended_after = time.monotonic() - killed
+        ended_after = job.ended - killed
         assert _wait_clean(job.proc.pid) < 3.0
+        clean = time.monotonic() - killed
     finally:
         job.stop()
     message = _one_message(err)
@@ -350,6 +394,7 @@ def test_launch_local_with_a_killed_process_stops_within_seconds(parts, role):
     what = "exited with code -9 \\(SIGKILL\\) while" if role == "server" else "failed with exit code -9 \\(SIGKILL\\)"
     assert re.match(rf"dgl-zerocopy: error: {role} 1 \(pid \d+\) {what}", message), message
     assert ended_after < 4.0, ended_after  # the job stops within about a second; then the launcher's own exit (torch's teardown)
+    print(f"measured: {role} 1 killed: the launcher exited {ended_after:.2f} s after the kill, nothing of the job left {clean:.2f} s after it")
 
 
 @pytest.mark.slow
@@ -358,10 +403,12 @@ def test_launch_local_timeout_ends_the_job_on_time(parts):
     try:
         code, err, took = job.end(60)
         assert _wait_clean(job.proc.pid) < 3.0
+        clean = time.monotonic() - job.ended
     finally:
         job.stop()
     assert _one_message(err) == "dgl-zerocopy: error: the job did not finish within its timeout of 15 s; stopped 4 processes"
     assert code == 1 and 15 < took < 15 + 8, took  # + the launcher's start (importing torch) and exit, 2-4 s each on 2 busy cores
+    print(f"measured: --timeout 15: the command took {took:.2f} s from its start to its exit, nothing of the job left {clean:.2f} s after its exit")
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP], ids=lambda s: s.name)
