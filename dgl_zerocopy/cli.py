@@ -245,7 +245,9 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
 
         request = SamplerRequest.of(cfg)
         size = request.snapshot_size or 2 * max(cfg.fanouts)
-        sampled = f", sampled from a snapshot of {size} in-edges per node, refresh {request.refresh:g} per epoch (evaluation: the full graph)"
+        # Our loader keeps the snapshot in GPU memory on a CUDA device; DGL's loader (sources dgl, dgl-storage) samples on the CPU.
+        on_gpu = " in GPU memory" if device.type == "cuda" and cfg.feature_source not in ("dgl", "dgl-storage") else ""
+        sampled = f", sampled from a snapshot{on_gpu} of {size} in-edges per node, refresh {request.refresh:g} per epoch (evaluation: the full graph)"
     print(f"model {cfg.model}, fanouts {cfg.fanouts}{per_type}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{cached}{sampled}")
     if cfg.nproc > 1:
         from .training.ddp import share_dataset

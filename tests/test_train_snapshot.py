@@ -109,6 +109,31 @@ def test_every_source_trains_from_one_snapshot_refreshed_once_per_epoch(small_da
         source.close()
 
 
+def test_our_loaders_source_samples_the_snapshot_on_the_gpu_sampler_where_it_has_one(small_dataset, monkeypatch):
+    """On a CUDA device (here the GPU sampler's CPU stand-in) the training batches come from
+    GpuSnapshotSampler (the snapshot in device memory), evaluation from the full graph; rows exact."""
+    from dgl_zerocopy.loading.gpu_sampling import emulate_on_cpu
+    from dgl_zerocopy.sampling import GpuSnapshotSampler
+
+    calls = []
+    sample_blocks = GpuSnapshotSampler.sample_blocks
+    monkeypatch.setattr(GpuSnapshotSampler, "sample_blocks", lambda self, *a, **k: calls.append(1) or sample_blocks(self, *a, **k))
+    features = torch.from_numpy(small_dataset.features)
+    with emulate_on_cpu("reference"):
+        source = make_source("cpu", small_dataset, [4, 3], torch.device("cpu"), sampling=SamplerRequest("snapshot", snapshot_size=4, refresh=0.0))
+        try:
+            train_batches = 0
+            for blocks, x, _ in source.batches(torch.from_numpy(small_dataset.train_idx), 256, True, StageTimer()):
+                torch.testing.assert_close(x, features[blocks[0].srcdata["_ID"].long()], rtol=0, atol=0)
+                train_batches += 1
+            assert len(calls) == train_batches > 0
+            for _ in source.batches(torch.from_numpy(small_dataset.val_idx), 256, False, StageTimer()):
+                pass
+            assert len(calls) == train_batches, "evaluation sampled from the snapshot"
+        finally:
+            source.close()
+
+
 def test_a_static_snapshot_gives_only_its_own_edges(small_dataset):
     source = make_source("cpu", small_dataset, [4, 3], torch.device("cpu"), sampling=SamplerRequest("snapshot", snapshot_size=4, refresh=0.0))
     try:

@@ -50,7 +50,7 @@ class TrainConfig(BaseModel):
     # where neighbours are sampled: "cpu" (DGL's sampler), "gpu" (ours, use_uva=True: a CUDA GPU, our DataLoader), or
     # "snapshot" (SnapshotSampler on the CPU: the training batches from a cached sample of each node's in-edges)
     sampler: Literal["cpu", "gpu", "snapshot"] = "cpu"
-    graph_placement: Literal["pinned", "device"] = "pinned"  # --sampler gpu: the CSC pinned in place, or copied to GPU memory
+    graph_placement: Literal["pinned", "device"] = "pinned"  # GPU sampling (gpu, snapshot on CUDA): the CSC pinned in place, or copied to GPU memory
     snapshot_size: int | None = None  # --sampler snapshot: in-edges kept per node (None: 2 x the largest fanout)
     snapshot_refresh: float | None = None  # --sampler snapshot: share of the snapshot redrawn per epoch, in [0, 1] (None: 0.25)
 

@@ -278,7 +278,9 @@ class StoreSource(_StoreStats):
                 sampler = self.snapshot_sampler
             else:
                 sampler = dgl.dataloading.NeighborSampler(self.fanouts)
-            gpu = self.sampling.kind == "gpu"
+            # On a GPU the snapshot lives in device memory and is sampled there (our loader with use_uva=True
+            # maps the SnapshotSampler onto GpuSnapshotSampler); evaluation batches sample the full graph.
+            gpu = self.sampling.kind == "gpu" or (shuffle and self.sampling.kind == "snapshot" and _samples_on_gpu(self.device))
             self._loaders[key] = DataLoader(
                 self.graph,
                 nodes,
@@ -368,3 +370,11 @@ def _mapped_npy(features) -> Path | None:
     if whole.shape != features.shape or whole.dtype != features.dtype or whole.offset != features.offset:
         return None
     return Path(filename)
+
+
+def _samples_on_gpu(device: torch.device) -> bool:
+    """Whether our loader's snapshot sampling runs on the GPU sampler: on a CUDA device, or on the CPU
+    inside :func:`~dgl_zerocopy.loading.gpu_sampling.emulate_on_cpu` (the tests' stand-in)."""
+    from ..loading.gpu_sampling import stand_in
+
+    return device.type == "cuda" or stand_in() is not None
