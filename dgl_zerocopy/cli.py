@@ -40,6 +40,7 @@ BENCHMARKS = (
     "sampling",
     "pcie_sampling",
     "snapshot",
+    "sampling_accuracy",
 )
 
 
