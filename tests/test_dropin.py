@@ -324,9 +324,13 @@ def test_dgls_multi_gpu_example_switched_by_one_line_trains_with_ddp(tmp_path):
     ]
     accuracies = []
     try:
-        for run in runs:
+        for run, dgls_own in zip(runs, (True, False)):
             out, err = run.communicate(timeout=300)
-            assert run.returncode == 0, out[-2000:] + err[-4000:]
+            # DGL's own loader (the unswitched script, the baseline) now and then aborts a rank at exit, after the
+            # job printed its test accuracy: a C++ thread of DGL's still alive when the interpreter ends ("terminate
+            # called without an active exception", SIGABRT; seen once in three CI runs). Its figure stands; ours must exit 0.
+            aborted_at_exit = dgls_own and "terminate called without an active exception" in err and "Test accuracy" in out
+            assert run.returncode == 0 or aborted_at_exit, out[-2000:] + err[-4000:]
             accuracies.append(float(re.search(r"Test accuracy ([0-9.]+)", out).group(1)))
     finally:
         for run in runs:
