@@ -133,9 +133,15 @@ def test_every_edge_is_picked_with_probability_fanout_over_degree(refresh):
     at most T * a + T * L * b with a = (K/d)(f/K)(1 - f/K) (the picks given the snapshot) and
     b = (f/K)^2 (K/d)(1 - K/d) (whether the edge is in the snapshot); every edge within 5 sd."""
     torch.manual_seed(3)
-    centres, d, k, f, epochs = 16, 12, 6, 3, 400
+    check_pick_rate(lambda f, k: SnapshotSampler([f], snapshot_size=k, refresh=refresh), refresh, epochs=400)
+
+
+def check_pick_rate(make_sampler, refresh: float, epochs: int) -> None:
+    """The guarantee's check (the bound above) for the sampler ``make_sampler(fanout, snapshot_size)``
+    over ``epochs`` epochs of 16 stars of in-degree 12, snapshot 6, fanout 3."""
+    centres, d, k, f = 16, 12, 6, 3
     g = stars(centres, d)
-    counts = pick_counts(SnapshotSampler([f], snapshot_size=k, refresh=refresh), g, epochs, centres)
+    counts = pick_counts(make_sampler(f, k), g, epochs, centres)
     mean = epochs * f / d
     run = math.ceil(1 / refresh)
     var = epochs * (k / d) * (f / k) * (1 - f / k) + epochs * run * (f / k) ** 2 * (k / d) * (1 - k / d)

@@ -137,6 +137,16 @@ def _scan_cost(indptr: torch.Tensor, seeds: np.ndarray, id_bytes: int, base: int
     return lines, sectors * SECTOR_BYTES
 
 
+def _edge_id_cost(eids: np.ndarray, pos: np.ndarray) -> tuple[int, int]:
+    """Requests and fetched bytes of the zero-copy gather of the picks' edge ids ``eids[pos]`` (``eids``: the
+    edge-id array as one column), run by the gather's emulator, whose rows are checked first."""
+    taken, trace = emulate_gather(eids, pos, trace=True)
+    if not np.array_equal(taken[:, 0], eids[pos, 0]):
+        raise RuntimeError("the emulated edge-id gather returned other ids than eids[pos]; the gather emulator is broken")
+    metrics = analyze(trace)
+    return metrics.requests, metrics.fetched_bytes
+
+
 def _line_aligned(tensor: torch.Tensor) -> torch.Tensor:
     """A copy of ``tensor`` whose first element starts a 128-byte line (reproducible counts)."""
     nbytes = tensor.numel() * tensor.element_size()
@@ -191,10 +201,7 @@ def model_layers(
         idx_req, idx_bytes = _requests_and_bytes(trace, trace.within(trace.indices_range))
         eid_req = eid_bytes = 0
         if eids is not None and edges:
-            taken, eid_trace = emulate_gather(eids, sampled.pos.numpy(), trace=True)
-            assert np.array_equal(taken[:, 0], eids[sampled.pos.numpy(), 0])
-            metrics = analyze(eid_trace)
-            eid_req, eid_bytes = metrics.requests, metrics.fetched_bytes
+            eid_req, eid_bytes = _edge_id_cost(eids, sampled.pos.numpy())
         scan_req, scan_bytes = _scan_cost(indptr, seeds, id_bytes, trace.indices_range[0])
         useful = edges * id_bytes * (2 if edge_ids else 1) + len(seeds) * 2 * indptr.element_size()
         layers.append(
@@ -286,11 +293,7 @@ def model_refresh(indptr: torch.Tensor, indices: torch.Tensor, nodes: np.ndarray
     idx_req, idx_bytes = _requests_and_bytes(trace, trace.within(trace.indices_range))
     eid_req = eid_bytes = 0
     if len(sampled.pos):
-        eids = np.arange(len(indices), dtype=indices.numpy().dtype).reshape(-1, 1)
-        taken, eid_trace = emulate_gather(eids, sampled.pos.numpy(), trace=True)
-        assert np.array_equal(taken[:, 0], eids[sampled.pos.numpy(), 0])
-        metrics = analyze(eid_trace)
-        eid_req, eid_bytes = metrics.requests, metrics.fetched_bytes
+        eid_req, eid_bytes = _edge_id_cost(np.arange(len(indices), dtype=indices.numpy().dtype).reshape(-1, 1), sampled.pos.numpy())
     id_bytes = indices.element_size()
     return RefreshMetrics(len(ids), len(sampled.src), id_bytes, ptr_req, ptr_bytes, idx_req, idx_bytes, eid_req, eid_bytes, len(ids) * id_bytes)
 
