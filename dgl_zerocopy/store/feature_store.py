@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import logging
 import threading
-import warnings
 import weakref
 from pathlib import Path
 
@@ -34,14 +33,17 @@ import numpy as np
 import torch
 
 from .backends import Backend, GatherOptions, make_backend
-from .cache import CachePolicy, HotRowCache, budget_for_rows, check_cache_args, choose_rows, policy_name
+from .cache import CachePolicy, HotRowCache, budget_for_rows, check_cache_args, policy_name
+from .cache.hot_rows import rank_cache_rows as _rank_cache_rows
 from .compression import Codec, check_codec_name
 from .compression.table import params_nbytes
 from .devices import resolve_backend, resolve_device, resolve_store_device
 from .host_files import file_ref
 from .id_check import DeviceIdCheck, check_host_ids, checked_on_device
 from .sharing import reduce_store
-from .table_input import ArrayLike, as_table, check_out_dtype, codes_view, compressed_table, human_size, num_rows
+from .storage.open_storage import PreparedStorage, prepare_storage
+from .storage.tiers import ReadAhead, StorageBackend
+from .table_input import ArrayLike, as_table, check_out_dtype, codes_view, compressed_table, num_rows
 
 log = logging.getLogger(__name__)
 
@@ -126,10 +128,20 @@ class FeatureStore:
         sampler=None,
         seeds=None,
         presample_options: dict | None = None,
+        host_cache_bytes: int | None = None,
+        host_cache_policy: str | None = None,
+        storage_options: dict | None = None,
     ) -> None:
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
         options = GatherOptions(variant, sort_ids, max_blocks)  # checked before anything is pinned
+        if host_cache_bytes is not None:  # rows stay in the file (docs/storage.md)
+            storage = prepare_storage(data, backend, device, compression, out_dtype, host_cache_bytes, host_cache_policy, storage_options, cache_bytes, cache_policy, graph, sampler, seeds, presample_options)  # fmt: skip
+            table = torch.empty(storage.table.shape, dtype=storage.table.dtype, device="meta")
+            folder, codec = storage.table.folder, storage.table.codec
+            self._init_unbound(table, None, None, storage.backend, storage.device.type, options, codec, storage.out_dtype, storage.table.method, folder, storage=storage)  # fmt: skip
+            self.bind(storage.device)
+            return
         rows = num_rows(data)
         if rows is not None:  # checked before the table is compressed, pinned or ranked
             check_cache_args(cache_bytes, cache_policy, rows, graph, sampler, seeds)
@@ -176,8 +188,10 @@ class FeatureStore:
         path: Path | None = None,
         cache_rows: torch.Tensor | None = None,
         cache_policy: str | None = None,
+        storage: PreparedStorage | None = None,
     ) -> None:
         """The state of a store whose backend is not made yet (:meth:`bind` makes it)."""
+        self._storage = storage  # a table left in its file: StorageBackend's file, plan and options
         self._cache_rows = cache_rows  # the rows to cache, ranked (int64 CPU), or None: no cache
         self._cache_policy = cache_policy
         self._cache: HotRowCache | None = None  # made by bind() on the bound device
@@ -216,6 +230,12 @@ class FeatureStore:
                     )
                 return self
             device = resolve_store_device(device if device is not None else self._device_type, self.backend)
+            if self._storage is not None:
+                storage = self._storage
+                backend = StorageBackend(storage.table, device, self.backend, self.options, storage.plan, self._out_dtype)
+                self._made.append(backend)
+                self._backend, self._device, self._cache = backend, device, backend.cache
+                return self
             table, read_only = self._table, False
             if self.backend == "zerocopy" and self._read_only_array is not None:
                 from .pinning import pinnable_table, read_only_register_supported
@@ -267,7 +287,10 @@ class FeatureStore:
 
     @property
     def nbytes(self) -> int:
-        """Host bytes held: the table, or the codes plus the int8 scales and offsets."""
+        """Host bytes held: the table, or the codes plus the int8 scales and offsets; a table left in
+        its file (``host_cache_bytes``): the host buffer's rows."""
+        if self._storage is not None:
+            return self._storage.plan.capacity * self._storage.table.row_bytes
         return self._table.numel() * self._table.element_size() + (params_nbytes(self._codec) if self._codec is not None else 0)
 
     @property
@@ -315,6 +338,33 @@ class FeatureStore:
         if self._cache is not None:
             self._cache.reset_stats()
 
+    # -- storage (host_cache_bytes; docs/storage.md) ----------------------------------------
+    def _storage_backend(self) -> StorageBackend:
+        if self._storage is None:
+            raise TypeError("this FeatureStore holds its whole table in memory: reading ahead and storage_stats() need FeatureStore(path, host_cache_bytes=N)")
+        if self._backend is None:
+            self.bind()
+        return self._backend  # type: ignore[return-value]
+
+    def read_ahead(self, ids) -> ReadAhead:
+        """Start reading the rows ``ids`` (a later batch's, checked as ``gather`` checks them) from
+        storage into the host buffer on a background thread; returns at once. Their slots stay
+        reserved, never evicted, until ``gather(ids, read_ahead=handle)`` has used them (or
+        ``handle.release()``); it waits only for rows still being read. Storage-backed stores only."""
+        storage = self._storage_backend()
+        ids = self._check_ids(ids).cpu()
+        check_host_ids(ids, self._table.shape[0])
+        return storage.read_ahead(ids)
+
+    def storage_stats(self) -> dict[str, int | float]:
+        """Counters since :meth:`reset_storage_stats`: ``storage_bytes``, ``storage_reads``, distinct rows
+        of gathered batches per tier (``device_hits``, ``host_hits``, ``storage_rows``), ``read_ahead_rows``,
+        ``read_ahead_hits``, ``read_ahead_skipped``, ``evictions`` and ``hit_rate`` (rows found in memory)."""
+        return self._storage_backend().stats.as_dict()
+
+    def reset_storage_stats(self) -> None:
+        self._storage_backend().stats.reset()
+
     def __len__(self) -> int:
         return self._table.shape[0]
 
@@ -325,7 +375,7 @@ class FeatureStore:
         return f"FeatureStore(shape={self.shape}, dtype={self.dtype}{codes}{cache}, backend={self.backend!r}, device={device!r})"
 
     # -- gather ----------------------------------------------------------------------------
-    def gather(self, ids, out: torch.Tensor | None = None, stream=None, unchecked: bool = False) -> torch.Tensor:
+    def gather(self, ids, out: torch.Tensor | None = None, stream=None, unchecked: bool = False, read_ahead: ReadAhead | None = None) -> torch.Tensor:
         """Rows ``data[ids]`` on ``self.device``, shape ``(len(ids), dim)``, dtype ``self.dtype``
         (a compressed table's rows decoded: equal to ``store.codec.decode(codes[ids], ids, store.dtype)``).
 
@@ -341,7 +391,15 @@ class FeatureStore:
         caller makes sure nothing still reads it when ``stream`` writes it (e.g. an event).
         ``stream``: a ``torch.cuda.Stream`` to run on (CUDA devices); default the current stream.
         The result is ready on ``stream``: a caller on another stream waits for it before reading.
+        ``read_ahead``: the handle :meth:`read_ahead` returned for these ids; released after the gather.
         """
+        try:
+            return self._gather(ids, out, stream, unchecked)
+        finally:
+            if read_ahead is not None:
+                read_ahead.release()
+
+    def _gather(self, ids, out: torch.Tensor | None, stream, unchecked: bool) -> torch.Tensor:
         if self.closed:
             raise RuntimeError(_CLOSED)
         if self._backend is None:
@@ -433,32 +491,6 @@ class FeatureStore:
 
     def __exit__(self, *exc) -> None:
         self._close(report=exc[0] is None)  # an exception already on its way is not replaced
-
-
-def _rank_cache_rows(
-    table: torch.Tensor, backend: str, cache_bytes: int, cache_policy: str | CachePolicy, graph, sampler, seeds, presample_options: dict | None
-) -> torch.Tensor | None:
-    """The rows the cache holds, best first (int64 CPU), or None for no cache. ``table`` holds what
-    the cache copies (a compressed table's codes), so its row width decides how many rows fit."""
-    options = dict(presample_options or {})
-    unknown = sorted(set(options) - {"batch_size", "epochs", "seed"})
-    if unknown:
-        raise TypeError(f"presample_options takes batch_size, epochs and seed, but got {unknown}")
-    if check_cache_args(cache_bytes, cache_policy, table.shape[0], graph, sampler, seeds) and backend == "gpu":
-        warnings.warn(f"cache_bytes={cache_bytes} is ignored with backend='gpu': that backend holds every row in device memory already", stacklevel=3)
-        return None
-    rows = choose_rows(
-        table.shape[0], table.shape[1] * table.element_size(), cache_bytes, cache_policy, graph=graph, sampler=sampler, seeds=seeds, stacklevel=4, **options
-    )
-    if rows is not None:
-        log.info(
-            "cache: %d of %d rows (%s), %s of device memory",
-            rows.numel(),
-            table.shape[0],
-            policy_name(cache_policy),
-            human_size(rows.numel() * table.shape[1] * table.element_size()),
-        )
-    return rows
 
 
 def _close_all(backends: list) -> None:

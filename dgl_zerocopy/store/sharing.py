@@ -16,6 +16,10 @@ def reduce_store(store) -> tuple:
     """``(rebuild_store, args)`` for pickling an open FeatureStore ``store`` (untyped: this module
     must not import the store's module, which imports it); ``TypeError`` when its table is in
     private memory (sending it would copy it)."""
+    device_type = store._device.type if store._device is not None else store._device_type
+    options = (store.options.variant, store.options.sort_ids, store.options.max_blocks)
+    if store._storage is not None:  # sent as its file's name and options: each process buffers on its own
+        return rebuild_storage_store, (type(store), store._storage, device_type, options)
     if store._file is not None:
         table = store._file
     elif store._table.is_shared():
@@ -26,8 +30,6 @@ def reduce_store(store) -> tuple:
         # memory in place and frees the old pages, which a zero-copy store has registered with
         # cudaHostRegister: the kernel would read freed memory and the registration would leak.
         raise TypeError(private_table_message(store._table, store._codec))
-    device_type = store._device.type if store._device is not None else store._device_type
-    options = (store.options.variant, store.options.sort_ids, store.options.max_blocks)
     compressed = None
     if store._codec is not None:
         params = (None, None) if store._path is not None or store._codec.scale is None else (_param_ref(store._codec.scale), _param_ref(store._codec.offset))
@@ -64,6 +66,15 @@ def rebuild_store(cls: type, table, backend: str, device_type: str, options: tup
     store = cls.__new__(cls)
     cache_rows, cache_policy = cache if cache is not None else (None, None)
     store._init_unbound(table, read_only_array, file, backend, device_type, GatherOptions(*options), codec, out_dtype, method, path, cache_rows, cache_policy)
+    return store
+
+
+def rebuild_storage_store(cls: type, storage, device_type: str, options: tuple):
+    """A pickled storage-backed store in the receiving process: unbound; binding opens the file and makes its own buffer."""
+    store = cls.__new__(cls)
+    table = torch.empty(storage.table.shape, dtype=storage.table.dtype, device="meta")
+    codec, folder = storage.table.codec, storage.table.folder
+    store._init_unbound(table, None, None, storage.backend, device_type, GatherOptions(*options), codec, storage.out_dtype, storage.table.method, folder, storage=storage)  # fmt: skip
     return store
 
 

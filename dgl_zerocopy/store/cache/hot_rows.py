@@ -3,16 +3,20 @@
 
 from __future__ import annotations
 
+import logging
 import threading
 import warnings
 
 import torch
 
+from ..table_input import human_size
 from .policy import DEFAULT_CACHE_POLICY, CachePolicy, cache_capacity, check_budget, check_policy_name, graph_num_nodes, make_policy, sampling_edge_dir
 from .slots import SplitHits, build_slot_map, gather_split, split_hits
 from .stats import CacheStats
 
-__all__ = ["HotRowCache", "build_cache", "check_cache_args", "choose_rows", "policy_name"]
+__all__ = ["HotRowCache", "build_cache", "check_cache_args", "choose_rows", "policy_name", "rank_cache_rows"]
+
+log = logging.getLogger(__name__)
 
 
 class HotRowCache:
@@ -26,13 +30,17 @@ class HotRowCache:
     batch). :meth:`stats_dict` and :meth:`reset_stats` fold both (they wait for the device).
     """
 
-    def __init__(self, table: torch.Tensor, row_ids: torch.Tensor, device: str | torch.device = "cpu", policy: str = "") -> None:
+    def __init__(
+        self, table: torch.Tensor, row_ids: torch.Tensor, device: str | torch.device = "cpu", policy: str = "", rows: torch.Tensor | None = None
+    ) -> None:
         if not isinstance(table, torch.Tensor) or table.dim() != 2:
             raise TypeError(f"table must be a 2-D torch.Tensor, but got {getattr(table, 'shape', type(table).__name__)}")
         self.policy = policy
         self.row_ids = torch.as_tensor(row_ids).to("cpu", torch.int64)
         self.slot_map = build_slot_map(self.row_ids, table.shape[0], device)  # checks the ids first
-        self.rows = table.index_select(0, self.row_ids.to(table.device)).to(device)
+        # ``rows``: the rows read already (a storage-backed store reads them from its file; ``table``
+        # then only gives the shape and dtype, e.g. a tensor on the "meta" device).
+        self.rows = (rows if rows is not None else table.index_select(0, self.row_ids.to(table.device))).to(device)
         if self.rows.device.type == "cuda":  # filled on the current stream; gathers run on others: wait once, here
             torch.cuda.current_stream(self.rows.device).synchronize()
         self.stats = CacheStats()
@@ -213,3 +221,46 @@ def build_cache(
 def policy_name(cache_policy: str | CachePolicy) -> str:
     """The name a policy is reported by: its own, or its class's ``name`` for a ranking."""
     return cache_policy if isinstance(cache_policy, str) else cache_policy.name
+
+
+def rank_cache_rows(
+    table: torch.Tensor,
+    backend: str,
+    cache_bytes: int,
+    cache_policy: str | CachePolicy,
+    graph,
+    sampler,
+    seeds,
+    presample_options: dict | None,
+    stacklevel: int = 3,
+) -> torch.Tensor | None:
+    """The rows the cache holds, best first (int64 CPU), or None for no cache. ``table`` holds what
+    the cache copies (a compressed table's codes), so its row width decides how many rows fit; only
+    its shape and dtype are read (a "meta" tensor will do). ``stacklevel`` places the warnings."""
+    options = dict(presample_options or {})
+    unknown = sorted(set(options) - {"batch_size", "epochs", "seed"})
+    if unknown:
+        raise TypeError(f"presample_options takes batch_size, epochs and seed, but got {unknown}")
+    if check_cache_args(cache_bytes, cache_policy, table.shape[0], graph, sampler, seeds) and backend == "gpu":
+        warnings.warn(f"cache_bytes={cache_bytes} is ignored with backend='gpu': that backend holds every row in device memory already", stacklevel=stacklevel)
+        return None
+    rows = choose_rows(
+        table.shape[0],
+        table.shape[1] * table.element_size(),
+        cache_bytes,
+        cache_policy,
+        graph=graph,
+        sampler=sampler,
+        seeds=seeds,
+        stacklevel=stacklevel + 1,
+        **options,
+    )
+    if rows is not None:
+        log.info(
+            "cache: %d of %d rows (%s), %s of device memory",
+            rows.numel(),
+            table.shape[0],
+            policy_name(cache_policy),
+            human_size(rows.numel() * table.shape[1] * table.element_size()),
+        )
+    return rows

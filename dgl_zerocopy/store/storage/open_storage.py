@@ -1,0 +1,97 @@
+"""The checks and decisions of ``FeatureStore(path, ..., host_cache_bytes=N)`` before anything is
+allocated, pinned or read (beyond a ``.npy`` header): :func:`prepare_storage`."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from ..cache import CachePolicy, make_policy, policy_name
+from ..cache.hot_rows import check_cache_args, rank_cache_rows
+from ..compression import check_codec_name
+from ..devices import resolve_backend, resolve_store_device
+from ..table_input import check_out_dtype
+from .direct_reader import DEFAULT_THREADS
+from .policy import StoragePlan, plan_storage
+from .table_file import TableFile, open_table_file
+
+STORAGE_OPTIONS = {"threads": DEFAULT_THREADS, "direct": True}
+
+
+@dataclass(frozen=True)
+class PreparedStorage:
+    """What the store keeps of a storage-backed table (and what pickling sends)."""
+
+    table: TableFile
+    plan: StoragePlan
+    backend: str
+    device: torch.device
+    out_dtype: torch.dtype
+
+    def __reduce__(self):
+        # The file again by name (each process opens, reads and buffers on its own); the plan as it is.
+        source = self.table.folder if self.table.folder is not None else self.table.path
+        return _reopen, (str(source), self.plan, self.backend, self.device, self.out_dtype)
+
+
+def _reopen(source: str, plan: StoragePlan, backend: str, device: torch.device, out_dtype: torch.dtype) -> PreparedStorage:
+    return PreparedStorage(open_table_file(source), plan, backend, device, out_dtype)
+
+
+def prepare_storage(
+    data,
+    backend: str,
+    device,
+    compression,
+    out_dtype,
+    host_cache_bytes,
+    host_cache_policy: str | None,
+    storage_options: dict | None,
+    cache_bytes,
+    cache_policy: str | CachePolicy,
+    graph,
+    sampler,
+    seeds,
+    presample_options: dict | None,
+) -> PreparedStorage:
+    """Open ``data`` (a ``.npy`` path or compressed folder), check every argument, rank rows once
+    (the device cache and the host buffer's static share use the same ranking) and size the buffer."""
+    table = open_table_file(data)
+    codec = check_codec_name(compression)
+    if codec is not None and (table.codec is None or table.codec.name != codec):
+        raise ValueError(
+            f"compression={codec!r} with host_cache_bytes: the rows are read from the file as they are stored, so compress the file first, "
+            f"dgl_zerocopy.compress({str(table.path)!r}, {codec!r}, out=DIR), and pass DIR"
+        )
+    out_dtype = check_out_dtype(out_dtype, table.codec.name if table.codec is not None else None, table.dtype)
+    if backend == "gpu":
+        raise ValueError("backend='gpu' copies the whole table to the device; with host_cache_bytes use 'zerocopy', 'cpu' or 'auto'")
+    options = dict(STORAGE_OPTIONS, **(storage_options or {}))
+    unknown = sorted(set(options) - set(STORAGE_OPTIONS))
+    if unknown:
+        raise TypeError(f"storage_options takes {', '.join(STORAGE_OPTIONS)}, but got {unknown}")
+    rows = table.shape[0]
+    check_cache_args(cache_bytes, cache_policy, rows, graph, sampler, seeds)
+    backend = resolve_backend(backend, device)
+    device = resolve_store_device(device, backend)
+    order = None
+    if isinstance(cache_policy, CachePolicy):
+        order = cache_policy.order
+    elif graph is not None and host_cache_policy not in ("dynamic", "lru", "clock", "fifo"):
+        cache_policy = make_policy(cache_policy, graph, sampler=sampler, seeds=seeds, **(presample_options or {}))
+        order = cache_policy.order  # ranked once: the device cache below takes its prefix
+    meta = torch.empty(table.shape, dtype=table.dtype, device="meta")
+    cache_rows = rank_cache_rows(meta, backend, cache_bytes, cache_policy, graph, sampler, seeds, presample_options, stacklevel=5)
+    plan = plan_storage(
+        rows,
+        table.row_bytes,
+        host_cache_bytes,
+        host_cache_policy,
+        order,
+        cache_rows=cache_rows,
+        cache_policy=policy_name(cache_policy) if cache_rows is not None else None,
+        threads=options["threads"],
+        direct=options["direct"],
+    )
+    return PreparedStorage(table, plan, backend, device, out_dtype)

@@ -1,0 +1,105 @@
+"""The host buffer's policy and size, decided once when a storage-backed store is made.
+
+``host_cache_policy``:
+
+- ``"hybrid"`` (the default when a ranking exists: ``graph=`` given, or a ``CachePolicy``):
+  :data:`HYBRID_STATIC_SHARE` of the slots belong to the rows the static ranking puts first (the
+  store's ``cache_policy``: the degree sampling follows, by default), each filled on first use and
+  never evicted; the other slots run :data:`DEFAULT_DYNAMIC`;
+- ``"static"``: every slot evictable, the row ranked last leaves first;
+- ``"dynamic"`` (the default without a ranking): :data:`DEFAULT_DYNAMIC` over every slot;
+- ``"lru"``, ``"clock"``, ``"fifo"``: that dynamic policy over every slot (for measurements).
+
+The choice of :data:`DEFAULT_DYNAMIC` and :data:`HYBRID_STATIC_SHARE` is measured by
+``bench/storage_eviction.py`` (docs/storage.md has the figures).
+
+The budget ``host_cache_bytes`` covers everything the buffer holds: the rows, the row -> slot map
+(one int32 per row of the table), the static ranking when the ``static`` policy needs one (one
+int32 per row), and the bookkeeping of each slot. It is never exceeded.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from ..table_input import human_size
+from .direct_reader import DEFAULT_THREADS
+from .eviction import DYNAMIC_POLICIES, Eviction, make_eviction
+from .host_buffer import SLOT_BYTES
+
+HOST_POLICIES = ("hybrid", "static", "dynamic", *DYNAMIC_POLICIES)
+#: The dynamic policy of ``"dynamic"`` and of the dynamic share of ``"hybrid"`` (measured: docs/storage.md).
+DEFAULT_DYNAMIC = "clock"
+#: The share of the slots ``"hybrid"`` gives to the rows ranked first (measured: docs/storage.md).
+HYBRID_STATIC_SHARE = 0.5
+
+
+@dataclass(frozen=True)
+class StoragePlan:
+    """What a :class:`~dgl_zerocopy.store.storage.tiers.StorageBackend` builds: ``capacity`` slots,
+    ``eviction`` over the dynamic ones, ``static_rows`` owning slots ``0..``, ``rank`` (row ->
+    position, for ``static``), the device cache's rows and policy name, reader threads, O_DIRECT."""
+
+    policy: str
+    capacity: int
+    eviction: str
+    static_rows: np.ndarray | None
+    rank: np.ndarray | None
+    cache_rows: torch.Tensor | None
+    cache_policy: str | None
+    threads: int
+    direct: bool
+
+
+def plan_storage(
+    num_rows: int,
+    row_bytes: int,
+    host_cache_bytes,
+    host_cache_policy: str | None,
+    order: torch.Tensor | None,
+    *,
+    cache_rows: torch.Tensor | None = None,
+    cache_policy: str | None = None,
+    threads: int = DEFAULT_THREADS,
+    direct: bool = True,
+) -> StoragePlan:
+    """Check the host buffer's arguments and size it. ``order``: the static ranking (all rows, best
+    first) or None when the store has none (no ``graph=``)."""
+    if isinstance(host_cache_bytes, bool) or not isinstance(host_cache_bytes, (int, np.integer)) or host_cache_bytes <= 0:
+        raise ValueError(f"host_cache_bytes must be a positive integer number of bytes, but got {host_cache_bytes!r}")
+    if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
+        raise ValueError(f"storage threads must be a positive integer, but got {threads!r}")
+    policy = host_cache_policy if host_cache_policy is not None else ("hybrid" if order is not None else "dynamic")
+    if policy not in HOST_POLICIES:
+        raise ValueError(f"host_cache_policy must be one of {', '.join(map(repr, HOST_POLICIES))}, but got {policy!r}")
+    if policy in ("hybrid", "static") and order is None:
+        raise ValueError(
+            f"host_cache_policy={policy!r} ranks rows statically: pass graph= (the DGL graph whose nodes are the table's rows) "
+            "or a CachePolicy as cache_policy=, or use host_cache_policy='dynamic'"
+        )
+    eviction = "static" if policy == "static" else (DEFAULT_DYNAMIC if policy in ("hybrid", "dynamic") else policy)
+    fixed = num_rows * 4 + (num_rows * 4 if eviction == "static" else 0)  # the slot map (+ the ranking)
+    per_slot = row_bytes + SLOT_BYTES + _policy_slot_bytes(eviction)
+    capacity = min(num_rows, max(0, (int(host_cache_bytes) - fixed) // per_slot))
+    if capacity < 1:
+        raise ValueError(
+            f"host_cache_bytes={host_cache_bytes} holds no row: the row -> slot map of {num_rows} rows takes {human_size(fixed)} and "
+            f"a slot {per_slot} bytes; give at least {fixed + per_slot} (and room for a few batches of rows)"
+        )
+    rank = static_rows = None
+    if eviction == "static":
+        rank = np.empty(num_rows, dtype=np.int32)
+        rank[order.numpy()] = np.arange(num_rows, dtype=np.int32)
+    if policy == "hybrid":
+        static_rows = order[: int(capacity * HYBRID_STATIC_SHARE)].numpy().astype(np.int64)
+        if static_rows.size == capacity:  # keep one dynamic slot at least, for the rows ranked lower
+            static_rows = static_rows[:-1]
+    return StoragePlan(policy, capacity, eviction, static_rows, rank, cache_rows, cache_policy, threads, direct)
+
+
+def _policy_slot_bytes(name: str) -> int:
+    probe: Eviction = make_eviction(name, 1, np.zeros(1, dtype=np.int32))
+    return probe.slot_bytes
