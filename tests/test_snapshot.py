@@ -8,13 +8,14 @@ from __future__ import annotations
 import math
 import pickle
 
+import numpy as np
 import pytest
 import torch
 
 dgl = pytest.importorskip("dgl")
 
 from dgl_zerocopy.sampling import SnapshotSampler  # noqa: E402
-from dgl_zerocopy.sampling.snapshot_csc import PickTables, RefreshOrder, Snapshot, draw_subsets  # noqa: E402
+from dgl_zerocopy.sampling.snapshot_csc import PickTables, RefreshOrder, Relabel, Snapshot, draw_subsets, side_by_side  # noqa: E402
 
 
 def random_graph(num_nodes: int = 300, num_edges: int = 6000, seed: int = 0):
@@ -80,6 +81,53 @@ def test_snapshot_layout_sizes_and_dtypes():
     assert sampler.full_csc_nbytes == sum(t.numel() * t.element_size() for t in (indptr, indices, eids))
     assert sampler.snapshot_nbytes < sampler.full_csc_nbytes
     assert sampler.state_nbytes > sampler.snapshot_nbytes
+
+
+def test_sources_and_edge_ids_side_by_side_pick_as_two_arrays_do():
+    """The packed layout (one 8-byte read per picked slot) is a layout only: the picks of a packed
+    snapshot equal those of the same snapshot in two arrays, draw for draw; it survives pickling."""
+    g = random_graph(num_nodes=400, num_edges=9000)
+    sampler = SnapshotSampler([6, 3], snapshot_size=8)
+    sampler.sample(g, torch.arange(10))
+    snap = sampler.snapshot
+    assert snap.packed is not None and snap.packed.dtype == torch.int64
+    assert torch.equal(snap.packed.view(torch.int32).view(-1, 2), torch.stack([snap.src, snap.eid], 1))
+    apart = Snapshot(snap.indptr, snap.src.clone(), snap.eid.clone())
+    assert apart.packed is None and side_by_side(apart).packed is not None
+    dst = torch.randperm(g.num_nodes())[:150]
+    for fanout in (0, 3, 6):
+        torch.manual_seed(fanout)
+        packed = sampler._tables.pick(snap, dst, fanout)
+        torch.manual_seed(fanout)
+        plain = sampler._tables.pick(apart, dst, fanout)
+        assert all(torch.equal(a.long(), b.long()) for a, b in zip(packed, plain))
+    copy = pickle.loads(pickle.dumps(sampler))  # plain pickle sends the columns apart: packed again
+    assert copy.snapshot.packed is not None and torch.equal(copy.snapshot.eid, snap.eid)
+    check_blocks(g, dst[:20], [6, 3], *copy.sample(g, dst[:20]))
+
+
+@pytest.mark.parametrize("num_nodes", [100, 100_000])  # a scan of every node's flag; a sort of few picks
+def test_relabel_numbers_destinations_first_then_new_sources_by_id(num_nodes):
+    gen = torch.Generator().manual_seed(num_nodes)
+    relabel = Relabel(num_nodes)
+    for _ in range(3):  # the scratch arrays are clean between calls
+        dst = torch.randperm(num_nodes, generator=gen)[:40]
+        src = torch.randint(0, num_nodes, (500,), generator=gen, dtype=torch.int32)
+        nodes, local = relabel(dst, src)
+        new = torch.from_numpy(np.setdiff1d(src.long().unique().numpy(), dst.numpy()))
+        assert torch.equal(nodes, torch.cat([dst, new]))
+        assert local.dtype == torch.int64 and torch.equal(nodes[local], src.long())
+        assert not relabel.state.any()
+
+
+def test_draws_follow_torchs_seed():
+    """``torch.manual_seed`` reproduces the snapshot's draws (NumPy's generator is seeded from torch's)."""
+    counts = torch.randint(10, 50, (300,))
+    torch.manual_seed(5)
+    first = draw_subsets(counts, 7)
+    torch.manual_seed(5)
+    assert torch.equal(draw_subsets(counts, 7), first)
+    assert not torch.equal(draw_subsets(counts, 7), first)
 
 
 def test_draw_subsets_is_uniform():

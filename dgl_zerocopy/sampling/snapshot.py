@@ -43,7 +43,7 @@ import numpy as np
 import torch
 
 from .graph import dgl_csc
-from .snapshot_csc import PickTables, RefreshOrder, Relabel, Snapshot, build_snapshot, fill
+from .snapshot_csc import PickTables, RefreshOrder, Relabel, Snapshot, build_snapshot, fill, side_by_side
 
 try:  # the package imports without DGL; the sampler itself needs it
     from dgl.dataloading import BlockSampler as _BlockSampler
@@ -308,6 +308,8 @@ class SnapshotSampler(_BlockSampler):
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        if self._snapshot is not None:
+            self._snapshot = side_by_side(self._snapshot)
 
     def __repr__(self) -> str:
         return f"SnapshotSampler(fanouts={self.fanouts}, snapshot_size={self.snapshot_size}, refresh={self.refresh})"
