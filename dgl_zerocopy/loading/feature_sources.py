@@ -143,19 +143,38 @@ class Sources:
         return listed
 
     # -- serving -------------------------------------------------------------------------------
-    def serve(self, need: Need, fill: Fill, trusted: bool) -> tuple[torch.Tensor, bool]:
+    def serve(self, need: Need, fill: Fill, trusted: bool, read_ahead=None) -> tuple[torch.Tensor, bool]:
         """The value of ``need`` on the device, and whether it lives in ``fill``'s slot. ``trusted``:
         the ids came from DGL's own sampler over the graph (no range check, unless the mark carried
-        ids of its own)."""
+        ids of its own). ``read_ahead``: the handle of :meth:`read_ahead` for this need, or None."""
         source, in_slot = self._get(need.kind, need.type, need.name, None)
         unchecked = trusted and not need.given
         ids = need.ids
         if in_slot:
             out = fill.slot.buffer(need.slot or need.slot_name, (len(ids), *source.shape[1:]), source.dtype, source.device)
-            return source.gather(ids, out=out, stream=fill.stream, unchecked=unchecked), True
+            return source.gather(ids, out=out, stream=fill.stream, unchecked=unchecked, read_ahead=read_ahead), True
         if not unchecked and not isinstance(source, FeatureStore):  # a store checks its own ids
             _check_ids(ids, len(source), need)
         return own_rows(source, ids, self.device, unchecked), False
+
+    def on_storage(self) -> bool:
+        """Whether a source made so far serves rows left in their file (``FeatureStore.on_storage``)."""
+        return any(in_slot and source.on_storage for source, in_slot in list(self._sources.values()))
+
+    def read_ahead(self, needs: list[Need]) -> dict:
+        """Start the storage reads of the needs served from a file-backed store (``FeatureStore.read_ahead``):
+        position in ``needs`` -> handle, for :meth:`serve`."""
+        handles = {}
+        try:
+            for i, need in enumerate(needs):
+                source, in_slot = self._get(need.kind, need.type, need.name, None)
+                if in_slot and source.on_storage:
+                    handles[i] = source.read_ahead(need.ids)
+        except BaseException:
+            for handle in handles.values():
+                handle.release()
+            raise
+        return handles
 
     def _get(self, kind: str, type_, name: str, role: str | None) -> tuple[object, bool]:
         key = (kind, type_, name)

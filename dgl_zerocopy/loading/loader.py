@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import logging
 import weakref
+from collections import deque
 from collections.abc import Iterator, Mapping
 from typing import NamedTuple
 
@@ -92,7 +93,10 @@ class DataLoader:
     epoch), ``blocks`` (``"dgl"``; ``"device"``: blocks as
     :class:`~dgl_zerocopy.loading.blocks.DeviceBlock`, for a CUDA device with PyPI's CPU-only DGL;
     default: ``"device"`` exactly then), ``timer``, ``store_options`` (keyword arguments for the
-    FeatureStores the loader makes).
+    FeatureStores the loader makes), ``read_ahead`` (default True: for stores whose rows stay in
+    their file, ``FeatureStore(path, host_cache_bytes=N)``, each batch is sampled ``max(1,
+    prefetch)`` batches before its gather and its rows are read from storage meanwhile, reserved
+    in the host buffer until that gather; docs/storage.md).
 
     ``use_uva=True`` samples on the GPU (:mod:`.gpu_sampling`: DGL's ``NeighborSampler``, or our
     ``SnapshotSampler`` with its snapshot in device memory, on a homogeneous graph; RuntimeError
@@ -125,6 +129,7 @@ class DataLoader:
         timer: StageTimer | None = None,
         store_options: Mapping | None = None,
         graph_placement: str = "pinned",
+        read_ahead: bool = True,
         **kwargs,
     ) -> None:
         unknown = sorted(set(kwargs) - set(WORKER_KWARGS) - set(OTHER_TORCH_KWARGS))
@@ -132,7 +137,7 @@ class DataLoader:
             raise TypeError(
                 f"DataLoader got unexpected keyword argument(s) {unknown}: it takes DGL's arguments, torch "
                 f"DataLoader's {list(WORKER_KWARGS + OTHER_TORCH_KWARGS)} and features=, labels=, prefetch=, "
-                f"seed=, blocks=, timer=, store_options=, graph_placement= (it makes its own batches, sampler and collate_fn)"
+                f"seed=, blocks=, timer=, store_options=, graph_placement=, read_ahead= (it makes its own batches, sampler and collate_fn)"
             )
         if use_uva:
             check_cuda(device)  # before anything touches the device
@@ -191,6 +196,7 @@ class DataLoader:
         self.batch_size, self.shuffle, self.drop_last = batch_size, shuffle, drop_last
         self.use_ddp, self.ddp_seed = bool(use_ddp), ddp_seed
         self.seed, self.blocks = seed, blocks
+        self.read_ahead = bool(read_ahead)
         self._order = EpochOrder(len(self.seeds), batch_size, drop_last, shuffle, (self.rank, self.world_size) if use_ddp else None, seed, ddp_seed)
         self._move_graphs = cuda_dgl
         self.prefetch = apply_dgl_options(prefetch, self.device, use_prefetch_thread, pin_prefetcher, kwargs)
@@ -258,6 +264,8 @@ class DataLoader:
             # generator: drawing it too leaves torch's random stream where DGL's loader leaves it.
             torch.empty((), dtype=torch.int64).random_(generator=self._worker_kwargs.get("generator"))
             tasks = self._seed_batches(positions)
+        if self.read_ahead and self._device_sampling is None and self._sources.on_storage():
+            tasks = self._read_ahead(tasks)
         iterator = _EpochIterator(self, tasks)
         self._active = weakref.ref(iterator)
         return iterator
@@ -306,22 +314,55 @@ class DataLoader:
         timer = self.timer
         if self._device_sampling is not None:
             return self._produce_on_device(index, work.ids)
+        sampled = work if isinstance(work, _Sampled) else self._sample(work)
+        try:
+            with self._ring.fill(index) as fill:  # on the side stream, after the slot's release
+                # Device stages are timed with events on the stream that runs them (no host sync).
+                timed_on = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
+                with timer.stage("transfer", stream=timed_on):
+                    output, graphs = move(sampled.output, self.device, self.blocks == "device", self._move_graphs, sampled.needs)
+                with timer.stage("gather", stream=timed_on):
+                    served = [self._sources.serve(need, fill, self._trusted, sampled.ahead.get(i)) for i, need in enumerate(sampled.needs)]
+        finally:  # a batch that failed before its gathers gives its reads ahead back (idempotent)
+            _release(sampled.ahead)
+        return _Batch(output, graphs, sampled.needs, served, fill)
+
+    def _sample(self, work) -> _Sampled:
+        """Sample a batch (unless a worker process did: ``work`` is then its output) and find its needs."""
         if isinstance(work, _Seeds):
-            with timer.stage("sample"):
+            with self.timer.stage("sample"):
                 output = self.graph_sampler.sample(self.graph, work.ids)
         else:
             output = restore_parent_columns(work, self.graph)
         mark_blocks(output, *self._marks)
         needs = find_needs(output)
         _name_slots(needs)
-        with self._ring.fill(index) as fill:  # on the side stream, after the slot's release
-            # Device stages are timed with events on the stream that runs them (no host sync).
-            timed_on = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
-            with timer.stage("transfer", stream=timed_on):
-                output, graphs = move(output, self.device, self.blocks == "device", self._move_graphs, needs)
-            with timer.stage("gather", stream=timed_on):
-                served = [self._sources.serve(need, fill, self._trusted) for need in needs]
-        return _Batch(output, graphs, needs, served, fill)
+        return _Sampled(output, needs, {})
+
+    def _read_ahead(self, tasks: Iterator) -> Iterator:
+        """The epoch's tasks, each sampled ``max(1, prefetch)`` batches before it is gathered, with the
+        storage reads of its rows started as soon as it is sampled (issue 25: features left in their
+        file, ``FeatureStore(path, host_cache_bytes=N)``): they fill the host buffer while earlier
+        batches gather and train, and their rows stay reserved until their own gather. Runs on the
+        thread that samples; closing it (after the last batch it gave was produced, or dropped: the
+        prefetch worker may stop between the two) gives back the reads of the batches it still holds
+        and of the last one it gave (a no-op once that one's gather has released them)."""
+        held: deque = deque()
+        given = None
+        try:
+            for index, work in tasks:
+                sampled = self._sample(work)
+                held.append((index, sampled._replace(ahead=self._sources.read_ahead(sampled.needs))))
+                if len(held) > max(1, self.prefetch):
+                    given = held.popleft()
+                    yield given
+            while held:
+                given = held.popleft()
+                yield given
+        finally:
+            for _, sampled in [*held, *([given] if given is not None else [])]:
+                _release(sampled.ahead)
+            close_iterator(tasks)
 
     def _produce_on_device(self, index: int, seeds) -> _Batch:
         """Sample on the device and gather, both inside the slot's fill (on the side stream); the
@@ -346,6 +387,20 @@ class _Seeds(NamedTuple):
     """A batch of indices still to be sampled (a tensor or ``{type: ids}``)."""
 
     ids: object
+
+
+class _Sampled(NamedTuple):
+    """A sampled batch on the host: the sampler's output (marked), its needs (ring buffers named),
+    and the storage reads started for them (position in ``needs`` -> ``ReadAhead``)."""
+
+    output: object
+    needs: list
+    ahead: dict
+
+
+def _release(ahead: dict) -> None:
+    for handle in ahead.values():
+        handle.release()
 
 
 def _name_slots(needs: list) -> None:

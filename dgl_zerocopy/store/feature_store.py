@@ -339,6 +339,12 @@ class FeatureStore:
             self._cache.reset_stats()
 
     # -- storage (host_cache_bytes; docs/storage.md) ----------------------------------------
+    @property
+    def on_storage(self) -> bool:
+        """True when the rows stay in their file (``host_cache_bytes``): :meth:`read_ahead` and
+        :meth:`storage_stats` apply."""
+        return self._storage is not None
+
     def _storage_backend(self) -> StorageBackend:
         if self._storage is None:
             raise TypeError("this FeatureStore holds its whole table in memory: reading ahead and storage_stats() need FeatureStore(path, host_cache_bytes=N)")

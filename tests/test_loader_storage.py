@@ -1,0 +1,107 @@
+"""The DataLoader over features left in their file (issue 25 item 4, the loader's side): every
+batch's rows exact, the next batches' rows read from storage while earlier ones are gathered
+(``read_ahead``), reservations given back when an epoch ends, is left or fails."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from dgl_zerocopy import FeatureStore
+from dgl_zerocopy.loading.loader import DataLoader
+
+dgl = pytest.importorskip("dgl")
+
+NODES, DIM = 3000, 32
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory):
+    gen = torch.Generator().manual_seed(0)
+    graph = dgl.graph((torch.randint(0, NODES, (30000,), generator=gen), torch.randint(0, NODES, (30000,), generator=gen)), num_nodes=NODES)
+    path = tmp_path_factory.mktemp("loader-storage") / "feat.npy"
+    np.save(path, np.random.default_rng(1).standard_normal((NODES, DIM)).astype(np.float32))
+    return graph, path, np.load(path)
+
+
+def _store(path, rows: int = 1500) -> FeatureStore:
+    """A store whose host buffer holds about ``rows`` of the table's 3000 rows (a batch: <= 500)."""
+    return FeatureStore(path, backend="cpu", device="cpu", host_cache_bytes=NODES * 4 + rows * (DIM * 4 + 30))
+
+
+def _loader(graph, store, **kw) -> DataLoader:
+    kw.setdefault("prefetch", 2)
+    return DataLoader(
+        graph, torch.arange(1500), dgl.dataloading.NeighborSampler([3, 3]), features={"feat": store}, device="cpu", batch_size=50, shuffle=True, seed=0, **kw
+    )
+
+
+def _pins(store) -> int:
+    return int(store._backend.buffer.pins.sum())
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_batches_are_exact_and_their_rows_were_read_ahead(setup, prefetch):
+    graph, path, expect = setup
+    with _store(path) as store:
+        loader = _loader(graph, store, prefetch=prefetch)
+        for _ in range(2):  # the second epoch starts with a buffer the first one filled
+            store.reset_storage_stats()
+            batches = 0
+            for input_nodes, _, blocks in loader:
+                assert torch.equal(blocks[0].srcdata["feat"], torch.from_numpy(expect[input_nodes.numpy()]))
+                batches += 1
+            stats = store.storage_stats()
+            assert batches == 30
+            assert stats["read_ahead_rows"] > 0 and stats["read_ahead_hits"] > 0, stats
+            assert _pins(store) == 0, "every reservation given back at the epoch's end"
+        loader.close()
+
+
+def test_read_ahead_off_reads_at_the_gather(setup):
+    graph, path, expect = setup
+    with _store(path) as store:
+        for input_nodes, _, blocks in _loader(graph, store, read_ahead=False):
+            assert torch.equal(blocks[0].srcdata["feat"], torch.from_numpy(expect[input_nodes.numpy()]))
+        stats = store.storage_stats()
+        assert stats["read_ahead_rows"] == 0 and stats["storage_rows"] > 0
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_leaving_an_epoch_gives_back_the_batches_read_ahead(setup, prefetch):
+    graph, path, _ = setup
+    with _store(path) as store:
+        loader = _loader(graph, store, prefetch=prefetch)
+        for i, _ in enumerate(loader):
+            if i == 2:
+                break
+        loader.close()  # stops the worker; the batches sampled ahead give their reads back
+        assert _pins(store) == 0
+
+
+def test_an_error_in_the_step_gives_back_the_reads_ahead(setup):
+    graph, path, expect = setup
+    with _store(path) as store:
+        loader = _loader(graph, store)
+        with pytest.raises(RuntimeError, match="step failed"):
+            for i, _ in enumerate(loader):
+                if i == 1:
+                    raise RuntimeError("step failed")
+        loader.close()
+        assert _pins(store) == 0
+        # The store goes on serving exact rows.
+        for input_nodes, _, blocks in loader:
+            assert torch.equal(blocks[0].srcdata["feat"], torch.from_numpy(expect[input_nodes.numpy()]))
+
+
+def test_batches_sampled_in_worker_processes_are_read_ahead_too(setup):
+    graph, path, expect = setup
+    with _store(path) as store:
+        loader = _loader(graph, store, num_workers=2)
+        for input_nodes, _, blocks in loader:
+            assert torch.equal(blocks[0].srcdata["feat"], torch.from_numpy(expect[input_nodes.numpy()]))
+        loader.close()
+        stats = store.storage_stats()
+        assert stats["read_ahead_rows"] > 0 and stats["read_ahead_hits"] > 0, stats
+        assert _pins(store) == 0
