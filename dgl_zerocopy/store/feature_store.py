@@ -353,19 +353,15 @@ class FeatureStore:
         return self._backend  # type: ignore[return-value]
 
     def read_ahead(self, ids) -> ReadAhead:
-        """Start reading the rows ``ids`` (a later batch's, checked as ``gather`` checks them) from
-        storage into the host buffer on a background thread; returns at once. Their slots stay
-        reserved, never evicted, until ``gather(ids, read_ahead=handle)`` has used them (or
-        ``handle.release()``); it waits only for rows still being read. Storage-backed stores only."""
+        """Start reading rows ``ids`` (a later batch's, checked as ``gather`` checks them) into the host buffer in the background;
+        returns at once. They stay reserved until ``gather(ids, read_ahead=handle)`` (or ``handle.release()``). docs/storage.md."""
         storage = self._storage_backend()
         ids = self._check_ids(ids).cpu()
         check_host_ids(ids, self._table.shape[0])
         return storage.read_ahead(ids)
 
     def storage_stats(self) -> dict[str, int | float]:
-        """Counters since :meth:`reset_storage_stats`: ``storage_bytes``, ``storage_reads``, distinct rows
-        of gathered batches per tier (``device_hits``, ``host_hits``, ``storage_rows``), ``read_ahead_rows``,
-        ``read_ahead_hits``, ``read_ahead_skipped``, ``evictions`` and ``hit_rate`` (rows found in memory)."""
+        """Counters since :meth:`reset_storage_stats` (:mod:`dgl_zerocopy.store.storage.stats`): storage bytes and reads, rows per tier."""
         return self._storage_backend().stats.as_dict()
 
     def reset_storage_stats(self) -> None:
