@@ -135,6 +135,8 @@ class HostBuffer:
             slots[static_miss] = -2 - slots[static_miss]
             dynamic_miss = np.flatnonzero(slots == -1)
             free = self._free_dynamic(exclude=slots[present])
+            if ahead:  # this batch's own gather comes later: the room left for gathers covers it too
+                self.largest_gather = max(self.largest_gather, int(rows.size))
             room = free.size - (self.largest_gather if ahead else 0)
             if dynamic_miss.size > room:
                 if not ahead:
