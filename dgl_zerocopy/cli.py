@@ -95,6 +95,16 @@ def _parser() -> argparse.ArgumentParser:
     )
     t.add_argument("--feature-cache", help="hot rows kept in device memory: a share of the rows (10%%) or a size (512MiB, 2GB, bytes); 0: none (default)")
     t.add_argument(
+        "--feature-storage",
+        metavar="PATH",
+        help="leave the features in a file and read their rows from it (docs/storage.md): a .npy or a folder written by "
+        "dgl_zerocopy.compress(), one row per node; auto: the dataset's own features (the OGB cache's features.npy, else written "
+        "once under $DGL_ZEROCOPY_CACHE/features); with --host-cache; feature sources cpu, zerocopy, dgl-storage",
+    )
+    t.add_argument(
+        "--host-cache", metavar="SIZE", help="with --feature-storage: host memory for the rows, a share of the table's bytes (25%%) or a size (2GiB, bytes)"
+    )
+    t.add_argument(
         "--cache-policy",
         help="which rows the cache holds: degree (default: the degree sampling follows, "
         "out-degree for DGL's in-edge sampling), in_degree, out_degree or presample",
@@ -218,6 +228,8 @@ def _train(args: argparse.Namespace) -> int:
         _homogeneous_only(cfg.dataset, "train --dist")
         if cfg.sampler in ("gpu", "snapshot"):
             raise ConfigError(f"train --dist samples with DistDGL's sampler on the CPU; drop --sampler {cfg.sampler}")
+        if cfg.feature_storage is not None:
+            raise ConfigError("train --dist reads the features DistDGL's servers hold; drop --feature-storage and --host-cache")
         return _train_dist(cfg, args)
     with _signals_unwind():
         return _train_local(cfg, args)
@@ -227,17 +239,27 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
     """``train`` in this process, or in ``--nproc`` DDP ranks."""
     from torch.multiprocessing.spawn import ProcessExitedException
 
-    from .data import HeteroSpec, SyntheticSpec, load_dataset
+    from .data import FeatureFile, HeteroSpec, SyntheticSpec, load_dataset
+    from .data.feature_file import attach_feature_file
+    from .store.storage import BufferFullError
+    from .store.table_input import human_size
     from .training.train import best_epoch, resolve_device, timing_table, train
 
     device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc, cfg.sampler)  # fail before the dataset loads
+    stored = FeatureFile.open(cfg.feature_storage) if cfg.feature_storage not in (None, "auto") else None  # a bad file: before the dataset loads
     spec = SyntheticSpec(num_nodes=cfg.num_nodes) if cfg.num_nodes else SyntheticSpec()
     hetero = HeteroSpec.scaled(cfg.num_nodes) if cfg.num_nodes else None  # --num-nodes: papers
-    dataset = load_dataset(cfg.dataset, synthetic=spec, root=cfg.data_root, split_seed=cfg.seed, hetero=hetero)
+    auto = cfg.feature_storage == "auto"
+    dataset = load_dataset(cfg.dataset, synthetic=spec, root=cfg.data_root, split_seed=cfg.seed, hetero=hetero, features_on_storage=auto)
+    if stored is not None:
+        dataset = attach_feature_file(dataset, stored)  # the dataset's own table is dropped here
     if cfg.self_loop:
         dataset = dataset.with_self_loops()
     print(dataset.summary())
     compressed = f", features stored as {cfg.feature_compression}" if cfg.feature_compression != "none" else ""
+    on_storage = ""
+    if isinstance(dataset.features, FeatureFile):
+        on_storage = f", features on storage in {str(dataset.features.path)!r} ({human_size(dataset.features.nbytes)}), host cache {cfg.host_cache}"
     cached = f", cache {cfg.feature_cache} ({cfg.cache_policy})" if cfg.feature_cache != "0" else ""
     per_type = " per edge type" if cfg.dataset in HETERO_DATASETS else ""
     sampled = f", sampled on the GPU (graph {cfg.graph_placement})" if cfg.sampler == "gpu" else ""
@@ -249,7 +271,9 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
         # Our loader keeps the snapshot in GPU memory on a CUDA device; DGL's loader (sources dgl, dgl-storage) samples on the CPU.
         on_gpu = " in GPU memory" if device.type == "cuda" and cfg.feature_source not in ("dgl", "dgl-storage") else ""
         sampled = f", sampled from a snapshot{on_gpu} of {size} in-edges per node, refresh {request.refresh:g} per epoch (evaluation: the full graph)"
-    print(f"model {cfg.model}, fanouts {cfg.fanouts}{per_type}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{cached}{sampled}")
+    print(
+        f"model {cfg.model}, fanouts {cfg.fanouts}{per_type}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{on_storage}{cached}{sampled}"
+    )
     if cfg.nproc > 1:
         from .training.ddp import share_dataset
 
@@ -264,6 +288,10 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
     except ProcessExitedException as e:  # a rank died without a Python error (a signal): launch's one line
         print(f"dgl-zerocopy: error: {e}", file=sys.stderr)
         return 1
+    except BufferFullError as e:  # a batch (training or evaluation) with more distinct rows than the host buffer frees
+        raise ConfigError(
+            f"host_cache {cfg.host_cache!r} is too small for this run: {e}; raise --host-cache, or lower --batch-size/--eval-batch-size"
+        ) from None
     best = best_epoch(history)
     print("\nstage times per epoch (s); wait = time the training step waited for its batch")
     print(timing_table(history))

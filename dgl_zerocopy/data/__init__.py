@@ -13,12 +13,15 @@ from pathlib import Path
 
 import numpy as np
 
+from . import feature_file
 from .base import DatasetError, GraphDataset
+from .feature_file import FeatureFile
 from .hetero import HeteroGraphDataset, HeteroSpec, generate_hetero
 from .synthetic import SyntheticSpec, generate
 
 __all__ = [
     "GraphDataset",
+    "FeatureFile",
     "HeteroGraphDataset",
     "DatasetError",
     "SyntheticSpec",
@@ -58,6 +61,7 @@ def load_dataset(
     root: str | Path | None = None,
     split_seed: int = 0,
     hetero: HeteroSpec | None = None,
+    features_on_storage: bool = False,
 ) -> GraphDataset | HeteroGraphDataset:
     """Load dataset ``name``: a :class:`GraphDataset`, or a :class:`HeteroGraphDataset` for a name of
     :data:`HETERO_DATASETS` (``hetero`` sizes it, :meth:`HeteroSpec.scaled` from a paper count).
@@ -67,9 +71,27 @@ def load_dataset(
     20/30-per-class split of the GraphData graphs. Missing or unreadable files, and a cache folder
     that is a file, raise :class:`DatasetError` naming the file and the fix; a damaged cache of
     the generated dataset is regenerated with a warning.
+
+    ``features_on_storage=True``: the features are left in a file, ``features`` a
+    :class:`~dgl_zerocopy.data.feature_file.FeatureFile` (the training sources serve it through a
+    storage-backed FeatureStore): the OGB datasets' cached ``features.npy``, never mapped; the
+    generated one's cached ``features.npy``; the others' written once to ``<cache>/features/`` (``cache``, else :func:`cache_dir`) and reused.
+    Homogeneous datasets only.
     """
     if name not in DATASETS:
         raise ValueError(f"unknown dataset {name!r}; choose from: {', '.join(DATASETS)}")
+    if features_on_storage:
+        if name in HETERO_DATASETS:
+            raise DatasetError(f"features_on_storage leaves one table in a file, and {name!r} is a heterograph with a table per node type")
+        if name in OGB and root is not None:
+            from .ogb import load_ogb
+
+            return load_ogb(name, root, features_on_storage=True)
+        dataset = load_dataset(name, synthetic, cache, root, split_seed)
+        folder = Path(cache) if cache is not None else cache_dir()
+        if name == "synthetic" and (folder / (synthetic or SyntheticSpec()).cache_name() / "features.npy").is_file():
+            return feature_file.attach_feature_file(dataset, folder / (synthetic or SyntheticSpec()).cache_name() / "features.npy")  # its own cache
+        return feature_file.features_on_storage(dataset, folder / "features")
     if name == "hetero-synthetic":
         return generate_hetero(hetero or HeteroSpec())
     if name == "synthetic":

@@ -11,6 +11,11 @@ Nothing is downloaded. ogb would fetch a missing dataset and ask questions on st
 over 1 GB, a folder without its ``RELEASE_v*.txt``); the files ogb needs are checked first and a
 missing one raises :class:`DatasetError` with the download URL and the folder layout.
 
+Features left on storage (``load_ogb(..., features_on_storage=True)``): the dataset's ``features``
+is the cache's ``features.npy`` as a :class:`~dgl_zerocopy.data.feature_file.FeatureFile` (path,
+shape, dtype; nothing mapped), which ``train --feature-storage auto --host-cache SIZE`` serves
+through a storage-backed FeatureStore: the table is never whole in memory.
+
 Compressed features (:func:`compressed_features`): the cache's ``features.npy`` converted once, a
 slab of rows at a time, into a folder beside it (``features.int8-column-minmax/``, ...) that
 ``FeatureStore(folder)`` maps; later calls, and ``train --feature-compression``, reuse it. It lives
@@ -29,6 +34,7 @@ import tempfile
 import warnings
 import zlib
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -36,6 +42,7 @@ import numpy as np
 from ..store.compression import compressed_beside
 from ..store.host_files import replace_dir
 from .base import DatasetError, GraphDataset, csc_from_sorted_keys
+from .feature_file import FeatureFile
 
 __all__ = ["load_ogb", "compressed_features", "OGB_DATASETS", "SYMMETRISED", "CACHE_DIR", "dataset_folder", "bidirected_csc", "directed_csc"]
 
@@ -49,7 +56,7 @@ _ARRAYS = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "t
 _CHUNK_BYTES = 256 << 20  # feature rows are converted and written this many bytes at a time
 
 
-def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None) -> GraphDataset:
+def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None, *, features_on_storage: bool = False) -> GraphDataset:
     """OGB node-property dataset ``name`` from ``<root>/<name with '_' for '-'>`` (ogb's layout).
 
     ``meta_dict``: ogb's per-dataset meta information (a column of ogb's ``master.csv`` with
@@ -63,7 +70,14 @@ def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None) -> Grap
     Raises :class:`DatasetError` when the dataset is not there, naming the URL and the layout, and
     when a file of it cannot be read or the cache cannot be written, naming the file or folder.
     A damaged cache (a file cut short, arrays of the wrong shape) is rebuilt with a warning.
+
+    ``features_on_storage=True``: ``features`` is the cache's ``features.npy`` as a
+    :class:`~dgl_zerocopy.data.feature_file.FeatureFile`, never mapped nor read here; the training
+    sources serve it through ``FeatureStore(path, host_cache_bytes=N)`` (docs/storage.md).
     """
+    if features_on_storage:
+        dataset = load_ogb(name, root, meta_dict)
+        return replace(dataset, features=FeatureFile.open(dataset.features.filename))
     if name not in OGB_DATASETS:
         raise ValueError(f"unknown OGB dataset {name!r}; choose from: {', '.join(OGB_DATASETS)}")
     if meta_dict is not None and "dir_path" not in meta_dict:

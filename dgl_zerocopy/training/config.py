@@ -53,6 +53,10 @@ class TrainConfig(BaseModel):
     graph_placement: Literal["pinned", "device"] = "pinned"  # GPU sampling (gpu, snapshot on CUDA): the CSC pinned in place, or copied to GPU memory
     snapshot_size: int | None = None  # --sampler snapshot: in-edges kept per node (None: 2 x the largest fanout)
     snapshot_refresh: float | None = None  # --sampler snapshot: share of the snapshot redrawn per epoch, in [0, 1] (None: 0.25)
+    # features left on storage (docs/storage.md): a .npy or compressed folder of one row per node, or "auto" (the
+    # dataset's own features: the OGB cache's features.npy, else written once under the dataset cache); None: in memory
+    feature_storage: str | None = None
+    host_cache: str | None = None  # with feature_storage: the host buffer, a share of the table's bytes ("25%") or a size ("2GiB", bytes)
 
     @model_validator(mode="before")
     @classmethod
@@ -141,6 +145,50 @@ class TrainConfig(BaseModel):
             )
         return self
 
+    @model_validator(mode="after")
+    def _storage_fits(self) -> TrainConfig:
+        """``feature_storage`` and ``host_cache`` together, with a source that gathers from a
+        FeatureStore that can leave rows in their file, on a homogeneous graph."""
+        if self.feature_storage is None:
+            if self.host_cache is not None:
+                raise ValueError(
+                    f"host_cache {self.host_cache!r} sizes the host buffer of features left on storage, but feature_storage is not set; "
+                    f"add --feature-storage PATH (or auto), or drop --host-cache"
+                )
+            return self
+        if self.host_cache is None:
+            raise ValueError("feature_storage leaves the features in a file and needs a host buffer for their rows; add --host-cache SIZE (e.g. 25% or 2GiB)")
+        if self.feature_source in ("dgl", "gpu"):
+            why = "slices DGL's own g.ndata table" if self.feature_source == "dgl" else "copies the whole table to GPU memory"
+            raise ValueError(
+                f"feature source {self.feature_source!r} {why}, and feature_storage leaves the rows in their file; "
+                f"use --feature-source cpu (zerocopy or dgl-storage on a GPU), or drop --feature-storage"
+            )
+        if self.dataset in HETERO_DATASETS:
+            raise ValueError(
+                f"feature_storage leaves one table in a file, and dataset {self.dataset!r} is a heterograph (a table per node type); drop --feature-storage"
+            )
+        if self.feature_storage != "auto" and self.feature_compression != "none":
+            raise ValueError(
+                f"feature_compression {self.feature_compression!r} with feature_storage {self.feature_storage!r}: a file is served as stored; "
+                f"compress it once (dgl_zerocopy.compress(PATH, {self.feature_compression!r}, out=DIR)) and pass --feature-storage DIR, or use --feature-storage auto"
+            )
+        return self
+
+    @field_validator("host_cache", mode="before")
+    @classmethod
+    def _valid_host_cache(cls, v):
+        if v is None:
+            return None
+        if parse_cache_size(v, "host_cache")[1] == 0:
+            raise ValueError(f"host_cache {v!r} holds no row; give a share of the table's bytes (25%) or a size (2GiB)")
+        return str(v).strip()
+
+    @field_validator("feature_storage", mode="before")
+    @classmethod
+    def _storage_path(cls, v):
+        return None if v is None else str(v)
+
     @field_validator("dataset")
     @classmethod
     def _known_dataset(cls, v: str) -> str:
@@ -221,9 +269,9 @@ def parse_fanouts(text: str) -> list[int]:
 _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**10, "mib": 2**20, "gib": 2**30}
 
 
-def parse_cache_size(text) -> tuple[str, float | int]:
-    """A ``feature_cache`` value as ``("rows", fraction)`` for ``"10%"`` (a share of the rows) or
-    ``("bytes", n)`` for ``"512MiB"``, ``"2GB"``, ``"1000000"`` or an int; ConfigError otherwise."""
+def parse_cache_size(text, key: str = "feature_cache") -> tuple[str, float | int]:
+    """A ``feature_cache`` (or ``key``: ``host_cache``) value as ``("rows", fraction)`` for ``"10%"`` (a share of the rows;
+    of the table's bytes for ``host_cache``) or ``("bytes", n)`` for ``"512MiB"``, ``"2GB"``, ``"1000000"`` or an int; ConfigError otherwise."""
     value = str(text).strip().lower().replace(" ", "")
     try:
         if value.endswith("%"):
@@ -240,9 +288,9 @@ def parse_cache_size(text) -> tuple[str, float | int]:
             raise ValueError
         return "bytes", int(size)
     except (ValueError, OverflowError):
-        raise ConfigError(
-            f"feature_cache {text!r} is not a cache size: give a share of the rows (10%), a size (512MiB, 2GB) or a byte count; 0 means no cache"
-        ) from None
+        share = "the table's bytes (25%)" if key == "host_cache" else "the rows (10%)"
+        no_cache = "" if key == "host_cache" else "; 0 means no cache"
+        raise ConfigError(f"{key} {text!r} is not a cache size: give a share of {share}, a size (512MiB, 2GB) or a byte count{no_cache}") from None
 
 
 def read_yaml(path: str | Path) -> dict:
@@ -293,6 +341,8 @@ def _one_line(error: ValidationError) -> str:
             "self_loop",
             "sampler",
             "snapshot",
+            "host_cache",
+            "feature_storage",
         )
     ):
         return msg

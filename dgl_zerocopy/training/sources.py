@@ -28,6 +28,14 @@ config) gives the FeatureStore sources' store ``cache_bytes``: a share of the ro
 the bytes that hold that many stored rows (codes, when compressed). ``cache_stats()`` and
 ``reset_cache_stats()`` pass the store's counters on (zeros for ``dgl``).
 
+Features left on storage (a dataset whose ``features`` is a
+:class:`~dgl_zerocopy.data.feature_file.FeatureFile`: ``train --feature-storage``): the FeatureStore
+sources build ``FeatureStore(path, host_cache_bytes=N)`` with ``N`` from the request's ``host_cache``
+(a share of the table's bytes, or a size) and the graph for its static ranking (the degree sampling
+follows); our DataLoader reads the next batches' rows ahead. A buffer that cannot hold one batch's
+seeds is refused when the source is made (:class:`~.config.ConfigError`). ``storage_stats()`` and
+``reset_storage_stats()`` pass the store's counters on (``on_storage`` False: no counters).
+
 A source yields ``(blocks, x, y)`` with ``x`` the features of ``blocks[0]``'s source nodes and ``y``
 the labels of ``blocks[-1]``'s destinations, all on the training device.
 
@@ -44,13 +52,12 @@ import logging
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from pathlib import Path
 
-import numpy as np
 import torch
 
 from ..data import GraphDataset
 from ..data.base import tensor_view
+from ..data.feature_file import FeatureFile, mapped_npy
 from ..data.hetero import HeteroGraphDataset
 from ..loading.dgl_options import dgl_has_cuda
 from ..loading.loader import DataLoader
@@ -59,7 +66,8 @@ from ..store.cache import DEFAULT_CACHE_POLICY, budget_for_rows
 from ..store.compression import CODECS, check_codec_name, compressed_beside
 from ..store.compression.codec import STORED_DTYPES
 from ..store.feature_store import FeatureStore
-from .config import parse_cache_size
+from ..store.table_input import human_size
+from .config import ConfigError, parse_cache_size
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
 
@@ -127,15 +135,23 @@ class CacheRequest:
     policy: str = DEFAULT_CACHE_POLICY
     seeds: torch.Tensor | None = None
     batch_size: int = 1024
+    host_cache: str | None = None  # features left on storage: the host buffer ("25%" of the table's bytes, "2GiB", bytes)
 
-    def store_options(self, graph, fanouts: list[int], rows: int, row_bytes: int) -> dict:
-        """``FeatureStore`` keyword arguments for a table of ``rows`` stored rows of ``row_bytes``."""
+    def host_cache_bytes(self, rows: int, row_bytes: int) -> int:
+        """The host buffer's bytes for a table of ``rows`` stored rows of ``row_bytes``."""
+        kind, amount = parse_cache_size(self.host_cache, "host_cache")
+        return max(1, round(amount * rows * row_bytes)) if kind == "rows" else amount
+
+    def store_options(self, graph, fanouts: list[int], rows: int, row_bytes: int, on_storage: bool = False) -> dict:
+        """``FeatureStore`` keyword arguments for a table of ``rows`` stored rows of ``row_bytes``;
+        ``on_storage``: the table is a path, its host buffer sized by ``host_cache`` and ranked by ``graph``."""
+        options = {"host_cache_bytes": self.host_cache_bytes(rows, row_bytes), "graph": graph} if on_storage else {}
         kind, amount = parse_cache_size(self.size)
         cache_bytes = budget_for_rows(round(amount * rows), row_bytes, rows) if kind == "rows" else amount
         if cache_bytes == 0:
-            return {}
+            return options
         # "degree" needs no sampler: every source samples in-edges (DGL's default), so it ranks by out-degree.
-        options = {"cache_bytes": cache_bytes, "cache_policy": self.policy, "graph": graph}
+        options.update(cache_bytes=cache_bytes, cache_policy=self.policy, graph=graph)
         if self.policy == "presample":
             import dgl
 
@@ -145,12 +161,39 @@ class CacheRequest:
 
 def _stored_row_bytes(dataset: GraphDataset, compression: str | None) -> int:
     """Bytes of one stored row: the table's, or its codes' (fp16/bf16: 2 per column, int8: 1)."""
-    itemsize = STORED_DTYPES[compression].itemsize if compression in CODECS else dataset.features.dtype.itemsize
-    return dataset.features.shape[1] * itemsize
+    if compression in CODECS:
+        return dataset.features.shape[1] * STORED_DTYPES[compression].itemsize
+    if isinstance(dataset.features, FeatureFile):
+        return dataset.features.row_bytes
+    return dataset.features.shape[1] * dataset.features.dtype.itemsize
+
+
+def _feature_store(dataset: GraphDataset, graph, fanouts: list[int], compression, cache: CacheRequest, backend: str, device: torch.device) -> FeatureStore:
+    """The FeatureStore of ``dataset``'s features: in memory, or left on storage (a :class:`FeatureFile`)
+    with a host buffer that must hold one training batch's seeds at least (:class:`ConfigError` otherwise)."""
+    table, codec = feature_table(dataset, compression)
+    row_bytes = _stored_row_bytes(dataset, compression)
+    on_storage = isinstance(dataset.features, FeatureFile)
+    options = cache.store_options(graph, fanouts, dataset.num_nodes, row_bytes, on_storage)
+    if not on_storage:
+        return FeatureStore(table, backend=backend, device=device, compression=codec, **options)
+    try:
+        store = FeatureStore(table, backend=backend, device=device, compression=codec, **options)
+    except ValueError as error:  # a budget that holds no row
+        raise ConfigError(f"host_cache {cache.host_cache!r}: {error}") from None
+    rows = store.nbytes // row_bytes
+    if rows < min(cache.batch_size, dataset.num_nodes):
+        store.close()
+        raise ConfigError(
+            f"host_cache {cache.host_cache!r} ({human_size(options['host_cache_bytes'])}) holds {rows:,} rows of {row_bytes:,} bytes beside its "
+            f"row -> slot map, fewer than one batch's {cache.batch_size:,} seeds (and a batch reads their sampled neighbours too); "
+            f"give a larger --host-cache or a smaller --batch-size"
+        )
+    return store
 
 
 class _StoreStats:
-    """The cache counters of a source's ``features`` store."""
+    """The cache and storage counters of a source's ``features`` store."""
 
     @property
     def has_cache(self) -> bool:
@@ -161,6 +204,16 @@ class _StoreStats:
 
     def reset_cache_stats(self) -> None:
         self.features.reset_cache_stats()
+
+    @property
+    def on_storage(self) -> bool:
+        return self.features.on_storage
+
+    def storage_stats(self) -> dict:
+        return self.features.storage_stats()
+
+    def reset_storage_stats(self) -> None:
+        self.features.reset_storage_stats()
 
 
 class DglSource(_SnapshotEpochs):
@@ -182,6 +235,7 @@ class DglSource(_SnapshotEpochs):
             yield blocks, blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
 
     has_cache = False
+    on_storage = False
 
     def cache_stats(self) -> dict:
         return dict(NO_CACHE_STATS)
@@ -211,14 +265,7 @@ class DglStorageSource(_StoreStats, _SnapshotEpochs):
         self.fanouts = fanouts
         self.device = device
         self.sampling, self.snapshot_sampler = sampling, None
-        table, codec = feature_table(dataset, compression)
-        self.features = FeatureStore(
-            table,
-            backend="auto" if device.type == "cuda" else "cpu",
-            device=device,
-            compression=codec,
-            **cache.store_options(self.graph, fanouts, dataset.num_nodes, _stored_row_bytes(dataset, compression)),
-        )
+        self.features = _feature_store(dataset, self.graph, fanouts, compression, cache, "auto" if device.type == "cuda" else "cpu", device)
 
     def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer, ddp: bool = False) -> Iterator:
         import dgl
@@ -255,14 +302,7 @@ class StoreSource(_StoreStats):
         self.fanouts, self.device, self.prefetch, self.seed = fanouts, device, prefetch, seed
         self.sampling = sampling
         self.snapshot_sampler = None  # the training loaders' SnapshotSampler (sampling.kind "snapshot"), refreshed by their epoch hook
-        table, codec = feature_table(dataset, compression)
-        self.features = FeatureStore(
-            table,
-            backend=backend,
-            device=device,
-            compression=codec,
-            **cache.store_options(self.graph, fanouts, dataset.num_nodes, _stored_row_bytes(dataset, compression)),
-        )
+        self.features = _feature_store(dataset, self.graph, fanouts, compression, cache, backend, device)
         self.labels = tensor_view(dataset.labels)
         self.blocks = "device" if device.type == "cuda" and not dgl_has_cuda() else "dgl"
         self._loaders: dict = {}
@@ -351,7 +391,14 @@ def feature_table(dataset: GraphDataset, compression: str | None):
     features with ``compression`` for the store to compress in memory (other tables, or a folder
     that cannot be written)."""
     compression = check_codec_name(compression)
-    path = _mapped_npy(dataset.features) if compression is not None else None
+    if isinstance(dataset.features, FeatureFile):  # left on storage: the file, or its codes beside it
+        stored = dataset.features
+        if compression is None or stored.codec == compression:
+            return str(stored.path), None
+        if stored.codec is not None:
+            raise ValueError(f"{str(stored.path)!r} holds {stored.codec} codes, but compression {compression!r} was asked; pass the .npy, or no compression")
+        return compressed_beside(stored.path, compression), None
+    path = mapped_npy(dataset.features) if compression is not None else None
     if path is None:
         return dataset.features, compression
     try:
@@ -359,17 +406,6 @@ def feature_table(dataset: GraphDataset, compression: str | None):
     except OSError as error:
         log.warning("cannot keep the %s form beside %s (%s); compressing it in memory instead", compression, path, error)
         return dataset.features, compression
-
-
-def _mapped_npy(features) -> Path | None:
-    """The ``.npy`` file that ``features`` maps whole (``np.load(path, mmap_mode=...)``), else None."""
-    filename = getattr(features, "filename", None)
-    if not isinstance(features, np.memmap) or not filename or not str(filename).endswith(".npy"):
-        return None
-    whole = np.load(filename, mmap_mode="r")
-    if whole.shape != features.shape or whole.dtype != features.dtype or whole.offset != features.offset:
-        return None
-    return Path(filename)
 
 
 def _samples_on_gpu(device: torch.device) -> bool:

@@ -1,0 +1,182 @@
+"""``train --feature-storage PATH|auto --host-cache SIZE`` and the loaders' ``features_on_storage``
+(issue 25 item 6): the features left in their file, served by a storage-backed FeatureStore.
+
+The end-to-end comparison runs the command twice with one thread for DGL and torch and
+``--prefetch 0``: DGL's neighbour sampling on several threads (and a prefetch thread drawing while
+dropout draws) is not reproducible run to run even in memory, but with those two settings it is,
+and the rows read from storage are exact, so the runs must print the same losses and accuracies."""
+
+from __future__ import annotations
+
+import re
+
+import numpy as np
+import pytest
+import torch
+from conftest import SHARED_DATA
+from test_cli_failures import one_line_exit_2
+from test_ogb import _raw_data, write_ogb
+
+from dgl_zerocopy import FeatureStore
+from dgl_zerocopy.cli import main
+from dgl_zerocopy.data import FeatureFile, SyntheticSpec, load_dataset
+from dgl_zerocopy.data.feature_file import attach_feature_file
+from dgl_zerocopy.data.ogb import load_ogb
+from dgl_zerocopy.training.config import build_config
+from dgl_zerocopy.training.train import train
+
+pytest.importorskip("dgl")
+
+RUN = ["--dataset", "synthetic", "--num-nodes", "5000", "--device", "cpu", "--epochs", "2", "--no-progress", "--seed", "0"]
+RUN += ["--batch-size", "64", "--eval-batch-size", "64", "--fanouts", "3,3", "--hidden", "32", "--prefetch", "0"]
+SPEC = SyntheticSpec(num_nodes=5000)
+SCORES = re.compile(r"^epoch +\d+ \| loss \S+ \| acc train \S+ val \S+ test \S+", re.M)
+
+
+@pytest.fixture
+def one_thread():
+    """DGL's sampling and torch's kernels on one thread, as the module docstring says why."""
+    import dgl
+
+    before = torch.get_num_threads(), dgl.utils.get_num_threads()
+    torch.set_num_threads(1)
+    dgl.utils.set_num_threads(1)
+    yield
+    torch.set_num_threads(before[0])
+    dgl.utils.set_num_threads(before[1])
+
+
+def _train(capsys, *extra) -> str:
+    assert main(["train", *RUN, *extra]) == 0
+    return capsys.readouterr().out
+
+
+def test_the_command_trains_from_storage_as_from_memory(tmp_path, monkeypatch, capsys, one_thread):
+    """Same seed, same batches: the same losses and accuracies to the last digit, and each epoch
+    line gives what storage delivered, the share of rows found in memory and read ahead."""
+    monkeypatch.setenv("DGL_ZEROCOPY_CACHE", str(tmp_path))
+    in_memory = _train(capsys)
+    on_storage = _train(capsys, "--feature-storage", "auto", "--host-cache", "50%")
+    assert SCORES.findall(on_storage) == SCORES.findall(in_memory) and len(SCORES.findall(in_memory)) == 2
+    assert in_memory.splitlines()[-1] == on_storage.splitlines()[-1]  # final test accuracy (best val ...)
+    assert f"features on storage in '{tmp_path / SPEC.cache_name() / 'features.npy'}'" in on_storage  # the generated cache's own file
+    lines = [line for line in on_storage.splitlines() if line.startswith("epoch ") and "|" in line]
+    for line in lines:
+        read, rows, ahead = re.search(r"\| storage ([\d.]+ \w+) in [\d,]+ reads, rows in memory ([\d.]+)%, read ahead ([\d.]+)%$", line).groups()
+        assert read != "0 bytes" and 0 < float(rows) <= 100 and 0 < float(ahead) <= float(rows)  # read from storage, most of it ahead of the batch
+    assert "| storage" not in in_memory
+
+
+@pytest.fixture
+def feature_npy(tmp_path, monkeypatch):
+    """The synthetic dataset's features as a .npy of one's own (and the cache in tmp_path)."""
+    monkeypatch.setenv("DGL_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    path = tmp_path / "feat.npy"
+    np.save(path, load_dataset("synthetic", SPEC, cache=tmp_path / "cache").features)
+    return path
+
+
+def test_a_file_of_ones_own_is_trained_from_in_process(feature_npy, tmp_path, capsys):
+    code = main(["train", *RUN[:-2], "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", "2MiB"])
+    out = capsys.readouterr().out
+    assert code == 0 and f"features on storage in '{feature_npy}' (1.9 MiB), host cache 2MiB" in out
+    assert "| storage " in out and "final test accuracy" in out
+
+
+REFUSALS = {
+    "missing file": (["--feature-storage", "{dir}/none.npy", "--host-cache", "1MiB"], "no such feature file: '{dir}/none.npy'"),
+    "wrong rows": (["--feature-storage", "{dir}/small.npy", "--host-cache", "1MiB"], "holds 10 rows (shape (10, 4)), but synthetic has 5,000 nodes"),
+    "gpu backend": (["--feature-storage", "{npy}", "--host-cache", "1MiB", "--feature-source", "gpu"], "feature source 'gpu' copies the whole table"),
+    "dgl's table": (["--feature-storage", "{npy}", "--host-cache", "1MiB", "--feature-source", "dgl"], "feature source 'dgl' slices DGL's own"),
+    "below a batch": (
+        ["--feature-storage", "{npy}", "--host-cache", "64KiB"],
+        "holds 60 rows of 400 bytes beside its row -> slot map, fewer than one batch's 64 seeds",
+    ),
+    "holds no row": (["--feature-storage", "{npy}", "--host-cache", "10KiB"], "holds no row: the row -> slot map of 5000 rows"),
+    "a batch's neighbours": (["--feature-storage", "{npy}", "--host-cache", "200KiB"], "is too small for this run: the host buffer cannot hold this batch"),
+    "cache without storage": (["--host-cache", "1MiB"], "host_cache '1MiB' sizes the host buffer of features left on storage, but feature_storage is not set"),
+    "storage without cache": (["--feature-storage", "auto"], "needs a host buffer for their rows; add --host-cache SIZE"),
+    "not a size": (["--feature-storage", "auto", "--host-cache", "lots"], "host_cache 'lots' is not a cache size: give a share of the table's bytes (25%)"),
+    "zero": (["--feature-storage", "auto", "--host-cache", "0"], "host_cache '0' holds no row"),
+    "a file compressed on the fly": (["--feature-storage", "{npy}", "--host-cache", "1MiB", "--feature-compression", "int8"], "a file is served as stored"),
+    "a heterograph": (["--dataset", "hetero-synthetic", "--feature-storage", "auto", "--host-cache", "1MiB"], "is a heterograph (a table per node type)"),
+}
+
+
+@pytest.mark.parametrize("case", list(REFUSALS))
+def test_refusals_are_one_line_and_exit_2(case, feature_npy, tmp_path, capsys):
+    np.save(tmp_path / "small.npy", np.zeros((10, 4), np.float32))
+    args, message = REFUSALS[case]
+    fill = {"dir": str(tmp_path), "npy": str(feature_npy)}
+    argv = ["train", *RUN, "--epochs", "1", *(a.format(**fill) for a in args)]
+    assert message.format(**fill) in one_line_exit_2(argv, capsys)
+
+
+def test_the_yaml_keys_are_the_flags(tmp_path):
+    (tmp_path / "c.yaml").write_text("feature_storage: auto\nhost_cache: 25%\n")
+    from dgl_zerocopy.training.config import read_yaml
+
+    cfg = build_config(read_yaml(tmp_path / "c.yaml"), {})
+    assert (cfg.feature_storage, cfg.host_cache) == ("auto", "25%")
+    assert build_config({}, {"feature_storage": tmp_path / "f.npy", "host_cache": 1 << 20}).host_cache == str(1 << 20)
+
+
+def test_features_on_storage_are_written_once_and_equal_the_dataset(tmp_path):
+    """Cora's features (parsed in memory) go to <cache>/features/ once, then the same file is reused."""
+    if not (SHARED_DATA / "planetoid").is_dir():
+        pytest.skip("../shared/data/planetoid is not here")
+    ds = load_dataset("cora", root=SHARED_DATA)
+    stored = load_dataset("cora", root=SHARED_DATA, cache=tmp_path, features_on_storage=True)
+    assert isinstance(stored.features, FeatureFile) and stored.features.path.parent == tmp_path / "features"
+    assert stored.features.shape == ds.features.shape and stored.features.dtype == ds.features.dtype
+    np.testing.assert_array_equal(np.load(stored.features.path), ds.features)
+    written = stored.features.path.stat().st_mtime_ns
+    again = load_dataset("cora", root=SHARED_DATA, cache=tmp_path, features_on_storage=True)
+    assert again.features.path == stored.features.path and again.features.path.stat().st_mtime_ns == written
+    assert len(list((tmp_path / "features").iterdir())) == 1  # no temporary file left
+    np.testing.assert_array_equal(stored.indptr, ds.indptr)
+
+
+def test_attach_checks_the_rows_and_takes_a_compressed_folder(tmp_path):
+    import dgl_zerocopy
+
+    ds = load_dataset("synthetic", SPEC, cache=tmp_path)
+    dgl_zerocopy.compress(np.asarray(ds.features), "int8", out=tmp_path / "int8")
+    stored = attach_feature_file(ds, tmp_path / "int8")
+    assert stored.features.codec == "int8" and stored.features.shape == ds.features.shape and stored.features.row_bytes == ds.features.shape[1]
+
+
+def test_ogb_features_on_storage_are_the_caches_file_never_mapped(tmp_path, monkeypatch):
+    """load_ogb(features_on_storage=True): the cache's features.npy as a FeatureFile; a storage-backed
+    FeatureStore over it gathers the in-memory features' rows exactly."""
+    meta = write_ogb(tmp_path / "ds", "ogbn-arxiv", _raw_data())
+    in_memory = load_ogb("ogbn-arxiv", tmp_path, meta_dict=meta)
+    stored = load_ogb("ogbn-arxiv", tmp_path, meta_dict=meta, features_on_storage=True)
+    assert isinstance(stored.features, FeatureFile) and stored.features.path == tmp_path / "ds" / "dgl_zerocopy" / "features.npy"
+    with FeatureStore(str(stored.features.path), backend="cpu", host_cache_bytes=4096) as store:
+        assert store.on_storage
+        ids = torch.tensor([0, 59, 3, 3, 17])
+        np.testing.assert_array_equal(store.gather(ids).numpy(), np.asarray(in_memory.features)[ids.numpy()])
+    np.testing.assert_array_equal(stored.labels, in_memory.labels)
+
+
+def test_the_command_trains_an_ogb_dataset_from_its_cache_file(tmp_path, monkeypatch, capsys):
+    write_ogb(tmp_path / "ogbn_arxiv", "ogbn-arxiv", _raw_data())
+    argv = ["train", "--dataset", "ogbn-arxiv", "--data-root", str(tmp_path), "--device", "cpu", "--no-progress", "--fanouts", "3,3"]
+    argv += ["--batch-size", "8", "--hidden", "8", "--epochs", "1", "--feature-storage", "auto", "--host-cache", "64KiB"]
+    assert main(argv) == 0
+    out = capsys.readouterr().out
+    assert f"features on storage in '{tmp_path / 'ogbn_arxiv' / 'dgl_zerocopy' / 'features.npy'}'" in out
+    assert "| storage " in out and "final test accuracy" in out
+
+
+def test_training_in_process_reads_the_file_not_the_dataset(tmp_path):
+    """The dataset's FeatureFile is all the training sees: the source's store is on storage."""
+    ds = load_dataset("synthetic", SPEC, cache=tmp_path, features_on_storage=True)
+    cfg = build_config(
+        {},
+        {"fanouts": [3, 3], "batch_size": 64, "eval_batch_size": 64, "hidden": 16, "epochs": 1, "device": "cpu"}
+        | {"feature_storage": "auto", "host_cache": "50%"},
+    )
+    history = train(cfg, ds, progress=False)
+    assert history[0].storage is not None and history[0].storage["storage_bytes"] > 0 and np.isfinite(history[0].loss)
