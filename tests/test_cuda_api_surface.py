@@ -8,6 +8,7 @@ scan's conventions.
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -91,6 +92,19 @@ def test_the_scan_of_the_package_finds_its_cuda_calls(package_refs):
         "dgl_zerocopy/cuda/sampling/launcher.py",
         "dgl_zerocopy/loading/loader.py",
     } <= files, sorted(files)
+
+
+def test_the_storage_tier_is_scanned_and_the_event_methods_it_calls_are_checked(package_refs):
+    """The storage tier (dgl_zerocopy/store/storage/) records a CUDA event after each zero-copy gather
+    and gives the gather's host-buffer slots back once it has passed: the event is made through
+    ``torch.cuda`` (scanned), its methods are called on an object the scan cannot type (checked
+    through :data:`USED_ON_OBJECTS`)."""
+    storage = {r.chain for r in package_refs if r.path.startswith("dgl_zerocopy/store/storage/")}
+    assert {"torch.cuda.Event", "torch.cuda.stream"} <= storage, sorted(storage)
+    folder = REPO / "dgl_zerocopy" / "store" / "storage"
+    called = {name for path in folder.glob("*.py") for name in re.findall(r"\bevent\.(\w+)\(", path.read_text())}
+    assert {"record", "query", "synchronize"} <= called, sorted(called)
+    assert called <= set(USED_ON_OBJECTS["torch.cuda.Event"]), f"add to USED_ON_OBJECTS: {sorted(called - set(USED_ON_OBJECTS['torch.cuda.Event']))}"
 
 
 def test_missing_runtime_function_reached_through_from_import_is_reported():

@@ -164,8 +164,19 @@ def no_checks():
 
 @pytest.fixture
 def device(monkeypatch):
-    gpu = Device()
+    gpu = install(monkeypatch, Device())
     StandInEvent.created = 0
+    yield gpu
+    while _made:  # a store a failed test left open is closed here, while the stand-ins are still in place
+        store = _made.pop()
+        try:
+            store.close()
+        except IndexError:
+            pass
+
+
+def install(monkeypatch, gpu: Device) -> Device:
+    """Make ``gpu`` torch's CUDA device, its launches the gather kernels, and the stand-in runtime CuPy's."""
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 1)
@@ -178,13 +189,7 @@ def device(monkeypatch):
     monkeypatch.setattr(zerocopy_backend, "_cupy_view", lambda cupy, tensor: tensor)
     monkeypatch.setattr(zerocopy_backend, "to_device", lambda tensor, device: tensor)
     gpu.runtime = use(monkeypatch, FakeRuntime(touch_pages=True))
-    yield gpu
-    while _made:  # a store a failed test left open is closed here, while the stand-ins are still in place
-        store = _made.pop()
-        try:
-            store.close()
-        except IndexError:
-            pass
+    return gpu
 
 
 _made: list[FeatureStore] = []

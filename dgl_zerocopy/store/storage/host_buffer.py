@@ -238,10 +238,14 @@ class HostBuffer:
         self._pending = keep
 
     def close(self) -> None:
-        """Wait for the gathers still reading, then drop every reservation."""
+        """Wait for the gathers still reading, then drop every reservation (also when the wait raises:
+        a device fault is reported once, by the first event, and the store is closing anyway)."""
         with self._lock:
-            self._release_passed(wait=True)
-            self.pins[:] = 0
+            try:
+                self._release_passed(wait=True)
+            finally:
+                self._pending = []
+                self.pins[:] = 0
 
     @property
     def resident_rows(self) -> int:

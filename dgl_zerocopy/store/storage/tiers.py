@@ -174,11 +174,13 @@ class StorageBackend:
         unpin and free the buffer and stop every reader thread. Idempotent."""
         self._ahead_pool.shutdown(wait=True, cancel_futures=True)
         self.closed = True
+        inner, self._inner = self._inner, None
         try:
-            if self._inner is not None:
-                self._inner.close()  # waits for its kernels, unpins the buffer
+            if inner is not None:
+                inner.close()  # waits for its kernels, unpins the buffer (unpinned even if the wait raises)
         finally:
-            if hasattr(self, "buffer"):
-                self.buffer.close()
-            self._reader.close()
-            self._inner = None
+            try:
+                if hasattr(self, "buffer"):
+                    self.buffer.close()  # waits for the gathers' events: raises again after a device fault
+            finally:
+                self._reader.close()  # the reader threads stop whatever the device said
