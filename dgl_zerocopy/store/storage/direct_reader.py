@@ -133,51 +133,71 @@ class DirectReader:
         if rows.size == 0:
             return
         self.check_unchanged()
-        extents = self.plan(rows)
-        total = sum(extent[3] for extent in extents) * BLOCK
-        groups = _group(extents, min(MAX_EXTENT, max(BLOCK, total // (4 * self.threads))))  # a few tasks per thread
-        futures = [self._pool.submit(self._read_group, rows, dest, slots, group) for group in groups]
+        first, end, block, blocks = self.plan(rows)
+        total = int(blocks.sum()) * BLOCK
+        # A few tasks per thread, each a run of consecutive extents read into one scratch buffer.
+        cuts = _cuts(blocks, min(MAX_EXTENT, max(BLOCK, total // (4 * self.threads))) // BLOCK)
+        futures = [self._pool.submit(self._read_group, rows, dest, slots, first[i:j], end[i:j], block[i:j], blocks[i:j]) for i, j in cuts]
         errors = [f.exception() for f in futures]  # wait for every read before anything is reported
         for error in errors:
             if error is not None:
                 raise error
 
-    def plan(self, rows: np.ndarray) -> list[tuple[int, int, int, int]]:
-        """The reads for sorted ``rows``: ``(first index, end index, first block, blocks)`` per run,
-        rows ``rows[first:end]`` lying in blocks ``[first block, first block + blocks)``."""
+    def plan(self, rows: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        """The reads for sorted ``rows``, as arrays with one entry per read (extent): ``first``, ``end``
+        (rows ``rows[first:end]``), ``block`` (its first block) and ``blocks`` (its length in blocks)."""
         start = self.offset + rows * self.row_bytes
         lo = start // BLOCK
         hi = (start + self.row_bytes - 1) // BLOCK  # the last block of each row, inclusive
         new = np.empty(rows.size, dtype=bool)
         new[0] = True
         new[1:] = lo[1:] > hi[:-1] + 1  # a gap of at least one block starts a new read
-        firsts = np.flatnonzero(new)
-        ends = np.append(firsts[1:], rows.size)
+        first = np.flatnonzero(new)
+        end = np.append(first[1:], rows.size)
         limit = max(1, MAX_EXTENT // BLOCK)
-        extents = []
-        for a, b in zip(firsts.tolist(), ends.tolist(), strict=True):
-            while a < b:  # split a run longer than MAX_EXTENT at row boundaries
-                first = int(lo[a])
-                cut = a + 1 + int(np.searchsorted(hi[a + 1 : b], first + limit - 1, side="right"))
-                extents.append((a, cut, first, int(hi[cut - 1]) - first + 1))
-                a = cut
-        return extents
+        long = np.flatnonzero(hi[end - 1] - lo[first] + 1 > limit)
+        if long.size:  # split the runs longer than MAX_EXTENT at row boundaries (rare: long stretches of rows)
+            pieces = []
+            for a, b in zip(first[long].tolist(), end[long].tolist(), strict=True):
+                while a < b:
+                    cut = a + 1 + int(np.searchsorted(hi[a + 1 : b], int(lo[a]) + limit - 1, side="right"))
+                    pieces.append((a, cut))
+                    a = cut
+            keep = np.ones(first.size, dtype=bool)
+            keep[long] = False
+            split = np.array(pieces, dtype=np.int64).reshape(-1, 2)
+            first = np.concatenate((first[keep], split[:, 0]))
+            end = np.concatenate((end[keep], split[:, 1]))
+            order = np.argsort(first, kind="stable")
+            first, end = first[order], end[order]
+        return first, end, lo[first], hi[end - 1] - lo[first] + 1
 
-    def _read_group(self, rows: np.ndarray, dest: np.ndarray, slots: np.ndarray, group: list[tuple[int, int, int, int]]) -> None:
-        for a, b, block, blocks in group:
-            nbytes = blocks * BLOCK
-            scratch = self._scratch_buffer(nbytes)
-            position = block * BLOCK
-            got = os.preadv(self._fd, [memoryview(scratch)[:nbytes]], position)
-            if not self.direct:
-                os.posix_fadvise(self._fd, position, nbytes, os.POSIX_FADV_DONTNEED)
-            self.stats.add(storage_bytes=got, storage_reads=1)
-            base = self.offset + int(rows[a]) * self.row_bytes - position
-            need = base + (int(rows[b - 1]) - int(rows[a]) + 1) * self.row_bytes
-            if got < need:
-                raise StorageChangedError(f"the feature file {str(self.path)!r} ended early: a read at byte {position} got {got} of {need} bytes")
-            span = np.frombuffer(scratch, dtype=np.uint8, count=need - base, offset=base).reshape(-1, self.row_bytes)
-            dest[slots[a:b]] = span[rows[a:b] - rows[a]]
+    def _read_group(self, rows, dest, slots, first, end, block, blocks) -> None:
+        """Read the extents ``first..blocks`` (arrays) one after the other into this thread's scratch,
+        then copy their rows into their slots in one step."""
+        sizes = blocks * BLOCK
+        at = np.cumsum(sizes) - sizes  # each extent's place in the scratch
+        scratch = self._scratch_buffer(int(sizes.sum()))
+        view = memoryview(scratch)
+        got = 0
+        try:
+            for place, size, position in zip(at.tolist(), sizes.tolist(), (block * BLOCK).tolist(), strict=True):
+                n = os.preadv(self._fd, [view[place : place + size]], position)
+                got += n
+                if n < size and position + n < self.offset + int(rows[-1] + 1) * self.row_bytes:
+                    last = min(position + size, self.offset + int(rows[-1] + 1) * self.row_bytes)
+                    raise StorageChangedError(f"the feature file {str(self.path)!r} ended early: a read at byte {position} got {n} of {last - position} bytes")
+                if not self.direct:
+                    os.posix_fadvise(self._fd, position, size, os.POSIX_FADV_DONTNEED)
+        finally:
+            self.stats.add(storage_bytes=got, storage_reads=len(sizes))
+            view.release()
+        # Row i of the group lies at its extent's place + (its byte in the file - the extent's first byte).
+        owner = np.repeat(np.arange(first.size), end - first)
+        picked = rows[first[0] : end[-1]]
+        starts = at[owner] + self.offset + picked * self.row_bytes - block[owner] * BLOCK
+        data = np.frombuffer(scratch, dtype=np.uint8, count=int(sizes.sum()))
+        dest[slots[first[0] : end[-1]]] = np.lib.stride_tricks.sliding_window_view(data, self.row_bytes)[starts]
 
     def _scratch_buffer(self, nbytes: int) -> mmap.mmap:
         """This thread's page-aligned scratch buffer, grown to hold ``nbytes``."""
@@ -204,15 +224,10 @@ class DirectReader:
         self._scratches.clear()
 
 
-def _group(extents: list[tuple[int, int, int, int]], target: int) -> list[list[tuple[int, int, int, int]]]:
-    """Extents in consecutive groups of about ``target`` bytes: one pool task each."""
-    groups, current, size = [], [], 0
-    for extent in extents:
-        current.append(extent)
-        size += extent[3] * BLOCK
-        if size >= target:
-            groups.append(current)
-            current, size = [], 0
-    if current:
-        groups.append(current)
-    return groups
+def _cuts(blocks: np.ndarray, target: int) -> list[tuple[int, int]]:
+    """``[i, j)`` ranges of consecutive extents of about ``target`` blocks each (at least one extent):
+    one pool task each."""
+    total = np.cumsum(blocks)
+    bounds = np.searchsorted(total, np.arange(target, int(total[-1]), max(1, target)), side="left") + 1
+    bounds = np.unique(np.concatenate(([0], bounds[bounds < blocks.size], [blocks.size])))
+    return list(zip(bounds[:-1].tolist(), bounds[1:].tolist(), strict=True))
