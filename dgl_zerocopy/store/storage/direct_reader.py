@@ -1,9 +1,11 @@
 """Rows of a file read with ``O_DIRECT``: past the page cache, so that resident memory is what the
 host buffer's budget says, however large the file.
 
-- Aligned: each read starts on a :data:`BLOCK` boundary, covers whole blocks, and lands in a
-  page-aligned scratch buffer (an anonymous ``mmap``), as ``O_DIRECT`` requires; the rows are then
-  copied out of it into their slots.
+- Aligned: each read starts on a block boundary, covers whole blocks, and lands in a page-aligned
+  scratch buffer (an anonymous ``mmap``), as ``O_DIRECT`` requires; the rows are then copied out of
+  it into their slots. The block is the smallest direct read the file accepts (probed at open:
+  512 bytes on most disks, the device's logical block; :data:`BLOCK` where none smaller works, and
+  for buffered reads): a row smaller than a page costs its sectors, not a whole page.
 - Coalesced: the rows of a batch, sorted, become runs of blocks; rows that share a block, or lie in
   adjacent blocks, are read by one ``preadv`` (at most :data:`MAX_EXTENT` bytes, or one row's blocks).
 - Many in flight: the runs are spread over a pool of reader threads (``os.preadv`` releases the GIL).
@@ -29,13 +31,15 @@ import numpy as np
 
 from .stats import StorageStats
 
-#: The alignment of direct reads: file offset, length and buffer address (the page size covers
-#: every logical block size in use).
+#: The largest alignment of direct reads (file offset and length; buffers are page-aligned): the page
+#: size covers every logical block size in use. Smaller ones are probed (:data:`SMALL_BLOCKS`).
 BLOCK = 4096
+#: Smaller direct-read sizes tried at open, smallest first.
+SMALL_BLOCKS = (512, 1024, 2048)
 #: The most bytes one read covers (longer runs of blocks are split; a row larger than this is one read).
 MAX_EXTENT = 1 << 20
 #: Reader threads by default.
-DEFAULT_THREADS = 4
+DEFAULT_THREADS = 8
 
 
 class StorageChangedError(RuntimeError):
@@ -70,6 +74,7 @@ class DirectReader:
         self.direct = False
         self._open(direct)
         self._seen = self._identity(os.fstat(self._fd))
+        self.block = self._smallest_block() if self.direct else BLOCK
         self._scratch = threading.local()
         self._scratches: list[mmap.mmap] = []
         self._pool = ThreadPoolExecutor(threads, thread_name_prefix="dgl-zerocopy-storage")
@@ -107,6 +112,24 @@ class DirectReader:
             finally:
                 scratch.close()
 
+    def _smallest_block(self) -> int:
+        """The smallest of :data:`SMALL_BLOCKS` that a direct read of one block at that offset accepts, else :data:`BLOCK`."""
+        size = os.fstat(self._fd).st_size
+        scratch = mmap.mmap(-1, BLOCK)
+        try:
+            for block in SMALL_BLOCKS:
+                if size < 2 * block:
+                    break
+                try:
+                    if os.preadv(self._fd, [memoryview(scratch)[:block]], block) == block:
+                        return block
+                except OSError as error:
+                    if error.errno != errno.EINVAL:
+                        raise
+        finally:
+            scratch.close()
+        return BLOCK
+
     @staticmethod
     def _identity(stat: os.stat_result) -> tuple[int, int, int]:
         return stat.st_size, stat.st_mtime_ns, stat.st_ino
@@ -134,9 +157,9 @@ class DirectReader:
             return
         self.check_unchanged()
         first, end, block, blocks = self.plan(rows)
-        total = int(blocks.sum()) * BLOCK
+        total = int(blocks.sum()) * self.block
         # A few tasks per thread, each a run of consecutive extents read into one scratch buffer.
-        cuts = _cuts(blocks, min(MAX_EXTENT, max(BLOCK, total // (4 * self.threads))) // BLOCK)
+        cuts = _cuts(blocks, min(MAX_EXTENT, max(self.block, total // (4 * self.threads))) // self.block)
         futures = [self._pool.submit(self._read_group, rows, dest, slots, first[i:j], end[i:j], block[i:j], blocks[i:j]) for i, j in cuts]
         errors = [f.exception() for f in futures]  # wait for every read before anything is reported
         for error in errors:
@@ -147,14 +170,14 @@ class DirectReader:
         """The reads for sorted ``rows``, as arrays with one entry per read (extent): ``first``, ``end``
         (rows ``rows[first:end]``), ``block`` (its first block) and ``blocks`` (its length in blocks)."""
         start = self.offset + rows * self.row_bytes
-        lo = start // BLOCK
-        hi = (start + self.row_bytes - 1) // BLOCK  # the last block of each row, inclusive
+        lo = start // self.block
+        hi = (start + self.row_bytes - 1) // self.block  # the last block of each row, inclusive
         new = np.empty(rows.size, dtype=bool)
         new[0] = True
         new[1:] = lo[1:] > hi[:-1] + 1  # a gap of at least one block starts a new read
         first = np.flatnonzero(new)
         end = np.append(first[1:], rows.size)
-        limit = max(1, MAX_EXTENT // BLOCK)
+        limit = max(1, MAX_EXTENT // self.block)
         long = np.flatnonzero(hi[end - 1] - lo[first] + 1 > limit)
         if long.size:  # split the runs longer than MAX_EXTENT at row boundaries (rare: long stretches of rows)
             pieces = []
@@ -175,13 +198,13 @@ class DirectReader:
     def _read_group(self, rows, dest, slots, first, end, block, blocks) -> None:
         """Read the extents ``first..blocks`` (arrays) one after the other into this thread's scratch,
         then copy their rows into their slots in one step."""
-        sizes = blocks * BLOCK
+        sizes = blocks * self.block
         at = np.cumsum(sizes) - sizes  # each extent's place in the scratch
         scratch = self._scratch_buffer(int(sizes.sum()))
         view = memoryview(scratch)
         got = 0
         try:
-            for place, size, position in zip(at.tolist(), sizes.tolist(), (block * BLOCK).tolist(), strict=True):
+            for place, size, position in zip(at.tolist(), sizes.tolist(), (block * self.block).tolist(), strict=True):
                 n = os.preadv(self._fd, [view[place : place + size]], position)
                 got += n
                 if n < size and position + n < self.offset + int(rows[-1] + 1) * self.row_bytes:
@@ -195,7 +218,7 @@ class DirectReader:
         # Row i of the group lies at its extent's place + (its byte in the file - the extent's first byte).
         owner = np.repeat(np.arange(first.size), end - first)
         picked = rows[first[0] : end[-1]]
-        starts = at[owner] + self.offset + picked * self.row_bytes - block[owner] * BLOCK
+        starts = at[owner] + self.offset + picked * self.row_bytes - block[owner] * self.block
         data = np.frombuffer(scratch, dtype=np.uint8, count=int(sizes.sum()))
         dest[slots[first[0] : end[-1]]] = np.lib.stride_tricks.sliding_window_view(data, self.row_bytes)[starts]
 
