@@ -76,6 +76,7 @@ class HostBuffer:
             self.slot_of[static_rows] = -2 - np.arange(self.static_slots, dtype=self.slot_of.dtype)
         self.row_of = np.full(capacity, -1, dtype=np.int64)
         self.pins = np.zeros(capacity, dtype=np.int32)
+        self.ahead_pins = np.zeros(capacity, dtype=np.int32)  # the reads ahead among pins (each released by its handle)
         self.fill_of = np.full(capacity, -1, dtype=np.int32)  # the key of the _Fill reading the slot, or -1: ready
         self._ahead = np.zeros(capacity, dtype=bool)  # read by a read ahead, not gathered since
         self._fills: dict[int, _Fill] = {}
@@ -107,7 +108,7 @@ class HostBuffer:
             try:
                 self.reader.read_into(rows[new], self._bytes, slots[new])
             except BaseException as error:
-                self._abandon(rows, slots, new, fill, error)
+                self._abandon(rows, slots, new, fill, error, ahead)
                 raise
             with self._lock:
                 filled = slots[new]
@@ -119,7 +120,7 @@ class HostBuffer:
         for other in waits:  # rows another call (a read ahead) is reading: wait for those only
             other.done.wait()
             if other.error is not None:
-                self.release(slots)
+                self.release(slots, ahead=ahead)
                 raise other.error
         return rows, slots
 
@@ -135,20 +136,35 @@ class HostBuffer:
             slots[static_miss] = -2 - slots[static_miss]
             dynamic_miss = np.flatnonzero(slots == -1)
             free = self._free_dynamic(exclude=slots[present])
-            if ahead:  # this batch's own gather comes later: the room left for gathers covers it too
+            if ahead:
+                # Reads ahead together hold at most (evictable slots - the largest gather so far, this
+                # batch's own included) slots, so that any gather finds room beside them, whatever
+                # else is reserved when it runs (gathers are brief; reads ahead last until their own
+                # gather). A row costs one unless a read ahead holds its slot already; and a miss also
+                # needs a free slot now.
                 self.largest_gather = max(self.largest_gather, int(rows.size))
-            room = free.size - (self.largest_gather if ahead else 0)
-            if dynamic_miss.size > room:
-                if not ahead:
-                    raise BufferFullError(self._too_small(rows.size, dynamic_miss.size, free.size))
-                keep = np.ones(rows.size, dtype=bool)
-                keep[dynamic_miss[max(0, room) :]] = False  # left to the gather: counted, not read
-                self.stats.add(read_ahead_skipped=int(np.count_nonzero(~keep)))
-                rows, slots, present, loading = rows[keep], slots[keep], present[keep], loading[keep]
-                dynamic_miss = np.flatnonzero(slots == -1)
+                held = int(np.count_nonzero(self.ahead_pins[self.static_slots :]))
+                resident = np.flatnonzero(present)
+                resident = resident[slots[resident] >= self.static_slots]
+                costly = np.sort(np.concatenate((resident[self.ahead_pins[slots[resident]] == 0], dynamic_miss)))
+                room = self.dynamic_slots - self.largest_gather - held
+                kept = costly[: max(0, room)]
+                kept_misses = np.flatnonzero(np.isin(kept, dynamic_miss))
+                if kept_misses.size > free.size:  # no more misses than free slots now
+                    kept = np.setdiff1d(kept, kept[kept_misses[free.size :]], assume_unique=True)
+                if kept.size < costly.size:
+                    keep = np.ones(rows.size, dtype=bool)
+                    keep[np.setdiff1d(costly, kept, assume_unique=True)] = False  # left to the gather: counted, not read
+                    self.stats.add(read_ahead_skipped=int(np.count_nonzero(~keep)))
+                    rows, slots, present, loading = rows[keep], slots[keep], present[keep], loading[keep]
+                    dynamic_miss = np.flatnonzero(slots == -1)
+            elif dynamic_miss.size > free.size:
+                raise BufferFullError(self._too_small(rows.size, dynamic_miss.size, free.size))
             slots[dynamic_miss] = self._take(free, dynamic_miss.size)
             new = np.flatnonzero(~present)
             self.pins[slots] += 1
+            if ahead:
+                self.ahead_pins[slots] += 1
             fill = None
             if new.size:
                 fill, key = _Fill(), self._next_fill
@@ -202,7 +218,7 @@ class HostBuffer:
             f"{batch * row_bytes} bytes of slots, times the batches read ahead), or gather smaller batches"
         )
 
-    def _abandon(self, rows, slots, new, fill: _Fill, error: BaseException) -> None:
+    def _abandon(self, rows, slots, new, fill: _Fill, error: BaseException, ahead: bool = False) -> None:
         """A read failed: its rows leave the map, every reservation of this call is returned, and
         the calls waiting for its rows get its error."""
         with self._lock:
@@ -213,13 +229,17 @@ class HostBuffer:
             self.fill_of[back] = -1
             self._ahead[back] = False
             self.pins[slots] -= 1
+            if ahead:
+                self.ahead_pins[slots] -= 1
         fill.error = error
         fill.done.set()
 
-    def release(self, slots: np.ndarray) -> None:
-        """Give back one reservation of each of ``slots``."""
+    def release(self, slots: np.ndarray, *, ahead: bool = False) -> None:
+        """Give back one reservation of each of ``slots`` (``ahead``: a read ahead's)."""
         with self._lock:
             self.pins[slots] -= 1
+            if ahead:
+                self.ahead_pins[slots] -= 1
 
     def release_after(self, event, slots: np.ndarray) -> None:
         """Give back ``slots`` once ``event`` (a CUDA event after the gather that reads them) has passed."""
@@ -246,6 +266,7 @@ class HostBuffer:
             finally:
                 self._pending = []
                 self.pins[:] = 0
+                self.ahead_pins[:] = 0
 
     @property
     def resident_rows(self) -> int:

@@ -71,7 +71,7 @@ class ReadAhead:
         except BaseException:  # noqa: BLE001 - a failed read ahead reserved nothing; its gather reports the error
             return
         if not self._owner.closed:
-            self._owner.buffer.release(slots)
+            self._owner.buffer.release(slots, ahead=True)
 
 
 class StorageBackend:

@@ -1,0 +1,40 @@
+"""bench/storage.py: a smoke run at a tiny size into a temporary folder (never bench/results/): every
+run's row and figures, the file's pages dropped before each run, no cgroup left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "bench"))
+
+
+@pytest.mark.slow  # a process per run, each loading DGL
+def test_storage_bench_smoke(tmp_path):
+    pytest.importorskip("dgl")
+    from storage import MemoryLimit
+
+    runs = "mmap-random,static-int8+ahead,static+ahead,dynamic"
+    cmd = [sys.executable, "bench/storage.py", "--nodes", "6000", "--dim", "32", "--epochs", "2", "--max-batches", "4", "--batch-size", "8"]
+    cmd += ["--hidden", "8", "--runs", runs, "--dir", str(tmp_path / "data"), "--out-dir", str(tmp_path)]
+    (tmp_path / "data").mkdir()
+    r = subprocess.run(cmd, cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, encoding="utf-8", timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    result = json.loads((tmp_path / "storage.json").read_text())
+    rows = result["rows"]
+    assert [row["run"] for row in rows] == runs.split(",")
+    for row in rows:
+        assert row["batches"] == 4 and row["rows"] > 0 and row["rows_per_s"] > 0, row
+        assert row["step_s"] > 0 and row["wait_over_step"] >= 0, row
+    ours = rows[1:]
+    assert all(0 < row["host_hit_rate"] <= 1 and row["evictions"] >= 0 for row in ours)
+    assert rows[2]["read_ahead_hits"] > 0 and rows[3]["read_ahead_hits"] == 0  # reading ahead on, then off
+    assert (tmp_path / "storage.png").stat().st_size > 0 and (tmp_path / "storage.csv").exists()
+    folder = MemoryLimit.folder_of(os.getpid())
+    if folder is not None and folder.parent.exists():
+        assert not list(folder.parent.glob("dgl-zerocopy-bench-*")), "a run's cgroup was left behind"
