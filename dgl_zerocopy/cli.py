@@ -41,6 +41,7 @@ BENCHMARKS = (
     "pcie_sampling",
     "snapshot",
     "sampling_accuracy",
+    "storage",
 )
 
 

@@ -187,12 +187,13 @@ class HostBuffer:
             return rows, slots, new, fill, waits
 
     def _free_dynamic(self, exclude: np.ndarray) -> np.ndarray:
-        """Dynamic slots that may be taken: not reserved (``exclude`` is about to be), empty ones first."""
-        pins = self.pins[self.static_slots :]
-        takeable = np.flatnonzero(pins == 0) + self.static_slots
+        """Dynamic slots that may be taken, ascending: not reserved (``exclude`` is about to be). A mask
+        over the slots, not a set difference: that sorted ~170k slots per call (37 ms) at 25 % of a
+        200k-row int8 table."""
+        takeable = self.pins[self.static_slots :] == 0
         if exclude.size:
-            takeable = np.setdiff1d(takeable, exclude, assume_unique=False)
-        return takeable
+            takeable[exclude[exclude >= self.static_slots] - self.static_slots] = False
+        return np.flatnonzero(takeable) + self.static_slots
 
     def _take(self, free: np.ndarray, k: int) -> np.ndarray:
         if k == 0:
