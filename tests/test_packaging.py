@@ -9,6 +9,16 @@ import pytest
 from conftest import REPO
 
 
+def test_every_package_folder_is_listed_for_the_wheel():
+    """pyproject lists the packages by name (kernels/ maps into one of them): a folder added to the
+    package and not to the list would be missing from every installed wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]["packages"])
+    folders = {".".join(p.parent.relative_to(REPO).parts) for p in (REPO / "dgl_zerocopy").rglob("__init__.py")}
+    assert folders - listed == set(), f"add {sorted(folders - listed)} to [tool.setuptools] packages in pyproject.toml"
+
+
 @pytest.mark.slow
 def test_wheel_ships_kernels_and_finds_them(tmp_path):
     build = subprocess.run(
@@ -24,6 +34,8 @@ def test_wheel_ships_kernels_and_finds_them(tmp_path):
     assert "dgl_zerocopy/kernels/gather.cu" in names
     assert {"dgl_zerocopy/kernels/sample.cu", "dgl_zerocopy/kernels/sample_rng.cuh", "dgl_zerocopy/cuda/sampling/launcher.py"} <= set(names)
     assert "dgl_zerocopy_graphbolt.pth" in names and "_dgl_zerocopy_graphbolt.py" in names
+    shipped = {name.rsplit("/", 1)[0] for name in names if name.endswith("/__init__.py")}
+    assert shipped >= {str(p.parent.relative_to(REPO)) for p in (REPO / "dgl_zerocopy").rglob("__init__.py")}, "a package folder left out"
 
     target = tmp_path / "site"
     install = subprocess.run(
