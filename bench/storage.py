@@ -145,11 +145,12 @@ def write_table(args, folder: Path) -> Path:
     path = folder / f"feat-{args.nodes}x{args.dim}.npy"
     if not path.exists():
         import dgl
+        import torch
 
         data = generate(SyntheticSpec(num_nodes=args.nodes, feat_dim=args.dim))
         np.save(path, np.ascontiguousarray(data.features, dtype=np.float32))
         graph = data.to_dgl()
-        graph.ndata["label"] = torch_from(data.labels)
+        graph.ndata["label"] = torch.from_numpy(data.labels)
         dgl.save_graphs(str(folder / "graph.bin"), [graph])
         np.save(folder / "train.npy", data.train_idx)
     if "static-int8" in args.runs:
@@ -157,12 +158,6 @@ def write_table(args, folder: Path) -> Path:
 
         compressed_beside(path, "int8")  # written once; the runs find it
     return path
-
-
-def torch_from(array):
-    import torch
-
-    return torch.from_numpy(array)
 
 
 def run_in_child(args, path: Path, method: str, ahead: bool) -> dict:
