@@ -36,7 +36,12 @@ def main(results: Path, mode: str) -> None:
         host, port = Path(os.environ["DGL_IP_CONFIG"]).read_text().splitlines()[index].split()
         listener = socket.create_server((host, int(port)))  # noqa: F841 - held open while the process lives
     Path("/dev/shm", os.environ["DGL_ZEROCOPY_SHM_PREFIX"] + role).write_bytes(b"segment")
-    (results / f"{role}{index}").write_text(str(os.getpid()))
+    # Written whole, then renamed: a peer or the test polling for the file never reads it empty (int("")
+    # raised in a trainer, which then exited 1 as if its peer were gone: a flaky test in CI).
+    ready = results / f"{role}{index}"
+    partial = ready.with_name(ready.name + ".partial")
+    partial.write_text(str(os.getpid()))
+    os.replace(partial, ready)
     if mode == "finish" and role == "trainer":
         print(f"trainer {index}: a warning", file=sys.stderr, flush=True)
         (results / f"done{index}").write_text("done")
