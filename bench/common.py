@@ -13,6 +13,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "results"
+#: The status of a row that ``--time-limit`` left out (not a failure of the code).
+TIME_LIMIT_STATUS = "skipped: time limit"
 
 
 def command_line() -> str:

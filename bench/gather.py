@@ -49,14 +49,12 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, command_line, machine, summarize, time_cuda_events, time_repeated, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, summarize, time_cuda_events, time_repeated, write_results  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 GPU_METHODS = ("h2d", "zerocopy", "zerocopy-naive", "cpu", "gpu")
 CPU_METHODS = ("copy", "cpu", "index_select", "fancy")
 CEILINGS = ("h2d", "copy")
-#: The status of a configuration that ``--time-limit`` left out (not a failure of the code).
-TIME_LIMIT_STATUS = "skipped: time limit"
 #: The columns of the summary rows, in the CSV's order.
 SUMMARY_FIELDS = (
     "dtype",

@@ -1,7 +1,7 @@
-"""One command that checks the whole GPU path: the GPU tests, the gather, sampling and epoch benchmarks, multi-GPU DDP.
+"""One command that checks the whole GPU path: the GPU tests, the gather, sampling, storage and epoch benchmarks, multi-GPU DDP.
 
     make gpu-check [GPU_CHECK_ARGS="--out DIR ..."]        (docs/gpu.md)
-    python3 bench/gpu_check.py [--out DIR] [--wheels DIR] [--site DIR] [--parts pytest,gather,sampling,epoch,ddp] [--quick] [--time-limit S]
+    python3 bench/gpu_check.py [--out DIR] [--wheels DIR] [--site DIR] [--parts pytest,gather,sampling,storage,epoch,ddp] [--quick] [--time-limit S]
 
 The two are the same run (``make`` only adds its check for CUDA, below); the second needs no
 ``make`` and no PYTHONPATH: the checkout is found from this file.
@@ -24,11 +24,15 @@ its own time limit (docs/gpu.md sizes them), output echoed as it comes:
 3. ``bench/sampling.py`` (bench/gpu_check_sampling.py): our GPU sampler, the CSC pinned in place and
    device-resident, against DGL's CPU sampler: ms per minibatch and sampled edges/s, each method
    checked first; it starts no method after its own limit; its rows go into the summary;
-4. ``bench/epoch.py``: GraphSAGE on the synthetic graph, sources dgl, zerocopy and gpu, each of
+4. ``bench/storage.py`` (bench/gpu_check_storage.py): a table 4x its host budget on the machine's
+   disk, our tiers (zerocopy backend) with and without reading ahead and int8 codes against an
+   mmap of the file: storage MiB per epoch and the wait's share of the step (issue 25); it starts
+   no run after its own limit; its rows go into the summary;
+5. ``bench/epoch.py``: GraphSAGE on the synthetic graph, sources dgl, zerocopy and gpu, each of
    ours sampled on the CPU and on the GPU (``--samplers cpu,gpu``), prefetch 0 and 2; the summary's
    end-to-end table sets GPU sampling + zero-copy gather against CPU sampling + zero-copy gather
    and DGL's default path; skipped, with the reason, when ``import dgl`` fails;
-5. ``dgl-zerocopy train --nproc N`` on all N GPUs where ``torch.cuda.device_count() > 1``.
+6. ``dgl-zerocopy train --nproc N`` on all N GPUs where ``torch.cuda.device_count() > 1``.
 
 Statuses: ok; partial (the time limit left something out, and everything that ran passed);
 failed; skipped (could not run, e.g. no DGL); not run (not asked for, or one GPU for DDP).
@@ -36,8 +40,8 @@ Exit code: 0 when every step is ok, partial or not run; 1 otherwise; 2 no CUDA.
 
 It writes into ``--out`` (default bench/results/gpu/) at most 8 files, the most a lent machine
 sends back: gather.{csv,json,png}, epoch.{csv,json,png}, summary.json and summary.md (rewritten
-after every step, so a run stopped from outside still leaves what it had; the sampling rows are
-in the two summaries).
+after every step, so a run stopped from outside still leaves what it had; the sampling and storage
+rows are in the two summaries).
 
 Testing aid: DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1 runs the steps on a machine without CUDA (the
 orchestration only: GPU tests skip, the benchmarks take their CPU paths, the reference backend
@@ -80,16 +84,17 @@ from gpu_check_report import (  # noqa: E402,F401
 )
 from gpu_check_sampling import judge_sampling, sampling_figures, sampling_part  # noqa: E402,F401
 from gpu_check_setup import Part, Run, child_env, cuda_version_text, environment, header_lines, install_wheels, last_line, pip_install_command, run_bounded  # noqa: E402,F401
+from gpu_check_storage import judge_storage, storage_figures, storage_part  # noqa: E402,F401
 
 DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
 DEFAULT_SITE = Path("/tmp/dgl-zerocopy-site")
-PARTS = ("pytest", "gather", "sampling", "epoch", "ddp")
+PARTS = ("pytest", "gather", "sampling", "storage", "epoch", "ddp")
 PASSING = ("ok", "partial", "not run")
 #: The whole check's seconds: a lent machine gives one command 600 s; the rest is for the
 #: interpreter, make's CUDA probe and the summary. docs/gpu.md sizes every figure below.
 TOTAL_LIMIT = 540
 #: Each step's time limit (seconds), from the measured and counted figures of docs/gpu.md.
-LIMITS = {"wheels": 30, "pytest": 230, "gather": 150, "sampling": 50, "epoch": 80, "ddp": 60}
+LIMITS = {"wheels": 30, "pytest": 220, "gather": 120, "sampling": 50, "storage": 40, "epoch": 80, "ddp": 60}
 MIN_STEP = 15  # a step with fewer seconds left than this is not started (partial: time limit)
 PYTEST_GRACE = 20  # pytest is interrupted this long before its limit, to end its session cleanly
 PYTEST_TEST_TIMEOUT = 120  # a test still running after this long at the limit is reported as hung
@@ -473,7 +478,7 @@ def main(argv: list[str] | None = None) -> int:
         "--wheels", type=Path, default=REPO / ".whl", help="folder of wheels to install offline first (default .whl/ of the checkout; skipped when empty)"
     )
     parser.add_argument("--site", type=Path, default=DEFAULT_SITE, help="where those wheels are installed (put on the steps' PYTHONPATH)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="which steps to run, comma separated (default all: pytest,gather,sampling,epoch,ddp)")
+    parser.add_argument("--parts", default=",".join(PARTS), help="which steps to run, comma separated (default all: pytest,gather,sampling,storage,epoch,ddp)")
     parser.add_argument("--quick", action="store_true", help="smaller benchmarks (a smoke run of a few minutes; figures not for the record)")
     parser.add_argument("--time-limit", type=float, default=TOTAL_LIMIT, help=f"seconds for the whole check (default {TOTAL_LIMIT})")
     parser.add_argument("--probe", action="store_true", help="print the one line that says why this machine cannot run the check, or nothing; exit 0")
@@ -538,7 +543,7 @@ def main(argv: list[str] | None = None) -> int:
         "time_limit_s": args.time_limit,
         "limits_s": LIMITS,
         "parts": [],
-        "figures": {"gather": [], "epoch": [], "end_to_end": None, "sampling": []},
+        "figures": {"gather": [], "epoch": [], "end_to_end": None, "sampling": [], "storage": []},
     }
     logs: dict[str, str] = {}
 
@@ -553,6 +558,7 @@ def main(argv: list[str] | None = None) -> int:
                 "epoch": epoch_figures(result_rows(out, "epoch")),
                 "end_to_end": end_to_end(epoch_figures(result_rows(out, "epoch"))),
                 "sampling": sampling_figures(result_rows(workdir, "sampling")),  # its files stay in workdir: 8 files come back
+                "storage": storage_figures(result_rows(workdir, "storage")),
             },
         )
         write_summary(out, summary, logs)
@@ -579,6 +585,8 @@ def main(argv: list[str] | None = None) -> int:
                 parts[name], logs[name] = gather_part(env, limit, out, mode)
             elif name == "sampling":
                 parts[name], logs[name] = sampling_part(env, limit, workdir, mode, cuda)
+            elif name == "storage":
+                parts[name], logs[name] = storage_part(env, limit, workdir, mode, cuda)
             elif name == "ddp":
                 parts[name], logs[name] = ddp_part(env, limit, mode, gpus)
             else:

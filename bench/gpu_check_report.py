@@ -14,11 +14,11 @@ import math
 import re
 from pathlib import Path
 
+from common import TIME_LIMIT_STATUS  # noqa: F401 - the status gather.py and sampling.py give a row their time limit left out
+
 # What a lent machine sends back from its output folder (see docs/gpu.md).
 TRANSFER = {"files": 8, "file_bytes": 16 * 2**20, "total_bytes": 64 * 2**20, "depth": 2}
 SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
-#: The status bench/gather.py gives a configuration that its time limit left out.
-TIME_LIMIT_STATUS = "skipped: time limit"
 
 
 def tail(text: str, n: int = 40) -> str:
@@ -123,13 +123,15 @@ def end_to_end_markdown(e2e: dict | None) -> list[str]:
             why = "not run here (DGL's DataLoader needs a CUDA build of DGL on a GPU)" if key == "dgl_default" else "not run (time limit?)"
             lines.append(f"| {name} | – | – | {why} |")
         else:
-            lines.append(f"| {name} | {_spread(e['epoch_time'], e['epoch_min'], e['epoch_max'])} | {_num(e['test_acc'], '.4f')} | {_cell(e['status'])} |")
+            lines.append(
+                f"| {name} | {_spread(e['epoch_time'], e['epoch_min'], e['epoch_max'])} | {number_cell(e['test_acc'], '.4f')} | {_cell(e['status'])} |"
+            )
     if e2e["ratio"] is not None:
         acc = (e2e["gpu_sampling"]["test_acc"], e2e["cpu_sampling"]["test_acc"])
         lines += [
             "",
             f"GPU-sampling epoch / CPU-sampling epoch: {e2e['ratio']:.2f} ({1 / e2e['ratio']:.2f}x faster; issue 23's goal: at least 3x, "
-            f"i.e. at most 0.33, at the same accuracy: test acc {_num(acc[0], '.4f')} against {_num(acc[1], '.4f')}).",
+            f"i.e. at most 0.33, at the same accuracy: test acc {number_cell(acc[0], '.4f')} against {number_cell(acc[1], '.4f')}).",
         ]
     return lines
 
@@ -138,13 +140,14 @@ def _finite(value) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
-def _num(value, fmt: str = ".2f") -> str:
+def number_cell(value, fmt: str = ".2f") -> str:
+    """A table cell: ``value`` formatted, or a dash where it is no finite number."""
     return format(value, fmt) if _finite(value) else "–"
 
 
 def _spread(median, low, high) -> str:
     """``median (low–high)``, or a dash where there is no number."""
-    return f"{median:.2f} ({_num(low)}–{_num(high)})" if _finite(median) else "–"
+    return f"{median:.2f} ({number_cell(low)}–{number_cell(high)})" if _finite(median) else "–"
 
 
 def _json_safe(value):
@@ -226,7 +229,7 @@ def render_markdown(summary: dict) -> str:
     lines += [f"| {label} | {_cell(env[key])} |" for key, label in names.items() if key in env]
     lines += ["", "## Parts", "", "| part | status | time limit s | seconds | kernels compiled | details |", "|---|---|---|---|---|---|"]
     lines += [
-        f"| {p['name']} | {p['status']} | {_num(p.get('limit'), '.0f')} | {p['seconds']:.1f} | "
+        f"| {p['name']} | {p['status']} | {number_cell(p.get('limit'), '.0f')} | {p['seconds']:.1f} | "
         f"{p.get('details', {}).get('kernels_compiled', '–')} | {_cell(p['reason'])} |"
         for p in parts
     ]
@@ -266,8 +269,8 @@ def render_markdown(summary: dict) -> str:
             ref = plain_at.get(base)
             rel = g["gbps_median"] / ref["gbps_median"] if ref and _finite(g["gbps_median"]) and _finite(ref["gbps_median"]) else None
             lines.append(
-                f"| {base} | {share} | {_num(g.get('hit_rate'), '.3f')} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | "
-                f"{_num(rel)} | {_cell(g['status'])} |"
+                f"| {base} | {share} | {number_cell(g.get('hit_rate'), '.3f')} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | "
+                f"{number_cell(rel)} | {_cell(g['status'])} |"
             )
     options = [
         g
@@ -288,8 +291,8 @@ def render_markdown(summary: dict) -> str:
         for g in options:
             rel = g["gbps_median"] / default["gbps_median"] if default and _finite(g["gbps_median"]) and _finite(default["gbps_median"]) else None
             lines.append(
-                f"| {g['method']} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | {_num(g['ratio_to_ceiling'])} | "
-                f"{_num(rel)} | {_cell(g['status'])} |"
+                f"| {g['method']} | {_spread(g['gbps_median'], g['gbps_q1'], g['gbps_q3'])} | {number_cell(g['ratio_to_ceiling'])} | "
+                f"{number_cell(rel)} | {_cell(g['status'])} |"
             )
     epoch = summary["figures"]["epoch"]
     sampled = any(e.get("sampler") == "gpu" for e in epoch)  # the sampler column only where GPU sampling ran
@@ -306,12 +309,14 @@ def render_markdown(summary: dict) -> str:
             sampler_cell = f" {e['sampler']} |" if sampled else ""
             lines.append(
                 f"| {e['source']} |{sampler_cell} {e['prefetch']} | {_spread(e['epoch_time'], e['epoch_min'], e['epoch_max'])} | {share} | "
-                f"{_num(e['test_acc'], '.4f')} | {_cell(e['status'])} |"
+                f"{number_cell(e['test_acc'], '.4f')} | {_cell(e['status'])} |"
             )
     lines += end_to_end_markdown(end_to_end(epoch))
-    from gpu_check_sampling import sampling_markdown  # here, not above: that module imports this one
+    from gpu_check_sampling import sampling_markdown  # here, not above: these modules import this one
+    from gpu_check_storage import storage_markdown
 
     lines += sampling_markdown(summary["figures"].get("sampling", []))
+    lines += storage_markdown(summary["figures"].get("storage", []))
     if summary.get("transfer_problems"):
         lines += ["", "## Results folder", "", *(f"- {p}" for p in summary["transfer_problems"])]
     return "\n".join(lines) + "\n"
@@ -322,7 +327,7 @@ def _gather_cell(g: dict | None) -> str:
         return "–"
     if g["status"] != "ok":
         return "time limit" if g["status"] == TIME_LIMIT_STATUS else "failed" if g["status"].startswith("failed") else "skipped"
-    return f"{_num(g['gbps_median'])} ({_num(g['ratio_to_ceiling'])})"
+    return f"{number_cell(g['gbps_median'])} ({number_cell(g['ratio_to_ceiling'])})"
 
 
 def _cell(text: str) -> str:

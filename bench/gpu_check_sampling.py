@@ -20,11 +20,10 @@ zero-copy gather and DGL's default path) waits for the DataLoader's GPU-sampling
 
 from __future__ import annotations
 
-import math
 import sys
 from pathlib import Path
 
-from gpu_check_report import TIME_LIMIT_STATUS, result_rows
+from gpu_check_report import TIME_LIMIT_STATUS, number_cell, result_rows
 from gpu_check_setup import Part, Run, last_line, run_bounded
 
 BENCH = Path(__file__).resolve().parent
@@ -135,11 +134,6 @@ def sampling_figures(rows: list[dict]) -> list[dict]:
     return [{k: r.get(k) for k in FIGURE_KEYS} for r in rows]
 
 
-def _n(value, fmt: str = ".2f") -> str:
-    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
-    return format(value, fmt) if ok else "–"
-
-
 def sampling_markdown(figures: list[dict]) -> list[str]:
     """summary.md's sampling section (no lines without figures)."""
     if not figures:
@@ -147,7 +141,7 @@ def sampling_markdown(figures: list[dict]) -> list[str]:
     first = figures[0]
     lines = [
         "",
-        f"## Sampling: our sampler against DGL's CPU sampler ({_n(first['num_nodes'], ',')} nodes, {_n(first['num_edges'], ',')} edges, "
+        f"## Sampling: our sampler against DGL's CPU sampler ({number_cell(first['num_nodes'], ',')} nodes, {number_cell(first['num_edges'], ',')} edges, "
         f"fanouts {first['fanouts']}, batch {first['batch_size']}; relabelling and blocks included)",
         "",
         "| method | ms per batch median (q1–q3) | M sampled edges/s median (q1–q3) | × DGL CPU | edges per batch (per layer) | what | status |",
@@ -156,10 +150,10 @@ def sampling_markdown(figures: list[dict]) -> list[str]:
     for f in figures:
         ms = rate = per = "–"
         if f["status"] == "ok":
-            ms = f"{_n(f['ms_per_batch_median'])} ({_n(f['ms_per_batch_q1'])}–{_n(f['ms_per_batch_q3'])})"
-            rate = f"{_n(f['medges_per_s_median'])} ({_n(f['medges_per_s_q1'])}–{_n(f['medges_per_s_q3'])})"
-            per = f"{_n(f['edges_per_batch'], ',.0f')} ({f['layer_edges']})"
-        lines.append(f"| {f['method']} | {ms} | {rate} | {_n(f['x_dgl_cpu'])} | {per} | {f['what']} | {str(f['status']).replace('|', '/')} |")
+            ms = f"{number_cell(f['ms_per_batch_median'])} ({number_cell(f['ms_per_batch_q1'])}–{number_cell(f['ms_per_batch_q3'])})"
+            rate = f"{number_cell(f['medges_per_s_median'])} ({number_cell(f['medges_per_s_q1'])}–{number_cell(f['medges_per_s_q3'])})"
+            per = f"{number_cell(f['edges_per_batch'], ',.0f')} ({f['layer_edges']})"
+        lines.append(f"| {f['method']} | {ms} | {rate} | {number_cell(f['x_dgl_cpu'])} | {per} | {f['what']} | {str(f['status']).replace('|', '/')} |")
     by = {f["method"]: f for f in figures if f["status"] == "ok"}
     if "gpu-pinned" in by and "gpu-device" in by:
         ratio = by["gpu-pinned"]["ms_per_batch_median"] / by["gpu-device"]["ms_per_batch_median"]
@@ -169,8 +163,8 @@ def sampling_markdown(figures: list[dict]) -> list[str]:
         lines += [
             "",
             f"UVA sampling of the full CSC (pinned) takes {snapshot:.2f}x the time per batch of sampling the snapshot in device memory "
-            f"(issue 24's goal: at least 3x); the snapshot was built in {_n(row.get('build_s'))} s, one refresh (share 0.25) took "
-            f"{_n(row.get('refresh_ms'), '.1f')} ms.",
+            f"(issue 24's goal: at least 3x); the snapshot was built in {number_cell(row.get('build_s'))} s, one refresh (share 0.25) took "
+            f"{number_cell(row.get('refresh_ms'), '.1f')} ms.",
         ]
     lines += ["", "The end-to-end epoch table (GPU sampling against CPU sampling, DGL's default path) is under the epoch table."]
     return lines

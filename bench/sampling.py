@@ -56,7 +56,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, command_line, machine, summarize, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, summarize, write_results  # noqa: E402
 
 METHODS = ("gpu-pinned", "gpu-device", "gpu-snapshot", "dgl-cpu", "reference", "emulator", "snapshot-reference")
 GPU_METHODS = ("gpu-pinned", "gpu-device", "gpu-snapshot")
@@ -73,7 +73,6 @@ WHAT = {
     "snapshot-reference": "CPU run of our snapshot sampler on the NumPy reference (correctness tool): NOT a GPU figure",
 }
 PRODUCTS = {"nodes": 2_449_029, "edges": 123_718_280}  # ogbn-products as DGL stores it (both directions)
-TIME_LIMIT_STATUS = "skipped: time limit"
 NUMBERS = [f"{q}_{s}" for q in ("ms_per_batch", "medges_per_s") for s in ("median", "q1", "q3", "min", "max")]
 
 

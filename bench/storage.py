@@ -18,6 +18,15 @@ a fresh process; before it the file's pages are dropped from the page cache
   ``static-int8``: the same budget over the table's int8 codes (``compressed_beside(path, "int8")``,
   written once beside the file, before the run), decoded in the gather, reading ahead.
 
+``--device cuda`` trains on the GPU: the model and the batches there, our tiers with the ``zerocopy``
+backend (the host buffer pinned, rows gathered by the GPU from it), ``memory`` the whole table
+pinned and gathered the same way, the mmaps with the ``cpu`` backend (a CPU gather from the mapping
+and a copy to the device: pinning a mapping would read the whole file); the step ends with
+``torch.cuda.synchronize()`` so that the step and the wait are each the device's time too.
+``make gpu-check`` runs it as its storage step (bench/gpu_check_storage.py), with ``--time-limit``:
+no run starts after that many seconds of the script's clock, and each run's row is written as it
+finishes (``status``: ``ok``, ``failed: ...``, ``skipped: time limit``).
+
 Memory limit: each run joins a cgroup (v1 memory controller, where this process may make one)
 whose limit, set after a warm-up that reads no row of the file (the graph's sampling formats, three
 batches through the model on zeros), is its memory use then plus the budget plus ``--slack`` (the
@@ -48,7 +57,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import RESULTS, command_line, machine, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, write_results  # noqa: E402
 
 RUNS = (
     ("mmap-random", False),
@@ -60,7 +69,7 @@ RUNS = (
     ("hybrid", True),
     ("hybrid", False),
 )
-EXTRA_RUNS = (("mmap", False), ("memory", False))  # only when --runs names them (see runs_left_out)
+EXTRA_RUNS = (("mmap", False), ("memory", False), ("static-int8", False))  # only when --runs names them (see runs_left_out)
 CGROUP_ROOT = Path("/sys/fs/cgroup/memory")
 
 
@@ -80,6 +89,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--dir", help="where the table is written (default: a temporary folder on /tmp's disk, removed after)")
     parser.add_argument("--out-dir", default=str(RESULTS))
     parser.add_argument("--stem", default="storage", help="result files' name: STEM.{csv,json,png}")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (cuda: our tiers gather with the zerocopy backend)")
+    parser.add_argument("--time-limit", type=float, default=0, help="start no run after this many seconds of the script's clock (0: none)")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -89,40 +100,82 @@ def main(argv: list[str] | None = None) -> None:
         os._exit(0)
     if not 0 < args.share < 1 or args.epochs < 1:
         parser.error("--share must be in (0, 1) and --epochs >= 1")
+    if args.device == "cuda" and not _cuda_available():
+        parser.error("--device cuda: no CUDA GPU here (torch.cuda.is_available() is False); leave it out to train on the CPU")
+    began = time.monotonic()
     names = [n.strip() for n in args.runs.split(",") if n.strip()]
     known = {_run_name(*r): r for r in (*EXTRA_RUNS, *RUNS)}
     if not names or set(names) - set(known):
         parser.error(f"--runs must name some of {', '.join(known)}, but got {args.runs!r}")
     folder = Path(args.dir) if args.dir else Path(tempfile.mkdtemp(prefix="dgl-zerocopy-storage-bench-"))
+    out = Path(args.out_dir)
+    rows: list[dict] = []
+    if missing := _dgl_import_error():  # every run samples with DGL: each row says why it did not run
+        rows = [{"run": name, "status": f"skipped: import dgl failed: {missing}"[:300]} for name in names]
+        write_results(args.stem, rows, _meta(args, folder, rows), folder=out)
+        print(f"storage: {rows[0]['status']}", flush=True)
+        return
     try:
         path = write_table(args, folder)
-        rows = []
         for name in names:
-            method, ahead = known[name]
-            rows.append(run_in_child(args, path, method, ahead))
-            print(
-                f"{name}: {rows[-1]['rows_per_s']:.0f} rows/s, {rows[-1]['storage_mib_per_epoch']:.0f} MiB/epoch, wait {rows[-1]['wait_over_step']:.2f} of the step",
-                flush=True,
-            )
+            if args.time_limit and time.monotonic() - began > args.time_limit:
+                rows.append({"run": name, "status": TIME_LIMIT_STATUS})
+                print(f"{name}: {TIME_LIMIT_STATUS}", flush=True)
+            else:
+                rows.append(run_in_child(args, path, *known[name]))
+                print(f"{name}: {_run_line(rows[-1])}", flush=True)
+            write_results(args.stem, _uniform(rows), _meta(args, folder, rows), folder=out)  # each run's row as it finishes
     finally:
         if not args.dir:
             shutil.rmtree(folder, ignore_errors=True)
+    measured = [r for r in rows if r["status"] == "ok"]
+    if measured:
+        plot(measured, _meta(args, folder, rows), out / f"{args.stem}.png")
+    if failed := [r["run"] for r in rows if r["status"].startswith("failed")]:
+        sys.exit(f"storage: {len(failed)} of {len(rows)} runs failed: {', '.join(failed)} (their rows say why)")
+
+
+def _dgl_import_error() -> str | None:
+    try:
+        import dgl  # noqa: F401
+    except Exception as e:  # noqa: BLE001 - ImportError, or a DGL whose libraries fail to load
+        return f"{type(e).__name__}: {e}"
+    return None
+
+
+def _cuda_available() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _uniform(rows: list[dict]) -> list[dict]:
+    """Rows with the same keys (a failed or skipped run has only ``run`` and ``status``): the CSV's columns."""
+    keys = list(dict.fromkeys(k for r in sorted(rows, key=lambda r: r["status"] != "ok") for k in r))
+    return [{k: r.get(k) for k in keys} for r in rows]
+
+
+def _run_line(row: dict) -> str:
+    if row["status"] != "ok":
+        return row["status"]
+    return f"{row['rows_per_s']:.0f} rows/s, {row['storage_mib_per_epoch']:.0f} MiB/epoch, wait {row['wait_over_step']:.2f} of the step"
+
+
+def _meta(args, folder: Path, rows: list[dict]) -> dict:
     table_bytes = args.nodes * args.dim * 4
-    meta = {
+    limits = [r["memory_limit"] for r in rows if "memory_limit" in r and not r["memory_limit"].startswith("none: the whole")]
+    return {
         "command": command_line(),
         "machine": machine(),
         "table": f"{args.nodes} rows x {args.dim} float32 = {table_bytes / 2**20:.0f} MiB on {disk_of(folder)}",
         "budget": f"{args.share:.0%} of the table = {int(table_bytes * args.share) / 2**20:.1f} MiB",
-        "memory_limit": rows[0]["memory_limit"],
+        "memory_limit": limits[0] if limits else "none",
         "workload": f"GraphSAGE fanouts {args.fanouts}, hidden {args.hidden}, batch {args.batch_size}, {args.epochs} epochs"
         + (f" of {args.max_batches} batches" if args.max_batches else "")
-        + ", prefetch 2, CPU",
+        + f", prefetch 2, {'GPU (zerocopy backend)' if args.device == 'cuda' else 'CPU'}",
         "rule": "each run a fresh process after the file's pages were dropped; figures of the last epoch",
         "runs_left_out": "plain mmap (read-around on faults) unless --runs names it: under the limit it reads ~32 pages per fault",
     }
-    out = Path(args.out_dir)
-    write_results(args.stem, rows, meta, folder=out)
-    plot(rows, meta, out / f"{args.stem}.png")
 
 
 def _run_name(method: str, ahead: bool) -> str:
@@ -172,10 +225,11 @@ def run_in_child(args, path: Path, method: str, ahead: bool) -> dict:
         child.kill()
         child.wait()
         MemoryLimit.remove(child.pid)
-    done = subprocess.CompletedProcess(cmd, child.returncode, out, err)
-    if done.returncode != 0:
-        raise RuntimeError(f"the {_run_name(method, ahead)} run failed (exit {done.returncode}):\n{done.stderr[-3000:]}")
-    row = json.loads(done.stdout.strip().splitlines()[-1])
+    if child.returncode != 0 or not out.strip():
+        last = next((line for line in reversed(err.splitlines()) if line.strip()), "no output")
+        print(f"the {_run_name(method, ahead)} run failed (exit {child.returncode}):\n{err[-3000:]}", file=sys.stderr, flush=True)
+        return {"run": _run_name(method, ahead), "status": f"failed: exit {child.returncode}: {last.strip()}"[:300]}
+    row = json.loads(out.strip().splitlines()[-1])
     row["cached_before"] = cached
     return row
 
@@ -192,6 +246,7 @@ def _child_flags(args) -> list[str]:
         f"--hidden={args.hidden}",
         f"--slack={args.slack}",
         f"--threads={args.threads}",
+        f"--device={args.device}",
     ]
 
 
@@ -291,6 +346,10 @@ def run_child(args) -> dict:
 
     method, ahead, path = args.child.split(":", 2)
     ahead, path = bool(int(ahead)), Path(path)
+    device = torch.device(args.device)
+    # On the GPU our tiers gather with the zerocopy kernel from the pinned host buffer; an mmap stays
+    # with the cpu backend (pinning a mapping would read the whole file), as DGL's default path does.
+    ours = "zerocopy" if device.type == "cuda" else "cpu"
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
     memory = MemoryLimit()
@@ -302,7 +361,7 @@ def run_child(args) -> dict:
         budget = int(table_bytes * args.share)
         fanouts = [int(f) for f in args.fanouts.split(",")]
         sampler = dgl.dataloading.NeighborSampler(fanouts)
-        model = GraphSAGE(args.dim, args.hidden, int(labels.max()) + 1, num_layers=len(fanouts), dropout=0.5)
+        model = GraphSAGE(args.dim, args.hidden, int(labels.max()) + 1, num_layers=len(fanouts), dropout=0.5).to(device)
         optimizer = torch.optim.Adam(model.parameters(), lr=0.003)
         # Warm up before the limit, on zeros (no row of the file read): the graph's sampling formats,
         # the model's and the optimizer's state, the allocator's arenas. The limit then covers the
@@ -310,31 +369,31 @@ def run_child(args) -> dict:
         graph.create_formats_()
         for i in range(3):
             _, _, blocks = sampler.sample(graph, train[i * args.batch_size : (i + 1) * args.batch_size])
-            loss = model(blocks, torch.zeros(blocks[0].num_src_nodes(), args.dim)).sum()
+            loss = model(blocks, torch.zeros(blocks[0].num_src_nodes(), args.dim, device=device)).sum()  # DGL's blocks: the model moves them
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
         limit = memory.limit(budget + args.slack) if method != "memory" else "none: the whole table in memory (the reference)"
         if method == "memory":  # read whole before the epochs: no storage in the timed part
-            store = FeatureStore(torch.from_numpy(np.load(path)), backend="cpu", device="cpu")
+            store = FeatureStore(torch.from_numpy(np.load(path)), backend=ours, device=device)
         elif method.startswith("mmap"):
             array = np.load(path, mmap_mode="r")
             if method == "mmap-random":
                 array._mmap.madvise(mmap.MADV_RANDOM)
-            store = FeatureStore(array, backend="cpu", device="cpu")
+            store = FeatureStore(array, backend="cpu", device=device)
         elif method == "static-int8":  # the int8 codes (a folder beside the file, written once), decoded in the gather
             from dgl_zerocopy.store.compression import compressed_beside
 
-            store = FeatureStore(compressed_beside(path, "int8"), backend="cpu", device="cpu", host_cache_bytes=budget, host_cache_policy="static", graph=graph)
+            store = FeatureStore(compressed_beside(path, "int8"), backend=ours, device=device, host_cache_bytes=budget, host_cache_policy="static", graph=graph)
         else:
-            store = FeatureStore(path, backend="cpu", device="cpu", host_cache_bytes=budget, host_cache_policy=method, graph=graph)
+            store = FeatureStore(path, backend=ours, device=device, host_cache_bytes=budget, host_cache_policy=method, graph=graph)
         loader = DataLoader(
             graph,
             train,
             sampler,
             features={"feat": store},
             labels={"label": labels},
-            device="cpu",
+            device=device,
             batch_size=args.batch_size,
             shuffle=True,
             seed=0,
@@ -360,6 +419,8 @@ def run_child(args) -> dict:
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
+                if device.type == "cuda":  # the step's kernels counted in the step, not in the next wait
+                    torch.cuda.synchronize()
                 wait, step = wait + (t1 - t0), step + (time.perf_counter() - t1)
                 rows, batches = rows + input_nodes.numel(), batches + 1
             seconds = time.perf_counter() - start
@@ -388,6 +449,9 @@ def run_child(args) -> dict:
         last, first = epochs[-1], epochs[0]
         return {
             "run": _run_name(method, ahead),
+            "status": "ok",
+            "device": args.device,
+            "backend": store.backend,
             "method": method,
             "read_ahead": ahead,
             **last,

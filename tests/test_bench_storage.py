@@ -38,3 +38,37 @@ def test_storage_bench_smoke(tmp_path):
     folder = MemoryLimit.folder_of(os.getpid())
     if folder is not None and folder.parent.exists():
         assert not list(folder.parent.glob("dgl-zerocopy-bench-*")), "a run's cgroup was left behind"
+
+
+def test_the_gpu_mode_without_cuda_is_refused_in_one_line(tmp_path):
+    """``--device cuda`` where torch sees no GPU: exit 2 and one line that names the fix, before any table is written."""
+    r = subprocess.run(
+        [sys.executable, "bench/storage.py", "--device", "cuda", "--dir", str(tmp_path), "--out-dir", str(tmp_path)],
+        cwd=REPO,
+        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.strip().splitlines()[-1] == (
+        "storage.py: error: --device cuda: no CUDA GPU here (torch.cuda.is_available() is False); leave it out to train on the CPU"
+    )
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_without_dgl_every_run_says_why_it_did_not_run(tmp_path):
+    """``import dgl`` failing (as on a GPU image without the wheel): each run's row is skipped with the
+    error, exit 0, no table written (the gpu-check step reports the step as skipped)."""
+    shadow = tmp_path / "shadow" / "dgl"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('DGL is not installed here')\n")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")])}
+    cmd = [sys.executable, "bench/storage.py", "--runs", "static+ahead,mmap-random", "--dir", str(tmp_path / "data"), "--out-dir", str(tmp_path)]
+    (tmp_path / "data").mkdir()
+    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    rows = json.loads((tmp_path / "storage.json").read_text())["rows"]
+    why = "skipped: import dgl failed: ImportError: DGL is not installed here"
+    assert rows == [{"run": "static+ahead", "status": why}, {"run": "mmap-random", "status": why}]
+    assert list((tmp_path / "data").iterdir()) == []

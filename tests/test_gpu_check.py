@@ -356,7 +356,7 @@ def on_cpu(monkeypatch):
     monkeypatch.setenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "1")
     monkeypatch.delenv("CUPY_CACHE_DIR", raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    for name in ("pytest", "gather", "sampling", "epoch", "ddp"):
+    for name in ("pytest", "gather", "sampling", "storage", "epoch", "ddp"):
         monkeypatch.setattr(gpu_check, f"{name}_part", _fake_step(name))
     return monkeypatch
 
@@ -377,8 +377,9 @@ def test_the_header_comes_first_and_names_the_wheels_installed(on_cpu, tmp_path,
 
     assert lines[4].startswith(f"gpu-check: CuPy {cupy.__version__}, torch {torch.__version__}, NumPy {numpy.__version__}")
     assert lines[5].startswith("gpu-check: kernel cache ") and lines[5].endswith("cold (empty)")
-    assert lines[6].startswith("gpu-check: full run into ") and "pytest 230 s" in lines[6]
-    assert lines.index("step pytest runs with a limit of 230 s") > 6
+    pytest_limit = gpu_check.LIMITS["pytest"]
+    assert lines[6].startswith("gpu-check: full run into ") and f"pytest {pytest_limit} s" in lines[6]
+    assert lines.index(f"step pytest runs with a limit of {pytest_limit} s") > 6
     md = (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
     assert lines[0] in md and lines[3] in md
 
@@ -397,7 +398,7 @@ def test_step_limits_keep_the_later_steps_their_time():
     assert gpu_check.step_limit(230, left=400, later=260) == 140  # a slow setup shortens this step, not the later ones
     assert gpu_check.step_limit(100, left=50, later=0) == 50
     assert gpu_check.step_limit(100, left=10, later=60) == 0
-    one_gpu = sum(gpu_check.LIMITS[s] for s in ("wheels", "pytest", "gather", "sampling", "epoch"))
+    one_gpu = sum(gpu_check.LIMITS[s] for s in ("wheels", "pytest", "gather", "sampling", "storage", "epoch"))
     assert one_gpu <= gpu_check.TOTAL_LIMIT <= 600 - 45, "one H100: every step at its own limit, inside one 10-minute command"
     assert gpu_check.GATHER_RESERVE < gpu_check.LIMITS["gather"] and gpu_check.PYTEST_GRACE < gpu_check.LIMITS["pytest"]
 
@@ -422,6 +423,7 @@ def test_a_step_left_without_time_is_reported_not_failed(on_cpu, tmp_path, capsy
         ("pytest", "ok"),
         ("gather", "partial"),
         ("sampling", "not run"),
+        ("storage", "not run"),
         ("epoch", "partial"),
         ("ddp", "not run"),
     ]
@@ -793,7 +795,7 @@ def test_main_runs_the_sampling_step_after_gather_with_its_limit(on_cpu, tmp_pat
     assert out.index("step gather runs") < out.index(f"step sampling runs with a limit of {gpu_check.LIMITS['sampling']} s")
     assert "gpu-check [2/2] sampling: ok" in out and f"sampling {gpu_check.LIMITS['sampling']} s" in out.splitlines()[6]
     data = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert [p["name"] for p in data["parts"]] == ["wheels", "pytest", "gather", "sampling", "epoch", "ddp"]
+    assert [p["name"] for p in data["parts"]] == ["wheels", "pytest", "gather", "sampling", "storage", "epoch", "ddp"]
     assert data["figures"]["sampling"] == []
 
 
@@ -819,6 +821,104 @@ def test_the_sampling_step_runs_bench_sampling_with_the_reference_backend(tmp_pa
     assert "| reference |" in "\n".join(gs.sampling_markdown(figures))
     killed, _ = gs.sampling_part(env, 0.5, tmp_path / "killed", "quick", cuda=False)
     assert killed.status == "partial" and "methods finished: none" in killed.reason
+
+
+# -- the storage step (issue 25): bench/storage.py's rows in the summary ----------------------------------
+
+
+def _storage_row(run, mib, wait, status="ok", **extra):
+    if status != "ok":
+        return {"run": run, "status": status}
+    figures = {"epoch_s": 2.0, "rows_per_s": 250_000.0, "storage_mib_per_epoch": mib, "first_storage_mib": 1.5 * mib, "wait_s": wait, "step_s": 1.0}
+    figures |= {"wait_over_step": wait, "first_wait_over_step": 2 * wait, "host_hit_rate": 0.6, "storage_reads": 1000, "read_ahead_hits": 10, "batches": 25}
+    return {
+        "run": run,
+        "status": status,
+        "device": "cuda",
+        "backend": "cpu" if run.startswith("mmap") else "zerocopy",
+        **figures,
+        "memory_limit": "none",
+        **extra,
+    }
+
+
+def test_the_storage_step_is_judged_from_its_rows():
+    import gpu_check_storage as gst
+
+    ok = [_storage_row("static+ahead", 30.0, 0.04), _storage_row("static", 31.0, 0.9), _storage_row("mmap-random", 120.0, 3.0)]
+    part = gpu_check.judge_storage(gpu_check.Run(0, "", 30.0), ok, 40)
+    assert part.status == "ok" and part.details == {"results": 3, "skipped_for_time": 0, "skipped": 0, "failed": 0}
+    assert part.reason.startswith("static+ahead 30 MiB/epoch, wait 0.04 of the step; static 31 MiB/epoch, wait 0.90 of the step; mmap-random 120")
+    assert part.reason.endswith("; reading ahead: wait 4.0% of the step (goal at most 5 %)")
+    failed = gpu_check.judge_storage(gpu_check.Run(1, "", 30.0), [ok[0], _storage_row("static", 0, 0, "failed: exit 1: BufferFullError: x")], 40)
+    assert failed.status == "failed" and failed.reason == "1 of 2 runs failed: static: failed: exit 1: BufferFullError: x"
+    for_time = gpu_check.judge_storage(gpu_check.Run(0, "", 31.0), [ok[0], _storage_row("mmap-random", 0, 0, gst.TIME_LIMIT_STATUS)], 40)
+    assert for_time.status == "partial" and for_time.reason.endswith("; mmap-random skipped: time limit") and gpu_check.exit_code([for_time]) == 0
+    killed = gpu_check.judge_storage(gpu_check.Run(None, "", 40.0), ok[:1], 40)
+    assert killed.status == "partial" and killed.reason == "time limit (40 s) reached; runs finished: static+ahead; the rest skipped: time limit"
+    no_dgl = [_storage_row(run, 0, 0, "skipped: import dgl failed: ModuleNotFoundError: No module named 'dgl'") for run in ("static+ahead", "static")]
+    skipped = gpu_check.judge_storage(gpu_check.Run(0, "", 2.0), no_dgl, 40)
+    assert skipped.status == "skipped" and skipped.reason == "import dgl failed: ModuleNotFoundError: No module named 'dgl'"
+    crashed = gpu_check.judge_storage(gpu_check.Run(1, "Traceback\nMemoryError: x\n", 5.0), [], 40)
+    assert crashed.status == "failed" and "MemoryError: x" in crashed.reason
+    assert gst.STORAGE_RESERVE < gpu_check.LIMITS["storage"]
+    assert gst.STORAGE_RUNS.split(",")[0] == "static+ahead"  # the goal's run first: a time limit cuts the others
+
+
+def test_the_storage_rows_are_in_summary_json_and_md(tmp_path):
+    """The rows travel in the two summaries (the folder holds at most 8 files)."""
+    summary = _made_up_summary(tmp_path)
+    rows = [_storage_row("static+ahead", 30.0, 0.04), _storage_row("static", 31.0, 0.9), _storage_row("mmap-random", 0, 0, "skipped: time limit")]
+    summary["figures"]["storage"] = gpu_check.storage_figures(rows)
+    json_path, md_path = gpu_check.write_summary(tmp_path, summary, {})
+    data = json.loads(json_path.read_text())
+    assert [f["run"] for f in data["figures"]["storage"]] == ["static+ahead", "static", "mmap-random"]
+    assert data["figures"]["storage"][0]["wait_over_step"] == 0.04 and data["figures"]["storage"][2]["storage_mib_per_epoch"] is None
+    md = md_path.read_text(encoding="utf-8")
+    assert "## Tables larger than host memory (issue 25): a table 4x its host budget on this machine's disk" in md
+    assert "| static+ahead | zerocopy | 30.0 (45.0) | 250,000 | 0.60 | 0.04 (0.08) | ok |" in md
+    assert "| mmap-random | – | – | – | – | – | skipped: time limit |" in md
+    assert "With reading ahead the loop waited 4.0% of the step for its next batch (issue 25's goal: at most 5 %)." in md
+    assert gpu_check.transfer_problems(tmp_path) == [] and not any("storage" in f for f in gpu_check.RESULT_FILES)
+    assert "## Tables larger" not in gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "storage": []}})
+
+
+def test_main_runs_the_storage_step_after_sampling_with_its_limit(on_cpu, tmp_path, capsys):
+    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--parts", "storage,sampling"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.index("step sampling runs") < out.index(f"step storage runs with a limit of {gpu_check.LIMITS['storage']} s")
+    assert "gpu-check [2/2] storage: ok" in out and f"storage {gpu_check.LIMITS['storage']} s" in out.splitlines()[6]
+    data = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert data["figures"]["storage"] == [] and data["parts"][4]["name"] == "storage"
+
+
+@pytest.mark.slow
+def test_the_storage_step_runs_bench_storage_on_the_cpu(tmp_path, monkeypatch):
+    """The real step without CUDA: bench/storage.py in a subprocess (the cpu backend stands in for the
+    zerocopy one), its rows read back from the work folder; a run past the soft limit is skipped for
+    time; killed at its limit, partial."""
+    pytest.importorskip("dgl")
+    import gpu_check_storage as gst
+
+    monkeypatch.setitem(
+        gst.STORAGE_ARGS, "quick", ["--nodes", "6000", "--dim", "32", "--epochs", "2", "--max-batches", "3", "--batch-size", "8", "--hidden", "8"]
+    )
+    part, log = gst.storage_part(gpu_check.child_env(None), 300, tmp_path, "quick", cuda=False)
+    assert part.status == "ok", (part, log)
+    assert part.details["command"].startswith("python3 bench/storage.py --nodes 6000") and "--device cpu" in part.details["command"]
+    rows = gpu_check.result_rows(tmp_path, "storage")
+    assert [(r["run"], r["status"], r["device"], r["backend"]) for r in rows] == [
+        (name, "ok", "cpu", "cpu") for name in ("static+ahead", "static", "mmap-random", "static-int8+ahead")
+    ]
+    assert rows[0]["read_ahead_hits"] > 0 and rows[1]["read_ahead_hits"] == 0 and all(r["batches"] == 3 for r in rows)
+    assert "| static+ahead | cpu |" in "\n".join(gst.storage_markdown(gpu_check.storage_figures(rows)))
+    monkeypatch.setattr(gst, "STORAGE_RESERVE", 299.5)  # a soft limit of 1 s: the table is written, no run starts
+    skipped, _ = gst.storage_part(gpu_check.child_env(None), 300, tmp_path / "late", "quick", cuda=False)
+    assert skipped.status == "partial" and skipped.details["skipped_for_time"] == 4, skipped
+    monkeypatch.setattr(gst, "STORAGE_RESERVE", 12)
+    killed, _ = gst.storage_part(gpu_check.child_env(None), 0.5, tmp_path / "killed", "quick", cuda=False)
+    assert killed.status == "partial" and "runs finished: none" in killed.reason
 
 
 # -- the end-to-end epoch rows (issue 23): GPU sampling against CPU sampling and DGL's default path ----------
