@@ -41,6 +41,9 @@ process made the disk read, mmap faults and direct reads alike), storage reads, 
 waited for its next batch), both summed over the epoch, and the wait's share of the step.
 
     python bench/storage.py [--nodes 200000] [--dim 128] [--share 0.25] [--epochs 2] [--batch-size 64]
+        [--repeats 3] [--reader-threads N] [--device cuda] [--time-limit S]
+
+``--repeats R`` runs every name R times, in turn, and its rows give medians with min and max.
 """
 
 from __future__ import annotations
@@ -50,6 +53,7 @@ import contextlib
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -85,12 +89,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--hidden", type=int, default=256)
     parser.add_argument("--slack", default=48 << 20, type=int, help="bytes of the memory limit above the budget (batches in flight)")
     parser.add_argument("--threads", type=int, default=1, help="torch's threads")
+    parser.add_argument("--reader-threads", type=int, default=0, help="our tiers' storage reader threads (0: the store's default)")
     parser.add_argument("--runs", default=",".join(_run_name(*r) for r in RUNS), help="comma-separated run names")
     parser.add_argument("--dir", help="where the table is written (default: a temporary folder on /tmp's disk, removed after)")
     parser.add_argument("--out-dir", default=str(RESULTS))
     parser.add_argument("--stem", default="storage", help="result files' name: STEM.{csv,json,png}")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (cuda: our tiers gather with the zerocopy backend)")
     parser.add_argument("--time-limit", type=float, default=0, help="start no run after this many seconds of the script's clock (0: none)")
+    parser.add_argument("--repeats", type=int, default=1, help="runs of each name, taken in turn (side by side); rows give medians, min and max")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -98,8 +104,8 @@ def main(argv: list[str] | None = None) -> None:
         # Skip the interpreter's teardown: a thread of DGL's still alive there can abort the process
         # (SIGABRT, "terminate called without an active exception") after the run has finished.
         os._exit(0)
-    if not 0 < args.share < 1 or args.epochs < 1:
-        parser.error("--share must be in (0, 1) and --epochs >= 1")
+    if not 0 < args.share < 1 or args.epochs < 1 or args.repeats < 1:
+        parser.error("--share must be in (0, 1), --epochs and --repeats >= 1")
     if args.device == "cuda" and not _cuda_available():
         parser.error("--device cuda: no CUDA GPU here (torch.cuda.is_available() is False); leave it out to train on the CPU")
     began = time.monotonic()
@@ -115,16 +121,18 @@ def main(argv: list[str] | None = None) -> None:
         write_results(args.stem, rows, _meta(args, folder, rows), folder=out)
         print(f"storage: {rows[0]['status']}", flush=True)
         return
+    samples: dict[str, list[dict]] = {name: [] for name in names}
     try:
         path = write_table(args, folder)
-        for name in names:
-            if args.time_limit and time.monotonic() - began > args.time_limit:
-                rows.append({"run": name, "status": TIME_LIMIT_STATUS})
-                print(f"{name}: {TIME_LIMIT_STATUS}", flush=True)
-            else:
-                rows.append(run_in_child(args, path, *known[name]))
-                print(f"{name}: {_run_line(rows[-1])}", flush=True)
-            write_results(args.stem, _uniform(rows), _meta(args, folder, rows), folder=out)  # each run's row as it finishes
+        for _ in range(args.repeats):  # in turn: a slow spell of the machine falls on every name alike
+            for name in names:
+                if args.time_limit and time.monotonic() - began > args.time_limit:
+                    samples[name].append({"run": name, "status": TIME_LIMIT_STATUS})
+                else:
+                    samples[name].append(run_in_child(args, path, *known[name]))
+                print(f"{name}: {_run_line(samples[name][-1])}", flush=True)
+                rows = [_median_row(s) for s in samples.values() if s]
+                write_results(args.stem, _uniform(rows), _meta(args, folder, rows), folder=out)  # each run's row as it finishes
     finally:
         if not args.dir:
             shutil.rmtree(folder, ignore_errors=True)
@@ -147,6 +155,25 @@ def _cuda_available() -> bool:
     import torch
 
     return torch.cuda.is_available()
+
+
+#: Figures a row of several repeats gives as the median, with ``_min`` and ``_max`` beside the first ones.
+SPREAD = ("wait_over_step", "rows_per_s", "epoch_s", "storage_mib_per_epoch")
+MEDIANS = (*SPREAD, "storage_kib_per_batch", "wait_s", "step_s", "host_hit_rate", "first_epoch_s", "first_storage_mib", "first_wait_over_step")
+
+
+def _median_row(samples: list[dict]) -> dict:
+    """One name's row over its repeats: the first failure or skip as it is, else the medians of
+    :data:`MEDIANS` (counters from the first repeat), min and max of :data:`SPREAD`, ``repeats``."""
+    if bad := [s for s in samples if s["status"] != "ok"]:
+        return bad[0]
+    row = {**samples[0], "repeats": len(samples)}
+    for key in MEDIANS:
+        values = [s[key] for s in samples]
+        row[key] = statistics.median(values)
+        if key in SPREAD:
+            row[f"{key}_min"], row[f"{key}_max"] = min(values), max(values)
+    return row
 
 
 def _uniform(rows: list[dict]) -> list[dict]:
@@ -173,7 +200,8 @@ def _meta(args, folder: Path, rows: list[dict]) -> dict:
         "workload": f"GraphSAGE fanouts {args.fanouts}, hidden {args.hidden}, batch {args.batch_size}, {args.epochs} epochs"
         + (f" of {args.max_batches} batches" if args.max_batches else "")
         + f", prefetch 2, {'GPU (zerocopy backend)' if args.device == 'cuda' else 'CPU'}",
-        "rule": "each run a fresh process after the file's pages were dropped; figures of the last epoch",
+        "rule": "each run a fresh process after the file's pages were dropped; figures of the last epoch"
+        + (f"; {args.repeats} repeats of every run, taken in turn: medians, min and max" if args.repeats > 1 else ""),
         "runs_left_out": "plain mmap (read-around on faults) unless --runs names it: under the limit it reads ~32 pages per fault",
     }
 
@@ -246,6 +274,7 @@ def _child_flags(args) -> list[str]:
         f"--hidden={args.hidden}",
         f"--slack={args.slack}",
         f"--threads={args.threads}",
+        f"--reader-threads={args.reader_threads}",
         f"--device={args.device}",
     ]
 
@@ -373,6 +402,7 @@ def run_child(args) -> dict:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
+        reading = {"threads": args.reader_threads} if args.reader_threads else None
         limit = memory.limit(budget + args.slack) if method != "memory" else "none: the whole table in memory (the reference)"
         if method == "memory":  # read whole before the epochs: no storage in the timed part
             store = FeatureStore(torch.from_numpy(np.load(path)), backend=ours, device=device)
@@ -384,9 +414,17 @@ def run_child(args) -> dict:
         elif method == "static-int8":  # the int8 codes (a folder beside the file, written once), decoded in the gather
             from dgl_zerocopy.store.compression import compressed_beside
 
-            store = FeatureStore(compressed_beside(path, "int8"), backend=ours, device=device, host_cache_bytes=budget, host_cache_policy="static", graph=graph)
+            store = FeatureStore(
+                compressed_beside(path, "int8"),
+                backend=ours,
+                device=device,
+                host_cache_bytes=budget,
+                host_cache_policy="static",
+                graph=graph,
+                storage_options=reading,
+            )
         else:
-            store = FeatureStore(path, backend=ours, device=device, host_cache_bytes=budget, host_cache_policy=method, graph=graph)
+            store = FeatureStore(path, backend=ours, device=device, host_cache_bytes=budget, host_cache_policy=method, graph=graph, storage_options=reading)
         loader = DataLoader(
             graph,
             train,
@@ -452,6 +490,7 @@ def run_child(args) -> dict:
             "status": "ok",
             "device": args.device,
             "backend": store.backend,
+            "reader_threads": args.reader_threads or "default",
             "method": method,
             "read_ahead": ahead,
             **last,
@@ -479,8 +518,11 @@ def plot(rows: list[dict], meta: dict, path: Path) -> None:
         ("storage_mib_per_epoch", "rows_per_s", "wait_over_step"),
         ("storage MiB per epoch (last epoch)", "rows gathered per second", "wait / step (last epoch)"),
     ):
-        ax.bar(names, [r[key] for r in rows], color=["#999999" if n.startswith("mmap") else "#3b7dd8" for n in names])
-        ax.set_title(label, fontsize=10)
+        heights = [r[key] for r in rows]
+        # min-max whiskers where the rows are medians of repeats
+        spread = [[h - r.get(f"{key}_min", h) for r, h in zip(rows, heights)], [r.get(f"{key}_max", h) - h for r, h in zip(rows, heights)]]
+        ax.bar(names, heights, yerr=spread, capsize=3, color=["#999999" if n.startswith("mmap") else "#3b7dd8" for n in names])
+        ax.set_title(label + (" median, min-max" if any("repeats" in r for r in rows) else ""), fontsize=10)
         ax.tick_params(axis="x", rotation=45)
     axes[2].axhline(0.05, color="red", lw=0.8, ls="--")
     fig.suptitle(f"{meta['table']}; budget {meta['budget']}; limit {meta['memory_limit']}", fontsize=9)

@@ -106,6 +106,11 @@ def _parser() -> argparse.ArgumentParser:
         "--host-cache", metavar="SIZE", help="with --feature-storage: host memory for the rows, a share of the table's bytes (25%%) or a size (2GiB, bytes)"
     )
     t.add_argument(
+        "--host-cache-policy",
+        help="with --feature-storage: which rows the host buffer keeps: static (default: the degree sampling follows), "
+        "dynamic (CLOCK over recent batches), hybrid (a static quarter, the rest CLOCK), lru, clock or fifo",
+    )
+    t.add_argument(
         "--cache-policy",
         help="which rows the cache holds: degree (default: the degree sampling follows, "
         "out-degree for DGL's in-edge sampling), in_degree, out_degree or presample",
@@ -260,7 +265,7 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
     compressed = f", features stored as {cfg.feature_compression}" if cfg.feature_compression != "none" else ""
     on_storage = ""
     if isinstance(dataset.features, FeatureFile):
-        on_storage = f", features on storage in {str(dataset.features.path)!r} ({human_size(dataset.features.nbytes)}), host cache {cfg.host_cache}"
+        on_storage = f", features on storage in {str(dataset.features.path)!r} ({human_size(dataset.features.nbytes)}), host cache {cfg.host_cache} ({cfg.host_cache_policy or 'static'})"
     cached = f", cache {cfg.feature_cache} ({cfg.cache_policy})" if cfg.feature_cache != "0" else ""
     per_type = " per edge type" if cfg.dataset in HETERO_DATASETS else ""
     sampled = f", sampled on the GPU (graph {cfg.graph_placement})" if cfg.sampler == "gpu" else ""

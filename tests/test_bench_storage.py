@@ -72,3 +72,16 @@ def test_without_dgl_every_run_says_why_it_did_not_run(tmp_path):
     why = "skipped: import dgl failed: ImportError: DGL is not installed here"
     assert rows == [{"run": "static+ahead", "status": why}, {"run": "mmap-random", "status": why}]
     assert list((tmp_path / "data").iterdir()) == []
+
+
+def test_repeats_give_medians_with_their_spread_and_a_failure_wins():
+    from storage import MEDIANS, _median_row
+
+    def sample(wait, status="ok"):
+        return {"run": "static+ahead", "status": status, "storage_reads": 7, **dict.fromkeys(MEDIANS, 1.0), "wait_over_step": wait}
+
+    row = _median_row([sample(0.3), sample(0.1), sample(0.2)])
+    assert (row["wait_over_step"], row["wait_over_step_min"], row["wait_over_step_max"], row["repeats"]) == (0.2, 0.1, 0.3, 3)
+    assert row["storage_reads"] == 7 and row["step_s"] == 1.0 and "step_s_min" not in row
+    failed = {"run": "static+ahead", "status": "failed: exit 1: boom"}
+    assert _median_row([sample(0.3), failed, sample(0.2)]) == failed

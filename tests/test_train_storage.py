@@ -83,6 +83,24 @@ def test_a_file_of_ones_own_is_trained_from_in_process(feature_npy, tmp_path, ca
     assert "| storage " in out and "final test accuracy" in out
 
 
+@pytest.mark.parametrize("policy", [None, "lru", "hybrid"])
+def test_the_host_cache_policy_reaches_the_store(policy, feature_npy, monkeypatch, capsys):
+    import dgl_zerocopy.training.sources as sources
+
+    seen = []
+
+    def recording(*args, **kwargs):
+        seen.append(kwargs.get("host_cache_policy", "not given"))
+        return FeatureStore(*args, **kwargs)
+
+    monkeypatch.setattr(sources, "FeatureStore", recording)
+    chosen = ["--host-cache-policy", policy] if policy else []
+    code = main(["train", *RUN[:-2], "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", "2MiB", *chosen])
+    out = capsys.readouterr().out
+    assert code == 0 and f"host cache 2MiB ({policy or 'static'})" in out and "| storage " in out
+    assert seen and set(seen) == {policy}  # None: the store's default, static over the degree ranking
+
+
 REFUSALS = {
     "missing file": (["--feature-storage", "{dir}/none.npy", "--host-cache", "1MiB"], "no such feature file: '{dir}/none.npy'"),
     "wrong rows": (["--feature-storage", "{dir}/small.npy", "--host-cache", "1MiB"], "holds 10 rows (shape (10, 4)), but synthetic has 5,000 nodes"),
@@ -100,6 +118,11 @@ REFUSALS = {
     "zero": (["--feature-storage", "auto", "--host-cache", "0"], "host_cache '0' holds no row"),
     "a file compressed on the fly": (["--feature-storage", "{npy}", "--host-cache", "1MiB", "--feature-compression", "int8"], "a file is served as stored"),
     "a heterograph": (["--dataset", "hetero-synthetic", "--feature-storage", "auto", "--host-cache", "1MiB"], "is a heterograph (a table per node type)"),
+    "policy without storage": (["--host-cache-policy", "lru"], "host_cache_policy 'lru' picks the rows the host buffer of features left on storage keeps"),
+    "an unknown policy": (
+        ["--feature-storage", "auto", "--host-cache", "1MiB", "--host-cache-policy", "mru"],
+        "host_cache_policy: Input should be 'static', 'dynamic', 'hybrid', 'lru', 'clock' or 'fifo', but got 'mru'",
+    ),
 }
 
 
@@ -113,11 +136,11 @@ def test_refusals_are_one_line_and_exit_2(case, feature_npy, tmp_path, capsys):
 
 
 def test_the_yaml_keys_are_the_flags(tmp_path):
-    (tmp_path / "c.yaml").write_text("feature_storage: auto\nhost_cache: 25%\n")
+    (tmp_path / "c.yaml").write_text("feature_storage: auto\nhost_cache: 25%\nhost_cache_policy: clock\n")
     from dgl_zerocopy.training.config import read_yaml
 
     cfg = build_config(read_yaml(tmp_path / "c.yaml"), {})
-    assert (cfg.feature_storage, cfg.host_cache) == ("auto", "25%")
+    assert (cfg.feature_storage, cfg.host_cache, cfg.host_cache_policy) == ("auto", "25%", "clock")
     assert build_config({}, {"feature_storage": tmp_path / "f.npy", "host_cache": 1 << 20}).host_cache == str(1 << 20)
 
 

@@ -57,6 +57,8 @@ class TrainConfig(BaseModel):
     # dataset's own features: the OGB cache's features.npy, else written once under the dataset cache); None: in memory
     feature_storage: str | None = None
     host_cache: str | None = None  # with feature_storage: the host buffer, a share of the table's bytes ("25%") or a size ("2GiB", bytes)
+    # with feature_storage: which rows the host buffer keeps (None: static, the degree ranking; docs/storage.md)
+    host_cache_policy: Literal["static", "dynamic", "hybrid", "lru", "clock", "fifo"] | None = None
 
     @model_validator(mode="before")
     @classmethod
@@ -150,6 +152,11 @@ class TrainConfig(BaseModel):
         """``feature_storage`` and ``host_cache`` together, with a source that gathers from a
         FeatureStore that can leave rows in their file, on a homogeneous graph."""
         if self.feature_storage is None:
+            if self.host_cache_policy is not None:
+                raise ValueError(
+                    f"host_cache_policy {self.host_cache_policy!r} picks the rows the host buffer of features left on storage keeps, but "
+                    f"feature_storage is not set; add --feature-storage PATH (or auto) and --host-cache SIZE, or drop --host-cache-policy"
+                )
             if self.host_cache is not None:
                 raise ValueError(
                     f"host_cache {self.host_cache!r} sizes the host buffer of features left on storage, but feature_storage is not set; "

@@ -136,6 +136,7 @@ class CacheRequest:
     seeds: torch.Tensor | None = None
     batch_size: int = 1024
     host_cache: str | None = None  # features left on storage: the host buffer ("25%" of the table's bytes, "2GiB", bytes)
+    host_cache_policy: str | None = None  # which rows it keeps (None: static, ranked by the graph's degrees)
 
     def host_cache_bytes(self, rows: int, row_bytes: int) -> int:
         """The host buffer's bytes for a table of ``rows`` stored rows of ``row_bytes``."""
@@ -145,7 +146,9 @@ class CacheRequest:
     def store_options(self, graph, fanouts: list[int], rows: int, row_bytes: int, on_storage: bool = False) -> dict:
         """``FeatureStore`` keyword arguments for a table of ``rows`` stored rows of ``row_bytes``;
         ``on_storage``: the table is a path, its host buffer sized by ``host_cache`` and ranked by ``graph``."""
-        options = {"host_cache_bytes": self.host_cache_bytes(rows, row_bytes), "graph": graph} if on_storage else {}
+        options = (
+            {"host_cache_bytes": self.host_cache_bytes(rows, row_bytes), "host_cache_policy": self.host_cache_policy, "graph": graph} if on_storage else {}
+        )
         kind, amount = parse_cache_size(self.size)
         cache_bytes = budget_for_rows(round(amount * rows), row_bytes, rows) if kind == "rows" else amount
         if cache_bytes == 0:

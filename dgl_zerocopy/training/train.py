@@ -173,7 +173,9 @@ def _fit(
         seed_everything(cfg.seed + rank)  # neighbour draws and dropout differ per rank; the seed split uses ddp_seed=cfg.seed
     optimizer = torch.optim.Adam(model.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay)
     train_idx = tensor_view(dataset.train_idx)
-    cache = CacheRequest(cfg.feature_cache, cfg.cache_policy, seeds=train_idx, batch_size=cfg.batch_size, host_cache=cfg.host_cache)
+    cache = CacheRequest(
+        cfg.feature_cache, cfg.cache_policy, seeds=train_idx, batch_size=cfg.batch_size, host_cache=cfg.host_cache, host_cache_policy=cfg.host_cache_policy
+    )
     source = make_source(
         cfg.feature_source,
         dataset,
