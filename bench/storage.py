@@ -163,10 +163,14 @@ MEDIANS = (*SPREAD, "storage_kib_per_batch", "wait_s", "step_s", "host_hit_rate"
 
 
 def _median_row(samples: list[dict]) -> dict:
-    """One name's row over its repeats: the first failure or skip as it is, else the medians of
-    :data:`MEDIANS` (counters from the first repeat), min and max of :data:`SPREAD`, ``repeats``."""
-    if bad := [s for s in samples if s["status"] != "ok"]:
-        return bad[0]
+    """One name's row over its repeats: the first failure as it is; else over the repeats that ran
+    (a time limit may leave out the last ones; none ran: the skip as it is) the medians of
+    :data:`MEDIANS` (counters from the first), min and max of :data:`SPREAD`, ``repeats``."""
+    if failed := [s for s in samples if s["status"].startswith("failed")]:
+        return failed[0]
+    if not (ran := [s for s in samples if s["status"] == "ok"]):
+        return samples[0]
+    samples = ran
     row = {**samples[0], "repeats": len(samples)}
     for key in MEDIANS:
         values = [s[key] for s in samples]

@@ -85,3 +85,5 @@ def test_repeats_give_medians_with_their_spread_and_a_failure_wins():
     assert row["storage_reads"] == 7 and row["step_s"] == 1.0 and "step_s_min" not in row
     failed = {"run": "static+ahead", "status": "failed: exit 1: boom"}
     assert _median_row([sample(0.3), failed, sample(0.2)]) == failed
+    late = {"run": "static+ahead", "status": "skipped: time limit"}
+    assert _median_row([sample(0.3), sample(0.1), late])["repeats"] == 2 and _median_row([late, late]) == late
