@@ -10,6 +10,7 @@ from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, Validati
 
 from ..data import DATASETS, HETERO_DATASETS
 from ..store.compression.codec import check_codec_name
+from ..store.storage.policy import HOST_POLICIES
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
 
@@ -58,7 +59,7 @@ class TrainConfig(BaseModel):
     feature_storage: str | None = None
     host_cache: str | None = None  # with feature_storage: the host buffer, a share of the table's bytes ("25%") or a size ("2GiB", bytes)
     # with feature_storage: which rows the host buffer keeps (None: static, the degree ranking; docs/storage.md)
-    host_cache_policy: Literal["static", "dynamic", "hybrid", "lru", "clock", "fifo"] | None = None
+    host_cache_policy: Literal[HOST_POLICIES] | None = None
 
     @model_validator(mode="before")
     @classmethod

@@ -34,7 +34,7 @@ from .direct_reader import DEFAULT_THREADS
 from .eviction import DYNAMIC_POLICIES, Eviction, make_eviction
 from .host_buffer import SLOT_BYTES
 
-HOST_POLICIES = ("hybrid", "static", "dynamic", *DYNAMIC_POLICIES)
+HOST_POLICIES = ("static", "dynamic", "hybrid", *DYNAMIC_POLICIES)
 #: The dynamic policy of ``"dynamic"`` and of the dynamic share of ``"hybrid"`` (measured: docs/storage.md).
 DEFAULT_DYNAMIC = "clock"
 #: The share of the slots ``"hybrid"`` gives to the rows ranked first (measured: docs/storage.md).
