@@ -1,7 +1,7 @@
 """One command that checks the whole GPU path: the GPU tests, the gather, sampling, storage and epoch benchmarks, multi-GPU DDP.
 
     make gpu-check [GPU_CHECK_ARGS="--out DIR ..."]        (docs/gpu.md)
-    python3 bench/gpu_check.py [--out DIR] [--wheels DIR] [--site DIR] [--parts pytest,gather,sampling,storage,epoch,ddp] [--quick] [--time-limit S]
+    python3 bench/gpu_check.py [--out DIR] [--wheels DIR] [--site DIR] [--parts pytest,gather,sampling,storage,epoch,ddp] [--full] [--time-limit S]
 
 The two are the same run (``make`` only adds its check for CUDA, below); the second needs no
 ``make`` and no PYTHONPATH: the checkout is found from this file.
@@ -11,7 +11,9 @@ before anything else (``--probe`` prints that line, or nothing where CUDA works,
 ``make gpu-check`` asks it first and stops with the line as its only output). With CUDA it
 first installs the wheels of ``--wheels`` that the image lacks, offline, into ``--site``, then
 prints a header before anything else: the wheels installed, the GPU, driver, CUDA, NVRTC and
-CuPy versions, the kernel cache and the time limits. Then the steps, each in a subprocess with
+CuPy versions, the kernel cache and the time limits. The default pass takes at most 300 s
+(correctness first: the GPU tests, then one short figure per benchmark), so that a run, a fix and
+a second run fit in one GPU lease; ``--full`` runs the whole benchmark set in 540 s. Then the steps, each in a subprocess with
 its own time limit (docs/gpu.md sizes them), output echoed as it comes:
 
 1. ``pytest -m gpu``, with a plugin (bench/gpu_check_pytest.py) that records each test's outcome
@@ -90,17 +92,23 @@ DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
 DEFAULT_SITE = Path("/tmp/dgl-zerocopy-site")
 PARTS = ("pytest", "gather", "sampling", "storage", "epoch", "ddp")
 PASSING = ("ok", "partial", "not run")
-#: The whole check's seconds: a lent machine gives one command 600 s; the rest is for the
-#: interpreter, make's CUDA probe and the summary. docs/gpu.md sizes every figure below.
-TOTAL_LIMIT = 540
-#: Each step's time limit (seconds), from the measured and counted figures of docs/gpu.md.
-LIMITS = {"wheels": 30, "pytest": 220, "gather": 120, "sampling": 50, "storage": 40, "epoch": 80, "ddp": 60}
+#: The whole check's seconds. A lent GPU gives 15 minutes of device time for all tries together, and a
+#: machine's start costs a minute or more: the default pass (correctness first: the ``gpu`` tests, then one
+#: short figure per benchmark) takes at most 300 s, so that a run, a fix here and a second run fit in one
+#: lease; ``--full`` runs the whole benchmark set in 540 s of one 600 s command. docs/gpu.md sizes both.
+TOTAL_LIMIT = 300
+FULL_TOTAL_LIMIT = 540
+#: Each step's time limit (seconds) in the default pass; on one GPU they add up to TOTAL_LIMIT (ddp runs only
+#: on several GPUs, and then the steps before it give way: :func:`step_limit`).
+LIMITS = {"wheels": 15, "pytest": 160, "gather": 30, "sampling": 25, "storage": 20, "epoch": 50, "ddp": 45}
+#: The same with ``--full``, from the measured and counted figures of docs/gpu.md.
+FULL_LIMITS = {"wheels": 30, "pytest": 220, "gather": 120, "sampling": 50, "storage": 40, "epoch": 80, "ddp": 60}
 MIN_STEP = 15  # a step with fewer seconds left than this is not started (partial: time limit)
 PYTEST_GRACE = 20  # pytest is interrupted this long before its limit, to end its session cleanly
 PYTEST_TEST_TIMEOUT = 120  # a test still running after this long at the limit is reported as hung
-# gather.py starts no configuration this close to its limit: its own start-up (its clock starts
+# gather.py starts no configuration this close to its limit, per mode: its own start-up (its clock starts
 # after it), the longest configuration with its width's set-up, and the writing (docs/gpu.md).
-GATHER_RESERVE = 50
+GATHER_RESERVE = {"quick": 10, "full": 50}
 RESULT_FILES = ("gather.csv", "gather.json", "gather.png", "epoch.csv", "epoch.json", "epoch.png", "summary.json", "summary.md")
 
 # 512 B (128 columns: the zero-copy options, codecs and caches) and 1 KB rows first, so that a
@@ -311,15 +319,15 @@ def gather_plan(mode: str, sms: int) -> dict[str, float]:
 
 def gather_part(env: dict, limit: float, out: Path, mode: str) -> tuple[Part, str]:
     """bench/gather.py, which starts no configuration after ``limit - GATHER_RESERVE`` s."""
-    soft = max(limit - GATHER_RESERVE, 1)
+    soft = max(limit - GATHER_RESERVE[mode], 1)
     cmd = [sys.executable, str(BENCH / "gather.py"), *GATHER_ARGS[mode], "--raw", "json", "--time-limit", f"{soft:g}", "--out", str(out / "gather")]
     run = run_bounded(cmd, limit, env)
-    return judge_gather(run, result_rows(out, "gather"), limit), run.output
+    return judge_gather(run, result_rows(out, "gather"), limit, GATHER_RESERVE[mode]), run.output
 
 
-def judge_gather(run: Run, rows: list[dict], limit: float) -> Part:
+def judge_gather(run: Run, rows: list[dict], limit: float, reserve: float = GATHER_RESERVE["full"]) -> Part:
     """The gather step's outcome: a failed row fails it; rows skipped for time make it partial.
-    Killed at its limit, it failed: it stops by itself :data:`GATHER_RESERVE` s before, so one
+    Killed at its limit, it failed: it stops by itself ``reserve`` s before, so one
     configuration ran longer than that (hung?); the rows it had written are kept."""
     part = Part("gather", seconds=run.seconds, limit=limit)
     skipped = [r for r in rows if r.get("status") == TIME_LIMIT_STATUS]
@@ -333,7 +341,7 @@ def judge_gather(run: Run, rows: list[dict], limit: float) -> Part:
         part.status = "failed"
         part.reason = (
             f"killed at its time limit ({limit:.0f} s) after {len(measured)} results: a configuration outran the "
-            f"{GATHER_RESERVE} s kept for it (hung?); the last finished: {after[-1].removeprefix('gather: ') if after else 'none'}"
+            f"{reserve:.0f} s kept for it (hung?); the last finished: {after[-1].removeprefix('gather: ') if after else 'none'}"
         )
     elif run.returncode != 0 or not rows:
         part.status, part.reason = "failed", last_line(run.output, run.returncode)
@@ -479,13 +487,22 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--site", type=Path, default=DEFAULT_SITE, help="where those wheels are installed (put on the steps' PYTHONPATH)")
     parser.add_argument("--parts", default=",".join(PARTS), help="which steps to run, comma separated (default all: pytest,gather,sampling,storage,epoch,ddp)")
-    parser.add_argument("--quick", action="store_true", help="smaller benchmarks (a smoke run of a few minutes; figures not for the record)")
-    parser.add_argument("--time-limit", type=float, default=TOTAL_LIMIT, help=f"seconds for the whole check (default {TOTAL_LIMIT})")
+    parser.add_argument(
+        "--full", action="store_true", help=f"the whole benchmark set, figures for the record ({FULL_TOTAL_LIMIT} s; default: the {TOTAL_LIMIT} s pass)"
+    )
+    parser.add_argument("--quick", action="store_true", help="the default pass (small benchmarks, one short figure each); kept for older commands")
+    parser.add_argument("--time-limit", type=float, help=f"seconds for the whole check (default {TOTAL_LIMIT}, {FULL_TOTAL_LIMIT} with --full)")
     parser.add_argument("--probe", action="store_true", help="print the one line that says why this machine cannot run the check, or nothing; exit 0")
     args = parser.parse_args(argv)
     chosen = [p.strip() for p in args.parts.split(",") if p.strip()]
     if unknown := [p for p in chosen if p not in PARTS]:
         parser.error(f"unknown part {unknown[0]!r}; choose from {', '.join(PARTS)}")
+    if args.full and args.quick:
+        parser.error("--full and --quick exclude each other; --quick is the default pass")
+    mode = "full" if args.full else "quick"
+    step_limits = FULL_LIMITS if args.full else LIMITS  # read at call time: tests patch them
+    if args.time_limit is None:
+        args.time_limit = FULL_TOTAL_LIMIT if args.full else TOTAL_LIMIT
     began = time.monotonic()  # the interpreter's start before this is inside the 60 s left of the 10 minutes
     why_not = no_cuda_line()
     if args.probe:
@@ -503,13 +520,12 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     for name in RESULT_FILES:  # results of an earlier run must not pass for this one's
         (out / name).unlink(missing_ok=True)
-    mode = "quick" if args.quick else "full"
     workdir = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     given_cache = os.environ.get("CUPY_CACHE_DIR")
     kernel_cache = Path(given_cache) if given_cache else workdir / "cupy-kernel-cache"  # cold: what a fresh machine has
     site = args.site.resolve()
 
-    setup = install_wheels(args.wheels.resolve(), site, LIMITS["wheels"])
+    setup = install_wheels(args.wheels.resolve(), site, step_limits["wheels"])
     if setup.details.get("wheels"):
         sys.path[:0] = [str(REPO), str(site)]  # the header reads the versions the steps will import
     else:
@@ -517,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
     env = child_env(site if setup.details.get("wheels") else None, kernel_cache)
     gpus = torch.cuda.device_count() if cuda else 0
     steps = [name for name in PARTS if name in chosen and not (name == "ddp" and gpus < 2)]
-    limits: dict[str, float | str] = {name: LIMITS[name] for name in steps}
+    limits: dict[str, float | str] = {name: step_limits[name] for name in steps}
     if "ddp" in chosen and "ddp" not in steps:
         limits["ddp"] = f"not run ({gpus} GPU)"
     environment_ = environment(cuda)
@@ -541,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
         "environment": environment_,
         "header": header,
         "time_limit_s": args.time_limit,
-        "limits_s": LIMITS,
+        "limits_s": step_limits,
         "parts": [],
         "figures": {"gather": [], "epoch": [], "end_to_end": None, "sampling": [], "storage": []},
     }
@@ -566,7 +582,7 @@ def main(argv: list[str] | None = None) -> int:
     record()
     for i, name in enumerate(steps, 1):
         left = args.time_limit - (time.monotonic() - began)
-        limit = step_limit(LIMITS[name], left, sum(LIMITS[later] for later in steps[i:]))
+        limit = step_limit(step_limits[name], left, sum(step_limits[later] for later in steps[i:]))
         if limit < MIN_STEP:
             parts[name] = Part(name, "partial", f"not started: time limit ({left:.0f} s of the check's {args.time_limit:.0f} s left)", limit=limit)
             print(f"\ngpu-check [{i}/{len(steps)}] {name}: {TIME_LIMIT_STATUS} ({left:.0f} s left)", flush=True)

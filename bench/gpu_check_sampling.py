@@ -33,9 +33,9 @@ SAMPLING_ARGS = {
     "quick": ["--num-nodes", "50000", "--batch-size", "512", "--batches", "5", "--repeats", "3"],
 }
 #: bench/sampling.py starts no method this close to the step's limit: the longest method at the
-#: check's size (kernels compiled cold, the check against the reference backend, the timed
+#: check's size, per mode (kernels compiled cold, the check against the reference backend, the timed
 #: repeats) and the writing of the rows and the plot.
-SAMPLING_RESERVE = 15
+SAMPLING_RESERVE = {"quick": 8, "full": 15}
 FIGURE_KEYS = (
     "method",
     "what",
@@ -69,7 +69,7 @@ def sampling_methods(cuda: bool) -> str:
 def sampling_part(env: dict, limit: float, workdir: Path, mode: str, cuda: bool) -> tuple[Part, str]:
     """bench/sampling.py within ``limit`` seconds (it starts no method after ``limit -
     SAMPLING_RESERVE``), its files in ``workdir``."""
-    soft = max(limit - SAMPLING_RESERVE, 1)
+    soft = max(limit - SAMPLING_RESERVE[mode], 1)
     stem = workdir / "sampling"
     args = [*SAMPLING_ARGS[mode], "--methods", sampling_methods(cuda), "--time-limit", f"{soft:g}"]
     run = run_bounded([sys.executable, str(BENCH / "sampling.py"), *args, "--out", str(stem)], limit, env)

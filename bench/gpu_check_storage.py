@@ -35,7 +35,7 @@ STORAGE_ARGS = {
 STORAGE_RUNS = "static+ahead,static,mmap-random,static-int8+ahead"
 #: bench/storage.py starts no run this close to the step's limit: one run at the check's size (a
 #: process that imports torch and DGL and starts CUDA, two short epochs) and the writing.
-STORAGE_RESERVE = 12
+STORAGE_RESERVE = {"quick": 8, "full": 12}
 FIGURE_KEYS = (
     "run",
     "status",
@@ -60,7 +60,7 @@ FIGURE_KEYS = (
 def storage_part(env: dict, limit: float, workdir: Path, mode: str, cuda: bool) -> tuple[Part, str]:
     """bench/storage.py within ``limit`` seconds (it starts no run after ``limit - STORAGE_RESERVE``),
     its table and its files in ``workdir``."""
-    soft = max(limit - STORAGE_RESERVE, 1)
+    soft = max(limit - STORAGE_RESERVE[mode], 1)
     args = [*STORAGE_ARGS[mode], "--runs", STORAGE_RUNS, "--device", "cuda" if cuda else "cpu", "--time-limit", f"{soft:g}"]
     table = workdir / "storage-table"
     table.mkdir(parents=True, exist_ok=True)
