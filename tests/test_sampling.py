@@ -404,6 +404,46 @@ def test_lazy_data_reads_as_a_dict():
     assert data2["b"].tolist() == [1.0]
 
 
+# -- edge ids past 2**31 (int32 node ids) ---------------------------------------------------------------------
+
+PAST_INT32 = 2**31 + 10  # edges of graph_past_int32
+
+
+def graph_past_int32(folder) -> SamplingGraph:
+    """A real SamplingGraph with int32 node ids and more than 2**31 edges, for free: ``indices`` is a
+    sparse file mapped in place (8 GiB that take no disk and no memory until read; every source is
+    node 0). Node 0 holds the first 2**31 in-edges, node 1 the last 10, at CSC positions past 2**31."""
+    path = folder / "indices.int32"
+    with open(path, "wb") as f:
+        f.truncate(PAST_INT32 * 4)
+    indices = torch.from_file(str(path), shared=True, size=PAST_INT32, dtype=torch.int32)
+    return SamplingGraph(torch.tensor([0, 2**31, PAST_INT32]), indices)
+
+
+def test_edge_ids_are_int64_when_the_edge_count_does_not_fit_int32():
+    edge_id_dtype = graph_module.edge_id_dtype
+    assert edge_id_dtype(2**31, torch.int32) == torch.int32, "ids 0 .. 2**31 - 1 fit int32: DGL's dtype kept"
+    assert edge_id_dtype(2**31 + 1, torch.int32) == torch.int64
+    assert edge_id_dtype(10, torch.int64) == torch.int64
+    assert edge_id_dtype(10, torch.int32, torch.zeros(10, dtype=torch.int64)) == torch.int64, "never narrower than given edge ids"
+
+
+@pytest.mark.parametrize("backend", ["reference", "emulator"])
+def test_edge_ids_past_2_31_do_not_wrap_with_int32_node_ids(tmp_path, backend):
+    if backend == "emulator":
+        pytest.importorskip("dgl_zerocopy.cuda.sampling.emulator")
+    graph = graph_past_int32(tmp_path)
+    assert graph.idtype == torch.int32 and graph.edge_idtype == torch.int64
+    past = torch.arange(2**31, PAST_INT32)
+    assert torch.equal(graph.edge_ids(past), past)
+    # Through the sampler: node 1's in-edges are all past 2**31; the node ids stay int32.
+    input_nodes, _, blocks = GpuNeighborSampler([-1], device=backend).sample_blocks(graph, torch.tensor([1]))
+    assert input_nodes.dtype == torch.int32 and torch.equal(blocks[0].edata[dgl.EID], past)
+    frontier = sample_neighbors(graph, torch.tensor([1]), 4, device=backend, seed=3)
+    eids = frontier.edata[dgl.EID]
+    assert frontier.idtype == torch.int32 and eids.dtype == torch.int64 and bool(((eids >= 2**31) & (eids < PAST_INT32)).all())
+
+
 # -- the emulator runs the CUDA kernel's source -----------------------------------------------------------------
 
 

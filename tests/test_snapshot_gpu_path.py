@@ -131,6 +131,24 @@ def test_a_sampling_graph_of_the_full_csc_positions_as_edge_ids():
             assert block.edata[EID].dtype == torch.int64
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_edge_ids_past_2_31_do_not_wrap_with_int32_node_ids(tmp_path, backend):
+    """A graph of int32 node ids and 2**31 + 10 edges (tests/test_sampling.py's sparse file): node 1's
+    in-edges sit past 2**31. The snapshot holds their ids as they are, and the blocks give them in
+    int64; node ids stay int32."""
+    if backend == "emulator":
+        pytest.importorskip("dgl_zerocopy.cuda.sampling.emulator")
+    from test_sampling import PAST_INT32, graph_past_int32
+
+    past = torch.arange(2**31, PAST_INT32)
+    with graph_past_int32(tmp_path) as full, GpuSnapshotSampler([4], snapshot_size=10, device=backend) as sampler:
+        input_nodes, _, blocks = sampler.sample(full, torch.tensor([1]))
+        assert torch.equal(sampler.snapshot.eid[10:].long().sort().values, past), "node 1 keeps its 10 in-edges"
+        eids = blocks[0].edata[EID]
+        assert input_nodes.dtype == torch.int32 and eids.dtype == torch.int64 and eids.numel() == 4
+        assert bool(((eids >= 2**31) & (eids < PAST_INT32)).all()), eids
+
+
 @pytest.mark.parametrize("refresh", [0.25, 1.0])
 def test_every_edge_is_picked_with_probability_fanout_over_degree(refresh):
     """tests/test_snapshot.py's guarantee test, on the GPU path (its bound and its reasoning)."""

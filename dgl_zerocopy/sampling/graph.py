@@ -39,13 +39,23 @@ PLACEMENTS = ("host", "pinned", "device")
 ID_DTYPES = (torch.int32, torch.int64)
 
 
+def edge_id_dtype(num_edges: int, idtype: torch.dtype, eids: torch.Tensor | None = None) -> torch.dtype:
+    """The dtype of a graph's edge ids (:meth:`SamplingGraph.edge_ids`): its node ids' ``idtype``, as in
+    DGL, while every edge id ``0 .. num_edges - 1`` fits it, else int64 (an int32 graph past 2**31 edges
+    must not wrap its ids negative); never narrower than given edge ids ``eids``. Node ids keep ``idtype``."""
+    dtype = idtype if num_edges - 1 <= torch.iinfo(idtype).max else torch.int64
+    return torch.promote_types(dtype, eids.dtype) if eids is not None and eids.numel() > 0 else dtype
+
+
 class SamplingGraph:
     """One homogeneous graph's in-edge CSC, where a sampling kernel reads it.
 
     Contract: ``indptr`` (``num_nodes + 1`` offsets, int32 or int64, starting at 0, never
     decreasing) and ``indices`` (the source node of each CSC position; int32 or int64, the graph's
     id dtype :attr:`idtype`) are 1-D CPU tensors; ``eids`` is the graph's edge id of each position,
-    or None (or empty) when the positions are the edge ids. Values are trusted (they come from DGL).
+    or None (or empty) when the positions are the edge ids; :meth:`edge_ids` returns them in
+    :attr:`edge_idtype` (:func:`edge_id_dtype`: int64 past 2**31 edges, whatever :attr:`idtype`). Values
+    are trusted (they come from DGL).
     ``placement`` is one of :data:`PLACEMENTS`; ``device`` the CUDA device of ``"pinned"`` and
     ``"device"`` (default: the current one). ``"pinned"`` keeps the given tensors alive and reads
     them in place (same ``data_ptr``); a range page-locked already (``pin_memory()``) is used as it
@@ -62,7 +72,7 @@ class SamplingGraph:
         self.num_nodes = indptr.numel() - 1
         self.num_edges = indices.numel()
         self.idtype = indices.dtype
-        self.edge_idtype = indices.dtype  # of edge_ids(): DGL's edge ids share the node ids' dtype
+        self.edge_idtype = edge_id_dtype(self.num_edges, indices.dtype, eids)
         self._host = (indptr, indices)  # kept alive while pinned
         self._eids = eids if eids is not None and eids.numel() > 0 else None
         self._pins: list[PinnedRange] = []
@@ -95,7 +105,8 @@ class SamplingGraph:
         """A CSC whose tensors are already where the kernels read them, used as they are (no copy, no
         pinning): on one CUDA device (placement ``"device"``) or on the CPU (``"host"``, for the CPU
         backends). ``eids`` (the edge id of each position, on the same device, or None) is read by
-        :meth:`edge_ids`, which returns ``edge_idtype`` (default: ``indices``' dtype). Whoever made the
+        :meth:`edge_ids`, which returns ``edge_idtype`` (default: :func:`edge_id_dtype` of this CSC; a
+        snapshot's edge ids name edges of a larger graph, whose dtype its maker passes). Whoever made the
         tensors may rewrite them in place (the GPU snapshot's refresh does) and orders those writes
         against the kernels that read them; :meth:`close` waits for the device and drops them."""
         device = indptr.device
@@ -112,7 +123,7 @@ class SamplingGraph:
         graph.placement = "device" if device.type == "cuda" else "host"
         graph.device = device
         graph.num_nodes, graph.num_edges, graph.idtype = indptr.numel() - 1, indices.numel(), indices.dtype
-        graph.edge_idtype = edge_idtype or indices.dtype
+        graph.edge_idtype = edge_idtype or edge_id_dtype(indices.numel(), indices.dtype, eids)
         graph._host = None
         graph._eids = eids if eids is not None and eids.numel() > 0 else None
         graph._pins, graph._lock, graph.closed = [], threading.Lock(), False
@@ -124,7 +135,7 @@ class SamplingGraph:
 
     def edge_ids(self, pos: torch.Tensor) -> torch.Tensor:
         """The graph's edge id of each CSC position in ``pos`` (int64, on the device that sampled: the
-        CPU for ``"host"``, :attr:`device` otherwise), in :attr:`idtype`, on ``pos``'s device. The
+        CPU for ``"host"``, :attr:`device` otherwise), in :attr:`edge_idtype`, on ``pos``'s device. The
         positions come from a sampling kernel over this graph, so they are not range-checked again."""
         if self.closed:
             raise RuntimeError("this SamplingGraph is closed; sample from an open one")

@@ -101,7 +101,8 @@ class GpuSnapshotSampler:
     """:class:`~.snapshot.SnapshotSampler` with its snapshot on the sampling device: ``sample(g,
     seeds)`` returns ``(input_nodes, output_nodes, blocks)`` as :class:`~.neighbor.GpuNeighborSampler`
     does (one ``DeviceBlock`` per layer, the input layer first, destinations first among the sources,
-    in ``g``'s id dtype, ``srcdata``/``dstdata[dgl.NID]`` and ``edata[dgl.EID]`` of ``g``), each
+    in ``g``'s id dtype, ``srcdata``/``dstdata[dgl.NID]`` and ``edata[dgl.EID]`` of ``g``, the edge ids
+    int64 when ``g`` has more than 2**31 edges), each
     destination with ``min(in-degree, fanout)`` distinct in-edges drawn uniformly from its snapshot.
 
     ``fanouts``, ``snapshot_size``, ``refresh``: as :class:`~.snapshot.SnapshotSampler`'s (checked
@@ -210,7 +211,8 @@ class GpuSnapshotSampler:
             torch.empty(total, dtype=id_dtype(full.num_edges - 1), device=where),
         )
         self._snapshot = snap
-        self._graph = SamplingGraph.placed(snap.indptr, snap.src, snap.eid, edge_idtype=self._out_dtype)
+        # The slots' edge ids name edges of the full graph: its edge id dtype (int64 past 2**31 edges), not the node ids'.
+        self._graph = SamplingGraph.placed(snap.indptr, snap.src, snap.eid, edge_idtype=full.edge_idtype)
         self._order = RefreshOrder(torch.nonzero(deg > self.snapshot_size).squeeze(1))
         self.nodes_refreshed = 0
         self._fill(torch.arange(full.num_nodes))
