@@ -149,6 +149,25 @@ def test_edge_ids_past_2_31_do_not_wrap_with_int32_node_ids(tmp_path, backend):
         assert bool(((eids >= 2**31) & (eids < PAST_INT32)).all()), eids
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_zero_fanouts_give_blocks_without_edges_as_the_other_samplers_do(backend):
+    """Every fanout 0 makes snapshot_size 0 (check_options accepts it): no slot to draw and blocks
+    without edges whose sources are their destinations, as GpuNeighborSampler([0, 0]) and the CPU
+    SnapshotSampler([0, 0]) give; refreshes count their nodes as the CPU sampler's do."""
+    from dgl_zerocopy.sampling import GpuNeighborSampler
+
+    g, seeds = random_graph(), torch.tensor([3, 7, 9])
+    cpu = SnapshotSampler([0, 0])
+    with GpuSnapshotSampler([0, 0], device=backend) as sampler, GpuNeighborSampler([0, 0], device=backend) as plain:
+        for output in (sampler.sample(g, seeds), plain.sample(g, seeds), cpu.sample(g, seeds)):
+            input_nodes, output_nodes, blocks = output if isinstance(output[2][0], dgl.DGLGraph) else as_dgl(output)
+            assert torch.equal(input_nodes, seeds) and torch.equal(output_nodes, seeds)
+            for block in blocks:
+                assert block.num_edges() == 0 and torch.equal(block.srcdata[NID], seeds) and torch.equal(block.dstdata[NID], seeds)
+        assert sampler.snapshot_size == 0 and sampler.snapshot.src.numel() == 0
+        assert sampler.refresh_snapshot() == cpu.refresh_snapshot() > 0
+
+
 @pytest.mark.parametrize("refresh", [0.25, 1.0])
 def test_every_edge_is_picked_with_probability_fanout_over_degree(refresh):
     """tests/test_snapshot.py's guarantee test, on the GPU path (its bound and its reasoning)."""

@@ -222,9 +222,9 @@ class GpuSnapshotSampler:
         """Redraw the slots of ``nodes`` (distinct int64 ids on the host) from the full CSC: per chunk,
         ``sample_csc`` with fanout ``snapshot_size`` (one host read: its total) and a scatter of the
         picks' sources and edge ids into the nodes' slots, all on the current stream."""
-        if nodes.numel() == 0:
-            return
         snap, full, size = self._snapshot, self._full, self.snapshot_size
+        if nodes.numel() == 0 or size == 0:
+            return  # snapshot_size 0 (every fanout 0, as check_options allows): no slot to draw, blocks without edges
         self._order_streams.before_write()
         step = max(1, CHUNK_PICKS // size)
         for lo in range(0, nodes.numel(), step):
