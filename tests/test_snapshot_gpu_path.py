@@ -322,6 +322,9 @@ def test_refresh_and_batches_are_ordered_on_the_device(monkeypatch):
 
     order = snapshot_gpu.StreamOrder
     after_read, after_write = order.after_read, order.after_write
+    # The model stands in for CUDA: the reference backend's snapshot is ordered as the cuda backend's.
+    init = order.__init__
+    monkeypatch.setattr(order, "__init__", lambda self, device, backend: init(self, device, "cuda"))
 
     def read_done(self):
         after_read(self)
@@ -359,6 +362,22 @@ def test_refresh_and_batches_are_ordered_on_the_device(monkeypatch):
     for r in reads:  # a batch first waits for the event of the snapshot's last write
         last = max((w for w in writes if w[4] < r[4]), key=lambda w: w[4])
         assert any(e[0] == "wait" and e[1] == "side" and e[2] is last[2] and e[3] == last[3] and last[4] < e[4] < r[4] for e in log), r
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_the_cpu_backends_ask_for_no_cuda_stream_or_event(monkeypatch, backend):
+    """Where CUDA is available, a snapshot sampled on a CPU backend still orders nothing on CUDA
+    streams: asking for one would create a CUDA context and events that nothing waits on."""
+    calls = []
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda *a, **k: calls.append("current_stream"))
+    monkeypatch.setattr(torch.cuda, "Event", lambda *a, **k: calls.append("Event"))
+    g = random_graph()
+    with GpuSnapshotSampler([3, 2], snapshot_size=4, refresh=0.5, device=backend) as sampler:
+        sampler.sample(g, torch.arange(20))
+        assert sampler.refresh_snapshot() > 0
+        sampler.sample(g, torch.arange(20))
+    assert calls == []
 
 
 # -- the PCIe model of the device snapshot ---------------------------------------------------------------

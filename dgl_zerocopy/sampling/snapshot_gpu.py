@@ -23,7 +23,8 @@ consumer's, at the start of an epoch) and read on the stream current at each bat
 side stream). :class:`StreamOrder` orders the two on the device, with no host wait: a batch's stream
 waits for the event recorded after the last write, and a write's stream waits for the event recorded
 after the last batch of every stream that sampled (the loader's last prefetched batches may still be
-running there when the next epoch's refresh is enqueued).
+running there when the next epoch's refresh is enqueued). The CPU backends finish each call on the
+host: they order nothing and make no CUDA stream or event.
 
 Devices: ``"cuda"``/``"cuda:N"``, or the CPU backends ``"emulator"`` (the same kernel source built for
 the CPU) and ``"reference"`` (its NumPy twin), which keep the snapshot on the host and read the full
@@ -60,15 +61,19 @@ class StreamOrder:
     with events, on the device: :meth:`before_read`/:meth:`after_read` around a batch,
     :meth:`before_write`/:meth:`after_write` around a write, each on the calling thread's current
     stream of ``device``. One read event per stream that sampled, recorded again by each batch (a
-    stream runs in order: the last record covers the earlier batches). Without CUDA, nothing to order."""
+    stream runs in order: the last record covers the earlier batches). Only ``backend`` ``"cuda"``
+    runs on CUDA streams; for the CPU backends (``"emulator"``, ``"reference"``) nothing is ordered and
+    no stream or event is made, even where CUDA is available."""
 
-    def __init__(self, device: torch.device) -> None:
-        self.device = device if device.type == "cuda" else None
+    def __init__(self, device: torch.device, backend: str) -> None:
+        # The CPU backends run each call to its end on the host: asking for a stream would create a
+        # CUDA context (and events) that nothing ever waits on.
+        self.device = device if backend == "cuda" else None
         self.written: Any = None  # recorded after the last write
         self.reads: dict[Any, tuple[Any, Any]] = {}  # stream key -> (stream, event after its last batch)
 
     def _current(self) -> Any:
-        return torch.cuda.current_stream(self.device) if torch.cuda.is_available() else None
+        return torch.cuda.current_stream(self.device) if self.device is not None else None
 
     def before_read(self) -> None:
         stream = self._current()
@@ -137,7 +142,7 @@ class GpuSnapshotSampler:
         self.placement = placement if self.backend == "cuda" else "host"
         self.output_device = torch.device(output_device) if output_device is not None else self.device
         self._layers = GpuNeighborSampler(self.fanouts, device=self.backend if self.backend != "cuda" else self.device)
-        self._order_streams = StreamOrder(self.device)
+        self._order_streams = StreamOrder(self.device, self.backend)
         self._source: Any = None  # the graph the snapshot was built from (a DGL graph or a SamplingGraph)
         self._full: SamplingGraph | None = None  # its full CSC, where the kernels read it
         self._shared = False  # whether _full came from shared_graph (given back at close)
@@ -287,7 +292,7 @@ class GpuSnapshotSampler:
         if self._full is not None and self._shared:
             release(self._full)
         self._graph = self._snapshot = self._order = self._full = self._source = None
-        self._order_streams = StreamOrder(self.device)
+        self._order_streams = StreamOrder(self.device, self.backend)
 
     def __enter__(self) -> GpuSnapshotSampler:
         return self
