@@ -38,7 +38,12 @@ Reported per run (the last epoch; the first, which starts from a cold buffer, in
 rows gathered per second, storage bytes per epoch (``/proc/self/io`` ``read_bytes``: what the
 process made the disk read, mmap faults and direct reads alike), storage reads, hit rates per tier
 (ours: ``storage_stats()``), the step (forward, backward, optimizer) and the wait (time the loop
-waited for its next batch), both summed over the epoch, and the wait's share of the step.
+waited for its next batch), both summed over the epoch, and the wait's share of the step. Our
+tiers' host buffer (:func:`buffer_resident_bytes`): ``buffer_mib``, its size, and
+``buffer_resident_mib``, what of it is resident at the epoch's end: the whole buffer from the
+store's bind with the ``zerocopy`` backend (pinning makes every page resident at once: ``--device
+cuda``), the slots filled so far with ``cpu`` (it grows to the whole); the cgroup's
+``cgroup_setup_mib`` and ``cgroup_peak_mib`` measure the process around it.
 
     python bench/storage.py [--nodes 200000] [--dim 128] [--share 0.25] [--epochs 2] [--batch-size 64]
         [--repeats 3] [--reader-threads N] [--device cuda] [--time-limit S]
@@ -359,6 +364,17 @@ class MemoryLimit:
             pass
 
 
+def buffer_resident_bytes(backend: str, buffer_bytes: int, rows_read: int, row_bytes: int) -> int:
+    """Bytes of a store's host buffer (``buffer_bytes``, ``FeatureStore.nbytes``) resident in memory
+    after ``rows_read`` rows were read into it (docs/storage.md): the whole buffer with ``zerocopy``,
+    which pins it when the store binds, before any row is read; with ``cpu`` about the slots filled so
+    far (each row read fills one, and a filled slot is reused only when no empty one is left, save
+    the static share's), at most the whole buffer."""
+    if backend == "zerocopy":
+        return buffer_bytes
+    return min(buffer_bytes, rows_read * row_bytes)
+
+
 def _io_read_bytes() -> int:
     for line in Path("/proc/self/io").read_text().splitlines():
         if line.startswith("read_bytes:"):
@@ -442,6 +458,8 @@ def run_child(args) -> dict:
             read_ahead=ahead,
         )
         epochs = []
+        rows_read = 0  # into the host buffer, over every epoch (its slots fill once, then are reused)
+        row_bytes = store.shape[1] * torch.empty((), dtype=store.stored_dtype).element_size()
         for _ in range(args.epochs):
             if store.on_storage:
                 store.reset_storage_stats()
@@ -467,6 +485,8 @@ def run_child(args) -> dict:
                 rows, batches = rows + input_nodes.numel(), batches + 1
             seconds = time.perf_counter() - start
             stats = store.storage_stats() if store.on_storage else {}
+            rows_read += stats.get("storage_rows", 0) + stats.get("read_ahead_rows", 0)
+            resident = buffer_resident_bytes(store.backend, store.nbytes, rows_read, row_bytes) if store.on_storage else float("nan")
             epochs.append(
                 {
                     "epoch_s": seconds,
@@ -484,6 +504,8 @@ def run_child(args) -> dict:
                     "read_ahead_hits": stats.get("read_ahead_hits", float("nan")),
                     "read_ahead_skipped": stats.get("read_ahead_skipped", float("nan")),
                     "evictions": stats.get("evictions", float("nan")),
+                    "buffer_mib": store.nbytes / 2**20 if store.on_storage else float("nan"),
+                    "buffer_resident_mib": resident / 2**20,
                 }
             )
         loader.close()
@@ -501,6 +523,7 @@ def run_child(args) -> dict:
             "first_epoch_s": first["epoch_s"],
             "first_storage_mib": first["storage_mib_per_epoch"],
             "first_wait_over_step": first["wait_over_step"],
+            "first_buffer_resident_mib": first["buffer_resident_mib"],
             "memory_limit": limit,
             "cgroup_setup_mib": memory.setup / 2**20,
             "cgroup_peak_mib": memory.peak() / 2**20,

@@ -33,6 +33,8 @@ def test_storage_bench_smoke(tmp_path):
         assert row["step_s"] > 0 and row["wait_over_step"] >= 0, row
     ours = rows[1:]
     assert all(0 < row["host_hit_rate"] <= 1 and row["evictions"] >= 0 for row in ours)
+    for row in ours:  # the cpu backend's buffer grows as its slots fill, never past its size
+        assert 0 < row["first_buffer_resident_mib"] <= row["buffer_resident_mib"] <= row["buffer_mib"], row
     assert rows[2]["read_ahead_hits"] > 0 and rows[3]["read_ahead_hits"] == 0  # reading ahead on, then off
     assert (tmp_path / "storage.png").stat().st_size > 0 and (tmp_path / "storage.csv").exists()
     folder = MemoryLimit.folder_of(os.getpid())
@@ -87,3 +89,16 @@ def test_repeats_give_medians_with_their_spread_and_a_failure_wins():
     assert _median_row([sample(0.3), failed, sample(0.2)]) == failed
     late = {"run": "static+ahead", "status": "skipped: time limit"}
     assert _median_row([sample(0.3), sample(0.1), late])["repeats"] == 2 and _median_row([late, late]) == late
+
+
+def test_the_host_buffer_reading_counts_a_pinned_buffer_whole_from_the_bind():
+    """docs/storage.md: ``zerocopy`` registers the whole host buffer when the store binds, which makes
+    every page resident before any row is read; with ``cpu`` the pages fill with the slots."""
+    from storage import buffer_resident_bytes
+
+    buffer, row = 24 << 20, 512
+    assert buffer_resident_bytes("zerocopy", buffer, 0, row) == buffer
+    assert buffer_resident_bytes("zerocopy", buffer, 1000, row) == buffer
+    assert buffer_resident_bytes("cpu", buffer, 0, row) == 0
+    assert buffer_resident_bytes("cpu", buffer, 1000, row) == 1000 * row
+    assert buffer_resident_bytes("cpu", buffer, 10**6, row) == buffer, "never more than the buffer: slots are reused"

@@ -1,9 +1,11 @@
 """The host buffer: at most a budget's worth of a file's rows in memory, found by a row -> slot map.
 
 ``rows`` is one ``(capacity, dim)`` tensor over an anonymous page-aligned ``mmap``: the table the
-gather backends read with slot ids (the ``zerocopy`` backend pins it in place, as it pins any
-table). Its pages become resident as slots are first filled, so resident memory grows to the
-budget and no further.
+gather backends read with slot ids. Resident memory depends on the backend (docs/storage.md):
+with ``cpu`` a page becomes resident when a slot on it is first filled, so resident memory grows
+to the buffer's size and no further; ``zerocopy`` pins the whole buffer in place when the store
+binds (``cudaHostRegister``, as it pins any table), which makes every page resident and locked at
+once, until ``close()``.
 
 :meth:`HostBuffer.acquire` takes a batch's distinct rows and returns their slots, *reserved*
 (a pin count per slot): a reserved slot is never evicted, so a gather in flight, or a read ahead
@@ -66,7 +68,7 @@ class HostBuffer:
         self.reader, self.num_rows, self.capacity = reader, num_rows, capacity
         self.eviction, self.stats = eviction, stats
         item = torch.empty((), dtype=dtype).element_size()
-        self._memory = mmap.mmap(-1, max(1, capacity * dim * item))  # page-aligned; pages resident once written
+        self._memory = mmap.mmap(-1, max(1, capacity * dim * item))  # page-aligned; resident once written, or all at once when pinned
         flat = torch.frombuffer(self._memory, dtype=torch.uint8, count=capacity * dim * item) if capacity * dim * item else torch.empty(0, dtype=torch.uint8)
         self.rows = flat.view(dtype).view(capacity, dim)
         self._bytes = flat.numpy().reshape(capacity, dim * item)
