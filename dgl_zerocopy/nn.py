@@ -45,7 +45,9 @@ from typing import Any
 import torch
 from torch import nn
 
-from .loading.blocks import DeviceBlock, HeteroDeviceBlock
+from .sampling.blocks import DeviceBlock, HeteroDeviceBlock
+
+__all__ = ["SAGEConv", "GraphConv", "HeteroGraphConv", "load_dgl_weights"]  # what docs/api.md lists
 
 SAGE_AGGREGATORS = ("mean",)
 GCN_NORMS = ("both", "right", "left", "none")

@@ -459,7 +459,7 @@ class _ShuffledEdgeBlocks(dgl.dataloading.BlockSampler):
 
 
 def test_device_block_edge_data_follows_its_csc_order():
-    from dgl_zerocopy.loading.blocks import _csc
+    from dgl_zerocopy.sampling.blocks import _csc
 
     graph = homogeneous(torch.int64)
     sampler = _ShuffledEdgeBlocks(prefetch_edge_feats=["ef", "w"])
@@ -476,7 +476,7 @@ def test_device_blocks_carry_dgls_data(use, tmp_path):
     """blocks="device" (what a CUDA device gets with PyPI's DGL), here on the CPU: every block a
     DeviceBlock (HeteroDeviceBlock when typed) holding DGL's node data, and its edge data in the
     block's CSC order (DGL's edge order permuted, as the block's edata["_ID"] says)."""
-    from dgl_zerocopy.loading.blocks import _csc
+    from dgl_zerocopy.sampling.blocks import _csc
 
     graph, indices, sampler, kw = use(torch.int64, tmp_path)
     lists = (sampler.prefetch_node_feats, sampler.prefetch_labels, sampler.prefetch_edge_feats)

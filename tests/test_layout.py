@@ -23,14 +23,17 @@ LAYERS = {
     "kernels": 0,  # the GPU kernel layer (kernels/ holds its sources)
     "store": 1,  # where rows live
     "data": 2,  # datasets (their tables are files the store maps)
-    "loading": 3,  # batches
-    "sampling": 3,  # GPU neighbour sampling, beside loading (it reads loading.blocks; the loader may use it)
-    "nn": 4,  # layers over device blocks
-    "training": 5,  # loop, sources, config, models, DDP
-    "dist": 6,  # DistDGL training, built on training
-    "cli": 7,
-    "": 7,  # the command line and the package's public names
+    "sampling": 3,  # GPU neighbour sampling and the device blocks it builds (the loader uses both)
+    "loading": 4,  # batches
+    "nn": 5,  # layers over device blocks
+    "training": 6,  # loop, sources, config, models, DDP
+    "dist": 7,  # DistDGL training, built on training
+    "cli": 8,
+    "": 8,  # the command line and the package's public names
+    "_moved": 8,  # old import paths of moved modules, installed by the package's __init__
 }
+#: The folders nothing under store/ or sampling/ may import: the layers above them, and front ends to come.
+ABOVE_SAMPLING = ("loading", "nn", "training", "dist", "cli", "pyg")
 MAX_LINES = 500
 
 
@@ -51,6 +54,12 @@ MODULES = _modules()
 
 def _imports(name: str, path: Path) -> set[str]:
     """The package's modules that ``name`` imports anywhere in its file."""
+    return {t for t in _import_targets(name, path) if t in MODULES and t != name}
+
+
+def _import_targets(name: str, path: Path) -> set[str]:
+    """Every dotted name that ``name`` imports anywhere in its file, relative imports resolved: a
+    module of the package, or the package module a name is taken from, or a module outside it."""
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
@@ -66,7 +75,7 @@ def _imports(name: str, path: Path) -> set[str]:
             targets = [f"{module}.{alias.name}" if f"{module}.{alias.name}" in MODULES else module for alias in node.names]
         else:
             continue
-        found.update(t for t in targets if t in MODULES and t != name)
+        found.update(targets)
     return found
 
 
@@ -121,6 +130,22 @@ def test_no_import_circle_in_the_package():
 def test_imports_flow_down_the_layers():
     upward = [f"{name} -> {target}" for name, targets in sorted(GRAPH.items()) for target in sorted(targets) if _layer(target) > _layer(name)]
     assert upward == [], "modules importing a layer above their own:\n" + "\n".join(upward)
+
+
+def test_store_and_sampling_import_no_layer_above_them():
+    """The two layers the loader builds on (rows, and sampled blocks) never reach up: not to loading
+    (``sampling`` once took ``DeviceBlock`` from ``loading.blocks``), nn, training, dist, the CLI or a
+    front end such as ``pyg``, whether or not that folder exists yet."""
+    lower = {name: path for name, path in MODULES.items() if _layer(name) in (LAYERS["store"], LAYERS["sampling"])}
+    assert {f"{PACKAGE}.store.feature_store", f"{PACKAGE}.sampling.neighbor", f"{PACKAGE}.sampling.blocks"} <= set(lower)
+    above = tuple(f"{PACKAGE}.{folder}" for folder in ABOVE_SAMPLING)
+    upward = sorted(
+        f"{name} -> {target}"
+        for name, path in lower.items()
+        for target in _import_targets(name, path)
+        if target == PACKAGE or target.startswith(tuple(a + "." for a in above)) or target in above
+    )
+    assert upward == [], "store/ and sampling/ importing a layer above them:\n" + "\n".join(upward)
 
 
 def test_every_subpackage_is_a_layer_the_list_names():

@@ -30,11 +30,11 @@ from typing import Iterator, Mapping, Sequence
 
 import torch
 
-from ..loading.blocks import as_device_block
 from ..loading.dgl_options import dgl_has_cuda
 from ..loading.prefetch import Prefetcher
 from ..loading.ring import Fill, SlotRing
 from ..loading.timing import StageTimer
+from ..sampling.blocks import as_device_block
 from .source import DistFeatureSource
 from .watchdog import Watchdog
 

@@ -187,7 +187,7 @@ def move(output, device: torch.device, device_blocks: bool, can_move_graphs: boo
 
 def _move_graph(graph, position: int, device: torch.device, device_blocks: bool, can_move_graphs: bool, needs: list[Need]):
     if device_blocks and graph.is_block:
-        from .blocks import DeviceBlock, _csc
+        from ..sampling.blocks import DeviceBlock, _csc
 
         for need in needs:
             if need.graph == position and need.kind == "edge":

@@ -154,7 +154,7 @@ class DeviceSampling:
         needs = [Need(0, None, "node", 0, "src", self.ntype, name, name, input_nodes, False) for name in features]
         needs += [Need(last, None, "node", dst_frame, "dst", self.ntype, name, name, output_nodes, False) for name in labels]
         if self.edge_features:
-            from .blocks import EID
+            from ..sampling.blocks import EID
 
             for i, block in enumerate(blocks):
                 needs += [Need(i, None, "edge", 0, None, self.etype, name, name, block.edata[EID], False) for name in self.edge_features]
@@ -181,7 +181,7 @@ def to_dgl_block(block: Any) -> Any:
     the current stream, as DGL's sampler gives them). The block's other data is not carried."""
     import dgl
 
-    from .blocks import EID, NID
+    from ..sampling.blocks import EID, NID
 
     csc = ("csc", (block.indptr, block.indices, block.indptr.new_empty(0)))  # no edge ids: 0..E-1 in CSC order
     made = dgl.create_block(csc, num_src_nodes=block.num_src_nodes(), num_dst_nodes=block.num_dst_nodes(), device=block.device)

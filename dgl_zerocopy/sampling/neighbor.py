@@ -30,9 +30,9 @@ import torch
 
 from ..cuda.sampling import CSCPlan
 from ..cuda.sampling.launch import bad_seed_error
-from ..loading.blocks import EID, NID, DeviceBlock
 from ..store.transfer import to_device
 from . import relabel
+from .blocks import EID, NID, DeviceBlock
 from .graph import SamplingGraph, check_homogeneous, release, shared_graph
 from .layer import (
     as_seeds,

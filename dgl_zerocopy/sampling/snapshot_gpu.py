@@ -41,8 +41,8 @@ from typing import Any
 
 import torch
 
-from ..loading.blocks import EID, NID
 from ..store.transfer import to_device
+from .blocks import EID, NID
 from .graph import SamplingGraph, check_homogeneous, release, shared_graph
 from .layer import as_seeds, check_placement, draw_seed, resolve_device, sample_layer
 from .neighbor import GpuNeighborSampler

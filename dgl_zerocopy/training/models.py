@@ -19,6 +19,8 @@ from torch.nn import functional as F
 
 from ..nn import GraphConv, HeteroGraphConv, SAGEConv
 
+__all__ = ["GraphSAGE", "GCN", "RGCN", "build_model", "MODELS"]
+
 MODELS = ("sage", "gcn", "rgcn")  # rgcn: for heterographs (build_model needs etypes)
 RELATION_LAYERS = ("sage", "gcn")  # RGCN's layer per edge type
 
