@@ -123,3 +123,22 @@ def test_a_script_whose_first_line_is_import_dgl_works():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, encoding="utf-8", env=env, cwd="/", timeout=240)
     assert result.returncode == 0, result.stdout + result.stderr
     assert result.stdout.split("\n")[:2] == ["True []", "True True"]
+
+
+def test_a_benchmark_imports_dgl_first_without_the_pth():
+    """A checkout on PYTHONPATH, as ``make gpu-check`` runs the benchmarks on a GPU image: no ``.pth``
+    is read there, so ``bench/common.py`` (which every benchmark imports) installs the hook itself,
+    and a benchmark may ``import dgl`` before ``dgl_zerocopy`` (bench/storage.py does). Where DGL has
+    no graphbolt library for this torch (made so here), that import failed on the first GPU run."""
+    out = _run(f"""
+        import sys
+        import _dgl_zerocopy_graphbolt as hook
+        sys.meta_path[:] = [f for f in sys.meta_path if not isinstance(f, hook._Finder)]  # as without the .pth
+        hook._torch_version = lambda: "9.9.9"  # a torch DGL 2.1 ships no graphbolt library for
+        sys.path.insert(0, {str(REPO / "bench")!r})
+        import common
+        print(sum(isinstance(f, hook._Finder) for f in sys.meta_path))
+        import dgl
+        print(hook.active(), hasattr(dgl.dataloading, "DataLoader"))
+    """)
+    assert out.split("\n")[:2] == ["1", "True True"]

@@ -202,7 +202,9 @@ def test_graphconv_external_weight_equals_dgl(in_feats, out_feats, as_device_blo
         grad_out = torch.randn(block.num_dst_nodes(), out_feats, generator=gen)
         results = []
         for layer, graph, dev in ((theirs, block, "cpu"), (ours, _given(block, as_device_block, device), device)):
-            w = weight.to(dev).requires_grad_(True)
+            # a copy on both devices: on the CPU .to() returns `weight` itself, and marking it would make
+            # the CUDA pass's .to() a non-leaf whose .grad stays None
+            w = weight.to(dev, copy=True).requires_grad_(True)
             out = layer(graph, x.to(dev), weight=w)
             out.backward(grad_out.to(dev))
             results.append((out.detach().cpu(), w.grad.cpu(), layer.bias.grad.cpu()))
