@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--codecs", default="", help=f"GPU: compressed zero-copy methods to add, comma separated ({', '.join(CODECS)})")
     parser.add_argument("--codec-cols", default="100,128", help="the widths at which --codecs are timed")
     parser.add_argument("--repeats", type=int, default=15)
-    parser.add_argument("--tune-cols", type=int, default=128, help="GPU: the width at which the zero-copy options are timed too (0: none)")
+    parser.add_argument("--tune-cols", default="128", help="GPU: the widths at which the zero-copy options are timed too, comma separated (0: none)")
     parser.add_argument("--max-blocks", default="0.5sm,1sm,2sm,4sm", help="GPU: grid caps timed at --tune-cols: integers or Nsm (N times the SM count)")
     parser.add_argument(
         "--cache-fracs", default="", help="GPU: shares of the rows cached by zerocopy+cache=F and cpu+cache=F at --tune-cols, e.g. 0.1,0.25,0.5"
@@ -289,7 +289,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=0, help="seconds: after this, widths not started yet become skipped rows (0: no limit)")
     parser.add_argument("--out", default="gather", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
-    dims, batches, codec_dims = parse_ints(args.dims), parse_ints(args.batches), parse_ints(args.codec_cols)
+    dims, batches, codec_dims, tune_dims = parse_ints(args.dims), parse_ints(args.batches), parse_ints(args.codec_cols), set(parse_ints(args.tune_cols))
     if unknown := [d for d in args.dtypes.split(",") if d not in DTYPES]:
         parser.error(f"unknown dtype {unknown[0]!r}; choose from {', '.join(DTYPES)}")
     codecs = tuple(c.strip() for c in args.codecs.split(",") if c.strip())
@@ -355,7 +355,7 @@ def main(argv: list[str] | None = None) -> int:
         for dim in dims:
             row_bytes = dim * torch.empty((), dtype=dtype).element_size()
             n_rows = table_rows(args.rows, row_bytes, args.table_gb)
-            methods = methods_for(cuda, dim == args.tune_cols, max_blocks, codecs if dim in codec_dims else (), cache_fracs)
+            methods = methods_for(cuda, dim in tune_dims, max_blocks, codecs if dim in codec_dims else (), cache_fracs)
             compressed_tables: dict = {}
             key = {"dtype": dtype_name, "dim": dim, "row_bytes": row_bytes, "table_rows": n_rows}
             if out_of_time():

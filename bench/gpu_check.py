@@ -311,7 +311,7 @@ def gather_plan(mode: str, sms: int) -> dict[str, float]:
         (d, b)
         for d in gather.parse_ints(opt("--cols"))
         for b in gather.parse_ints(opt("--batches"))
-        for _ in gather.methods_for(True, d == int(opt("--tune-cols")), caps, codecs if d in codec_dims else (), fracs)
+        for _ in gather.methods_for(True, d in gather.parse_ints(opt("--tune-cols")), caps, codecs if d in codec_dims else (), fracs)
     ]
     per = 1 + 3 + int(opt("--repeats"))
     return {"configurations": len(configs), "gathers": len(configs) * per, "gigabytes": sum(4 * d * b for d, b in configs) * per / 1e9}
