@@ -174,3 +174,32 @@ def test_sampler_every_edge_layers_with_replace_equal_reference(fanouts):
     ref = GpuNeighborSampler(fanouts, replace=True, device="reference").sample_blocks(g, torch.arange(0, 400, 9))
     assert torch.equal(ours[0], ref[0]) and all(block_triples(a) == block_triples(b) for a, b in zip(ours[2], ref[2]))
     assert plan_csc(torch.tensor([0, 2]), torch.tensor([0]), -1, replace=True, backend="reference").replace is False
+
+
+def test_relabel_uses_no_single_block_scan():
+    """``torch.cummax`` on CUDA scans a 1-D tensor in one thread block: in relabel it took 65 % of the
+    GPU sampler's device time on an H200 (bench/results/gpu/h200-2026-11-27/profile-gpu-pinned.txt).
+    Relabel uses parallel scans (cumsum) and scatters only; its result is checked against
+    ``torch.unique``'s numbering here and by the tests above."""
+    from torch.overrides import TorchFunctionMode
+
+    class Calls(TorchFunctionMode):
+        def __init__(self):
+            super().__init__()
+            self.names = set()
+
+        def __torch_function__(self, func, types, args=(), kwargs=None):
+            self.names.add(getattr(func, "__name__", str(func)))
+            return func(*args, **(kwargs or {}))
+
+    gen = torch.Generator().manual_seed(5)
+    dst = torch.randperm(5000, generator=gen)[:300]
+    src = torch.randint(-1, 5000, (4000,), generator=gen)
+    with Calls() as calls:
+        nodes, local, count = relabel.relabel_deferred(dst, src)
+    assert "cummax" not in calls.names and "cumsum" in calls.names, sorted(calls.names)
+    nodes = nodes[: int(count)]
+    assert torch.equal(nodes[:300], dst)
+    used = src >= 0
+    assert torch.equal(nodes[local[used]], src[used])
+    assert torch.equal(torch.sort(nodes).values, torch.unique(torch.cat([dst, src[used]])))

@@ -44,7 +44,13 @@ def relabel_deferred(dst: torch.Tensor, src: torch.Tensor) -> tuple[torch.Tensor
     starts = torch.ones(total, dtype=torch.bool, device=cand.device)
     starts[1:] = ids[1:] != ids[:-1]
     step = torch.arange(total, device=cand.device)
-    run_start = torch.cummax(torch.where(starts, step, 0), 0).values  # sorted index of each run's first element
+    # The sorted index of each run's first element: each start writes its index at its run's number,
+    # every other element into one spare slot past the end. Not torch.cummax: on CUDA its 1-D scan
+    # runs in one thread block, and took 65 % of the GPU sampler's device time on an H200 (0.7 ms a
+    # layer at 650k sampled edges; bench/results/gpu/h200-2026-11-27/profile-gpu-pinned.txt).
+    run_id = torch.cumsum(starts, 0) - 1
+    run_first = torch.empty(total + 1, dtype=torch.int64, device=cand.device).scatter_(0, torch.where(starts, run_id, total), step)
+    run_start = run_first[run_id]
     first = order[run_start]  # for each sorted element: the position of its id's first appearance
     # A node is new when its first appearance is among the sampled sources; numbered by that position.
     new_at_sorted = (starts & (order >= num_dst) & (ids >= 0)).long()
