@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import textwrap
@@ -453,25 +454,44 @@ def _fake_pytest_tests(folder, slow_test_body):
     return folder
 
 
+@pytest.fixture
+def sigint_as_in_a_terminal():
+    """SIGINT raises KeyboardInterrupt in this process while the test runs, as in a terminal, so that
+    the pytest it starts can be interrupted. A pytest started in the background by a shell without
+    job control (`make test &`, a CI script) has SIGINT ignored, its children inherit that, and
+    Python keeps an ignored SIGINT ignored: run_bounded's SIGINT would do nothing."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    yield
+    if previous is not None:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.mark.parametrize(
     "slow_test_body, stop", [("time.sleep(60)", "interrupted"), ("signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)", "killed")]
 )
-def test_pytest_stopped_at_its_limit_keeps_what_finished(tmp_path, monkeypatch, slow_test_body, stop):
+def test_pytest_stopped_at_its_limit_keeps_what_finished(tmp_path, monkeypatch, sigint_as_in_a_terminal, slow_test_body, stop):
     """pytest interrupted at its limit (or killed, when it ignores SIGINT): the tests that finished
     keep their outcomes, the one cut off and those after it are not run for time, the step is
     partial and the check still passes."""
     monkeypatch.setattr(gpu_check, "PYTEST_GRACE", 3)
+    runs = []
+    run_bounded = gpu_check.run_bounded
+    monkeypatch.setattr(gpu_check, "run_bounded", lambda *args, **kwargs: runs.append(run_bounded(*args, **kwargs)) or runs[-1])
     folder = _fake_pytest_tests(tmp_path / "t", slow_test_body)
     part, log = gpu_check.pytest_part(gpu_check.child_env(None), 9, tmp_path, cwd=folder)
+    (run,) = runs
     assert part.status == "partial", (part, log)
     assert part.details["counts"] == {"passed": 1, "failed": 0, "errors": 0, "skipped": 1, "not run (time limit)": 2, "selected": 4}
     assert part.details["in_flight"] == "test_fake.py::test_slow"
     assert part.details["not_run"] == ["test_fake.py::test_after"]
     assert part.reason.startswith("time limit (9 s): 1 passed, 1 skipped, 2 not run (time limit); test_fake.py::test_slow cut off")
     assert gpu_check.exit_code([part]) == 0
-    assert part.seconds < 8.9 if stop == "interrupted" else 8.9 < part.seconds < 30
-    if stop == "interrupted":  # pytest ended its session: its own summary is there too
+    assert run.interrupted  # sent SIGINT at 6 s: its limit (9 s) less the grace (3 s)
+    if stop == "interrupted":  # pytest ended its session itself before the kill (0.2 s after the SIGINT, idle): its own summary is there too
+        assert run.returncode == 2, (run.returncode, run.seconds)  # pytest's exit code when interrupted; None: killed
         assert "KeyboardInterrupt" in log and "slowest 15 durations" in log
+    else:  # ignoring SIGINT, it was killed (no exit code) at its limit, not before
+        assert run.returncode is None and part.seconds > 8.9, (run.returncode, run.seconds)
     summary = {"parts": [gpu_check.asdict(part)], "figures": {"gather": []}}
     assert gpu_check.render_markdown.__module__ == "gpu_check_report"
     from gpu_check_report import time_skips
