@@ -66,6 +66,20 @@ def gpu_cache_rows(gpu_cache: Mapping | None, num_nodes: int) -> dict[str, int]:
     return rows
 
 
+def warn_frozen_snapshot(sampler, worker_kwargs: Mapping) -> None:
+    """Warn (once per loader) where persistent sampling processes would sample a snapshot sampler's
+    first snapshot for ever: a sampler with ``refresh > 0`` (``SnapshotSampler``) is refreshed, and
+    rebuilt after its graph changes, in the main process, which persistent workers never see again."""
+    persistent = worker_kwargs.get("num_workers", 0) > 0 and worker_kwargs.get("persistent_workers")
+    if persistent and getattr(sampler, "refresh", 0) and callable(getattr(sampler, "refresh_snapshot", None)):
+        warnings.warn(
+            f"persistent_workers=True with {sampler!r}: the worker processes keep the snapshot they start with, so its refresh "
+            f"(and a rebuild after the graph changes) never reaches them; pass persistent_workers=False to sample every epoch from "
+            f"the refreshed snapshot, or refresh=0 for a snapshot meant to stay as it is",
+            stacklevel=3,
+        )
+
+
 def warn_once(key: str, message: str) -> None:
     if key not in _WARNED:
         _WARNED.add(key)

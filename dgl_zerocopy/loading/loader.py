@@ -48,6 +48,7 @@ from typing import NamedTuple
 import torch
 
 from ..store.feature_store import resolve_device
+from . import dgl_options
 from .collate import find_needs, mark_blocks, move, put
 from .dgl_options import OTHER_TORCH_KWARGS, WORKER_KWARGS, apply_dgl_options, default_block_kind, dgl_has_cuda, gpu_cache_rows, is_dgl_sampler
 from .feature_sources import Sources
@@ -203,6 +204,7 @@ class DataLoader:
         self.timer = timer or StageTimer()
         self.epoch = 0
         self._worker_kwargs = {k: kwargs[k] for k in WORKER_KWARGS if k in kwargs}
+        dgl_options.warn_frozen_snapshot(graph_sampler, self._worker_kwargs)
         self._workers = None  # the torch DataLoader of the sampling processes (num_workers > 0), made lazily
         self._positions = None  # its shared-memory seed positions, rewritten every epoch
         # use_alternate_streams=False: the worker queues on the default stream, like the step.

@@ -231,6 +231,32 @@ def dgl_csc(g: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     return indptr, indices, (eids if eids.numel() > 0 else None)
 
 
+class GraphStamp:
+    """What a sampler records of the DGL graph it builds from, to tell at each call, cheaply, whether
+    the graph was changed in place since (``add_nodes``, ``add_edges``, ``remove_nodes``,
+    ``remove_edges``). DGL gives the graph a new structure object (``g._graph``, its graph index) at
+    each such change and never alters one: a weak reference to the one seen at the stamp, compared
+    with the graph's current one, is a pointer comparison and keeps nothing of the old graph alive.
+    Without that object (another DGL), the node and edge counts are compared."""
+
+    def __init__(self, g: Any) -> None:
+        self.num_nodes, self.num_edges = g.num_nodes(), g.num_edges()
+        index = getattr(g, "_graph", None)
+        try:
+            self._index = weakref.ref(index) if index is not None else None
+        except TypeError:  # not weakly referable: the counts only
+            self._index = None
+
+    def changed(self, g: Any) -> str | None:
+        """None when ``g`` is the graph as it was at the stamp; else what changed, in words."""
+        if self._index is not None and self._index() is getattr(g, "_graph", None):
+            return None
+        now = g.num_nodes(), g.num_edges()
+        if now == (self.num_nodes, self.num_edges):
+            return None if self._index is None else f"its edges changed, {now[0]} nodes and {now[1]} edges as before"
+        return f"{self.num_nodes} nodes and {self.num_edges} edges then, {now[0]} and {now[1]} now"
+
+
 # -- one SamplingGraph per (DGL graph, placement, device) ------------------------------------------------
 
 _shared: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # DGL graph -> {key: [SamplingGraph, users]}
@@ -243,17 +269,18 @@ def shared_graph(g: Any, placement: str, device: Any = None, *, hold: bool = Fal
     it back with :func:`release`. It is closed when its last user releases it, or when ``g`` is
     garbage-collected. ``hold``: keep it open for as long as ``g`` lives (no release needed; what
     :func:`~.neighbor.sample_neighbors` asks, so that repeated calls do not pin the graph again).
-    A graph whose node or edge count changed since (``add_edges``) gets a new one."""
+    A graph changed in place since (``add_edges``, ``remove_edges``: :class:`GraphStamp`) gets a new
+    one; the old one stays with its users until they give it back."""
     check_homogeneous(g)
     device = torch.device("cpu") if placement == "host" else _cuda_device(device, placement)
-    key = (placement, str(device), g.num_nodes(), g.num_edges(), g.idtype)
+    key = (placement, str(device), g.num_nodes(), g.num_edges(), g.idtype, id(getattr(g, "_graph", None)))
     with _shared_lock:
         per_graph = _shared.get(g)
         if per_graph is None:
             per_graph = _shared[g] = {}
         entry = per_graph.get(key)
-        if entry is None or entry.graph.closed:
-            entry = per_graph[key] = _Entry(SamplingGraph.from_dgl(g, placement, device))
+        if entry is None or entry.graph.closed or entry.stamp.changed(g):  # (an id reused by a newer index)
+            entry = per_graph[key] = _Entry(SamplingGraph.from_dgl(g, placement, device), GraphStamp(g))
             # Closed with the DGL graph at the latest; the finalizer holds the SamplingGraph, never g.
             weakref.finalize(g, entry.graph.close)
         if hold:
@@ -277,8 +304,8 @@ def release(graph: SamplingGraph) -> None:
 
 
 class _Entry:
-    def __init__(self, graph: SamplingGraph) -> None:
-        self.graph, self.users, self.held = graph, 0, False
+    def __init__(self, graph: SamplingGraph, stamp: GraphStamp) -> None:
+        self.graph, self.stamp, self.users, self.held = graph, stamp, 0, False
 
 
 # -- checks -----------------------------------------------------------------------------------------------

@@ -4,7 +4,10 @@
 The snapshot is a compact CSC (:class:`Snapshot`): node ``v`` owns ``min(deg(v), snapshot_size)``
 slots ``indptr[v]:indptr[v + 1]``, each holding one in-edge of ``v`` (its source ``src`` and its
 edge id ``eid`` in the original graph), chosen uniformly without replacement; ids are int32
-wherever they fit. A node's slot count never changes, so a refresh rewrites slots in place.
+wherever they fit. A node's slot count never changes, so a refresh rewrites slots in place. What is
+sized by the slot count (the pick tables, the build's chunks) is sized by ``min(snapshot_size,
+largest in-degree)`` (:func:`slots_per_node`), the same snapshot, so a huge ``snapshot_size`` costs
+what the graph costs (issue 33 item 4).
 
 Refresh unit: **nodes**. A refresh redraws the whole snapshot of each chosen node from its full
 in-edge list, exactly as the first build drew it. Why nodes and not slots: a node's snapshot is
@@ -35,6 +38,7 @@ from __future__ import annotations
 import logging
 import math
 import threading
+import warnings
 import weakref
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -42,7 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from .graph import dgl_csc
+from .graph import GraphStamp, dgl_csc
 from .snapshot_csc import PickTables, RefreshOrder, Relabel, Snapshot, build_snapshot, fill, side_by_side
 
 try:  # the package imports without DGL; the sampler itself needs it
@@ -117,6 +121,36 @@ def check_options(fanouts: Any, snapshot_size: Any, refresh: Any) -> tuple[list[
     return fanouts, int(snapshot_size), float(refresh)
 
 
+def slots_per_node(deg: torch.Tensor, snapshot_size: int, sampler: str) -> int:
+    """The most slots a node of in-degrees ``deg`` gets: ``min(snapshot_size, largest in-degree)``.
+    A node never holds more slots than in-edges, so the snapshot is the one ``snapshot_size`` gives;
+    what is sized by this number (the CPU sampler's pick tables, the refresh's chunks, the GPU
+    build's fanout) is then bounded by the graph, whatever ``snapshot_size`` says. Logged (INFO)
+    when it is below ``snapshot_size``."""
+    largest = int(deg.max()) if deg.numel() else 0
+    if snapshot_size <= largest:
+        return snapshot_size
+    log.info(
+        "%s: snapshot_size %d is above the graph's largest in-degree %d: every node keeps all its in-edges (the snapshot is the whole "
+        "graph, and a refresh has nothing to redraw); the sampler's memory is sized by %d slots per node at most",
+        sampler,
+        snapshot_size,
+        largest,
+        largest,
+    )
+    return largest
+
+
+def announce_rebuild(sampler: str, changed: str) -> None:
+    """Warn that the graph of a snapshot was changed in place since the build (``changed``: what
+    :meth:`~.graph.GraphStamp.changed` says) and that a new snapshot of it is being built."""
+    warnings.warn(
+        f"the graph was changed in place since {sampler} built its snapshot ({changed}): building a new snapshot of the graph as it "
+        f"is now, as a new sampler would (a whole build; worker processes started before the change keep sampling their copy of the old graph)",
+        stacklevel=5,
+    )
+
+
 class SnapshotSampler(_BlockSampler):
     """DGL's ``NeighborSampler`` over a snapshot: ``sample(g, seeds)`` returns ``(input_nodes,
     output_nodes, blocks)`` as DGL's does (one DGL block per layer, the first the input layer;
@@ -145,7 +179,12 @@ class SnapshotSampler(_BlockSampler):
 
     Worker processes (``num_workers > 0``) sample from the copy of the snapshot they start with:
     built by :meth:`on_epoch_start` in the main process, refreshed there before the next epoch's
-    workers start; persistent workers keep their first copy. ``exclude_eids`` is refused.
+    workers start; persistent workers keep their first copy (:class:`dgl_zerocopy.DataLoader` warns of
+    it). ``exclude_eids`` is refused.
+
+    A graph changed in place since the build (``add_nodes``, ``remove_edges``, ...: a new graph index,
+    :class:`~.graph.GraphStamp`, compared at every call) gets a new snapshot, with a warning: a DGL
+    sampler keeps no state and samples the graph as it is, and so does this one, at a build's cost.
 
     On the GPU, :class:`dgl_zerocopy.DataLoader` with ``use_uva=True`` samples with a
     :class:`~.snapshot_gpu.GpuSnapshotSampler` of the same options instead (the snapshot in device
@@ -174,6 +213,8 @@ class SnapshotSampler(_BlockSampler):
         self._relabel: Relabel | None = None
         self._key: tuple | None = None  # _graph_key of the graph the snapshot was built from
         self._graph: weakref.ref | None = None
+        self._stamp: GraphStamp | None = None  # that graph as it was (a change in place rebuilds)
+        self._slots = 0  # slots per node at most: min(snapshot_size, the graph's largest in-degree)
         self._full_nbytes = 0
         self._lock = threading.Lock()
         self.nodes_refreshed = 0  # nodes redrawn by refreshes since the build (the build not counted)
@@ -209,47 +250,55 @@ class SnapshotSampler(_BlockSampler):
     def refresh_snapshot(self, g: Any = None) -> int:
         """Redraw ``ceil(refresh * n)`` of the ``n`` nodes whose snapshot is partial (in-degree above
         ``snapshot_size``), the next ones of a random order; returns how many were redrawn. ``g``:
-        the graph (default: the one sampled last); a graph without a snapshot gets one built (the
-        build counts as 0 here). Before any snapshot exists and without ``g``, does nothing."""
+        the graph (default: the one sampled last); a graph without a snapshot, or changed in place
+        since its build (a warning), gets one built (the build counts as 0 here). Before any snapshot
+        exists and without ``g``, does nothing."""
         with self._lock:
             if g is not None:
                 _check_graph(g)
-                if not self._bound_to(g):
-                    self._build(g)
-                    return 0
             elif self._snapshot is None:
                 return 0
             else:
                 g = self._graph() if self._graph is not None else None
                 if g is None:
                     raise RuntimeError("the graph of this snapshot is gone (garbage-collected, or in another process): pass it, refresh_snapshot(g)")
+            if not self._bound_to(g):
+                self._build(g)
+                return 0
             self._tables.redraw()
             count = math.ceil(self.refresh * self._order.nodes.numel())
             nodes = self._order.take(count)
-            fill(self._snapshot, _full_csc(g), nodes, self.snapshot_size)
+            fill(self._snapshot, _full_csc(g), nodes, self._slots)
             self.nodes_refreshed += nodes.numel()
             return nodes.numel()
 
     def _bound_to(self, g: Any) -> bool:
-        """Whether the snapshot is ``g``'s (the same object, or a copy of it in a worker process)."""
+        """Whether the snapshot is ``g``'s (the same object, unchanged since the build, or a copy of
+        it in a worker process). The same object changed in place is announced (a warning): the
+        caller builds anew, as a DGL sampler, which keeps no state, samples the graph as it is."""
         if self._snapshot is None:
             return False
         if self._graph is not None and self._graph() is g:
-            return True
+            changed = self._stamp.changed(g)
+            if changed is None:
+                return True
+            announce_rebuild("SnapshotSampler", changed)
+            return False
         if _graph_key(g) == self._key:
-            self._graph = weakref.ref(g)
+            self._graph, self._stamp = weakref.ref(g), GraphStamp(g)
             return True
         return False
 
     def _build(self, g: Any) -> None:
         full = _full_csc(g)
         self._full_nbytes = sum(t.numel() * t.element_size() for t in full if t is not None)
-        self._snapshot = build_snapshot(full, g.num_edges(), self.snapshot_size)
         deg = full[0][1:] - full[0][:-1]
-        self._order = RefreshOrder(torch.nonzero(deg > self.snapshot_size).squeeze(1))
-        self._tables = PickTables(self.snapshot_size, max(self.fanouts))
+        self._slots = slots_per_node(deg, self.snapshot_size, "SnapshotSampler")
+        self._snapshot = build_snapshot(full, g.num_edges(), self._slots)
+        self._order = RefreshOrder(torch.nonzero(deg > self._slots).squeeze(1))
+        self._tables = PickTables(self._slots, max(self.fanouts))
         self._relabel = Relabel(g.num_nodes())
-        self._key, self._graph = _graph_key(g), weakref.ref(g)
+        self._key, self._graph, self._stamp = _graph_key(g), weakref.ref(g), GraphStamp(g)
         self.nodes_refreshed = 0
         log.info(
             "snapshot of %d nodes: %d of %d in-edges, %d bytes (full CSC %d)",
@@ -300,9 +349,9 @@ class SnapshotSampler(_BlockSampler):
     # -- pickling (worker processes) ----------------------------------------------------------------
 
     def __getstate__(self) -> dict:
-        # The snapshot travels; the lock, the graph's weak reference and the map (rebuilt) do not.
+        # The snapshot travels; the lock, the graph's weak references and the map (rebuilt) do not.
         state = dict(self.__dict__)
-        state.update(_lock=None, _graph=None, _relabel=None)
+        state.update(_lock=None, _graph=None, _stamp=None, _relabel=None)
         return state
 
     def __setstate__(self, state: dict) -> None:

@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 _INT32_MAX = 2**31 - 1
+TABLE_SLOTS = 256  # PickTables: slot counts up to this are looked up in tables; larger ones drawn at each visit
 _CHUNK = 1 << 20  # entries of the [nodes, size] draw matrix made at once (bounds the build's scratch memory: ~40 bytes each)
 
 
@@ -162,19 +163,29 @@ class PickTables:
     """One layer's picks: per frontier node of ``s`` slots, ``min(fanout, s)`` of them uniformly
     without replacement, by looking up a random row of a table of random orders of ``[0, s)``.
 
-    For each ``s`` in ``1..size`` the table holds :attr:`rows` independent uniform random orders of
-    ``[0, s)``, cut to their first ``min(s, width)`` entries (``width``: the largest fanout). The
-    first ``f`` entries of a uniform random order are a uniform ``f``-subset, so every pick is
-    exactly uniform; a node visited twice uses the same row with probability ``1 / rows``.
-    :meth:`redraw` draws new tables (the sampler does at each epoch's refresh). A lookup is one
-    gather per frontier node instead of ``fanout`` random draws with a duplicate check each."""
+    For each ``s`` in ``1..limit`` the table holds :attr:`rows` independent uniform random orders of
+    ``[0, s)``, cut to their first ``min(s, width)`` entries (``width``: the largest fanout, at most
+    ``limit``: a node of ``s <= limit`` slots never gives more picks). The first ``f`` entries of a
+    uniform random order are a uniform ``f``-subset, so every pick is exactly uniform; a node visited
+    twice uses the same row with probability ``1 / rows``. :meth:`redraw` draws new tables (the
+    sampler does at each epoch's refresh). A lookup is one gather per frontier node instead of
+    ``fanout`` random draws with a duplicate check each.
+
+    ``size`` is the most slots a node has (the sampler's ``min(snapshot_size, largest in-degree)``);
+    ``limit`` is ``min(size, TABLE_SLOTS)``. A node of more than ``limit`` slots (only where ``size``
+    is larger) gets its picks drawn at each visit instead (:func:`draw_subsets`, scratch of one flag
+    per slot of such nodes in the layer). So the tables hold at most ``TABLE_SLOTS * rows * width``
+    entries (a few MB), and a redraw takes ``limit`` steps, whatever ``snapshot_size`` or the graph's
+    degrees are: the sampler's memory is the snapshot's, bounded by the graph's edges."""
 
     def __init__(self, size: int, width: int) -> None:
-        self.size, self.width = size, width
-        # Fewer rows for large snapshots bounds the redraw's work and the tables' memory (rows * size * width).
-        self.rows = max(256, min(4096, (1 << 22) // max(size * size, 1)))
-        dtype = torch.int8 if size <= 127 else torch.int16 if size <= 32767 else torch.int32
-        self.table = torch.zeros(max(size, 1) * self.rows, max(width, 1), dtype=dtype)
+        self.size = size
+        self.limit = min(size, TABLE_SLOTS)
+        self.width = min(width, self.limit)
+        # Fewer rows for large snapshots bounds the redraw's work and the tables' memory (rows * limit * width).
+        self.rows = max(256, min(4096, (1 << 22) // max(self.limit * self.limit, 1)))
+        dtype = torch.int8 if self.limit <= 127 else torch.int16
+        self.table = torch.zeros(max(self.limit, 1) * self.rows, max(self.width, 1), dtype=dtype)
         self.redraw()
 
     def redraw(self) -> None:
@@ -183,9 +194,9 @@ class PickTables:
         with ``s - 1`` put at a uniform position ``p`` (the entry at ``p`` moving to the end), so the
         table of ``s`` is the running order after ``s`` steps. (Each table is uniform by itself; the
         tables of different ``s`` in one row are related, which no pick sees: a node has one ``s``.)"""
-        order = torch.zeros(self.rows, max(self.size, 1), dtype=self.table.dtype)
+        order = torch.zeros(self.rows, max(self.limit, 1), dtype=self.table.dtype)
         rows = torch.arange(self.rows)
-        for s in range(1, self.size + 1):
+        for s in range(1, self.limit + 1):
             if s > 1:
                 at = torch.randint(0, s, (self.rows,))
                 order[:, s - 1] = order[rows, at]
@@ -194,11 +205,11 @@ class PickTables:
             self.table[(s - 1) * self.rows : s * self.rows, :w] = order[:, :w]
 
     def pick(self, snap: Snapshot, dst: torch.Tensor, fanout: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Per node of ``dst`` (int64), ``min(fanout, slots)`` of its snapshot's slots (``fanout <=
-        width``). Returns the picks' CSC ``indptr`` (int64, a row per node of ``dst``), their
-        sources and their edge ids, row by row (in the snapshot's dtypes; int64 when it is packed)."""
-        # index_select: several times faster on the CPU than tensor[index]; NumPy's boolean indexing
-        # about 3x faster than torch.masked_select (they share the memory). Positions stay in the
+        """Per node of ``dst`` (int64), ``min(fanout, slots)`` of its snapshot's slots (``slots <=
+        size``; ``fanout`` at most the ``width`` asked for). Returns the picks' CSC ``indptr`` (int64, a
+        row per node of ``dst``), their sources and their edge ids, row by row (in the snapshot's
+        dtypes; int64 when it is packed)."""
+        # index_select: several times faster on the CPU than tensor[index]. Positions stay in the
         # snapshot's index dtype (int32 where it fits: faster gathers).
         start = torch.index_select(snap.indptr, 0, dst)
         slots = torch.index_select(snap.indptr, 0, dst + 1) - start
@@ -207,19 +218,47 @@ class PickTables:
         torch.cumsum(picks, 0, out=indptr[1:])
         if fanout == 0 or dst.numel() == 0:
             return indptr, snap.src[:0], snap.eid[:0]
-        row = (slots.clamp(min=1).long() - 1) * self.rows + torch.randint(0, self.rows, (dst.numel(),))
-        pos = torch.index_select(self.table, 0, row)[:, :fanout] + start.unsqueeze(1)
-        if bool((picks < fanout).any()):  # nodes with fewer slots than the fanout: their first ones
-            keep = np.arange(fanout)[None, :] < picks.numpy()[:, None]
-            pos = torch.from_numpy(pos.numpy()[keep])
+        many = slots > self.limit if self.size > self.limit else None
+        if many is not None and bool(many.any()):
+            pos = self._mixed(start, slots, picks, fanout, many, indptr)
         else:
-            pos = pos.view(-1)
+            pos = self._looked_up(start, slots, picks, fanout)
         packed = snap.packed
         if packed is not None:  # split as int64 (what the block takes): the low and the high half
             pairs = torch.index_select(packed, 0, pos)
             first, second = torch.bitwise_and(pairs, 0xFFFFFFFF), pairs.bitwise_right_shift_(32)  # ids are >= 0
             return (indptr, first, second) if sys.byteorder == "little" else (indptr, second, first)
         return indptr, torch.index_select(snap.src, 0, pos), torch.index_select(snap.eid, 0, pos)
+
+    def _looked_up(self, start: torch.Tensor, slots: torch.Tensor, picks: torch.Tensor, fanout: int) -> torch.Tensor:
+        """The picks' slot positions, row by row, for nodes of at most ``limit`` slots: from the tables."""
+        fanout = min(fanout, self.width)  # above it only where width is limit: no node here has more slots
+        row = (slots.clamp(min=1).long() - 1) * self.rows + torch.randint(0, self.rows, (slots.numel(),))
+        pos = torch.index_select(self.table, 0, row)[:, :fanout] + start.unsqueeze(1)
+        if bool((picks < fanout).any()):  # nodes with fewer slots than the fanout: their first ones
+            # NumPy's boolean indexing: about 3x faster than torch.masked_select (they share the memory)
+            keep = np.arange(fanout)[None, :] < picks.numpy()[:, None]
+            return torch.from_numpy(pos.numpy()[keep])
+        return pos.view(-1)
+
+    def _mixed(self, start: torch.Tensor, slots: torch.Tensor, picks: torch.Tensor, fanout: int, many: torch.Tensor, indptr: torch.Tensor) -> torch.Tensor:
+        """The picks' slot positions (int64), row by row, where some nodes (``many``) have more than
+        ``limit`` slots: the others from the tables; those with at most ``fanout`` slots all of them,
+        the rest ``fanout`` drawn now (:func:`draw_subsets`)."""
+        pos = torch.empty(int(indptr[-1]), dtype=torch.int64)
+        first = indptr[:-1]
+        few = torch.nonzero(~many).squeeze(1)
+        if few.numel():
+            pos[ranges(first[few], picks[few])] = self._looked_up(start[few], slots[few], picks[few], fanout).long()
+        many = torch.nonzero(many).squeeze(1)
+        every = many[slots[many] <= fanout]
+        if every.numel():
+            pos[ranges(first[every], picks[every])] = ranges(start[every], slots[every])
+        drawn = many[slots[many] > fanout]
+        if drawn.numel():
+            offsets = draw_subsets(slots[drawn].long(), fanout) + start[drawn].long().unsqueeze(1)
+            pos[ranges(first[drawn], picks[drawn])] = offsets.reshape(-1)
+        return pos
 
     @property
     def nbytes(self) -> int:

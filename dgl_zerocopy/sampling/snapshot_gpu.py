@@ -43,10 +43,10 @@ import torch
 
 from ..store.transfer import to_device
 from .blocks import EID, NID
-from .graph import SamplingGraph, check_homogeneous, release, shared_graph
+from .graph import GraphStamp, SamplingGraph, check_homogeneous, release, shared_graph
 from .layer import as_seeds, check_placement, draw_seed, resolve_device, sample_layer
 from .neighbor import GpuNeighborSampler
-from .snapshot import check_options
+from .snapshot import announce_rebuild, check_options, slots_per_node
 from .snapshot_csc import RefreshOrder, Snapshot, id_dtype
 
 log = logging.getLogger(__name__)
@@ -121,8 +121,10 @@ class GpuSnapshotSampler:
     torch's default generator: ``torch.manual_seed`` reproduces it, on every backend alike);
     :meth:`refresh_snapshot` (or :meth:`on_epoch_start`, the loader's epoch hook) redraws the next
     ``ceil(refresh * n)`` of the ``n`` nodes whose snapshot is partial. A batch reads only the
-    snapshot. :meth:`close` (or ``with``) waits for the device, frees the snapshot and gives back the
-    full CSC (a later :meth:`sample` builds a new snapshot).
+    snapshot. A DGL graph changed in place since the build gets a new snapshot, with a warning (as
+    :class:`~.snapshot.SnapshotSampler`'s); the build's fanout is ``min(snapshot_size, largest
+    in-degree)``. :meth:`close` (or ``with``) waits for the device, frees the snapshot and gives back
+    the full CSC (a later :meth:`sample` builds a new snapshot).
     """
 
     def __init__(
@@ -144,6 +146,8 @@ class GpuSnapshotSampler:
         self._layers = GpuNeighborSampler(self.fanouts, device=self.backend if self.backend != "cuda" else self.device)
         self._order_streams = StreamOrder(self.device, self.backend)
         self._source: Any = None  # the graph the snapshot was built from (a DGL graph or a SamplingGraph)
+        self._stamp: GraphStamp | None = None  # that DGL graph as it was (a change in place rebuilds)
+        self._slots = 0  # slots per node at most: min(snapshot_size, the graph's largest in-degree)
         self._full: SamplingGraph | None = None  # its full CSC, where the kernels read it
         self._shared = False  # whether _full came from shared_graph (given back at close)
         self._graph: SamplingGraph | None = None  # the snapshot, placed for the kernels
@@ -179,8 +183,11 @@ class GpuSnapshotSampler:
     def refresh_snapshot(self, g: Any = None) -> int:
         """Redraw the next ``ceil(refresh * n)`` of the ``n`` nodes whose snapshot is partial, on the
         current stream; returns how many. ``g``: the graph (default: the one sampled last); a graph
-        without a snapshot gets one built (which counts as 0). Without a snapshot and ``g``, nothing."""
+        without a snapshot, or changed in place since its build (a warning), gets one built (which
+        counts as 0). Without a snapshot and ``g``, nothing."""
         with self._lock:
+            if g is None and self._snapshot is not None:
+                g = self._source
             if g is not None and not self._bound_to(g):
                 self._build(g)
                 return 0
@@ -192,20 +199,28 @@ class GpuSnapshotSampler:
             return nodes.numel()
 
     def _bound_to(self, g: Any) -> bool:
-        return self._snapshot is not None and self._source is g and self._full is not None and not self._full.closed
+        """Whether the snapshot is ``g``'s, as it was at the build (a DGL graph changed in place since
+        is announced, and the caller builds anew)."""
+        if self._snapshot is None or self._source is not g or self._full is None or self._full.closed:
+            return False
+        changed = self._stamp.changed(g) if self._stamp is not None else None
+        if changed is not None:
+            announce_rebuild("GpuSnapshotSampler", changed)
+        return changed is None
 
     def _build(self, g: Any) -> None:
         self._drop()
         if isinstance(g, SamplingGraph):
             check_placement(g, self.backend, self.device)
-            full, self._shared, self._out_dtype = g, False, g.idtype
+            full, self._shared, self._out_dtype, self._stamp = g, False, g.idtype, None
         else:
             check_homogeneous(g)
             full = shared_graph(g, self.placement, self.device if self.backend == "cuda" else None)
-            self._shared, self._out_dtype = True, g.idtype
+            self._shared, self._out_dtype, self._stamp = True, g.idtype, GraphStamp(g)
         self._source, self._full = g, full
         deg = (full.indptr[1:] - full.indptr[:-1]).cpu().long()  # the host's (pinned) offsets, or one read of a device copy
-        keep = deg.clamp(max=self.snapshot_size)
+        self._slots = slots_per_node(deg, self.snapshot_size, "GpuSnapshotSampler")
+        keep = deg.clamp(max=self._slots)
         total = int(keep.sum())
         indptr = torch.zeros(full.num_nodes + 1, dtype=torch.int64)
         torch.cumsum(keep, 0, out=indptr[1:])
@@ -218,18 +233,19 @@ class GpuSnapshotSampler:
         self._snapshot = snap
         # The slots' edge ids name edges of the full graph: its edge id dtype (int64 past 2**31 edges), not the node ids'.
         self._graph = SamplingGraph.placed(snap.indptr, snap.src, snap.eid, edge_idtype=full.edge_idtype)
-        self._order = RefreshOrder(torch.nonzero(deg > self.snapshot_size).squeeze(1))
+        self._order = RefreshOrder(torch.nonzero(deg > self._slots).squeeze(1))
         self.nodes_refreshed = 0
         self._fill(torch.arange(full.num_nodes))
         log.info("snapshot of %d nodes on %s: %d of %d in-edges, %d bytes", full.num_nodes, where, total, full.num_edges, snap.nbytes)
 
     def _fill(self, nodes: torch.Tensor) -> None:
         """Redraw the slots of ``nodes`` (distinct int64 ids on the host) from the full CSC: per chunk,
-        ``sample_csc`` with fanout ``snapshot_size`` (one host read: its total) and a scatter of the
-        picks' sources and edge ids into the nodes' slots, all on the current stream."""
-        snap, full, size = self._snapshot, self._full, self.snapshot_size
+        ``sample_csc`` with fanout ``min(snapshot_size, largest in-degree)`` (the same picks as
+        ``snapshot_size``; one host read: its total) and a scatter of the picks' sources and edge ids
+        into the nodes' slots, all on the current stream."""
+        snap, full, size = self._snapshot, self._full, self._slots
         if nodes.numel() == 0 or size == 0:
-            return  # snapshot_size 0 (every fanout 0, as check_options allows): no slot to draw, blocks without edges
+            return  # snapshot_size 0 (every fanout 0, as check_options allows) or no edges: no slot to draw, blocks without edges
         self._order_streams.before_write()
         step = max(1, CHUNK_PICKS // size)
         for lo in range(0, nodes.numel(), step):
@@ -291,7 +307,7 @@ class GpuSnapshotSampler:
             self._graph.close()  # synchronizes a CUDA device before the snapshot is freed
         if self._full is not None and self._shared:
             release(self._full)
-        self._graph = self._snapshot = self._order = self._full = self._source = None
+        self._graph = self._snapshot = self._order = self._full = self._source = self._stamp = None
         self._order_streams = StreamOrder(self.device, self.backend)
 
     def __enter__(self) -> GpuSnapshotSampler:
