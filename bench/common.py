@@ -105,7 +105,7 @@ def write_results(stem: str, rows: list[dict], meta: dict, folder: str | Path = 
     return csv_path, json_path
 
 
-#: The real graphs of ../shared/data and the shipped config each is trained with (bench/accuracy.py).
+#: The real graphs of ../shared/data and the shipped config each is trained with (bench/training/accuracy.py).
 REAL_GRAPH_CONFIGS = {
     "cora": "cora-gcn.yaml",
     "citeseer": "cora-gcn.yaml",

@@ -26,23 +26,25 @@ from .training.models import MODELS
 log = logging.getLogger("dgl_zerocopy")
 
 BENCH_DIR = Path(__file__).resolve().parent.parent / "bench"
-BENCHMARKS = (
-    "gather",
-    "epoch",
-    "cpu_gather",
-    "pcie_model",
-    "scaling",
-    "accuracy",
-    "ddp",
-    "compression",
-    "cache",
-    "dist",
-    "sampling",
-    "pcie_sampling",
-    "snapshot",
-    "sampling_accuracy",
-    "storage",
-)
+#: ``dgl-zerocopy bench NAME``: each name's script in the checkout's bench/, whose folders group them by
+#: question (bench/README.md): gathering, sampler, tiers, training, pcie.
+BENCHMARKS = {
+    "gather": "gathering/gather.py",
+    "epoch": "training/epoch.py",
+    "cpu_gather": "gathering/cpu_gather.py",
+    "pcie_model": "pcie/pcie_model.py",
+    "scaling": "training/scaling.py",
+    "accuracy": "training/accuracy.py",
+    "ddp": "training/ddp.py",
+    "compression": "gathering/compression.py",
+    "cache": "gathering/cache.py",
+    "dist": "training/dist.py",
+    "sampling": "sampler/sampling.py",
+    "pcie_sampling": "pcie/pcie_sampling.py",
+    "snapshot": "sampler/snapshot.py",
+    "sampling_accuracy": "sampler/sampling_accuracy.py",
+    "storage": "tiers/storage.py",
+}
 
 
 class _Parser(argparse.ArgumentParser):
@@ -332,11 +334,11 @@ def _print_epoch(stats) -> None:
 
 
 def _bench(name: str, args: list[str]) -> int:
-    script = BENCH_DIR / f"{name}.py"
+    script = BENCH_DIR / BENCHMARKS[name]
     if not script.is_file():
         raise ConfigError(f"benchmark {str(script)!r} not found: benchmarks run from a source checkout (git clone, then make install)")
     sys.argv = [str(script), *args]
-    sys.path.insert(0, str(BENCH_DIR))
+    sys.path.insert(0, str(script.parent))  # as `python bench/FOLDER/NAME.py` has it; the script adds bench/ for common.py
     runpy.run_path(str(script), run_name="__main__")
     return 0
 

@@ -417,7 +417,7 @@ def _project_first(block: DeviceBlock, in_feats: int, out_feats: int) -> bool:
     (``edges * out``); after: the wide rows are summed (``edges * in``) and only the destinations
     projected (``dst * in * out``). A sampled block has many more sources than destinations, so
     "project first whenever in > out" (DGL's rule) can cost several times more: with 512 input
-    features, hidden 256 and fanouts 15,10,5 (bench/scaling.py, 1M nodes) the training step's
+    features, hidden 256 and fanouts 15,10,5 (bench/training/scaling.py, 1M nodes) the training step's
     compute took 7.0 s under that rule and 2.1 s under this one."""
     src, dst, edges = block.num_src_nodes(), block.num_dst_nodes(), block.num_edges()
     return src * in_feats * out_feats + edges * out_feats < edges * in_feats + dst * in_feats * out_feats

@@ -54,7 +54,7 @@ def test_cpu_gather_bench_checks_compressed_methods_first(tmp_path):
     r = subprocess.run(
         [
             sys.executable,
-            "bench/cpu_gather.py",
+            "bench/gathering/cpu_gather.py",
             "--num-nodes",
             "3000",
             "--batches",

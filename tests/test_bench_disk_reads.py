@@ -1,4 +1,4 @@
-"""bench/disk_reads.py: a tiny run into a temporary folder (never bench/results/): a row per thread
+"""bench/tiers/disk_reads.py: a tiny run into a temporary folder (never bench/results/): a row per thread
 count with positive rates and CPU times, the file written once and kept."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def test_a_tiny_run_measures_each_thread_count(tmp_path):
         assert e.errno == errno.EINVAL
         pytest.skip(f"{tmp_path} refuses O_DIRECT")
     data = tmp_path / "data.bin"
-    cmd = [sys.executable, "bench/disk_reads.py", "--file", str(data), "--size-mib", "2", "--threads", "1,2", "--reads", "400"]
+    cmd = [sys.executable, "bench/tiers/disk_reads.py", "--file", str(data), "--size-mib", "2", "--threads", "1,2", "--reads", "400"]
     r = subprocess.run([*cmd, "--out-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr
     assert data.stat().st_size == 2 << 20

@@ -1,4 +1,4 @@
-"""bench/epoch.py on a tiny graph, written to a temporary path (never bench/results/)."""
+"""bench/training/epoch.py on a tiny graph, written to a temporary path (never bench/results/)."""
 
 import json
 import os

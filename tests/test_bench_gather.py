@@ -1,4 +1,4 @@
-"""bench/gather.py on the CPU in a tiny configuration (written to a temporary path, never
+"""bench/gathering/gather.py on the CPU in a tiny configuration (written to a temporary path, never
 bench/results/), and its option parsing, summaries and plot on made-up GPU rows."""
 
 import json
@@ -11,7 +11,7 @@ import pytest
 import torch
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "gathering"))
 import gather  # noqa: E402
 
 
@@ -20,7 +20,7 @@ def test_tiny_cpu_run_checks_times_and_writes_json_raw_rows(tmp_path):
     r = subprocess.run(
         [
             sys.executable,
-            str(REPO / "bench" / "gather.py"),
+            str(REPO / "bench" / "gathering" / "gather.py"),
             "--rows",
             "2000",
             "--cols",
@@ -55,7 +55,7 @@ def test_tiny_cpu_run_checks_times_and_writes_json_raw_rows(tmp_path):
 
 def test_cols_is_the_dims_flag_and_bad_values_are_usage_errors(tmp_path):
     r = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "gather.py"), "--dtypes", "fp64", "--out", str(tmp_path / "g")],
+        [sys.executable, str(REPO / "bench" / "gathering" / "gather.py"), "--dtypes", "fp64", "--out", str(tmp_path / "g")],
         capture_output=True,
         text=True,
         encoding="utf-8",

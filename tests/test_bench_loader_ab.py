@@ -1,4 +1,4 @@
-"""bench/loader_ab.py on a tiny graph, written to a temporary path (never bench/results/)."""
+"""bench/training/loader_ab.py on a tiny graph, written to a temporary path (never bench/results/)."""
 
 import json
 import os
@@ -14,7 +14,7 @@ def test_loader_ab_times_each_route_in_both_trees(tmp_path):
     pytest.importorskip("dgl")
     stem = tmp_path / "loader_ab_tiny"
     # --base HEAD: a clone may be shallow; the machinery (archive, both trees imported, rows) is what is checked.
-    command = [sys.executable, "bench/loader_ab.py", "--base", "HEAD", "--rounds", "1", "--epochs", "2", "--num-nodes", "3000", "--out", str(stem)]
+    command = [sys.executable, "bench/training/loader_ab.py", "--base", "HEAD", "--rounds", "1", "--epochs", "2", "--num-nodes", "3000", "--out", str(stem)]
     r = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=os.environ.copy(), timeout=300, check=False)
     assert r.returncode == 0, r.stderr[-2000:]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loader_ab_tiny.csv", "loader_ab_tiny.json", "loader_ab_tiny.png"]
@@ -29,5 +29,5 @@ def test_loader_ab_times_each_route_in_both_trees(tmp_path):
 
 
 def test_bad_rounds_are_refused_in_one_line():
-    r = subprocess.run([sys.executable, "bench/loader_ab.py", "--epochs", "1"], capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    r = subprocess.run([sys.executable, "bench/training/loader_ab.py", "--epochs", "1"], capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
     assert r.returncode == 2 and "--epochs >= 2" in r.stderr

@@ -1,4 +1,4 @@
-"""bench/sampling.py: its check catches broken samples, its seed batches, its time limit and labels; a
+"""bench/sampler/sampling.py: its check catches broken samples, its seed batches, its time limit and labels; a
 smoke run at a tiny size (slow tier) through ``dgl-zerocopy bench sampling`` writing CSV, JSON and PNG
 whose figures are positive and consistent (edges counted = the sum of the blocks' edges)."""
 
@@ -18,7 +18,7 @@ from dgl_zerocopy.data.synthetic import SyntheticSpec, generate
 from dgl_zerocopy.loading.blocks import EID, NID, DeviceBlock
 from dgl_zerocopy.sampling import GpuNeighborSampler, SamplingGraph
 
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "sampler"))
 import sampling  # noqa: E402
 
 FANOUTS = [4, 3]
@@ -107,7 +107,7 @@ def test_bad_arguments_are_one_line_errors(capsys):
         with pytest.raises(SystemExit) as e:
             sampling.parse_args(argv)
         assert e.value.code == 2 and said in capsys.readouterr().err, argv
-    assert "sampling" in BENCHMARKS and (REPO / "bench" / "sampling.py").is_file()
+    assert "sampling" in BENCHMARKS and (REPO / "bench" / "sampler" / "sampling.py").is_file()
 
 
 def test_methods_left_out_are_rows_that_say_why(tmp_path, monkeypatch):

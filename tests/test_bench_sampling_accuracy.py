@@ -1,4 +1,4 @@
-"""bench/sampling_accuracy.py: its correctness check, its arguments, and a smoke run on Cora written to a
+"""bench/sampler/sampling_accuracy.py: its correctness check, its arguments, and a smoke run on Cora written to a
 temporary folder (never bench/results/)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import pytest
 import torch
 from conftest import REPO, SHARED_DATA
 
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "sampler"))
 
 
 @pytest.mark.parametrize("idtype", [torch.int32, torch.int64])
@@ -80,7 +80,7 @@ def test_sampling_accuracy_bench_smoke(tmp_path):
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real datasets not present at {SHARED_DATA}")
     out = tmp_path / "sa"
-    cmd = [sys.executable, "bench/sampling_accuracy.py", "--datasets", "cora", "--seeds", "2", "--epochs", "2", "--eval-every", "1"]
+    cmd = [sys.executable, "bench/sampler/sampling_accuracy.py", "--datasets", "cora", "--seeds", "2", "--epochs", "2", "--eval-every", "1"]
     cmd += ["--hidden", "8", "--samplers", "emulator,reference", "--data-root", str(SHARED_DATA), "--out", str(out)]
     r = subprocess.run(cmd, cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, encoding="utf-8", timeout=600)
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
@@ -89,6 +89,6 @@ def test_sampling_accuracy_bench_smoke(tmp_path):
     assert [row["sampler"] for row in rows] == ["emulator", "reference", "dgl"]
     assert all(0 <= row["test_acc_mean"] <= 1 and row["seeds"] == 2 for row in rows)
     assert rows[0]["test_accs"] == rows[1]["test_accs"], "the emulator and the reference pick the same edges, so train the same model"
-    assert "bench/sampling_accuracy.py --datasets cora" in result["meta"]["command"]
+    assert "bench/sampler/sampling_accuracy.py --datasets cora" in result["meta"]["command"]
     assert out.with_suffix(".csv").read_text().startswith("# command: ") and out.with_suffix(".png").stat().st_size > 0
     assert "| Cora | emulator |" in r.stdout and "emulator == reference and blocks checked" in r.stdout

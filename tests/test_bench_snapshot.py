@@ -1,4 +1,4 @@
-"""bench/snapshot.py: its correctness check, and a smoke run at a tiny size written to a temporary
+"""bench/sampler/snapshot.py: its correctness check, and a smoke run at a tiny size written to a temporary
 folder (never bench/results/)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "sampler"))
 
 
 def test_the_speed_check_rejects_a_wrong_batch():
@@ -32,7 +32,7 @@ def test_the_speed_check_rejects_a_wrong_batch():
 @pytest.mark.slow  # subprocesses: the bench, and one per sampler for its memory
 def test_snapshot_bench_smoke(tmp_path):
     pytest.importorskip("dgl")
-    cmd = [sys.executable, "bench/snapshot.py", "--parts", "speed,accuracy", "--nodes", "3000", "--batch-size", "64", "--repeats", "2"]
+    cmd = [sys.executable, "bench/sampler/snapshot.py", "--parts", "speed,accuracy", "--nodes", "3000", "--batch-size", "64", "--repeats", "2"]
     cmd += ["--datasets", "synthetic", "--synthetic-nodes", "1000", "--synthetic-epochs", "2", "--seeds", "1", "--refresh", "0,1"]
     cmd += ["--hidden", "8", "--out-dir", str(tmp_path)]
     r = subprocess.run(cmd, cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, encoding="utf-8", timeout=600)
@@ -57,7 +57,7 @@ def test_snapshot_bench_smoke(tmp_path):
 
 def test_bad_arguments_are_refused(tmp_path):
     r = subprocess.run(
-        [sys.executable, "bench/snapshot.py", "--parts", "speed,magic", "--out-dir", str(tmp_path)],
+        [sys.executable, "bench/sampler/snapshot.py", "--parts", "speed,magic", "--out-dir", str(tmp_path)],
         cwd=REPO,
         capture_output=True,
         text=True,

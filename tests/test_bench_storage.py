@@ -1,4 +1,4 @@
-"""bench/storage.py: a smoke run at a tiny size into a temporary folder (never bench/results/): every
+"""bench/tiers/storage.py: a smoke run at a tiny size into a temporary folder (never bench/results/): every
 run's row and figures, the file's pages dropped before each run, no cgroup left behind."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import sys
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "tiers"))
 
 
 @pytest.mark.slow  # a process per run, each loading DGL
@@ -20,7 +20,7 @@ def test_storage_bench_smoke(tmp_path):
     from storage import MemoryLimit
 
     runs = "mmap-random,static-int8+ahead,static+ahead,dynamic"
-    cmd = [sys.executable, "bench/storage.py", "--nodes", "6000", "--dim", "32", "--epochs", "2", "--max-batches", "4", "--batch-size", "8"]
+    cmd = [sys.executable, "bench/tiers/storage.py", "--nodes", "6000", "--dim", "32", "--epochs", "2", "--max-batches", "4", "--batch-size", "8"]
     cmd += ["--hidden", "8", "--runs", runs, "--dir", str(tmp_path / "data"), "--out-dir", str(tmp_path)]
     (tmp_path / "data").mkdir()
     r = subprocess.run(cmd, cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, encoding="utf-8", timeout=600)
@@ -45,7 +45,7 @@ def test_storage_bench_smoke(tmp_path):
 def test_the_gpu_mode_without_cuda_is_refused_in_one_line(tmp_path):
     """``--device cuda`` where torch sees no GPU: exit 2 and one line that names the fix, before any table is written."""
     r = subprocess.run(
-        [sys.executable, "bench/storage.py", "--device", "cuda", "--dir", str(tmp_path), "--out-dir", str(tmp_path)],
+        [sys.executable, "bench/tiers/storage.py", "--device", "cuda", "--dir", str(tmp_path), "--out-dir", str(tmp_path)],
         cwd=REPO,
         env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
         capture_output=True,
@@ -66,7 +66,7 @@ def test_without_dgl_every_run_says_why_it_did_not_run(tmp_path):
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('DGL is not installed here')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "bench/storage.py", "--runs", "static+ahead,mmap-random", "--dir", str(tmp_path / "data"), "--out-dir", str(tmp_path)]
+    cmd = [sys.executable, "bench/tiers/storage.py", "--runs", "static+ahead,mmap-random", "--dir", str(tmp_path / "data"), "--out-dir", str(tmp_path)]
     (tmp_path / "data").mkdir()
     r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stderr

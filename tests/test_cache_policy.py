@@ -1,6 +1,6 @@
 """The static hot-row cache (dgl_zerocopy/store/cache/): byte budgets, the two policies, the slot map and
 the hit/miss split, the CPU reference gather (== features[ids] for every mix), counters, errors,
-and bench/cache.py on a tiny graph."""
+and bench/gathering/cache.py on a tiny graph."""
 
 from __future__ import annotations
 
@@ -521,7 +521,7 @@ def test_presample_cache_end_to_end(dgl, small):
     assert 0 < cache.stats.hit_rate < 1
 
 
-# -- bench/cache.py ----------------------------------------------------------------------------
+# -- bench/gathering/cache.py ----------------------------------------------------------------------------
 
 
 @pytest.mark.slow
@@ -611,7 +611,7 @@ def test_cache_bench_reads_an_amazon_graph_as_stored(dgl, tmp_path):
     r = subprocess.run(
         [
             sys.executable,
-            "bench/cache.py",
+            "bench/gathering/cache.py",
             "--graphs",
             "amazon-photo-stored,amazon-photo",
             "--sizes",
@@ -639,7 +639,7 @@ def test_cache_bench_reads_an_amazon_graph_as_stored(dgl, tmp_path):
 @pytest.mark.slow
 def test_cache_bench_refuses_the_same_seed_twice(tmp_path):
     r = subprocess.run(
-        [sys.executable, "bench/cache.py", "--presample-seed", "3", "--eval-seed", "3", "--out", str(tmp_path / "c")],
+        [sys.executable, "bench/gathering/cache.py", "--presample-seed", "3", "--eval-seed", "3", "--out", str(tmp_path / "c")],
         capture_output=True,
         text=True,
         encoding="utf-8",

@@ -19,10 +19,11 @@ from conftest import CUDA, REPO
 
 from dgl_zerocopy.cuda.gather import instantiations
 
-sys.path.insert(0, str(REPO / "bench"))
-import gpu_check  # noqa: E402
+# the check's modules (bench/gpu_check/), common.py (bench/), and the gather and epoch benchmarks the tests drive
+sys.path[:0] = [str(REPO / "bench" / folder) for folder in ("gpu_check", ".", "gathering", "training")]
+import gpu_check_main as gpu_check  # noqa: E402
 import gpu_check_pytest  # noqa: E402
-from gpu_check import Part  # noqa: E402
+from gpu_check_main import Part  # noqa: E402
 
 # -- without CUDA, with make and without ---------------------------------------------------------
 
@@ -254,8 +255,7 @@ def test_cuda_versions_and_last_lines():
 
 def test_the_gather_part_checks_every_compressed_kernel_like_fp32():
     """Both modes time the compressed zero-copy methods (every codec, int8 per column and per row)
-    at widths the fp32 methods run at, with the same correctness check first (bench/gather.py)."""
-    sys.path.insert(0, str(REPO / "bench"))
+    at widths the fp32 methods run at, with the same correctness check first (bench/gathering/gather.py)."""
     import gather
 
     for mode, args in gpu_check.GATHER_ARGS.items():
@@ -527,7 +527,7 @@ def test_judging_pytest_failures_hangs_and_time():
 
 
 class _Clock:
-    """A stand-in for the time module in bench/gather.py: each configuration takes 10 s."""
+    """A stand-in for the time module in bench/gathering/gather.py: each configuration takes 10 s."""
 
     def __init__(self):
         self.now = 0.0
@@ -679,7 +679,7 @@ def _epoch_row(source, prefetch, status="ok"):
 
 @pytest.mark.parametrize("finished, status", [([("cpu", 0), ("cpu", 2)], "partial"), ([], "partial"), ([("cpu", 0, "failed: boom")], "failed")])
 def test_an_epoch_step_stopped_at_its_limit_keeps_the_routes_that_finished(tmp_path, monkeypatch, finished, status):
-    """bench/epoch.py writes each route's row as it finishes; the check stopped at its limit reports
+    """bench/training/epoch.py writes each route's row as it finishes; the check stopped at its limit reports
     those and calls the rest skipped for time (a route that failed still fails the step)."""
     monkeypatch.setattr(gpu_check, "probe_dgl", lambda part, env, timeout: (gpu_check.Run(0, "", 2.0), "2.1.0"))
 
@@ -728,7 +728,7 @@ def test_the_epoch_bench_writes_each_route_as_it_finishes(tmp_path, monkeypatch)
     assert len(calls) == 2
 
 
-# -- the sampling step (issue 23): bench/sampling.py's rows in the summary ---------------------------------
+# -- the sampling step (issue 23): bench/sampler/sampling.py's rows in the summary ---------------------------------
 
 
 def _sampling_row(method, ms, status="ok", **extra):
@@ -824,7 +824,7 @@ def test_main_runs_the_sampling_step_after_gather_with_its_limit(on_cpu, tmp_pat
 
 @pytest.mark.slow
 def test_the_sampling_step_runs_bench_sampling_with_the_reference_backend(tmp_path, monkeypatch):
-    """The real step without CUDA: bench/sampling.py in a subprocess, the reference backend standing in
+    """The real step without CUDA: bench/sampler/sampling.py in a subprocess, the reference backend standing in
     for the GPU sampler beside DGL's; its rows read back from the work folder; killed at its limit, partial."""
     import gpu_check_sampling as gs
 
@@ -833,7 +833,7 @@ def test_the_sampling_step_runs_bench_sampling_with_the_reference_backend(tmp_pa
     part, log = gs.sampling_part(env, 240, tmp_path, "quick", cuda=False)
     assert part.status == "ok", (part, log)
     assert (
-        part.details["command"].startswith("python3 bench/sampling.py --num-nodes 3000")
+        part.details["command"].startswith("python3 bench/sampler/sampling.py --num-nodes 3000")
         and "--methods reference,snapshot-reference,dgl-cpu" in part.details["command"]
     )
     rows = gpu_check.result_rows(tmp_path, "sampling")
@@ -846,7 +846,7 @@ def test_the_sampling_step_runs_bench_sampling_with_the_reference_backend(tmp_pa
     assert killed.status == "partial" and "methods finished: none" in killed.reason
 
 
-# -- the storage step (issue 25): bench/storage.py's rows in the summary ----------------------------------
+# -- the storage step (issue 25): bench/tiers/storage.py's rows in the summary ----------------------------------
 
 
 def _storage_row(run, mib, wait, status="ok", **extra):
@@ -918,7 +918,7 @@ def test_main_runs_the_storage_step_after_sampling_with_its_limit(on_cpu, tmp_pa
 
 @pytest.mark.slow
 def test_the_storage_step_runs_bench_storage_on_the_cpu(tmp_path, monkeypatch):
-    """The real step without CUDA: bench/storage.py in a subprocess (the cpu backend stands in for the
+    """The real step without CUDA: bench/tiers/storage.py in a subprocess (the cpu backend stands in for the
     zerocopy one), its rows read back from the work folder; a run past the soft limit is skipped for
     time; killed at its limit, partial."""
     pytest.importorskip("dgl")
@@ -929,7 +929,7 @@ def test_the_storage_step_runs_bench_storage_on_the_cpu(tmp_path, monkeypatch):
     )
     part, log = gst.storage_part(gpu_check.child_env(None), 300, tmp_path, "quick", cuda=False)
     assert part.status == "ok", (part, log)
-    assert part.details["command"].startswith("python3 bench/storage.py --nodes 6000") and "--device cpu" in part.details["command"]
+    assert part.details["command"].startswith("python3 bench/tiers/storage.py --nodes 6000") and "--device cpu" in part.details["command"]
     rows = gpu_check.result_rows(tmp_path, "storage")
     assert [(r["run"], r["status"], r["device"], r["backend"]) for r in rows] == [
         (name, "ok", "cpu", "cpu") for name in ("static+ahead", "static", "mmap-random", "static-int8+ahead")

@@ -128,7 +128,7 @@ def test_a_script_whose_first_line_is_import_dgl_works():
 def test_a_benchmark_imports_dgl_first_without_the_pth():
     """A checkout on PYTHONPATH, as ``make gpu-check`` runs the benchmarks on a GPU image: no ``.pth``
     is read there, so ``bench/common.py`` (which every benchmark imports) installs the hook itself,
-    and a benchmark may ``import dgl`` before ``dgl_zerocopy`` (bench/storage.py does). Where DGL has
+    and a benchmark may ``import dgl`` before ``dgl_zerocopy`` (bench/tiers/storage.py does). Where DGL has
     no graphbolt library for this torch (made so here), that import failed on the first GPU run."""
     out = _run(f"""
         import sys

@@ -172,7 +172,7 @@ def _documented_imports() -> list[tuple[str, str]]:
             statement = re.sub(r"#[^\n]*", "", match.group(1))
             statement = " ".join(statement.replace("(", " ").replace(")", " ").split()).rstrip(",")
             found.append((path.name, statement))
-    for path in sorted([*(ROOT / "examples").rglob("*.py"), *(ROOT / "bench").glob("*.py"), *(ROOT / "docs").glob("*.py")]):
+    for path in sorted([*(ROOT / "examples").rglob("*.py"), *(ROOT / "bench").rglob("*.py"), *(ROOT / "docs").glob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").startswith(PACKAGE):
                 names = ", ".join(alias.name for alias in node.names)

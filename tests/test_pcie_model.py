@@ -168,7 +168,7 @@ def test_bench_script_writes_its_table_and_plot(tmp_path):
 
     from conftest import REPO
 
-    sys.path.insert(0, str(REPO / "bench"))
+    sys.path.insert(0, str(REPO / "bench" / "pcie"))
     import pcie_codecs
 
     rows = pcie_codecs.run((100, 128), num_ids=32, num_rows=256, base_offset=0, seed=0, link_gbps=LINK_GBPS)
@@ -233,7 +233,7 @@ def test_cache_bench_script_writes_its_table(tmp_path):
 
     from conftest import REPO
 
-    sys.path.insert(0, str(REPO / "bench"))
+    sys.path.insert(0, str(REPO / "bench" / "pcie"))
     import pcie_cache
 
     rows = pcie_cache.run((128,), (0.0, 0.5, 1.0), num_ids=64, num_rows=512, seed=0)

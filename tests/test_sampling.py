@@ -527,7 +527,7 @@ def test_graphsage_on_cora_from_our_blocks_matches_dgl_sampler():
     """Same model, recipe and seeds; the training blocks from GpuNeighborSampler on the emulator (the
     CUDA kernel source run on the CPU; DeviceBlocks) or DGL's NeighborSampler. The bar: DGL's mean
     less 0.03 over seeds 0-2. The full table, through the DataLoader, on five graphs and seeds 0-4:
-    bench/sampling_accuracy.py (docs/benchmarks.md, "Accuracy: trained from the emulated kernels")."""
+    bench/sampler/sampling_accuracy.py (docs/benchmarks.md, "Accuracy: trained from the emulated kernels")."""
     from conftest import SHARED_DATA
 
     pytest.importorskip("dgl_zerocopy.cuda.sampling.emulator")

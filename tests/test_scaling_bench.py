@@ -1,4 +1,4 @@
-"""bench/scaling.py in a tiny configuration, written to a temporary folder (never bench/results/),
+"""bench/training/scaling.py in a tiny configuration, written to a temporary folder (never bench/results/),
 and its least-squares fit on known lines."""
 
 import json
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from conftest import REPO
 
-sys.path.insert(0, str(REPO / "bench"))
+sys.path.insert(0, str(REPO / "bench" / "training"))
 from scaling import fit_linear, verdict  # noqa: E402
 
 TINY = [

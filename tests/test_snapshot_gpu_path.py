@@ -117,7 +117,7 @@ def test_the_emulated_kernels_and_the_reference_give_the_same_snapshot_and_block
 
 
 def test_a_sampling_graph_of_the_full_csc_positions_as_edge_ids():
-    """What bench/sampling.py gives it: a SamplingGraph without edge ids (the positions are the ids)."""
+    """What bench/sampler/sampling.py gives it: a SamplingGraph without edge ids (the positions are the ids)."""
     g = random_graph()
     indptr, indices, _ = g.adj_tensors("csc")
     torch.manual_seed(1)
@@ -401,14 +401,14 @@ def test_pcie_model_of_a_refresh_counts_its_picks_and_their_edge_ids():
 
 
 def test_bench_pcie_snapshot_rows(tmp_path):
-    """bench/pcie_sampling.py --parts snapshot at a small size: UVA rows per CSC dtype, snapshot rows
+    """bench/pcie/pcie_sampling.py --parts snapshot at a small size: UVA rows per CSC dtype, snapshot rows
     whose batches read nothing and whose refresh grows with the share; int64 costs more than int32."""
     import json
     import sys
 
     from conftest import REPO
 
-    sys.path.insert(0, str(REPO / "bench"))
+    sys.path.insert(0, str(REPO / "bench" / "pcie"))
     import pcie_sampling
 
     stem = tmp_path / "snap"

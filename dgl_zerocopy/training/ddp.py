@@ -163,7 +163,7 @@ def _run_rank(rank: int, parent: int, fn: Callable, world_size: int, backend: st
         code = 130
     finally:
         # No destroy_process_group() and no interpreter teardown: with torch 2.2.1's gloo a rank could
-        # block there for good once its peer had exited (a rank of bench/ddp.py stuck in it for minutes,
+        # block there for good once its peer had exited (a rank of bench/training/ddp.py stuck in it for minutes,
         # its result already written). The outcome is on disk; flush and leave without destructors.
         sys.stdout.flush()
         sys.stderr.flush()

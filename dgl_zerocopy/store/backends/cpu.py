@@ -1,10 +1,10 @@
 """The CPU-gather baseline: ``index_select(out=)`` into a reused buffer, then (on CUDA) an async copy.
 
 A fresh output per batch costs page faults on every new page: reusing one buffer is several
-times faster (bench/cpu_gather.py), so the baseline we compare against is the fast one.
+times faster (bench/gathering/cpu_gather.py), so the baseline we compare against is the fast one.
 
 Compressed tables (``codec``), CPU device, decoded by :class:`~dgl_zerocopy.store.compression.decode.Decoder`
-the faster of two ways as measured (``bench/cpu_gather.py``, docs/benchmarks.md):
+the faster of two ways as measured (``bench/gathering/cpu_gather.py``, docs/benchmarks.md):
 - int8, tile by tile: a tile's codes are gathered into a small reused buffer and decoded at once
   into the tile's rows of the output, so the decode's three passes (convert, scale, shift) run over
   cache-resident rows: 1.15x the rate of gathering all codes first. A tile holds

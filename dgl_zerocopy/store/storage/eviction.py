@@ -16,7 +16,7 @@ passes over the slots, never a Python loop per row.
 ``hybrid`` (LSM-GNN's split of static and dynamic node information) is not a class here: the host
 buffer reserves a share of its slots for the rows ranked first (filled when first used, never
 evicted) and runs the dynamic policy over the rest. Which dynamic policy, and what share, was
-measured on a neighbour-sampling trace: ``bench/storage_eviction.py`` and docs/storage.md.
+measured on a neighbour-sampling trace: ``bench/tiers/storage_eviction.py`` and docs/storage.md.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@
 - ``"lru"``, ``"clock"``, ``"fifo"``: that dynamic policy over every slot (for measurements).
 
 The choice of :data:`DEFAULT_DYNAMIC` and :data:`HYBRID_STATIC_SHARE` is measured by
-``bench/storage_eviction.py`` (docs/storage.md has the figures): on the products-shaped trace
+``bench/tiers/storage_eviction.py`` (docs/storage.md has the figures): on the products-shaped trace
 (100,000 nodes, fanouts 15,10,5) misses per distinct row at a budget of 25 % / 50 % of the rows:
 static 0.578 / 0.286, CLOCK 0.614 / 0.353, LRU 0.641 / 0.370, FIFO 0.641 / 0.400, hybrid-CLOCK
 (share 0.25) 0.596 / 0.342: static ranking first, CLOCK the best dynamic policy.

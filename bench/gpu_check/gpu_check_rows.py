@@ -1,0 +1,67 @@
+"""What every step of bench/gpu_check.py reads and shows: a benchmark's rows, table cells, output tails.
+
+Shared by the step modules (gpu_check_sampling, gpu_check_storage), the setup and the report; it
+imports none of them, so that the check's modules import one another in one direction only:
+gpu_check_main -> gpu_check_report -> gpu_check_sampling, gpu_check_storage -> gpu_check_setup ->
+gpu_check_rows -> common (tests/test_bench_layout.py holds bench/ to no circle).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
+from common import TIME_LIMIT_STATUS  # noqa: E402,F401 - the status gather.py and sampling.py give a row their time limit left out
+
+
+def tail(text: str, n: int = 40) -> str:
+    """The last ``n`` lines of ``text`` (a step's output, as summary.md shows it)."""
+    return "\n".join(text.rstrip().splitlines()[-n:])
+
+
+def _number(text: str):
+    """A CSV cell as int, else float (``nan`` included), else the text itself."""
+    for kind in (int, float):
+        try:
+            return kind(text)
+        except ValueError:
+            pass
+    return text
+
+
+def result_rows(folder: Path, stem: str) -> list[dict]:
+    """The rows of ``STEM.json`` (written when a benchmark finishes), else those of ``STEM.csv``
+    (bench/gathering/gather.py appends to it configuration by configuration, so a stopped run keeps
+    them); [] when neither can be read."""
+    try:
+        return json.loads((folder / f"{stem}.json").read_text())["rows"]
+    except (OSError, ValueError, KeyError):
+        pass
+    try:
+        lines = [ln for ln in (folder / f"{stem}.csv").read_text().splitlines() if ln and not ln.startswith("#")]
+    except OSError:
+        return []
+    return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(lines)]
+
+
+def failure_digest(rows: list[dict], key: str, limit: int = 3) -> str:
+    """The first ``limit`` distinct failures, each with where it happened."""
+    seen: dict[str, str] = {}
+    for r in rows:
+        where = f"{r[key]} at {r['row_bytes']} B" if "row_bytes" in r else f"{r[key]} prefetch {r.get('prefetch')}"
+        seen.setdefault(r["status"], where)
+    return "; ".join(f"{where}: {status}" for status, where in list(seen.items())[:limit])
+
+
+def finite(value) -> bool:
+    """True for an int or float that is neither NaN nor infinite (bools are no numbers here)."""
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def number_cell(value, fmt: str = ".2f") -> str:
+    """A table cell: ``value`` formatted, or a dash where it is no finite number."""
+    return format(value, fmt) if finite(value) else "–"

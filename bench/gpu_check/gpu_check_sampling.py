@@ -1,0 +1,170 @@
+"""The sampling step of bench/gpu_check.py: bench/sampler/sampling.py on the GPU, time-limited, with partial results.
+
+Our sampler with the graph's CSC pinned in place (``gpu-pinned``) and in device memory
+(``gpu-device``), our snapshot sampler with its snapshot in device memory (``gpu-snapshot``, issue
+24: batches read no PCIe), against DGL's CPU sampler (``dgl-cpu``) on the same machine and graph: ms
+per minibatch and sampled edges/s (relabelling and blocks included), each checked before it is timed
+(bench/sampler/sampling.py); the summary gives UVA sampling of the full CSC over the device snapshot, per
+batch (issue 24's goal: at least 3x). The graph is the products-shaped synthetic one at a size the step's time limit
+holds (:data:`SAMPLING_ARGS`; docs/gpu.md sizes it); ogbn-products' full scale is a run of its own
+(docs/benchmarks.md). The results folder may hold only 8 files, so bench/sampler/sampling.py writes into
+the check's work folder and its rows go into summary.json and summary.md (:func:`sampling_figures`,
+:func:`sampling_markdown`).
+
+Without CUDA (``DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1``) the reference backend stands in for the GPU
+methods (``reference``, ``snapshot-reference``): the orchestration runs, the figures mean nothing.
+
+The end-to-end epoch table of issue 23 (GPU sampling + zero-copy gather against CPU sampling +
+zero-copy gather and DGL's default path) waits for the DataLoader's GPU-sampling route: not here yet.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+from gpu_check_rows import TIME_LIMIT_STATUS, number_cell, result_rows
+from gpu_check_setup import Part, Run, last_line, run_bounded
+
+BENCH = Path(__file__).resolve().parents[1]
+#: bench/sampler/sampling.py's arguments per mode: a graph whose generation fits the step (docs/gpu.md).
+SAMPLING_ARGS = {
+    "full": ["--num-nodes", "200000", "--batches", "10", "--repeats", "5", "--warmup", "3"],
+    "quick": ["--num-nodes", "50000", "--batch-size", "512", "--batches", "5", "--repeats", "3"],
+}
+#: bench/sampler/sampling.py starts no method this close to the step's limit: the longest method at the
+#: check's size, per mode (kernels compiled cold, the check against the reference backend, the timed
+#: repeats) and the writing of the rows and the plot.
+SAMPLING_RESERVE = {"quick": 8, "full": 15}
+FIGURE_KEYS = (
+    "method",
+    "what",
+    "num_nodes",
+    "num_edges",
+    "fanouts",
+    "batch_size",
+    "ms_per_batch_median",
+    "ms_per_batch_q1",
+    "ms_per_batch_q3",
+    "medges_per_s_median",
+    "medges_per_s_q1",
+    "medges_per_s_q3",
+    "edges_per_batch",
+    "layer_edges",
+    "input_nodes_per_batch",
+    "x_dgl_cpu",
+    "build_s",
+    "refresh_ms",
+    "status",
+    "wall_s",
+)
+
+
+def sampling_methods(cuda: bool) -> str:
+    """The methods the step times: ours pinned and device-resident, the device-resident snapshot and
+    DGL's CPU sampler; without CUDA the reference backend stands in for ours."""
+    return "gpu-pinned,gpu-device,gpu-snapshot,dgl-cpu" if cuda else "reference,snapshot-reference,dgl-cpu"
+
+
+def sampling_part(env: dict, limit: float, workdir: Path, mode: str, cuda: bool) -> tuple[Part, str]:
+    """bench/sampler/sampling.py within ``limit`` seconds (it starts no method after ``limit -
+    SAMPLING_RESERVE``), its files in ``workdir``."""
+    soft = max(limit - SAMPLING_RESERVE[mode], 1)
+    stem = workdir / "sampling"
+    args = [*SAMPLING_ARGS[mode], "--methods", sampling_methods(cuda), "--time-limit", f"{soft:g}"]
+    run = run_bounded([sys.executable, str(BENCH / "sampler" / "sampling.py"), *args, "--out", str(stem)], limit, env)
+    part = judge_sampling(run, result_rows(workdir, "sampling"), limit)
+    part.details["command"] = "python3 bench/sampler/sampling.py " + " ".join(args)
+    return part, run.output
+
+
+def judge_sampling(run: Run, rows: list[dict], limit: float) -> Part:
+    """The step's outcome. A method that failed (its check or its run) fails the step; methods the
+    time limit left out (not started, or cut off at a kill: the rows written by then are kept)
+    make it partial; a method that could not run here (no DGL) is named in the reason."""
+    part = Part("sampling", seconds=run.seconds, limit=limit)
+    ok = [r for r in rows if r.get("status") == "ok"]
+    failed = [r for r in rows if str(r.get("status", "")).startswith("failed")]
+    for_time = [r for r in rows if r.get("status") == TIME_LIMIT_STATUS]
+    other = [r for r in rows if r not in ok and r not in failed and r not in for_time]
+    part.details = {"results": len(ok), "skipped_for_time": len(for_time), "skipped": len(other), "failed": len(failed)}
+    skipped = "".join(f"; {r['method']} {r['status']}" for r in other)
+    if failed:
+        part.status = "failed"
+        part.reason = f"{len(failed)} of {len(rows)} methods failed: " + "; ".join(f"{r['method']}: {r['status']}" for r in failed[:3])
+    elif run.returncode is None:
+        part.status = "partial"
+        part.reason = (
+            f"time limit ({limit:.0f} s) reached; methods finished: {', '.join(r['method'] for r in ok) or 'none'}; the rest skipped: time limit{skipped}"
+        )
+    elif run.returncode != 0 or not rows:
+        part.status, part.reason = "failed", last_line(run.output, run.returncode)
+    elif for_time:
+        part.status = "partial"
+        part.reason = f"{figures_text(ok) or 'no method measured'}; {', '.join(r['method'] for r in for_time)} {TIME_LIMIT_STATUS}{skipped}"
+    elif not ok:
+        part.status, part.reason = "failed", "no method measured" + skipped
+    else:
+        part.status, part.reason = "ok", figures_text(ok) + skipped
+    return part
+
+
+def figures_text(ok: list[dict]) -> str:
+    """One line of the measured figures: ms per batch and M edges/s per method, pinned over device."""
+    text = "; ".join(f"{r['method']} {r['ms_per_batch_median']:.2f} ms/batch, {r['medges_per_s_median']:.1f} M edges/s" for r in ok)
+    by = {r["method"]: r for r in ok}
+    if "gpu-pinned" in by and "gpu-device" in by:
+        text += f"; device-resident {by['gpu-device']['medges_per_s_median'] / by['gpu-pinned']['medges_per_s_median']:.2f}x pinned"
+    if (ratio := snapshot_ratio(ok)) is not None:
+        text += f"; device snapshot {ratio:.2f}x faster per batch than pinned (goal at least 3x)"
+    return text + ("; each checked before timing" if ok else "")
+
+
+def snapshot_ratio(rows: list[dict]) -> float | None:
+    """ms per batch of UVA sampling of the full CSC (``gpu-pinned``) over the device-resident
+    snapshot's (``gpu-snapshot``), where both ran; else None (bench/sampler/sampling.py's, on summary rows)."""
+    by = {r["method"]: r for r in rows if r.get("status") == "ok"}
+    if "gpu-pinned" in by and "gpu-snapshot" in by:
+        return by["gpu-pinned"]["ms_per_batch_median"] / by["gpu-snapshot"]["ms_per_batch_median"]
+    return None
+
+
+def sampling_figures(rows: list[dict]) -> list[dict]:
+    """The step's rows as summary.json keeps them (the keys of :data:`FIGURE_KEYS`)."""
+    return [{k: r.get(k) for k in FIGURE_KEYS} for r in rows]
+
+
+def sampling_markdown(figures: list[dict]) -> list[str]:
+    """summary.md's sampling section (no lines without figures)."""
+    if not figures:
+        return []
+    first = figures[0]
+    lines = [
+        "",
+        f"## Sampling: our sampler against DGL's CPU sampler ({number_cell(first['num_nodes'], ',')} nodes, {number_cell(first['num_edges'], ',')} edges, "
+        f"fanouts {first['fanouts']}, batch {first['batch_size']}; relabelling and blocks included)",
+        "",
+        "| method | ms per batch median (q1–q3) | M sampled edges/s median (q1–q3) | × DGL CPU | edges per batch (per layer) | what | status |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for f in figures:
+        ms = rate = per = "–"
+        if f["status"] == "ok":
+            ms = f"{number_cell(f['ms_per_batch_median'])} ({number_cell(f['ms_per_batch_q1'])}–{number_cell(f['ms_per_batch_q3'])})"
+            rate = f"{number_cell(f['medges_per_s_median'])} ({number_cell(f['medges_per_s_q1'])}–{number_cell(f['medges_per_s_q3'])})"
+            per = f"{number_cell(f['edges_per_batch'], ',.0f')} ({f['layer_edges']})"
+        lines.append(f"| {f['method']} | {ms} | {rate} | {number_cell(f['x_dgl_cpu'])} | {per} | {f['what']} | {str(f['status']).replace('|', '/')} |")
+    by = {f["method"]: f for f in figures if f["status"] == "ok"}
+    if "gpu-pinned" in by and "gpu-device" in by:
+        ratio = by["gpu-pinned"]["ms_per_batch_median"] / by["gpu-device"]["ms_per_batch_median"]
+        lines += ["", f"Pinned in place takes {ratio:.2f}x the time per batch of device-resident (issue 23's goal: within 1.5x)."]
+    if (snapshot := snapshot_ratio(figures)) is not None:
+        row = by["gpu-snapshot"]
+        lines += [
+            "",
+            f"UVA sampling of the full CSC (pinned) takes {snapshot:.2f}x the time per batch of sampling the snapshot in device memory "
+            f"(issue 24's goal: at least 3x); the snapshot was built in {number_cell(row.get('build_s'))} s, one refresh (share 0.25) took "
+            f"{number_cell(row.get('refresh_ms'), '.1f')} ms.",
+        ]
+    lines += ["", "The end-to-end epoch table (GPU sampling against CPU sampling, DGL's default path) is under the epoch table."]
+    return lines
