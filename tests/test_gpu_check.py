@@ -854,6 +854,8 @@ def _storage_row(run, mib, wait, status="ok", **extra):
         return {"run": run, "status": status}
     figures = {"epoch_s": 2.0, "rows_per_s": 250_000.0, "storage_mib_per_epoch": mib, "first_storage_mib": 1.5 * mib, "wait_s": wait, "step_s": 1.0}
     figures |= {"wait_over_step": wait, "first_wait_over_step": 2 * wait, "host_hit_rate": 0.6, "storage_reads": 1000, "read_ahead_hits": 10, "batches": 25}
+    if not run.startswith("mmap"):  # our tiers' host buffer (made-up figures): 8 MiB, 6 of it resident at the first epoch's end
+        figures |= {"buffer_mib": 8.0, "buffer_resident_mib": 8.0, "first_buffer_resident_mib": 6.0}
     return {
         "run": run,
         "status": status,
@@ -899,8 +901,9 @@ def test_the_storage_rows_are_in_summary_json_and_md(tmp_path):
     assert data["figures"]["storage"][0]["wait_over_step"] == 0.04 and data["figures"]["storage"][2]["storage_mib_per_epoch"] is None
     md = md_path.read_text(encoding="utf-8")
     assert "## Tables larger than host memory (issue 25): a table 4x its host budget on this machine's disk" in md
-    assert "| static+ahead | zerocopy | 30.0 (45.0) | 250,000 | 0.60 | 0.04 (0.08) | ok |" in md
-    assert "| mmap-random | – | – | – | – | – | skipped: time limit |" in md
+    assert "| static+ahead | zerocopy | 30.0 (45.0) | 250,000 | 0.60 | 0.04 (0.08) | 8.0 (6.0) of 8.0 | ok |" in md
+    assert "| mmap-random | – | – | – | – | – | – | skipped: time limit |" in md
+    assert data["figures"]["storage"][0]["first_buffer_resident_mib"] == 6.0 and data["figures"]["storage"][0]["buffer_mib"] == 8.0
     assert "With reading ahead the loop waited 4.0% of the step for its next batch (issue 25's goal: at most 5 %)." in md
     assert gpu_check.transfer_problems(tmp_path) == [] and not any("storage" in f for f in gpu_check.RESULT_FILES)
     assert "## Tables larger" not in gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "storage": []}})

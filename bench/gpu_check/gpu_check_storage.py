@@ -7,7 +7,9 @@ buffer; rows missing there read from the file first) with the next batches read 
 against an ``MADV_RANDOM`` mmap of the whole file (``mmap-random``, the ``cpu`` backend). Each run
 is a fresh process after the file's pages were dropped from the page cache. The figures: storage
 MiB per epoch, rows/s and the loop's wait for its next batch as a share of the step (issue 25's
-goal with reading ahead: at most 5 %), of the last epoch. Where the machine lets no cgroup be made
+goal with reading ahead: at most 5 %), of the last epoch; for our tiers also the host buffer's size
+and what of it is resident (``buffer_mib``, ``buffer_resident_mib``, and the first epoch's: with the
+``zerocopy`` backend the whole buffer, pinned at the bind). Where the machine lets no cgroup be made
 the runs have no memory limit (the mmap's second epoch may then read from the page cache: its
 first-epoch MiB is the fair figure), and the rows say so (``memory_limit``).
 
@@ -22,7 +24,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpu_check_rows import TIME_LIMIT_STATUS, number_cell, result_rows
+from gpu_check_rows import TIME_LIMIT_STATUS, finite, number_cell, result_rows
 from gpu_check_setup import Part, Run, last_line, run_bounded
 
 BENCH = Path(__file__).resolve().parents[1]
@@ -53,6 +55,9 @@ FIGURE_KEYS = (
     "storage_reads",
     "read_ahead_hits",
     "batches",
+    "buffer_mib",
+    "buffer_resident_mib",
+    "first_buffer_resident_mib",
     "memory_limit",
 )
 
@@ -123,16 +128,20 @@ def storage_markdown(figures: list[dict]) -> list[str]:
         f"## Tables larger than host memory (issue 25): a table 4x its host budget on this machine's disk, page cache dropped "
         f"before each run; memory limit: {limit}",
         "",
-        "| run | backend | storage MiB / epoch (first epoch) | rows/s | hit rate in memory | wait / step (first epoch) | status |",
-        "|---|---|---|---|---|---|---|",
+        "| run | backend | storage MiB / epoch (first epoch) | rows/s | hit rate in memory | wait / step (first epoch) "
+        "| host buffer MiB: resident (first epoch) of its size | status |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     for f in figures:
-        mib = rate = hit = wait = "–"
+        mib = rate = hit = wait = buffer = "–"
         if f["status"] == "ok":
             mib = f"{number_cell(f['storage_mib_per_epoch'], '.1f')} ({number_cell(f['first_storage_mib'], '.1f')})"
             rate, hit = number_cell(f["rows_per_s"], ",.0f"), number_cell(f["host_hit_rate"])
             wait = f"{number_cell(f['wait_over_step'])} ({number_cell(f['first_wait_over_step'])})"
-        lines.append(f"| {f['run']} | {f.get('backend') or '–'} | {mib} | {rate} | {hit} | {wait} | {str(f['status']).replace('|', '/')} |")
+            if finite(f.get("buffer_mib")):  # our tiers' runs; an mmap has no buffer of ours
+                resident = f"{number_cell(f.get('buffer_resident_mib'), '.1f')} ({number_cell(f.get('first_buffer_resident_mib'), '.1f')})"
+                buffer = f"{resident} of {number_cell(f['buffer_mib'], '.1f')}"
+        lines.append(f"| {f['run']} | {f.get('backend') or '–'} | {mib} | {rate} | {hit} | {wait} | {buffer} | {str(f['status']).replace('|', '/')} |")
     by = {f["run"]: f for f in figures if f["status"] == "ok"}
     if "static+ahead" in by:
         lines += [
