@@ -244,7 +244,7 @@ def test_save_and_load_round_trip(tmp_path, codec, form):
         )
         assert torch.equal(table.decode(), in_memory.decode())
         assert table.nbytes == in_memory.nbytes
-    assert sorted(os.listdir(out)) == sorted(["codes.npy", "compression.json"] + (["offset.npy", "scale.npy"] if codec == "int8" else []))
+    assert sorted(os.listdir(out)) == sorted(["codes.npy", "compression.json", "digests.json"] + (["offset.npy", "scale.npy"] if codec == "int8" else []))
     # The codes are a plain .npy (bf16 as int16), readable without this package.
     assert np.load(out / "codes.npy").dtype == {"fp16": np.float16, "bf16": np.int16, "int8": np.int8}[codec]
     # Written again in place: replaced, never half-written.

@@ -156,7 +156,8 @@ def test_features_on_storage_are_written_once_and_equal_the_dataset(tmp_path):
     written = stored.features.path.stat().st_mtime_ns
     again = load_dataset("cora", root=SHARED_DATA, cache=tmp_path, features_on_storage=True)
     assert again.features.path == stored.features.path and again.features.path.stat().st_mtime_ns == written
-    assert len(list((tmp_path / "features").iterdir())) == 1  # no temporary file left
+    path = stored.features.path  # no temporary file left: the file and its digest
+    assert sorted(p.name for p in (tmp_path / "features").iterdir()) == [path.name, f"{path.name}.digests.json"]
     np.testing.assert_array_equal(stored.indptr, ds.indptr)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..store.cache_files import MANIFEST, DamagedFile, check_digests, partial_prefix, record_digests, sweep_partials
 from . import feature_file
 from .base import DatasetError, GraphDataset
 from .feature_file import FeatureFile
@@ -118,9 +119,11 @@ def load_dataset(
 
 def _load_synthetic(spec: SyntheticSpec, root: Path, from_env: bool) -> GraphDataset:
     """The generated dataset of ``spec``, from its cache folder under ``root`` when there is a
-    whole one; a damaged cache (a truncated or unreadable file, arrays of the wrong shape) is
-    regenerated with a warning naming the file."""
+    whole one; a damaged cache (a file whose bytes are not those written: its digest, recorded at
+    write time, differs; an unreadable file, arrays of the wrong shape) is regenerated with a
+    warning naming the file. Partial folders of writers that died are removed first."""
     _check_cache_root(root, from_env)
+    sweep_partials(root)
     folder = root / spec.cache_name()
     if (folder / "num_classes.txt").exists():
         try:
@@ -150,8 +153,12 @@ class _DamagedCache(Exception):
 
 
 def _read_synthetic(folder: Path, spec: SyntheticSpec) -> GraphDataset:
-    """The cached arrays of ``spec``, each checked against the shape ``spec`` gives it (a file cut
-    short fails to load or loads too short); raises :class:`_DamagedCache` naming the file."""
+    """The cached arrays of ``spec``, each checked against the digest recorded when it was written
+    and the shape ``spec`` gives it; raises :class:`_DamagedCache` naming the file."""
+    try:
+        check_digests(folder)
+    except DamagedFile as e:
+        raise _DamagedCache(e.path, e.reason) from None
     path = folder / "num_classes.txt"
     try:
         num_classes = int(path.read_text())
@@ -199,7 +206,7 @@ def _cache_fix(from_env: bool) -> str:
 def _move_aside(folder: Path) -> None:
     """Take a damaged cache folder out of the way (renamed, then removed), so the regenerated one
     can take its place; another process may have done it already."""
-    aside = Path(tempfile.mkdtemp(prefix=f".{folder.name}.damaged.", dir=folder.parent))
+    aside = Path(tempfile.mkdtemp(prefix=partial_prefix(folder.name), dir=folder.parent))
     try:
         os.replace(folder, aside / folder.name)
     except FileNotFoundError:
@@ -208,15 +215,18 @@ def _move_aside(folder: Path) -> None:
 
 
 def _save(data: GraphDataset, folder: Path) -> None:
-    """Write every array, then rename the folder into place: a reader never sees half a dataset."""
+    """Write every array and their digests into a partial folder, then rename it into place: a
+    reader never sees half a dataset."""
     folder.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=folder.name + ".", dir=folder.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(folder.name), dir=folder.parent))
     try:
+        names = [f"{k}.npy" for k in _ARRAYS] + ["num_classes.txt"]
         for k in _ARRAYS:
             np.save(tmp / f"{k}.npy", getattr(data, k))
         (tmp / "num_classes.txt").write_text(str(data.num_classes))
+        record_digests({name: tmp / name for name in names}, tmp / MANIFEST)
         os.replace(tmp, folder)
-    except OSError:
+    except BaseException as error:
         shutil.rmtree(tmp, ignore_errors=True)
-        if not (folder / "num_classes.txt").exists():  # a concurrent writer may have won the race
+        if not isinstance(error, OSError) or not (folder / "num_classes.txt").exists():  # a concurrent writer may have won the race
             raise

@@ -15,11 +15,13 @@ from __future__ import annotations
 import hashlib
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
 
+from ..store.cache_files import DamagedFile, check_digests, manifest_beside, partial_prefix, record_digests, sweep_partials
 from .base import DatasetError, GraphDataset
 
 __all__ = ["FeatureFile", "attach_feature_file", "features_on_storage", "mapped_npy"]
@@ -82,7 +84,9 @@ def features_on_storage(dataset: GraphDataset, folder: Path) -> GraphDataset:
     """``dataset`` with its features left on storage. Features that map a whole ``.npy`` already
     (the OGB loaders' cache) are served from that file; others are written once to
     ``folder/<name>-<rows>x<cols>-<dtype>-<digest>.npy`` (the digest of their bytes: a file is
-    reused only for the same table) through a temporary file renamed into place."""
+    reused only for the same table) through a temporary file renamed into place, with the file's
+    own digest beside it (``<file>.digests.json``): a file whose bytes are not those written is
+    written again with a warning naming it. Partial files of writers that died are removed."""
     if isinstance(dataset.features, FeatureFile):
         return dataset
     mapped = mapped_npy(dataset.features)
@@ -91,7 +95,8 @@ def features_on_storage(dataset: GraphDataset, folder: Path) -> GraphDataset:
     features = np.ascontiguousarray(dataset.features)
     rows, cols = features.shape
     path = Path(folder) / f"{dataset.name}-{rows}x{cols}-{features.dtype}-{_digest(features)}.npy"
-    if not path.exists():
+    sweep_partials(path.parent)
+    if not _whole(path):
         _write_npy(path, features)
     return replace(dataset, features=FeatureFile.open(path))
 
@@ -115,13 +120,29 @@ def _digest(array: np.ndarray) -> str:
     return h.hexdigest()
 
 
+def _whole(path: Path) -> bool:
+    """True when ``path`` holds the bytes written there (:func:`check_digests`); False when there is
+    no file, and, with a warning naming the file, when it is damaged or has no digest recorded."""
+    if not path.exists():
+        return False
+    try:
+        check_digests(path.parent, manifest_beside(path))
+    except DamagedFile as e:
+        warnings.warn(f"the cached features file {str(e.path)!r} is damaged ({e.reason}); writing {str(path)!r} again", stacklevel=3)
+        return False
+    return True
+
+
 def _write_npy(path: Path, array: np.ndarray) -> None:
+    """Write ``array`` to a partial file, record its digest beside ``path``, then rename it into
+    place (a writer killed midway leaves a partial file, which a later run removes)."""
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}.", suffix=".npy", dir=path.parent)
+        fd, tmp = tempfile.mkstemp(prefix=partial_prefix(path.name), dir=path.parent)
         try:
             with os.fdopen(fd, "wb") as f:
                 np.save(f, array)
+            record_digests({path.name: Path(tmp)}, manifest_beside(path))
             os.replace(tmp, path)
         except BaseException:
             Path(tmp).unlink(missing_ok=True)

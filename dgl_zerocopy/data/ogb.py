@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..store.cache_files import MANIFEST, DamagedFile, check_digests, partial_prefix, record_digests, sweep_partials
 from ..store.compression import compressed_beside
 from ..store.host_files import replace_dir
 from .base import DatasetError, GraphDataset, csc_from_sorted_keys
@@ -69,7 +70,9 @@ def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None, *, feat
     unlabelled nodes (papers100M), sorted int64 splits; ``evaluator`` is ``name``.
     Raises :class:`DatasetError` when the dataset is not there, naming the URL and the layout, and
     when a file of it cannot be read or the cache cannot be written, naming the file or folder.
-    A damaged cache (a file cut short, arrays of the wrong shape) is rebuilt with a warning.
+    A damaged cache (a file whose bytes are not those written: its digest, recorded at write time,
+    differs; a file cut short, arrays of the wrong shape) is rebuilt with a warning naming the file;
+    partial caches of writers that died are removed.
 
     ``features_on_storage=True``: ``features`` is the cache's ``features.npy`` as a
     :class:`~dgl_zerocopy.data.feature_file.FeatureFile`, never mapped nor read here; the training
@@ -85,6 +88,7 @@ def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None, *, feat
     meta = dict(meta_dict) if meta_dict is not None else _master_column(name)
     folder = Path(meta["dir_path"]) if meta_dict is not None else dataset_folder(name, Path(root))
     cache = folder / CACHE_DIR
+    sweep_partials(folder)
     damaged = None
     if _cache_is_current(cache, name):
         log.info("%s: mapping the cached arrays in %s", name, cache)
@@ -195,8 +199,12 @@ class _DamagedCache(Exception):
 
 
 def _open_cache(cache: Path, name: str) -> GraphDataset:
-    """The cached arrays, memory-mapped, each checked against the shapes ``meta.json`` records (a
-    file cut short fails to map); raises :class:`_DamagedCache` naming the file."""
+    """The cached arrays, memory-mapped, each checked against the digest recorded when it was
+    written and the shapes ``meta.json`` records; raises :class:`_DamagedCache` naming the file."""
+    try:
+        check_digests(cache)
+    except DamagedFile as e:
+        raise _DamagedCache(e.path, e.reason) from None
     path = cache / "meta.json"
     try:
         meta = json.loads(path.read_bytes())
@@ -218,7 +226,7 @@ def _open_cache(cache: Path, name: str) -> GraphDataset:
 
 def _build_cache(name: str, folder: Path, meta: dict, local: bool, cache: Path) -> None:
     """Read with ogb, write every array into a temporary folder, then rename it to ``cache``."""
-    tmp = Path(tempfile.mkdtemp(prefix=f".{CACHE_DIR}.", dir=folder))
+    tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(CACHE_DIR), dir=folder))
     try:
         _write_arrays(name, folder, meta, local, tmp)
         replace_dir(tmp, cache, marker="meta.json")
@@ -263,7 +271,8 @@ def _write_arrays(name: str, folder: Path, meta: dict, local: bool, out: Path) -
         "feature_shape": list(feat_shape),
         "bidirected": name in SYMMETRISED,
     }
-    (out / "meta.json").write_text(json.dumps(info, indent=1) + "\n")  # written last: marks a whole cache
+    (out / "meta.json").write_text(json.dumps(info, indent=1) + "\n")  # marks a whole cache
+    record_digests({name: out / name for name in ("meta.json", *(f"{k}.npy" for k in _ARRAYS))}, out / MANIFEST)
     log.info("%s: cached %s nodes, %s edges, features %s", name, f"{num_nodes:,}", f"{len(indices):,}", feat_shape)
 
 

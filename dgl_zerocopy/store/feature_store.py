@@ -40,10 +40,11 @@ from .compression.table import params_nbytes
 from .devices import resolve_backend, resolve_device, resolve_store_device
 from .host_files import file_ref
 from .id_check import DeviceIdCheck, check_host_ids, checked_on_device
+from .mapped_file import MappedFile
 from .sharing import reduce_store
 from .storage.open_storage import PreparedStorage, prepare_storage
 from .storage.tiers import ReadAhead, StorageBackend
-from .table_input import ArrayLike, as_table, check_out_dtype, codes_view, compressed_table, num_rows
+from .table_input import ArrayLike, as_table, check_out_dtype, check_out_tensor, codes_view, compressed_table, num_rows
 
 log = logging.getLogger(__name__)
 
@@ -202,13 +203,14 @@ class FeatureStore:
         self._path = path  # the folder a compressed table was loaded from (sent by name when pickled)
         self._read_only_array = read_only_array  # a file map to pin read-only or re-map copy-on-write; dropped once bound
         self._file = file  # (filename, offset, dtype, shape, mode) when the table maps a file: what pickling sends
+        self._mapped: MappedFile | None = None  # that file, checked before each gather (bind makes it; not for gpu's own copy)
         self.backend = backend
         self.options = options
         self._device_type = device_type  # where bind() goes by default: "cuda" means the current CUDA device
         self._device: torch.device | None = None
         self._backend: Backend | None = None
         self._lock = threading.Lock()  # one bind, even when a prefetch thread and the main thread race to it
-        self._made: list[Backend] = []  # filled by bind(), emptied by the finalizer
+        self._made: list = []  # filled by bind() (the backend, the mapped file's check), emptied by the finalizer
         self._id_check = DeviceIdCheck(table.shape[0])  # device ids' range checks, reported later
         # Unpin even if the user never calls close(): at garbage collection or interpreter exit.
         self._finalizer = weakref.finalize(self, _close_all, self._made)
@@ -250,6 +252,9 @@ class FeatureStore:
                 self.backend, table, device, read_only=read_only, options=self.options, codec=self._codec, out_dtype=self._out_dtype, cache=cache
             )
             self._made.append(backend)
+            if self._file is not None and self.backend != "gpu":
+                self._mapped = MappedFile(self._file, self._table.data_ptr())
+                self._made.append(self._mapped)
             self._table, self._backend, self._device, self._read_only_array = table, backend, device, None
             self._cache = cache
         return self
@@ -406,10 +411,12 @@ class FeatureStore:
             raise RuntimeError(_CLOSED)
         if self._backend is None:
             self.bind()
+        if self._mapped is not None:
+            self._mapped.check()  # a mapped file cut short would kill the process (SIGBUS) at the first read past its end
         self._id_check.poll()  # an earlier batch's device-side check that has failed, if done; never waits
         ids = self._check_ids(ids)
         if out is not None:
-            self._check_out(out, ids.shape[0])
+            check_out_tensor(out, (ids.shape[0], self._table.shape[1]), self.dtype, self.device)
         if self.device.type != "cuda":
             if not unchecked:
                 check_host_ids(ids, self._table.shape[0])
@@ -461,15 +468,6 @@ class FeatureStore:
         CPU ids raise at once and leave nothing here. Call it where the host waits anyway (the
         end of an epoch); :meth:`close` calls it too."""
         self._id_check.wait()
-
-    def _check_out(self, out: torch.Tensor, n: int) -> None:
-        want = (n, self._table.shape[1])
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"out must be a torch.Tensor, but got {type(out).__name__}")
-        if tuple(out.shape) != want or out.dtype != self.dtype or out.device != self.device or not out.is_contiguous():
-            raise ValueError(
-                f"out must be a contiguous {self.dtype} tensor of shape {want} on {self.device}, but got {out.dtype} {tuple(out.shape)} on {out.device}"
-            )
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:

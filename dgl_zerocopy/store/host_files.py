@@ -1,5 +1,5 @@
 """Host arrays and the folders that hold them: helpers shared by the data loaders and the
-compressed tables. Imports nothing of dgl_zerocopy, so every layer may use it."""
+compressed tables. Imports nothing of dgl_zerocopy but :mod:`.cache_files`, so every layer may use it."""
 
 from __future__ import annotations
 
@@ -11,6 +11,8 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+
+from .cache_files import partial_prefix
 
 
 def tensor_view(array: np.ndarray):
@@ -29,7 +31,7 @@ def replace_dir(tmp: Path, out: Path, marker: str) -> None:
     that mapped its files keeps them: removing a mapped file leaves its pages to whoever maps it).
     If another process finished ``out`` meanwhile (its ``marker`` file exists), keep theirs."""
     if out.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old.", dir=out.parent))
+        old = Path(tempfile.mkdtemp(prefix=partial_prefix(out.name), dir=out.parent))  # a later run removes it if we die here
         os.replace(out, old / out.name)
         shutil.rmtree(old, ignore_errors=True)
     try:

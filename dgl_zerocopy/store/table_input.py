@@ -105,6 +105,14 @@ def check_out_dtype(out_dtype, codec: str | None, table_dtype: torch.dtype | Non
     return out_dtype
 
 
+def check_out_tensor(out, want: tuple[int, int], dtype: torch.dtype, device: torch.device) -> None:
+    """Refuse a gather's ``out`` that is not a contiguous ``dtype`` tensor of shape ``want`` on ``device``."""
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"out must be a torch.Tensor, but got {type(out).__name__}")
+    if tuple(out.shape) != want or out.dtype != dtype or out.device != device or not out.is_contiguous():
+        raise ValueError(f"out must be a contiguous {dtype} tensor of shape {want} on {device}, but got {out.dtype} {tuple(out.shape)} on {out.device}")
+
+
 def human_size(nbytes: int) -> str:
     """``nbytes`` for a message: ``"1.5 GiB"``, ``"12.0 KiB"``, ``"300 bytes"``."""
     for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):

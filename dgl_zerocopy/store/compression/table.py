@@ -6,10 +6,13 @@ On disk a compressed table is a folder::
     DIR/codes.npy          (N, C) codes: float16, int8, or bf16 as its int16 bit pattern
     DIR/scale.npy          int8 only: float32, (C,) per column or (N,) per row
     DIR/offset.npy         int8 only: the same shape
+    DIR/digests.json       each array's size and digest (:mod:`dgl_zerocopy.store.cache_files`)
 
 Every array is a plain ``.npy``, memory-mapped read-only on load: ``FeatureStore(DIR)`` pins the
 codes in place like any mapped table. A folder is written under a temporary name and renamed into
-place, so a reader never sees half of one.
+place, so a reader never sees half of one. A folder kept beside its ``.npy`` (:func:`compressed_beside`,
+a cache) is reused only while its arrays are the bytes written (their digests); a folder opened
+directly (:func:`load`) is checked for its dtypes and shapes only.
 """
 
 from __future__ import annotations
@@ -26,6 +29,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..cache_files import MANIFEST, DamagedFile, check_digests, partial_prefix, record_digests, sweep_partials
 from ..host_files import replace_dir, tensor_view
 from .codec import CODECS, Codec, check_codec_name
 from .encode import CHUNK_BYTES, CODE_NUMPY_DTYPES, check_int8_form, encode_into
@@ -191,7 +195,10 @@ def read_meta(path: Path) -> dict:
 def compressed_beside(npy_path: str | os.PathLike, codec: str, *, axis: str | None = None, method: str | None = None, chunk_bytes: int = CHUNK_BYTES) -> Path:
     """The compressed form of the ``.npy`` file ``npy_path``, kept beside it as ``<stem>.<codec>/``
     (int8: ``<stem>.int8-<axis>-<method>/``): written on first use, reused while the source file is
-    unchanged (same size and modification time) and rewritten when it changed. Returns the folder."""
+    unchanged (same size and modification time) and its own arrays are the bytes written (their
+    digests, :mod:`~dgl_zerocopy.store.cache_files`); rewritten when the source changed, and with a
+    warning naming the file when the folder is damaged. Partial folders of writers that died are
+    removed. Returns the folder."""
     npy_path = Path(npy_path)
     name = check_codec_name(codec)
     if name is None:
@@ -200,6 +207,7 @@ def compressed_beside(npy_path: str | os.PathLike, codec: str, *, axis: str | No
         axis, method = check_int8_form(axis, method)
     _source_table(npy_path, name)  # an integer table is refused, even where an older run compressed it
     folder = npy_path.with_name(f"{npy_path.stem}.{name}" + (f"-{axis}-{method}" if name == "int8" else ""))
+    sweep_partials(folder.parent)
     if _matches(folder, npy_path):
         return folder
     log.info("compressing %s as %s into %s (once; later runs reuse it)", npy_path, folder.name.split(".", 1)[1], folder)
@@ -268,7 +276,7 @@ def _write(table, name: str, out: Path, axis, method, chunk_bytes: int, source: 
             f"out={str(out)!r} exists and is not a compressed table (or an empty folder); choose a new folder, so that nothing else in it is replaced"
         )
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.", dir=out.parent))
+    tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(out.name), dir=out.parent))
     try:
         codes = np.lib.format.open_memmap(tmp / "codes.npy", mode="w+", dtype=CODE_NUMPY_DTYPES[name], shape=tuple(table.shape))
         scale = offset = None
@@ -286,6 +294,8 @@ def _write(table, name: str, out: Path, axis, method, chunk_bytes: int, source: 
                 np.save(tmp / "scale.npy", codec.scale.numpy())
                 np.save(tmp / "offset.npy", codec.offset.numpy())
         del codec
+        arrays = ["codes.npy", *(("scale.npy", "offset.npy") if name == "int8" else ())]
+        record_digests({k: tmp / k for k in arrays}, tmp / MANIFEST)
         meta = {"format": FORMAT, "codec": name, "axis": axis, "method": method, "shape": list(table.shape), "source": source}
         (tmp / META).write_text(json.dumps(meta, indent=1) + "\n")  # written last: marks a whole table
         replace_dir(tmp, out, marker=META)
@@ -316,7 +326,8 @@ def _matches(folder: Path, npy_path: Path) -> bool:
         if source.get("size") != stat.st_size or source.get("mtime_ns") != stat.st_mtime_ns:
             return False  # the source changed: rewritten, nothing to warn about
         load(folder)  # every file opens with the dtype and shape compression.json gives
-    except DamagedTableError as e:
+        check_digests(folder)  # and holds the bytes written
+    except (DamagedTableError, DamagedFile) as e:
         warnings.warn(
             f"the compressed features file {str(e.path)!r} is damaged ({e.reason}); writing {str(folder)!r} again from {str(npy_path)!r}", stacklevel=3
         )
