@@ -454,25 +454,24 @@ def _fake_pytest_tests(folder, slow_test_body):
     return folder
 
 
-@pytest.fixture
-def sigint_as_in_a_terminal():
-    """SIGINT raises KeyboardInterrupt in this process while the test runs, as in a terminal, so that
-    the pytest it starts can be interrupted. A pytest started in the background by a shell without
-    job control (`make test &`, a CI script) has SIGINT ignored, its children inherit that, and
-    Python keeps an ignored SIGINT ignored: run_bounded's SIGINT would do nothing."""
-    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
-    yield
-    if previous is not None:
-        signal.signal(signal.SIGINT, previous)
+@pytest.fixture(params=["terminal", "ignored"])
+def sigint(request):
+    """SIGINT as the check inherits it: a terminal's (KeyboardInterrupt), or ignored, as a shell
+    without job control (`make test &`, a CI script) leaves it; restored after the test."""
+    previous = signal.getsignal(signal.SIGINT)
+    yield signal.default_int_handler if request.param == "terminal" else signal.SIG_IGN
+    signal.signal(signal.SIGINT, previous if previous is not None else signal.SIG_DFL)
 
 
 @pytest.mark.parametrize(
     "slow_test_body, stop", [("time.sleep(60)", "interrupted"), ("signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)", "killed")]
 )
-def test_pytest_stopped_at_its_limit_keeps_what_finished(tmp_path, monkeypatch, sigint_as_in_a_terminal, slow_test_body, stop):
+def test_pytest_stopped_at_its_limit_keeps_what_finished(tmp_path, monkeypatch, slow_test_body, stop, sigint):
     """pytest interrupted at its limit (or killed, when it ignores SIGINT): the tests that finished
     keep their outcomes, the one cut off and those after it are not run for time, the step is
-    partial and the check still passes."""
+    partial and the check still passes. Also where the check itself was started with SIGINT ignored
+    (a shell without job control: its children inherit that): the plugin restores it in pytest."""
+    signal.signal(signal.SIGINT, sigint)
     monkeypatch.setattr(gpu_check, "PYTEST_GRACE", 3)
     runs = []
     run_bounded = gpu_check.run_bounded

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,6 +40,15 @@ def _message(report) -> str:
 
 
 # -- the plugin's hooks (pytest calls them by name) --------------------------------------------
+
+
+def pytest_configure(config) -> None:
+    """Let the check's SIGINT end this pytest's session. Started by a shell without job control
+    (``make gpu-check &``, a CI script), a process inherits SIGINT ignored, and Python keeps an
+    ignored SIGINT ignored: the interrupt at the limit did nothing, pytest was killed instead and
+    its summary lost. A test may still ignore SIGINT itself (then pytest is killed, as designed)."""
+    if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def pytest_collectreport(report) -> None:
