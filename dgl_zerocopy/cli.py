@@ -6,6 +6,9 @@ wrong and what is allowed, and exit with code 2, without a traceback. Ctrl-C pri
 ``timeout``, ``kill`` and Slurm send) and SIGHUP (a closed terminal), with code 128 + the signal's
 number (143, 129), after stopping its processes and removing its temporary folder. A ``train
 --nproc`` rank killed by a signal ends the job with one line naming the rank and the signal, code 1.
+A feature file (``--feature-storage``) truncated, rewritten, replaced or removed while ``train`` reads it
+ends the run with one line, code 1 (a job that failed while it ran); under ``--nproc`` a rank's own error
+of these kinds (and a refused config) gives the line and code of one process.
 """
 
 from __future__ import annotations
@@ -105,7 +108,10 @@ def _parser() -> argparse.ArgumentParser:
         "once under $DGL_ZEROCOPY_CACHE/features); with --host-cache; feature sources cpu, zerocopy, dgl-storage",
     )
     t.add_argument(
-        "--host-cache", metavar="SIZE", help="with --feature-storage: host memory for the rows, a share of the table's bytes (25%%) or a size (2GiB, bytes)"
+        "--host-cache",
+        metavar="SIZE",
+        help="with --feature-storage: host memory for the rows, a share of the table's rows (25%%, its bookkeeping on top: 100%% holds "
+        "the table) or a size (2GiB, bytes); it must hold a training and an evaluation batch's rows (checked before the first step)",
     )
     t.add_argument(
         "--host-cache-policy",
@@ -154,7 +160,7 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(_glue_negative_fanouts(sys.argv[1:] if argv is None else argv))
+    args = _parser().parse_args(_glue_negative_values(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
         if args.command == "train":
@@ -218,12 +224,17 @@ def _signals_unwind():
             signal.signal(signum, handler)
 
 
-def _glue_negative_fanouts(argv: list[str]) -> list[str]:
-    """``--fanouts -1,-1`` -> ``--fanouts=-1,-1``: argparse would read ``-1,-1`` as an unknown option."""
+#: Flags whose value may start with '-': ``--fanouts -1,-1`` (every neighbour), and sizes that are then refused in
+#: a line of their own (``--host-cache -5%``) rather than argparse's "expected one argument".
+_DASHED_VALUES = ("--fanouts", "--host-cache", "--feature-cache")
+
+
+def _glue_negative_values(argv: list[str]) -> list[str]:
+    """``--fanouts -1,-1`` -> ``--fanouts=-1,-1`` (and the other :data:`_DASHED_VALUES`): argparse would read ``-1,-1`` as an unknown option."""
     out: list[str] = []
     for arg in argv:
-        if out and out[-1] == "--fanouts" and arg[:2].startswith("-") and arg[1:2].isdigit():
-            out[-1] = f"--fanouts={arg}"
+        if out and out[-1] in _DASHED_VALUES and arg[:1] == "-" and (arg[1:2].isdigit() or arg[1:2] == "."):
+            out[-1] = f"{out[-1]}={arg}"
         else:
             out.append(arg)
     return out
@@ -249,11 +260,12 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
 
     from .data import FeatureFile, HeteroSpec, SyntheticSpec, load_dataset
     from .data.feature_file import attach_feature_file
-    from .store.storage import BufferFullError
+    from .store.storage import BufferFullError, StorageChangedError
     from .store.table_input import human_size
     from .training.train import best_epoch, resolve_device, timing_table, train
 
     device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc, cfg.sampler)  # fail before the dataset loads
+    _placement_is_used(cfg, device)
     stored = FeatureFile.open(cfg.feature_storage) if cfg.feature_storage not in (None, "auto") else None  # a bad file: before the dataset loads
     spec = SyntheticSpec(num_nodes=cfg.num_nodes) if cfg.num_nodes else SyntheticSpec()
     hetero = HeteroSpec.scaled(cfg.num_nodes) if cfg.num_nodes else None  # --num-nodes: papers
@@ -292,19 +304,51 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
         )
         dataset = share_dataset(dataset)  # the arrays move to shared memory once; the private copies are freed here
     try:
-        history = train(cfg, dataset, on_epoch=_print_epoch, progress=not args.no_progress)
+        history = _as_one_process(train, cfg, dataset, on_epoch=_print_epoch, progress=not args.no_progress)
     except ProcessExitedException as e:  # a rank died without a Python error (a signal): launch's one line
         print(f"dgl-zerocopy: error: {e}", file=sys.stderr)
         return 1
-    except BufferFullError as e:  # a batch (training or evaluation) with more distinct rows than the host buffer frees
+    except BufferFullError as e:  # a batch larger than the batches sampled before the first step (host_budget)
         raise ConfigError(
             f"host_cache {cfg.host_cache!r} is too small for this run: {e}; raise --host-cache, or lower --batch-size/--eval-batch-size"
         ) from None
+    except StorageChangedError as e:  # the feature file truncated, rewritten, replaced or removed under the run: it failed while it ran
+        print(f"dgl-zerocopy: error: {e}; the run stopped: train again once the file is complete (write a new one, then rename it into place)", file=sys.stderr)
+        return 1
     best = best_epoch(history)
     print("\nstage times per epoch (s); wait = time the training step waited for its batch")
     print(timing_table(history))
     print(f"\nfinal test accuracy {history[-1].test_acc:.4f} (best val {best.val_acc:.4f} at epoch {best.epoch}, test {best.test_acc:.4f})")
     return 0
+
+
+def _as_one_process(call, *args, **kwargs):
+    """``call(*args, **kwargs)``, where a ``--nproc`` rank's own error of ours (a config, dataset, host buffer or
+    feature file error), which reaches this process inside a ``ProcessRaisedException`` (``.error``), is raised
+    again as itself: the same line and exit code as without ``--nproc``. Other errors keep the rank's traceback."""
+    from torch.multiprocessing.spawn import ProcessRaisedException
+
+    from .store.storage import BufferFullError, StorageChangedError
+
+    try:
+        return call(*args, **kwargs)
+    except ProcessRaisedException as e:
+        error = getattr(e, "error", None)
+        if isinstance(error, (ConfigError, DatasetError, BufferFullError, StorageChangedError)):
+            raise error from None
+        raise
+
+
+def _placement_is_used(cfg, device) -> None:
+    """``--graph-placement`` with ``--sampler snapshot`` places the graph only where our loader samples the
+    snapshot on the GPU (a CUDA device; the config refuses DGL's loader): refused on the CPU, before the dataset loads."""
+    from .loading.gpu_sampling import stand_in
+
+    if cfg.sampler == "snapshot" and "graph_placement" in cfg.model_fields_set and device.type != "cuda" and stand_in() is None:
+        raise ConfigError(
+            f"graph_placement {cfg.graph_placement!r} places the graph for sampling on the GPU, but the snapshot is sampled on the CPU "
+            f"here (device {device.type!r}); drop --graph-placement, or train on a CUDA device"
+        )
 
 
 def _train_dist(cfg, args: argparse.Namespace) -> int:

@@ -33,7 +33,7 @@ psutil = pytest.importorskip("psutil")  # a dependency of DGL
 
 from conftest import REPO  # noqa: E402
 
-from dgl_zerocopy.training import ddp  # noqa: E402
+from dgl_zerocopy.training import ddp, shared_dataset  # noqa: E402
 from dgl_zerocopy.training.config import ConfigError, TrainConfig, build_config  # noqa: E402
 from dgl_zerocopy.training.ddp import SharedDataset, launch, share_dataset  # noqa: E402
 
@@ -483,6 +483,6 @@ def test_share_dataset_sends_references_not_copies(small_dataset, tmp_path):
     rows = slice(1000, 2000)
     sliced = dataclasses.replace(small_dataset, features=mapped[rows])
     ref = share_dataset(sliced).arrays["features"]
-    assert isinstance(ref, ddp._MappedFile) and ref.filename == str(tmp_path / "feat.npy")
+    assert isinstance(ref, shared_dataset._MappedFile) and ref.filename == str(tmp_path / "feat.npy")
     assert len(pickle.dumps(ref)) < 1024
     np.testing.assert_array_equal(pickle.loads(pickle.dumps(ref)).open(), small_dataset.features[rows])

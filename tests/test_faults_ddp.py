@@ -23,7 +23,7 @@ from types import SimpleNamespace
 import psutil
 import pytest
 from conftest import REPO
-from torch.multiprocessing.spawn import ProcessExitedException
+from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
 from dgl_zerocopy import cli
 from dgl_zerocopy.data import SyntheticSpec, load_dataset
@@ -347,6 +347,48 @@ def test_a_killed_rank_is_named_in_one_line(tmp_path):
     e = ddp._failure(ranks, tmp_path / "none", {1: 3})
     assert str(e) == "rank 1 (pid 101) exited with code 3 without reporting an error; the other ranks were stopped"
     assert "\n" not in str(e)
+
+
+def test_a_ranks_error_travels_as_itself_beside_its_traceback(tmp_path):
+    """Issue 33 item 3: the parent gets the rank's exception itself (``.error``), where it pickles, so that the
+    command can print one of its own errors in one line; an error file of the older form has none."""
+    from dgl_zerocopy.store.storage import BufferFullError
+
+    ranks = [SimpleNamespace(pid=100 + r) for r in range(2)]
+    ddp._write(tmp_path / "error-1.pkl", (time.monotonic(), "Traceback ...\nBufferFullError: the host buffer cannot hold this batch", BufferFullError("full")))
+    ddp._write(tmp_path / "error-0.pkl", (time.monotonic(), "Traceback ...\nRuntimeError: Connection reset by peer"))
+    e = ddp._failure(ranks, tmp_path, {0: 1, 1: 1})
+    assert isinstance(e, ProcessRaisedException) and e.error_index == 1
+    assert isinstance(e.error, BufferFullError) and str(e.error) == "full" and "BufferFullError: the host buffer" in str(e)
+    (tmp_path / "error-1.pkl").unlink()
+    assert ddp._failure(ranks, tmp_path, {0: 1, 1: 1}).error is None
+
+
+def _raise_buffer_full(rank: int, world_size: int) -> None:
+    from dgl_zerocopy.store.storage import BufferFullError
+
+    raise BufferFullError(f"rank {rank} found the buffer full")
+
+
+class _Unpicklable(Exception):
+    def __reduce__(self):
+        raise TypeError("not picklable")
+
+
+def _raise_unpicklable(rank: int, world_size: int) -> None:
+    raise _Unpicklable("a lock inside")
+
+
+@pytest.mark.slow  # a spawned rank each (~5 s); test_a_ranks_error_travels_as_itself_beside_its_traceback is the fast check
+def test_a_rank_sends_its_error_itself_or_its_traceback_alone():
+    from dgl_zerocopy.store.storage import BufferFullError
+
+    with pytest.raises(ProcessRaisedException) as raised:
+        ddp.launch(_raise_buffer_full, 1, backend="gloo")
+    assert isinstance(raised.value.error, BufferFullError) and str(raised.value.error) == "rank 0 found the buffer full"
+    with pytest.raises(ProcessRaisedException) as raised:
+        ddp.launch(_raise_unpicklable, 1, backend="gloo")
+    assert raised.value.error is None and "_Unpicklable: a lock inside" in str(raised.value)
 
 
 def test_the_cli_prints_a_killed_rank_in_one_line(monkeypatch, capsys):

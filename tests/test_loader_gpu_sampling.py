@@ -430,6 +430,19 @@ def test_train_with_the_gpu_sampler_stood_in_on_the_cpu(capsys):
     assert "sampled on the GPU (graph device)" in out and "final test accuracy" in out
 
 
+def test_train_with_snapshots_on_the_gpu_sampler_and_the_graph_in_device_memory(capsys):
+    """``--sampler snapshot --graph-placement device`` where the snapshot is sampled on the GPU (stood in on the CPU):
+    the training loader places the graph; the evaluation loader (full graph, DGL's sampler) is not given the placement
+    (issue 33 item 6: it raised "graph_placement='device' places the graph ... which use_uva=True turns on")."""
+    from dgl_zerocopy.cli import main
+
+    with emulate_on_cpu("reference"):
+        code = main(["train", *TINY, "--sampler", "snapshot", "--graph-placement", "device"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "sampled from a snapshot" in out and "final test accuracy" in out
+
+
 # -- on a GPU --------------------------------------------------------------------------------------------------------
 
 

@@ -4,6 +4,7 @@ that gather waits only for rows still being read; rows are exact; handles releas
 
 from __future__ import annotations
 
+import re
 import threading
 
 import numpy as np
@@ -139,3 +140,12 @@ def test_reads_ahead_never_leave_a_gather_without_room(table, policy):
             assert torch.equal(store.gather(ids, read_ahead=handles[i]), torch.from_numpy(expect[ids.numpy()]))
         assert int(store._backend.buffer.pins.sum()) == 0
         assert store.storage_stats()["read_ahead_hits"] > 0
+
+
+def test_read_ahead_after_close_names_the_closed_store(table):
+    """Issue 33 item 10: it raised ``RuntimeError: cannot schedule new futures after shutdown`` (the pool's words)."""
+    store = FeatureStore(table, backend="cpu", host_cache_bytes=_budget(1200))
+    store.gather(torch.arange(10))
+    store.close()
+    with pytest.raises(RuntimeError, match=re.escape(f"this FeatureStore over {str(table)!r} is closed; make a new one to read ahead")):
+        store.read_ahead(torch.arange(10))

@@ -62,8 +62,12 @@ def test_the_command_trains_from_storage_as_from_memory(tmp_path, monkeypatch, c
     assert f"features on storage in '{tmp_path / SPEC.cache_name() / 'features.npy'}'" in on_storage  # the generated cache's own file
     lines = [line for line in on_storage.splitlines() if line.startswith("epoch ") and "|" in line]
     for line in lines:
-        read, rows, ahead = re.search(r"\| storage ([\d.]+ \w+) in [\d,]+ reads, rows in memory ([\d.]+)%, read ahead ([\d.]+)%$", line).groups()
+        found = re.search(
+            r"\| storage ([\d.]+ \w+) in [\d,]+ reads, rows in memory ([\d.]+)% \(read ahead ([\d.]+)%, held ([\d.]+)%\), read by the gather ([\d.]+)%$", line
+        )
+        read, rows, ahead, held, gathered = found.groups()
         assert read != "0 bytes" and 0 < float(rows) <= 100 and 0 < float(ahead) <= float(rows)  # read from storage, most of it ahead of the batch
+        assert abs(float(ahead) + float(held) - float(rows)) < 0.2 and abs(float(rows) + float(gathered) - 100) < 0.2
     assert "| storage" not in in_memory
 
 
@@ -111,10 +115,13 @@ REFUSALS = {
         "holds 60 rows of 400 bytes beside its row -> slot map, fewer than one batch's 64 seeds",
     ),
     "holds no row": (["--feature-storage", "{npy}", "--host-cache", "10KiB"], "holds no row: the row -> slot map of 5000 rows"),
-    "a batch's neighbours": (["--feature-storage", "{npy}", "--host-cache", "200KiB"], "is too small for this run: the host buffer cannot hold this batch"),
+    "a batch's neighbours": (
+        ["--feature-storage", "{npy}", "--host-cache", "200KiB"],
+        "too few for this run's batches (sampled before the first step): a training batch (64 seeds, fanouts [3, 3]) reads about",
+    ),
     "cache without storage": (["--host-cache", "1MiB"], "host_cache '1MiB' sizes the host buffer of features left on storage, but feature_storage is not set"),
     "storage without cache": (["--feature-storage", "auto"], "needs a host buffer for their rows; add --host-cache SIZE"),
-    "not a size": (["--feature-storage", "auto", "--host-cache", "lots"], "host_cache 'lots' is not a cache size: give a share of the table's bytes (25%)"),
+    "not a size": (["--feature-storage", "auto", "--host-cache", "lots"], "host_cache 'lots' is not a cache size: give a share of the table's rows (25%)"),
     "zero": (["--feature-storage", "auto", "--host-cache", "0"], "host_cache '0' holds no row"),
     "a file compressed on the fly": (["--feature-storage", "{npy}", "--host-cache", "1MiB", "--feature-compression", "int8"], "a file is served as stored"),
     "a heterograph": (["--dataset", "hetero-synthetic", "--feature-storage", "auto", "--host-cache", "1MiB"], "is a heterograph (a table per node type)"),
@@ -204,3 +211,86 @@ def test_training_in_process_reads_the_file_not_the_dataset(tmp_path):
     )
     history = train(cfg, ds, progress=False)
     assert history[0].storage is not None and history[0].storage["storage_bytes"] > 0 and np.isfinite(history[0].loss)
+
+
+# -- issue 33 item 5: a budget that cannot serve the run's batches is refused before the first step ----------------
+
+
+def _steps(monkeypatch) -> list:
+    """Counts the training steps (the model's forward passes on a batch)."""
+    import dgl_zerocopy.training.train as train_module
+
+    steps, real = [], train_module._logits
+    monkeypatch.setattr(train_module, "_logits", lambda *a, **k: steps.append(1) or real(*a, **k))
+    return steps
+
+
+def test_a_budget_too_small_for_the_evaluation_batches_is_refused_before_the_first_step(feature_npy, monkeypatch, capsys):
+    """Training batches of 64 seeds fit half the rows, evaluation batches of 1,024 (500: the test set's 500 nodes) do
+    not: refused before any step, naming the size that serves them and the flag (it trained an epoch, then failed at
+    evaluation)."""
+    steps = _steps(monkeypatch)
+    argv = ["train", *RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", "50%", "--eval-batch-size", "1024"]
+    err = one_line_exit_2(argv, capsys)
+    assert not steps, "a step ran before the refusal"
+    found = re.search(r"host_cache '50%' holds 2,500 of the 5,000 rows, too few .*: an evaluation batch \(500 seeds\) reads about ([\d,]+) distinct rows", err)
+    assert found and int(found[1].replace(",", "")) > 2500, err
+    share = int(re.search(r"give --host-cache (\d+)% \(about [\d.]+ \w+\) or more, or lower --eval-batch-size$", err)[1])
+    assert share > 50
+    assert main(["train", *RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", f"{share}%", "--eval-batch-size", "1024"]) == 0
+    assert "final test accuracy" in capsys.readouterr().out  # the size it names serves the run
+
+
+def test_a_budget_that_holds_every_batch_by_the_bound_samples_nothing(feature_npy, monkeypatch, capsys):
+    """64 seeds, fanouts 3,3: at most 64 x 4 x 4 = 1,024 rows a batch, within 50 % of 5,000: no batch is sampled."""
+    import dgl_zerocopy.training.host_budget as host_budget
+
+    monkeypatch.setattr(host_budget, "_distinct_rows", lambda *a, **k: pytest.fail("sampled a batch where the bound sufficed"))
+    assert main(["train", *RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", "50%"]) == 0
+    assert "final test accuracy" in capsys.readouterr().out
+
+
+def test_the_check_leaves_the_runs_own_draws_alone(monkeypatch):
+    """The batches sampled for the check use a forked torch generator and never DGL's."""
+    import dgl
+
+    from dgl_zerocopy.training.host_budget import _distinct_rows
+
+    ds = load_dataset("synthetic", SPEC)
+    g = ds.to_dgl(with_data=False)
+    torch.manual_seed(3)
+    dgl.seed(3)
+    expect = torch.rand(3), dgl.dataloading.NeighborSampler([3]).sample(g, torch.arange(10))[0]
+    torch.manual_seed(3)
+    dgl.seed(3)
+    assert _distinct_rows(g, torch.as_tensor(ds.train_idx), 64, [3, 3], None, 0) > 64
+    assert torch.equal(torch.rand(3), expect[0]) and torch.equal(dgl.dataloading.NeighborSampler([3]).sample(g, torch.arange(10))[0], expect[1])
+
+
+@pytest.mark.parametrize("policy", [None, "static", "dynamic", "hybrid", "lru", "clock", "fifo"])
+def test_a_share_of_host_cache_is_a_share_of_the_rows_and_100_percent_holds_the_table(policy):
+    """``--host-cache P%`` gives P % of the rows a slot, the bookkeeping (slot map, ranking, per-slot state) on top:
+    ``100%`` holds the whole table (it paid the bookkeeping out of the rows' bytes, and never could)."""
+    from dgl_zerocopy.store.storage import plan_storage
+    from dgl_zerocopy.training.sources import CacheRequest
+
+    rows, row_bytes = 200_000, 400
+    order = None if policy in ("dynamic", "lru", "clock", "fifo") else torch.arange(rows)
+    for share, slots in (("100%", rows), ("25%", 50_000), ("7%", 14_000), ("0.001%", 2)):
+        budget = CacheRequest(host_cache=share, host_cache_policy=policy).host_cache_bytes(rows, row_bytes)
+        assert plan_storage(rows, row_bytes, budget, policy, order).capacity == slots, (share, policy)
+        assert plan_storage(rows, row_bytes, budget - 1, policy, order).capacity == slots - 1  # the smallest such budget
+
+
+def test_the_epoch_line_shows_rows_read_ahead_apart_from_rows_held():
+    """Rows read ahead count as in memory; the line shows both, and what the gathers read themselves
+    (issue 33 item 10: "rows in memory 100.0 %" while 266 MiB were read from storage that epoch)."""
+    from dgl_zerocopy.training.train import EpochStats
+
+    storage = {"storage_bytes": 266 << 20, "storage_reads": 2238, "device_hits": 0, "host_hits": 1000, "storage_rows": 0}
+    storage |= {"read_ahead_hits": 1000, "read_ahead_rows": 1000, "hit_rate": 1.0}
+    line = EpochStats(0, 1.0, 0.5, 0.5, 0.5, 1.0, 0.1, {}, None, storage).line()
+    assert line.endswith("| storage 266.0 MiB in 2,238 reads, rows in memory 100.0% (read ahead 100.0%, held 0.0%), read by the gather 0.0%"), line
+    storage |= {"host_hits": 600, "read_ahead_hits": 200, "storage_rows": 400, "hit_rate": 0.6}
+    line = EpochStats(0, 1.0, 0.5, 0.5, 0.5, 1.0, 0.1, {}, None, storage).line()
+    assert line.endswith("rows in memory 60.0% (read ahead 20.0%, held 40.0%), read by the gather 40.0%"), line

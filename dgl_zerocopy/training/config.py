@@ -57,7 +57,7 @@ class TrainConfig(BaseModel):
     # features left on storage (docs/storage.md): a .npy or compressed folder of one row per node, or "auto" (the
     # dataset's own features: the OGB cache's features.npy, else written once under the dataset cache); None: in memory
     feature_storage: str | None = None
-    host_cache: str | None = None  # with feature_storage: the host buffer, a share of the table's bytes ("25%") or a size ("2GiB", bytes)
+    host_cache: str | None = None  # with feature_storage: the host buffer, a share of the table's rows ("25%", bookkeeping on top) or a size ("2GiB", bytes)
     # with feature_storage: which rows the host buffer keeps (None: static, the degree ranking; docs/storage.md)
     host_cache_policy: Literal[HOST_POLICIES] | None = None
 
@@ -116,6 +116,25 @@ class TrainConfig(BaseModel):
             )
         if self.dataset in HETERO_DATASETS:
             raise ValueError(f"sampler 'gpu' samples homogeneous graphs, and dataset {self.dataset!r} is a heterograph; use --sampler cpu")
+        return self
+
+    @model_validator(mode="after")
+    def _placement_where_the_gpu_samples(self) -> TrainConfig:
+        """``graph_placement`` places the CSC our loader samples on the GPU: with ``sampler: gpu``, or ``snapshot``
+        through our loader (sources cpu, zerocopy, gpu; on a CPU device the CLI refuses it too), given or not.
+        Elsewhere it would be ignored (DGL's sampler) or fail after the dataset loads: refused, as ``snapshot_size``."""
+        if "graph_placement" not in self.model_fields_set or self.sampler == "gpu":
+            return self
+        placement = self.graph_placement
+        if self.sampler == "cpu":
+            raise ValueError(
+                f"graph_placement {placement!r} places the graph for sampling on the GPU, but sampler is 'cpu'; add --sampler gpu, or drop --graph-placement"
+            )
+        if self.feature_source in ("dgl", "dgl-storage"):
+            raise ValueError(
+                f"graph_placement {placement!r} places the graph for sampling on the GPU, but feature source {self.feature_source!r} samples the "
+                f"snapshot on the CPU (DGL's loader); use --feature-source cpu, zerocopy or gpu on a CUDA device, or drop --graph-placement"
+            )
         return self
 
     @model_validator(mode="after")
@@ -189,7 +208,7 @@ class TrainConfig(BaseModel):
         if v is None:
             return None
         if parse_cache_size(v, "host_cache")[1] == 0:
-            raise ValueError(f"host_cache {v!r} holds no row; give a share of the table's bytes (25%) or a size (2GiB)")
+            raise ValueError(f"host_cache {v!r} holds no row; give a share of the table's rows (25%) or a size (2GiB)")
         return str(v).strip()
 
     @field_validator("feature_storage", mode="before")
@@ -278,8 +297,8 @@ _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**1
 
 
 def parse_cache_size(text, key: str = "feature_cache") -> tuple[str, float | int]:
-    """A ``feature_cache`` (or ``key``: ``host_cache``) value as ``("rows", fraction)`` for ``"10%"`` (a share of the rows;
-    of the table's bytes for ``host_cache``) or ``("bytes", n)`` for ``"512MiB"``, ``"2GB"``, ``"1000000"`` or an int; ConfigError otherwise."""
+    """A ``feature_cache`` (or ``key``: ``host_cache``) value as ``("rows", fraction)`` for ``"10%"`` (a share of the
+    table's rows) or ``("bytes", n)`` for ``"512MiB"``, ``"2GB"``, ``"1000000"`` or an int; ConfigError otherwise."""
     value = str(text).strip().lower().replace(" ", "")
     try:
         if value.endswith("%"):
@@ -296,7 +315,7 @@ def parse_cache_size(text, key: str = "feature_cache") -> tuple[str, float | int
             raise ValueError
         return "bytes", int(size)
     except (ValueError, OverflowError):
-        share = "the table's bytes (25%)" if key == "host_cache" else "the rows (10%)"
+        share = "the table's rows (25%)" if key == "host_cache" else "the rows (10%)"
         no_cache = "" if key == "host_cache" else "; 0 means no cache"
         raise ConfigError(f"{key} {text!r} is not a cache size: give a share of {share}, a size (512MiB, 2GB) or a byte count{no_cache}") from None
 
@@ -351,6 +370,7 @@ def _one_line(error: ValidationError) -> str:
             "snapshot",
             "host_cache",
             "feature_storage",
+            "graph_placement",
         )
     ):
         return msg

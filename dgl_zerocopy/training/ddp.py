@@ -9,7 +9,7 @@ loopback interface only: nothing listens on, or talks to, another address.
 Errors: a rank that raises ends the job. :func:`launch` raises
 ``torch.multiprocessing.ProcessRaisedException`` with the traceback of the rank that failed
 *first* (its original exception type and message, not the "connection closed" that its peers see
-next), once every rank has stopped: the others get :data:`ERROR_GRACE` seconds to exit by
+next; the exception itself as ``.error`` where it pickles, else None), once every rank has stopped: the others get :data:`ERROR_GRACE` seconds to exit by
 themselves, then they are killed. A rank that dies without a Python error (a signal, ``os._exit``)
 gives ``ProcessExitedException`` when no rank raised, its message one line naming the rank, its
 pid and the signal or exit code. No process outlives :func:`launch`: ranks are killed when it
@@ -26,9 +26,7 @@ exit finalizers before it leaves, so the locks and queues it made leave no named
 from __future__ import annotations
 
 import ctypes
-import dataclasses
 import datetime
-import mmap
 import multiprocessing.connection
 import multiprocessing.util
 import os
@@ -43,15 +41,14 @@ import time
 import traceback
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
-from ..data import GraphDataset, HeteroGraphDataset
-from ..data.base import tensor_view
+from .shared_dataset import SharedDataset, share_dataset
+
+__all__ = ["SharedDataset", "launch", "share_dataset"]  # sharing lives in .shared_dataset; its names stay importable here
 
 #: Seconds a collective (or the rendezvous) may wait for a peer before it fails.
 DEFAULT_TIMEOUT = 600.0
@@ -154,10 +151,15 @@ def _run_rank(rank: int, parent: int, fn: Callable, world_size: int, backend: st
     try:
         dist.init_process_group(backend, init_method=(folder / "store").as_uri(), rank=rank, world_size=world_size, timeout=datetime.timedelta(seconds=timeout))
         _write(folder / f"result-{rank}.pkl", fn(rank, world_size, *args))
-    except Exception:  # noqa: BLE001 - every error goes to the parent, with its traceback
+    except Exception as error:  # noqa: BLE001 - every error goes to the parent, with its traceback
         # Written before the process group goes down (which makes the peers fail next), with the
-        # time, so the parent can tell the first error from its consequences.
-        _write(folder / f"error-{rank}.pkl", (time.monotonic(), traceback.format_exc()))
+        # time, so the parent can tell the first error from its consequences; with the error itself
+        # where it pickles (ProcessRaisedException.error: the command prints its own errors in one line).
+        report = (time.monotonic(), traceback.format_exc())
+        try:
+            _write(folder / f"error-{rank}.pkl", (*report, error))
+        except Exception:  # noqa: BLE001 - an error that does not pickle: its traceback alone
+            _write(folder / f"error-{rank}.pkl", report)
         code = 1
     except KeyboardInterrupt:  # Ctrl-C reaches every rank too: the parent reports it, once
         code = 130
@@ -222,14 +224,14 @@ def _join(processes: list, workdir: Path) -> None:
     raise _failure(processes, workdir, exited)
 
 
-def _errors(workdir: Path) -> list[tuple[float, int, str]]:
-    """``(time, rank, traceback)`` of every rank that reported an error, earliest first."""
+def _errors(workdir: Path) -> list[tuple[float, int, str, BaseException | None]]:
+    """``(time, rank, traceback, the error or None)`` of every rank that reported an error, earliest first."""
     found = []
     for path in workdir.glob("error-*.pkl"):
         with path.open("rb") as f:
-            when, text = pickle.load(f)
-        found.append((when, int(path.stem.split("-")[1]), text))
-    return sorted(found)
+            when, text, *error = pickle.load(f)
+        found.append((when, int(path.stem.split("-")[1]), text, error[0] if error else None))
+    return sorted(found, key=lambda e: e[:2])
 
 
 def _failure(processes: list, workdir: Path, exited: dict[int, int]) -> Exception:
@@ -242,7 +244,7 @@ def _failure(processes: list, workdir: Path, exited: dict[int, int]) -> Exceptio
     from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedException
 
     errors = _errors(workdir)
-    raised = {rank for _, rank, _ in errors}
+    raised = {rank for _, rank, *_ in errors}
     died = {rank: code for rank, code in exited.items() if code != 0 and rank not in raised}  # without a Python error
     killed = sorted(set(range(len(processes))) - set(exited))
     signalled = sorted(rank for rank, code in died.items() if code < 0)
@@ -260,11 +262,13 @@ def _failure(processes: list, workdir: Path, exited: dict[int, int]) -> Exceptio
             message += " (SIGKILL comes from `kill -9` or from the kernel's out-of-memory killer)"
         return ProcessExitedException(message, cause, pid, code, _signal_name(code))
     notes = [f"rank {r} {_exit_text(c)}" for r, c in sorted(died.items())]
-    notes += [f"rank {r} raised {_last_line(text)}" for _, r, text in errors if r != cause]
+    notes += [f"rank {r} raised {_last_line(text)}" for _, r, text, _ in errors if r != cause]
     notes += [f"rank(s) {killed} stopped by launch"] if killed else []
     note = f" (then: {'; '.join(notes)})" if notes else ""
-    text = next(text for _, r, text in errors if r == cause)
-    return ProcessRaisedException(f"\n\n-- Process {cause} terminated with the following error{note}:\n{text}", cause, pid)
+    text, error = next((text, error) for _, r, text, error in errors if r == cause)
+    failure = ProcessRaisedException(f"\n\n-- Process {cause} terminated with the following error{note}:\n{text}", cause, pid)
+    failure.error = error  # the rank's exception itself, or None where it did not pickle
+    return failure
 
 
 def _last_line(text: str) -> str:
@@ -376,123 +380,3 @@ def _sweep_workdirs(root: str | Path | None = None) -> list[Path]:
         shutil.rmtree(path, ignore_errors=True)
         removed.append(path)
     return removed
-
-
-# -- sharing a dataset -------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _MappedFile:
-    """Where a memory-mapped array's bytes are: the receiver maps the same file (the page cache
-    holds them once for every process)."""
-
-    filename: str
-    offset: int
-    dtype: str
-    shape: tuple
-    mode: str
-
-    def open(self) -> np.ndarray:
-        return np.memmap(self.filename, dtype=np.dtype(self.dtype), mode=self.mode, offset=self.offset, shape=self.shape)
-
-
-@dataclass(frozen=True)
-class SharedDataset:
-    """A :class:`GraphDataset` (or a :class:`~dgl_zerocopy.data.hetero.HeteroGraphDataset`) to send
-    to spawned processes: its arrays are in shared memory (or are file maps) and travel by handle.
-    :meth:`open` in the receiver gives the dataset back, its arrays NumPy views of the same memory;
-    a FeatureStore made there over ``features`` pins or gathers the one table every process shares."""
-
-    dataset: Any  # every array replaced by an empty placeholder of its dtype (a field of dicts of arrays: an empty dict)
-    arrays: dict  # field name -> shared torch.Tensor or _MappedFile, or a dict/tuple of them as the field holds its arrays
-
-    def open(self) -> Any:
-        return dataclasses.replace(self.dataset, **{k: _attach_all(v) for k, v in self.arrays.items()})
-
-    @property
-    def name(self) -> str:
-        return self.dataset.name
-
-
-def share_dataset(dataset: GraphDataset | HeteroGraphDataset | SharedDataset) -> SharedDataset:
-    """``dataset`` ready for :func:`launch`'s ``args``, without a copy per process.
-
-    Each array (features, graph, labels, splits) is sent by reference: a memory-mapped file (an
-    OGB cache, ``np.load(..., mmap_mode="r")``) as its file, to be mapped again; an array already
-    viewing shared memory as that memory; any other array is moved into shared memory once here
-    (``torch.from_numpy(a).share_memory_()``: one copy, which every rank then maps; the caller's
-    private array stays as it was, and is freed when the caller drops it)."""
-    if isinstance(dataset, SharedDataset):
-        return dataset
-    arrays, placeholders = {}, {}
-    for field in dataclasses.fields(dataset):
-        value = getattr(dataset, field.name)
-        if isinstance(value, np.ndarray):
-            arrays[field.name] = _share_array(value, field.name)
-            placeholders[field.name] = np.empty((0,) + value.shape[1:], dtype=value.dtype)
-        elif isinstance(value, dict) and _holds_arrays(value):  # a heterograph's per-type features and edges
-            arrays[field.name] = _share_all(value, field.name)
-            placeholders[field.name] = {}
-    return SharedDataset(dataclasses.replace(dataset, **placeholders), arrays)
-
-
-def _holds_arrays(value) -> bool:
-    items = value.values() if isinstance(value, dict) else value if isinstance(value, tuple) else ()
-    return isinstance(value, np.ndarray) or any(map(_holds_arrays, items))
-
-
-def _share_all(value, name: str):
-    """Each array in a dict/tuple tree shared (:func:`_share_array`), the tree kept."""
-    if isinstance(value, dict):
-        return {k: _share_all(v, f"{name}[{k!r}]") for k, v in value.items()}
-    return tuple(_share_all(v, f"{name}[{i}]") for i, v in enumerate(value)) if isinstance(value, tuple) else _share_array(value, name)
-
-
-def _attach_all(shared):
-    if isinstance(shared, dict):
-        return {k: _attach_all(v) for k, v in shared.items()}
-    return tuple(map(_attach_all, shared)) if isinstance(shared, tuple) else _attach(shared)
-
-
-def _share_array(array: np.ndarray, name: str):
-    mapped = _mapped_file(array)
-    if mapped is not None:
-        return mapped
-    base = array.base
-    if (
-        isinstance(base, torch.Tensor)
-        and base.is_shared()
-        and base.is_contiguous()
-        and array.flags.c_contiguous
-        and base.data_ptr() == array.ctypes.data
-        and base.numel() == array.size
-    ):
-        return base  # already a view of shared memory (e.g. a dataset opened from a SharedDataset)
-    tensor = tensor_view(np.ascontiguousarray(array))
-    try:
-        return tensor.share_memory_()
-    except RuntimeError as e:
-        free = shutil.disk_usage("/dev/shm").free if os.path.isdir("/dev/shm") else 0
-        raise RuntimeError(
-            f"cannot move the dataset's {name!r} ({array.nbytes / 2**30:.2f} GiB) into shared memory "
-            f"(/dev/shm has {free / 2**30:.2f} GiB free): {e}. Enlarge /dev/shm (docker: --shm-size), or "
-            f"keep the arrays in .npy files mapped with np.load(path, mmap_mode='r'), which are shared as files"
-        ) from e
-
-
-def _mapped_file(array: np.ndarray) -> _MappedFile | None:
-    """The file and offset of a C-contiguous array that views a ``np.memmap``'s bytes, else None."""
-    root = array
-    while isinstance(root, np.ndarray) and not isinstance(root.base, mmap.mmap):
-        root = root.base
-    if not isinstance(root, np.memmap) or not root.filename or not array.flags.c_contiguous:
-        return None
-    start = array.ctypes.data - root.ctypes.data
-    if start < 0 or start + array.nbytes > root.nbytes:
-        return None
-    mode = "r+" if root.mode == "w+" else root.mode  # "w+" would truncate the file in the receiver
-    return _MappedFile(str(root.filename), int(root.offset) + start, array.dtype.str, tuple(array.shape), mode)
-
-
-def _attach(shared) -> np.ndarray:
-    if isinstance(shared, _MappedFile):
-        return shared.open()
-    return shared.numpy()  # a view of the shared memory; the array keeps the tensor alive

@@ -31,9 +31,10 @@ the bytes that hold that many stored rows (codes, when compressed). ``cache_stat
 Features left on storage (a dataset whose ``features`` is a
 :class:`~dgl_zerocopy.data.feature_file.FeatureFile`: ``train --feature-storage``): the FeatureStore
 sources build ``FeatureStore(path, host_cache_bytes=N)`` with ``N`` from the request's ``host_cache``
-(a share of the table's bytes, or a size) and the graph for its static ranking (the degree sampling
-follows); our DataLoader reads the next batches' rows ahead. A buffer that cannot hold one batch's
-seeds is refused when the source is made (:class:`~.config.ConfigError`). ``storage_stats()`` and
+(a share of the table's rows, its bookkeeping on top, or a size) and the graph for its static ranking (the degree sampling
+follows); our DataLoader reads the next batches' rows ahead. A buffer that cannot hold the distinct rows
+of the run's batches (training, and evaluation where ``cache.eval_batch_size`` is given) is refused when the
+source is made (:class:`~.config.ConfigError`, :mod:`.host_budget`). ``storage_stats()`` and
 ``reset_storage_stats()`` pass the store's counters on (``on_storage`` False: no counters).
 
 A source yields ``(blocks, x, y)`` with ``x`` the features of ``blocks[0]``'s source nodes and ``y``
@@ -49,6 +50,7 @@ it). The training loop asks for that; evaluation does not.
 from __future__ import annotations
 
 import logging
+import math
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -66,8 +68,10 @@ from ..store.cache import DEFAULT_CACHE_POLICY, budget_for_rows
 from ..store.compression import CODECS, check_codec_name, compressed_beside
 from ..store.compression.codec import STORED_DTYPES
 from ..store.feature_store import FeatureStore
+from ..store.storage.policy import budget_for_slots
 from ..store.table_input import human_size
 from .config import ConfigError, parse_cache_size
+from .host_budget import check_batches_fit
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
 
@@ -135,13 +139,15 @@ class CacheRequest:
     policy: str = DEFAULT_CACHE_POLICY
     seeds: torch.Tensor | None = None
     batch_size: int = 1024
-    host_cache: str | None = None  # features left on storage: the host buffer ("25%" of the table's bytes, "2GiB", bytes)
+    host_cache: str | None = None  # features left on storage: the host buffer ("25%" of the table's rows, "2GiB", bytes)
     host_cache_policy: str | None = None  # which rows it keeps (None: static, ranked by the graph's degrees)
+    eval_batch_size: int | None = None  # features left on storage: the evaluation batches the buffer must serve too (None: not checked)
 
     def host_cache_bytes(self, rows: int, row_bytes: int) -> int:
-        """The host buffer's bytes for a table of ``rows`` stored rows of ``row_bytes``."""
+        """The host buffer's bytes for a table of ``rows`` stored rows of ``row_bytes``: a share (``"25%"``) gives
+        that share of the rows a slot each, the buffer's bookkeeping on top (``"100%"`` holds the whole table)."""
         kind, amount = parse_cache_size(self.host_cache, "host_cache")
-        return max(1, round(amount * rows * row_bytes)) if kind == "rows" else amount
+        return budget_for_slots(rows, row_bytes, math.ceil(round(amount * rows, 6)), self.host_cache_policy) if kind == "rows" else amount
 
     def store_options(self, graph, fanouts: list[int], rows: int, row_bytes: int, on_storage: bool = False) -> dict:
         """``FeatureStore`` keyword arguments for a table of ``rows`` stored rows of ``row_bytes``;
@@ -173,7 +179,7 @@ def _stored_row_bytes(dataset: GraphDataset, compression: str | None) -> int:
 
 def _feature_store(dataset: GraphDataset, graph, fanouts: list[int], compression, cache: CacheRequest, backend: str, device: torch.device) -> FeatureStore:
     """The FeatureStore of ``dataset``'s features: in memory, or left on storage (a :class:`FeatureFile`)
-    with a host buffer that must hold one training batch's seeds at least (:class:`ConfigError` otherwise)."""
+    with a host buffer that must serve the run's batches (:mod:`.host_budget`; :class:`ConfigError` otherwise)."""
     table, codec = feature_table(dataset, compression)
     row_bytes = _stored_row_bytes(dataset, compression)
     on_storage = isinstance(dataset.features, FeatureFile)
@@ -192,6 +198,7 @@ def _feature_store(dataset: GraphDataset, graph, fanouts: list[int], compression
             f"row -> slot map, fewer than one batch's {cache.batch_size:,} seeds (and a batch reads their sampled neighbours too); "
             f"give a larger --host-cache or a smaller --batch-size"
         )
+    check_batches_fit(store, graph, dataset, fanouts, cache, row_bytes)  # training and evaluation batches, before the first step
     return store
 
 
@@ -339,7 +346,7 @@ class StoreSource(_StoreStats):
                 seed=self.seed,
                 blocks="device" if gpu else self.blocks,
                 use_uva=gpu,
-                graph_placement=self.sampling.placement,
+                graph_placement=self.sampling.placement if gpu else "pinned",  # evaluation of snapshot runs: DGL's sampler on the CPU
             )
         loader = self._loaders[key]
         loader.timer = timer

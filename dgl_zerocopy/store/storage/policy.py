@@ -84,9 +84,8 @@ def plan_storage(
             f"host_cache_policy={policy!r} ranks rows statically: pass graph= (the DGL graph whose nodes are the table's rows) "
             "or a CachePolicy as cache_policy=, or use host_cache_policy='dynamic'"
         )
-    eviction = "static" if policy == "static" else (DEFAULT_DYNAMIC if policy in ("hybrid", "dynamic") else policy)
-    fixed = num_rows * 4 + (num_rows * 4 if eviction == "static" else 0)  # the slot map (+ the ranking)
-    per_slot = row_bytes + SLOT_BYTES + _policy_slot_bytes(eviction)
+    eviction = _eviction(policy)
+    fixed, per_slot = _costs(num_rows, row_bytes, eviction)
     capacity = min(num_rows, max(0, (int(host_cache_bytes) - fixed) // per_slot))
     if capacity < 1:
         raise ValueError(
@@ -102,6 +101,26 @@ def plan_storage(
         if static_rows.size == capacity:  # keep one dynamic slot at least, for the rows ranked lower
             static_rows = static_rows[:-1]
     return StoragePlan(policy, capacity, eviction, static_rows, rank, cache_rows, cache_policy, threads, direct)
+
+
+def budget_for_slots(num_rows: int, row_bytes: int, slots: int, host_cache_policy: str | None = None, ranked: bool = True) -> int:
+    """The smallest ``host_cache_bytes`` whose buffer has ``slots`` slots (the inverse of :func:`plan_storage`'s
+    capacity): ``slots = num_rows`` holds the whole table. ``ranked``: the store has a static ranking (``graph=``),
+    which the default policy then uses."""
+    policy = host_cache_policy if host_cache_policy is not None else ("static" if ranked else "dynamic")
+    fixed, per_slot = _costs(num_rows, row_bytes, _eviction(policy))
+    return fixed + max(1, min(int(slots), num_rows)) * per_slot
+
+
+def _eviction(policy: str) -> str:
+    """The eviction that ``policy`` runs over its dynamic slots (every slot but ``hybrid``'s static share)."""
+    return "static" if policy == "static" else (DEFAULT_DYNAMIC if policy in ("hybrid", "dynamic") else policy)
+
+
+def _costs(num_rows: int, row_bytes: int, eviction: str) -> tuple[int, int]:
+    """``(fixed, per_slot)`` bytes of a buffer: the row -> slot map (and the ranking, for ``static``), and a slot."""
+    fixed = num_rows * 4 + (num_rows * 4 if eviction == "static" else 0)
+    return fixed, row_bytes + SLOT_BYTES + _policy_slot_bytes(eviction)
 
 
 def _policy_slot_bytes(name: str) -> int:

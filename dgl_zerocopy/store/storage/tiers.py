@@ -160,7 +160,10 @@ class StorageBackend:
     # -- reading ahead ---------------------------------------------------------------------
     def read_ahead(self, ids: torch.Tensor) -> ReadAhead:
         """Start reading the host-buffer misses among ``ids`` (checked, on the CPU) in the background."""
-        return ReadAhead(self._ahead_pool.submit(self._reserve_ahead, ids), self)
+        try:
+            return ReadAhead(self._ahead_pool.submit(self._reserve_ahead, ids), self)
+        except RuntimeError:  # the pool's "cannot schedule new futures after shutdown": close() has begun
+            raise RuntimeError(f"this FeatureStore over {str(self._reader.path)!r} is closed; make a new one to read ahead") from None
 
     def _reserve_ahead(self, ids: torch.Tensor) -> np.ndarray:
         unique = torch.unique(ids)
