@@ -46,6 +46,7 @@ from typing import Any
 
 import torch
 
+from ..store.cache_files import start_time as _start_time  # one process's identity: its pid and start time
 from .shared_dataset import SharedDataset, share_dataset
 
 __all__ = ["SharedDataset", "launch", "share_dataset"]  # sharing lives in .shared_dataset; its names stay importable here
@@ -346,18 +347,6 @@ def _loopback_interface() -> str | None:
 # -- what a killed job left -------------------------------------------------------------------
 _WORKDIR_PREFIX = "dgl-zerocopy-ddp-"
 _WORKDIR_NAME = re.compile(re.escape(_WORKDIR_PREFIX) + r"(\d+)-(\d+)-")
-
-
-def _start_time(pid: int) -> int | None:
-    """When process ``pid`` started (clock ticks since boot, ``/proc/PID/stat``): with the pid it
-    names one process, where a pid alone may have been reused. None: no such process, a zombie
-    (it has exited), or no ``/proc`` (not Linux)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rindex(")") + 2 :].split()  # after "pid (comm) ": state, ppid, ...
-    return None if fields[0] in ("Z", "X") else int(fields[19])  # field 22 of proc(5)
 
 
 def _sweep_workdirs(root: str | Path | None = None) -> list[Path]:
