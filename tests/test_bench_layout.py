@@ -122,7 +122,7 @@ def test_every_script_runs_from_its_folder():
                 results[str(path.relative_to(BENCH))] = f"{{type(e).__name__}}: {{e}}"
         print(json.dumps(results))
     """)
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd="/", timeout=300)
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8", errors="replace", cwd="/", timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     results = json.loads(r.stdout.strip().splitlines()[-1])
     assert set(results) == {str(p.relative_to(BENCH)) for p in FILES}

@@ -209,7 +209,9 @@ def test_the_command_on_a_zeroed_features_cache_warns_and_trains_as_before(tmp_p
     env = {**os.environ, "DGL_ZEROCOPY_CACHE": str(tmp_path), "OMP_NUM_THREADS": "1"}
 
     def run() -> subprocess.CompletedProcess:
-        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=env, stdin=subprocess.DEVNULL, timeout=600)
+        done = subprocess.run(
+            command, capture_output=True, text=True, encoding="utf-8", errors="replace", cwd=REPO, env=env, stdin=subprocess.DEVNULL, timeout=600
+        )
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
         return done
 

@@ -86,7 +86,9 @@ def test_the_check_follows_the_file_mapped_not_the_path(tmp_path):
 
 @pytest.mark.slow  # a process of its own (~5 s: torch's import)
 def test_a_mapped_file_cut_short_is_refused_not_a_bus_error(tmp_path):
-    done = subprocess.run([sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(tmp_path)], capture_output=True, text=True, encoding="utf-8", errors="replace", cwd=REPO, timeout=300
+    )
     assert done.returncode == 0, f"exit {done.returncode} (-7: SIGBUS)\n{done.stderr}"
     said = json.loads(done.stdout.strip().splitlines()[-1])
     for name, file, size in (("npy path", "mm.npy", "4,096"), ("np.load mmap", "user.npy", "200,000"), ("compressed folder", "codes/codes.npy", "128")):

@@ -128,7 +128,7 @@ def feature_npy(tmp_path):
 @pytest.mark.parametrize("fault", ["truncated", "removed", "overwritten", "replaced"])
 def test_a_feature_file_changed_under_a_run_ends_it_in_one_line(fault, feature_npy):
     argv = [*RUN, "--epochs", "3", "--feature-storage", str(feature_npy), "--host-cache", "60%"]
-    r = subprocess.run([sys.executable, "-c", _FAULT, fault, *argv], capture_output=True, text=True, cwd=REPO, timeout=300)
+    r = subprocess.run([sys.executable, "-c", _FAULT, fault, *argv], capture_output=True, text=True, encoding="utf-8", errors="replace", cwd=REPO, timeout=300)
     line = _one_line(r.stderr)
     assert r.returncode == 1, r.stderr
     said = "was removed while" if fault == "removed" else r"(changed while|ended early)"
@@ -139,11 +139,15 @@ def test_a_feature_file_changed_under_a_run_ends_it_in_one_line(fault, feature_n
 @pytest.mark.slow  # two ranks (~15 s); test_a_ranks_own_error_is_the_line_of_one_process is the fast check
 def test_a_host_cache_too_small_under_nproc_2_is_one_line_and_exit_2(feature_npy):
     argv = [*RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", "1%", "--nproc", "2"]
-    r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", *argv], capture_output=True, text=True, cwd=REPO, timeout=600)
+    r = subprocess.run(
+        [sys.executable, "-m", "dgl_zerocopy.cli", *argv], capture_output=True, text=True, encoding="utf-8", errors="replace", cwd=REPO, timeout=600
+    )
     assert r.returncode == 2, r.stderr
     line = _one_line(r.stderr)
     assert "host_cache '1%'" in line and "--host-cache" in line, line
-    alone = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", *argv[:-2]], capture_output=True, text=True, cwd=REPO, timeout=600)
+    alone = subprocess.run(
+        [sys.executable, "-m", "dgl_zerocopy.cli", *argv[:-2]], capture_output=True, text=True, encoding="utf-8", errors="replace", cwd=REPO, timeout=600
+    )
     assert alone.returncode == 2 and "host_cache '1%'" in _one_line(alone.stderr)  # the same refusal without --nproc
 
 
@@ -159,6 +163,15 @@ def test_the_readmes_storage_command_runs_as_written(tmp_path):
     command = _readme_storage_command()
     assert command[0] == ".venv/bin/dgl-zerocopy", command
     env = {**os.environ, "DGL_ZEROCOPY_CACHE": os.environ.get("DGL_ZEROCOPY_CACHE", str(tmp_path))}
-    r = subprocess.run([sys.executable, "-m", "dgl_zerocopy.cli", *command[1:]], capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
+    r = subprocess.run(
+        [sys.executable, "-m", "dgl_zerocopy.cli", *command[1:]],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        errors="replace",
+        cwd=REPO,
+        env=env,
+        timeout=900,
+    )
     assert r.returncode == 0, r.stderr[-3000:]
     assert "features on storage in" in r.stdout and "final test accuracy" in r.stdout
