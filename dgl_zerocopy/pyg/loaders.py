@@ -1,0 +1,272 @@
+"""PyG's ``NeighborLoader`` and ``LinkNeighborLoader``, sampling with our samplers and gathering with our store.
+
+Both are PyG's own classes (every argument, every batch field, PyG's order) with three things of ours:
+
+- the sampler: :class:`~dgl_zerocopy.pyg.sampler.NeighborSampler` (NumPy on the CPU, our kernels on a GPU);
+- the features: the data's feature tables gathered by our store (:mod:`.features`), on ``device``;
+- ``prefetch=N`` (with ``num_workers=0``): the next ``N`` batches sampled and gathered on a thread while
+  the step trains, on a side CUDA stream, handed over on the ring's stream protocol
+  (:mod:`dgl_zerocopy.loading.ring`): the consumer's stream waits for a batch's event, and every CUDA
+  tensor of the batch is ``record_stream``-ed there. A batch owns its tensors: it stays valid for as
+  long as it is referenced. With ``num_workers > 0`` the workers prefetch, as in PyG.
+
+Extra keyword arguments (all optional): ``device`` (``None``/``"cpu"``, or ``"cuda"``/``"cuda:N"``: sample
+and gather there), ``graph_placement`` (``"pinned"``/``"device"``: where the GPU reads the CSC),
+``features`` (see :mod:`.features`), ``prefetch`` (default 1 on a GPU, 0 on the CPU).
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+from torch_geometric.data import Data, HeteroData
+from torch_geometric.loader import LinkNeighborLoader as PygLinkNeighborLoader
+from torch_geometric.loader import NeighborLoader as PygNeighborLoader
+
+from ..loading.prefetch import Prefetcher
+from ..loading.ring import SlotRing
+from ..loading.timing import StageTimer
+from .features import FeatureRoute, check_mapping, node_and_edge_ids, route_features
+from .sampler import NeighborSampler, refuse_unsupported
+
+
+class _OurRoute:
+    """What both loaders add to PyG's: the feature route, the device, the prefetching iterator."""
+
+    route: FeatureRoute
+    device: torch.device
+    prefetch: int
+    _ring: SlotRing | None
+
+    def _take_over(self, data: Any, device: Any, features: Any, prefetch: int | None) -> Any:
+        check_mapping(features)
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        if self.device.type == "cuda" and not torch.cuda.is_available():
+            raise RuntimeError(f"device={device!r} but CUDA is not available here; pass device=None to sample and gather on the CPU")
+        if prefetch is None:
+            prefetch = 1 if self.device.type == "cuda" else 0
+        if not isinstance(prefetch, int) or prefetch < 0:
+            raise ValueError(f"prefetch must be an int >= 0, but got {prefetch!r}")
+        self.prefetch = prefetch
+        self._ring = None
+        shell, self.route = route_features(data, features, self.device)
+        self._had_num_nodes = _explicit_num_nodes(data)
+        return shell
+
+    def _edge_index_on_device(self) -> None:
+        """On a GPU, the batch's ``edge_index`` is stacked where the sampler left ``row``/``col``: the shell
+        keeps none for PyG to copy to the host (after PyG's constructor, which may read it)."""
+        self._own_edge_index = self.device.type == "cuda" and isinstance(self.data, (Data, HeteroData))
+        if self._own_edge_index:
+            for store in self.data.edge_stores:
+                if "edge_index" in store:
+                    del store["edge_index"]
+
+    def filter_fn(self, out: Any) -> Any:
+        batch = super().filter_fn(out)
+        if getattr(self, "_own_edge_index", False):
+            if isinstance(out.row, dict):
+                for edge_type, row in out.row.items():
+                    batch[edge_type].edge_index = torch.stack([row, out.col[edge_type]])
+            else:
+                batch.edge_index = torch.stack([out.row, out.col])
+        if self.route:
+            nodes, edges = node_and_edge_ids(batch)
+            self.route.attach(batch, nodes, edges)
+            _drop_added_num_nodes(batch, self._had_num_nodes)
+        return batch
+
+    def _get_iterator(self) -> Iterator:
+        if self.prefetch == 0 or self.num_workers > 0:
+            return super()._get_iterator()
+        if self._ring is None:
+            self._ring = SlotRing(self.device, self.prefetch)
+        return _prefetched(self, self._ring)
+
+    def close(self) -> None:
+        """Give back what the loader holds: pinned tables and the GPU sampler's CSC."""
+        self.route.close()
+        sampler = getattr(self, "neighbor_sampler", None) or getattr(self, "node_sampler", None) or getattr(self, "link_sampler", None)
+        if isinstance(sampler, NeighborSampler):
+            sampler.close()
+
+
+def _prefetched(loader: Any, ring: SlotRing) -> Iterator:
+    """The epoch's batches, ``loader.prefetch`` ahead on a worker thread (module docstring)."""
+    ring.begin_epoch()
+    timer = StageTimer()
+    batches = iter(loader.batch_sampler)
+
+    def produce(task: tuple[int, list[int]]) -> Any:
+        index, indices = task
+        with ring.fill(index) as fill:
+            out = loader.collate_fn([loader.dataset[i] for i in indices])
+            batch = out if loader.filter_per_worker else loader.filter_fn(out)
+        return fill, batch
+
+    worker = Prefetcher(zip(itertools.count(), batches), produce, loader.prefetch, name="dgl-zerocopy-pyg-prefetch")
+    ring.set_writer(worker)
+    held: list = []
+    try:
+        for fill, batch in worker:
+            ring.release(held)
+            held = [ring.hand_over(fill, [], _tensors(batch), timer)]
+            yield batch
+    finally:
+        ring.release(held)
+        worker.close()
+
+
+def _tensors(batch: Any) -> Any:
+    return batch.to_dict() if hasattr(batch, "to_dict") else batch
+
+
+def _explicit_num_nodes(data: Any) -> Any:
+    if isinstance(data, HeteroData):
+        return {t: "num_nodes" in data[t] for t in data.node_types}
+    return "num_nodes" in getattr(data, "_store", {})
+
+
+def _drop_added_num_nodes(batch: Any, had: Any) -> None:
+    # The shell counts its nodes explicitly (its feature tables are gone); the batch has them back.
+    if isinstance(batch, HeteroData):
+        for t in batch.node_types:
+            if not had.get(t, False) and "num_nodes" in batch[t] and len(batch[t].keys()) > 1:
+                del batch[t].num_nodes
+    elif not had and "num_nodes" in batch._store and len(batch.keys()) > 1:
+        del batch.num_nodes
+
+
+class NeighborLoader(_OurRoute, PygNeighborLoader):
+    """``torch_geometric.loader.NeighborLoader`` with our sampler, store and prefetch (module docstring);
+    every PyG argument means what it means there. Raises ValueError when built for temporal or weighted
+    sampling."""
+
+    def __init__(
+        self,
+        data: Any,
+        num_neighbors: Any,
+        input_nodes: Any = None,
+        input_time: Any = None,
+        replace: bool = False,
+        subgraph_type: Any = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        time_attr: str | None = None,
+        weight_attr: str | None = None,
+        transform: Any = None,
+        transform_sampler_output: Any = None,
+        is_sorted: bool = False,
+        filter_per_worker: bool | None = None,
+        neighbor_sampler: Any = None,
+        directed: bool = True,
+        *,
+        device: Any = None,
+        graph_placement: str = "pinned",
+        features: Any = None,
+        prefetch: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=input_time)
+        if neighbor_sampler is None:
+            neighbor_sampler = NeighborSampler(
+                data,
+                num_neighbors=num_neighbors,
+                replace=replace,
+                subgraph_type=subgraph_type,
+                disjoint=disjoint,
+                is_sorted=is_sorted,
+                share_memory=kwargs.get("num_workers", 0) > 0,
+                directed=directed,
+                device=device,
+                graph_placement=graph_placement,
+            )
+        shell = self._take_over(data, device, features, prefetch)
+        super().__init__(
+            shell,
+            num_neighbors=num_neighbors,
+            input_nodes=input_nodes,
+            replace=replace,
+            subgraph_type=subgraph_type,
+            disjoint=disjoint,
+            transform=transform,
+            transform_sampler_output=transform_sampler_output,
+            is_sorted=is_sorted,
+            filter_per_worker=filter_per_worker,
+            neighbor_sampler=neighbor_sampler,
+            directed=directed,
+            **kwargs,
+        )
+        self._edge_index_on_device()
+
+
+class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
+    """``torch_geometric.loader.LinkNeighborLoader`` with our sampler, store and prefetch (module
+    docstring): ``edge_label_index``, ``edge_label``, ``neg_sampling`` (binary, triplet) and
+    ``neg_sampling_ratio`` as in PyG. Raises ValueError when built for temporal or weighted sampling."""
+
+    def __init__(
+        self,
+        data: Any,
+        num_neighbors: Any,
+        edge_label_index: Any = None,
+        edge_label: Any = None,
+        edge_label_time: Any = None,
+        replace: bool = False,
+        subgraph_type: Any = "directional",
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        neg_sampling: Any = None,
+        neg_sampling_ratio: Any = None,
+        time_attr: str | None = None,
+        weight_attr: str | None = None,
+        transform: Any = None,
+        transform_sampler_output: Any = None,
+        is_sorted: bool = False,
+        filter_per_worker: bool | None = None,
+        neighbor_sampler: Any = None,
+        directed: bool = True,
+        *,
+        device: Any = None,
+        graph_placement: str = "pinned",
+        features: Any = None,
+        prefetch: int | None = None,
+        **kwargs: Any,
+    ) -> None:
+        refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=edge_label_time)
+        if neighbor_sampler is None:
+            neighbor_sampler = NeighborSampler(
+                data,
+                num_neighbors=num_neighbors,
+                replace=replace,
+                subgraph_type=subgraph_type,
+                disjoint=disjoint,
+                is_sorted=is_sorted,
+                share_memory=kwargs.get("num_workers", 0) > 0,
+                directed=directed,
+                device=device,
+                graph_placement=graph_placement,
+            )
+        shell = self._take_over(data, device, features, prefetch)
+        super().__init__(
+            shell,
+            num_neighbors=num_neighbors,
+            edge_label_index=edge_label_index,
+            edge_label=edge_label,
+            replace=replace,
+            subgraph_type=subgraph_type,
+            disjoint=disjoint,
+            neg_sampling=neg_sampling,
+            neg_sampling_ratio=neg_sampling_ratio,
+            transform=transform,
+            transform_sampler_output=transform_sampler_output,
+            is_sorted=is_sorted,
+            filter_per_worker=filter_per_worker,
+            neighbor_sampler=neighbor_sampler,
+            directed=directed,
+            **kwargs,
+        )
+        self._edge_index_on_device()

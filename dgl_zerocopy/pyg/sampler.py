@@ -1,0 +1,254 @@
+"""PyG's ``NeighborSampler`` on our samplers: PyG's arguments and outputs, our picks.
+
+:class:`NeighborSampler` is PyG's own class (it builds the CSC, handles input nodes and edges, negative
+sampling and bidirectional subgraphs) with its one native call, ``_sample``, answered by us:
+
+- on the CPU by :class:`dgl_zerocopy.sampling.cpu_hops.HopSampler` (NumPy; no pyg-lib, no torch-sparse,
+  no compiler): homogeneous and heterogeneous graphs, ``replace``, ``disjoint``, ``subgraph_type``
+  directional, bidirectional and induced;
+- on a GPU (``device="cuda"``) by our kernels (:class:`dgl_zerocopy.sampling.GpuNeighborSampler`) from the
+  CSC pinned in host memory (``graph_placement="pinned"``, the default) or in device memory
+  (``"device"``), for homogeneous graphs with directional or bidirectional subgraphs; the batch's
+  index tensors are then on that GPU. Other cases sample on the CPU (logged once).
+
+Its output is what pyg-lib's would be: per node type the seeds first, then each hop's new nodes;
+``row``/``col`` the sampled edges' source and destination as local indices; ``edge`` their positions
+in PyG's CSC (PyG maps them to edge ids with ``edge_permutation``); ``num_sampled_nodes`` per hop,
+seeds first; ``num_sampled_edges`` per hop.
+
+Refused when the sampler is built, with one clear error: temporal sampling (``time_attr``,
+``input_time``), weighted sampling (``weight_attr``), backward sampling.
+"""
+
+from __future__ import annotations
+
+import logging
+import warnings
+from typing import Any
+
+import numpy as np
+import torch
+from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
+from torch_geometric.sampler import NeighborSampler as PygNeighborSampler
+from torch_geometric.sampler.base import SubgraphType
+
+from ..sampling.cpu_hops import HopSampler, Relation, torch_generator_rng
+
+log = logging.getLogger(__name__)
+
+_HOMOGENEOUS = "node"  # the one node type (and relation) of a homogeneous graph, for HopSampler
+
+
+class NeighborSampler(PygNeighborSampler):
+    """PyG's ``NeighborSampler(data, num_neighbors, subgraph_type=, replace=, disjoint=, is_sorted=,
+    share_memory=)`` sampling with our samplers (module docstring); ``device``: where to sample
+    (``None`` or ``"cpu"``: NumPy on the CPU; ``"cuda"``/``"cuda:N"``: our kernels);
+    ``graph_placement``: ``"pinned"`` or ``"device"``, where the GPU reads the CSC."""
+
+    def __init__(
+        self,
+        data: Any,
+        num_neighbors: Any,
+        subgraph_type: Any = "directional",
+        replace: bool = False,
+        disjoint: bool = False,
+        temporal_strategy: str = "uniform",
+        time_attr: str | None = None,
+        weight_attr: str | None = None,
+        is_sorted: bool = False,
+        share_memory: bool = False,
+        directed: bool = True,
+        sample_direction: str = "forward",
+        *,
+        device: Any = None,
+        graph_placement: str = "pinned",
+    ) -> None:
+        refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, sample_direction=sample_direction)
+        if graph_placement not in ("pinned", "device"):
+            raise ValueError(f"graph_placement must be 'pinned' or 'device', but got {graph_placement!r}")
+        with warnings.catch_warnings():
+            # PyG warns that sampling without pyg-lib is deprecated: it is what this class is for.
+            warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation.*")
+            super().__init__(
+                data,
+                num_neighbors=num_neighbors,
+                subgraph_type=subgraph_type,
+                replace=replace,
+                disjoint=disjoint,
+                temporal_strategy=temporal_strategy,
+                is_sorted=is_sorted,
+                share_memory=share_memory,
+                directed=directed,
+            )
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self.graph_placement = graph_placement
+        self._hops: HopSampler | None = None
+        self._gpu: Any = None
+        self._gpu_graph: Any = None
+
+    # -- PyG's one native call -------------------------------------------------------------------
+
+    def _sample(self, seed: Any, seed_time: Any = None, **kwargs: Any) -> SamplerOutput | HeteroSamplerOutput:
+        if seed_time is not None:
+            raise ValueError("temporal sampling (seed times) is not supported by dgl_zerocopy.pyg; drop time_attr/input_time")
+        if isinstance(seed, dict):
+            return self._sample_hetero(seed)
+        if self._gpu_route():
+            return self._sample_on_gpu(seed)
+        return self._sample_homogeneous(seed)
+
+    # -- CPU ---------------------------------------------------------------------------------------
+
+    def _hop_sampler(self) -> HopSampler:
+        # Built on first use, in the process that samples (after a worker's fork): views of PyG's CSC.
+        if self._hops is None:
+            if self.is_hetero:
+                relations = {}
+                for edge_type in self.edge_types:
+                    rel = self.to_rel_type[edge_type]
+                    relations[edge_type] = Relation(_numpy(self.colptr_dict[rel]), _numpy(self.row_dict[rel]), edge_type[0], edge_type[-1])
+                self._hops = HopSampler(relations, dict(self.num_nodes))
+            else:
+                relation = Relation(_numpy(self.colptr), _numpy(self.row), _HOMOGENEOUS, _HOMOGENEOUS)
+                self._hops = HopSampler({_HOMOGENEOUS: relation}, {_HOMOGENEOUS: int(self.num_nodes)})
+        return self._hops
+
+    def _sample_homogeneous(self, seed: torch.Tensor) -> SamplerOutput:
+        hops = self._hop_sampler()
+        fanouts = {_HOMOGENEOUS: list(self.num_neighbors.get_values())}
+        induced = self.subgraph_type == SubgraphType.induced
+        out = hops.sample({_HOMOGENEOUS: _numpy(seed)}, fanouts, replace=self.replace, disjoint=self.disjoint, rng=torch_generator_rng())
+        nodes = out.nodes[_HOMOGENEOUS]
+        row, col, pos = out.row[_HOMOGENEOUS], out.col[_HOMOGENEOUS], out.pos[_HOMOGENEOUS]
+        if induced:
+            rows, cols, poss = hops.induced_edges({_HOMOGENEOUS: nodes})
+            row, col, pos = rows[_HOMOGENEOUS], cols[_HOMOGENEOUS], poss[_HOMOGENEOUS]
+        return SamplerOutput(
+            node=_tensor(nodes),
+            row=_tensor(row),
+            col=_tensor(col),
+            edge=_tensor(pos),
+            batch=_tensor(out.batch[_HOMOGENEOUS]) if out.batch is not None else None,
+            num_sampled_nodes=out.nodes_per_hop[_HOMOGENEOUS],
+            num_sampled_edges=[len(row)] if induced else out.edges_per_hop[_HOMOGENEOUS],
+        )
+
+    def _sample_hetero(self, seed: dict) -> HeteroSamplerOutput:
+        hops = self._hop_sampler()
+        values = self.num_neighbors.get_values(self.edge_types)
+        fanouts = {edge_type: list(values[edge_type]) for edge_type in self.edge_types}
+        seeds = {node_type: _numpy(ids) for node_type, ids in seed.items()}
+        out = hops.sample(seeds, fanouts, replace=self.replace, disjoint=self.disjoint, rng=torch_generator_rng())
+        row, col, pos = out.row, out.col, out.pos
+        num_sampled_edges = out.edges_per_hop
+        if self.subgraph_type == SubgraphType.induced:
+            row, col, pos = hops.induced_edges(out.nodes)
+            num_sampled_edges = {edge_type: [len(row[edge_type])] for edge_type in row}
+        return HeteroSamplerOutput(
+            node={t: _tensor(ids) for t, ids in out.nodes.items()},
+            row={e: _tensor(v) for e, v in row.items()},
+            col={e: _tensor(v) for e, v in col.items()},
+            edge={e: _tensor(v) for e, v in pos.items()},
+            batch={t: _tensor(b) for t, b in out.batch.items()} if out.batch is not None else None,
+            num_sampled_nodes=out.nodes_per_hop,
+            num_sampled_edges=num_sampled_edges,
+        )
+
+    # -- GPU ---------------------------------------------------------------------------------------
+
+    def _gpu_route(self) -> bool:
+        """Whether this batch samples with the kernels: a CUDA device, and a case they cover."""
+        if self.device.type != "cuda":
+            return False
+        if self.disjoint or self.subgraph_type == SubgraphType.induced:
+            if not getattr(self, "_told_cpu", False):
+                log.info("disjoint and induced subgraphs sample on the CPU (the GPU sampler gives directional blocks)")
+                self._told_cpu = True
+            return False
+        return True
+
+    def _sample_on_gpu(self, seed: torch.Tensor) -> SamplerOutput:
+        return sample_with_blocks(self._gpu_sampler(), self._gpu_graph_for(), seed, self.num_neighbors.get_values())
+
+    def _gpu_sampler(self) -> Any:
+        if self._gpu is None:
+            from ..sampling.neighbor import GpuNeighborSampler
+
+            fanouts = list(self.num_neighbors.get_values())
+            self._gpu = GpuNeighborSampler(fanouts, replace=self.replace, device=self.device, placement=self.graph_placement)
+        return self._gpu
+
+    def _gpu_graph_for(self) -> Any:
+        if self._gpu_graph is None:
+            from ..sampling.graph import SamplingGraph
+
+            self._gpu_graph = SamplingGraph(self.colptr, self.row, placement=self.graph_placement, device=self.device)
+        return self._gpu_graph
+
+    def close(self) -> None:
+        """Give back what the GPU route holds (the pinned or device CSC)."""
+        if self._gpu_graph is not None:
+            self._gpu_graph.close()
+            self._gpu_graph = None
+        self._gpu = None
+
+    def __getstate__(self) -> dict:
+        # A worker process builds its own scratch arrays and GPU state.
+        state = dict(self.__dict__)
+        state["_hops"] = state["_gpu"] = state["_gpu_graph"] = None
+        return state
+
+
+def sample_with_blocks(block_sampler: Any, graph: Any, seed: torch.Tensor, fanouts: list[int]) -> SamplerOutput:
+    """PyG's output from a block sampler's ``sample_blocks(graph, seed)`` (DGL's layout: input layer first,
+    each block's sources beginning with its destinations, so that the input block's sources number every
+    node as PyG does: seeds first, then each hop's new nodes). ``edge`` holds the blocks' edge ids, which
+    are CSC positions for a graph built from PyG's CSC."""
+    from ..sampling.blocks import EID
+
+    _, _, blocks = block_sampler.sample_blocks(graph, seed)
+    if not blocks:
+        empty = torch.empty(0, dtype=torch.long, device=seed.device)
+        return SamplerOutput(node=seed.long(), row=empty, col=empty, edge=empty, num_sampled_nodes=[seed.numel()], num_sampled_edges=[])
+    rows, cols, edges, per_hop, counts = [], [], [], [seed.numel()], []
+    for block in reversed(blocks):  # output layer (hop 1) first
+        indptr = block.indptr.long()
+        num_dst = indptr.numel() - 1
+        degrees = indptr[1:] - indptr[:-1]
+        rows.append(block.indices.long())
+        cols.append(torch.repeat_interleave(torch.arange(num_dst, device=indptr.device), degrees, output_size=block.indices.numel()))
+        edges.append(block.edata[EID].long())
+        per_hop.append(block.num_src_nodes() - num_dst)
+        counts.append(block.indices.numel())
+    return SamplerOutput(
+        node=blocks[0].srcdata["_ID"].long(),
+        row=torch.cat(rows),
+        col=torch.cat(cols),
+        edge=torch.cat(edges),
+        num_sampled_nodes=per_hop,
+        num_sampled_edges=counts,
+    )
+
+
+def refuse_unsupported(*, time_attr: Any = None, weight_attr: Any = None, sample_direction: str = "forward", input_time: Any = None) -> None:
+    """One clear error for what our samplers do not do, when the loader is built (never a wrong batch)."""
+    if time_attr is not None or input_time is not None:
+        raise ValueError(
+            f"temporal sampling (time_attr={time_attr!r}) is not supported by dgl_zerocopy.pyg; drop time_attr/input_time, "
+            "or use torch_geometric.loader.NeighborLoader with pyg-lib for it"
+        )
+    if weight_attr is not None:
+        raise ValueError(
+            f"weighted sampling (weight_attr={weight_attr!r}) is not supported by dgl_zerocopy.pyg; drop weight_attr, "
+            "or use torch_geometric.loader.NeighborLoader with pyg-lib for it"
+        )
+    if sample_direction != "forward":
+        raise ValueError(f"sample_direction={sample_direction!r} is not supported by dgl_zerocopy.pyg; sample 'forward' (in-edges)")
+
+
+def _numpy(t: Any) -> np.ndarray:
+    return t.numpy() if isinstance(t, torch.Tensor) else np.asarray(t)
+
+
+def _tensor(a: np.ndarray) -> torch.Tensor:
+    return torch.from_numpy(np.ascontiguousarray(a, dtype=np.int64))
