@@ -20,5 +20,6 @@ except ImportError as error:  # one clear line instead of a traceback from deep 
 
 from .loaders import LinkNeighborLoader, NeighborLoader
 from .sampler import NeighborSampler
+from .stores import FeatureStore, GraphStore
 
-__all__ = ["LinkNeighborLoader", "NeighborLoader", "NeighborSampler"]
+__all__ = ["FeatureStore", "GraphStore", "LinkNeighborLoader", "NeighborLoader", "NeighborSampler"]

@@ -31,6 +31,7 @@ from ..loading.ring import SlotRing
 from ..loading.timing import StageTimer
 from .features import FeatureRoute, check_mapping, node_and_edge_ids, route_features
 from .sampler import NeighborSampler, refuse_unsupported
+from .stores import FeatureStore
 
 
 class _OurRoute:
@@ -73,6 +74,8 @@ class _OurRoute:
                     batch[edge_type].edge_index = torch.stack([row, out.col[edge_type]])
             else:
                 batch.edge_index = torch.stack([out.row, out.col])
+        if isinstance(self.data, tuple) and isinstance(self.data[0], FeatureStore):
+            self.data[0].attach_edge_features(batch)
         if self.route:
             nodes, edges = node_and_edge_ids(batch)
             self.route.attach(batch, nodes, edges)

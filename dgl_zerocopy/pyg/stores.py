@@ -1,0 +1,166 @@
+"""PyG's remote-backend interfaces over our store and CSC: ``NeighborLoader((feature_store, graph_store), ...)``.
+
+- :class:`FeatureStore`: ``torch_geometric.data.FeatureStore`` whose 2-D floating-point tables are our
+  stores (:class:`dgl_zerocopy.FeatureStore`: zero-copy on a GPU, compressed codes, caches, the storage
+  tier); other tensors (labels, ids, masks) are kept as they are. Edge features live beside them
+  (:meth:`FeatureStore.put_edge_tensor`) and reach the batch by its ``e_id`` through our loaders, which
+  PyG's own filtering of a remote backend cannot do (pyg-team/pytorch_geometric#9566).
+- :class:`GraphStore`: ``torch_geometric.data.GraphStore`` holding each edge type's index as given
+  (COO, CSR or CSC); PyG's ``csc()`` converts once, when the sampler is built.
+
+``FeatureStore.from_data(data)`` and ``GraphStore.from_data(data)`` split a ``Data``/``HeteroData`` into the
+pair.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+from typing import Any
+
+import torch
+from torch_geometric.data import Data, EdgeAttr, HeteroData, TensorAttr
+from torch_geometric.data import FeatureStore as PygFeatureStore
+from torch_geometric.data import GraphStore as PygGraphStore
+
+from ..store.feature_store import FeatureStore as TableStore
+from .features import as_store, gather
+
+_HOMOGENEOUS_EDGES = None  # the edge group of a homogeneous graph
+
+
+class FeatureStore(PygFeatureStore):
+    """Node tables by ``(group_name, attr_name)`` (``group_name`` ``None`` for a homogeneous graph, else a node
+    type) and edge tables by ``(edge_type, attr_name)``; ``device``: where our stores gather (``None``: the
+    CPU). Tables put with an ``index`` are refused: put whole tables."""
+
+    def __init__(self, device: Any = None) -> None:
+        super().__init__()
+        self.device = torch.device(device) if device is not None else torch.device("cpu")
+        self._nodes: dict[tuple[Hashable, str], Any] = {}
+        self._edges: dict[tuple[Hashable, str], Any] = {}
+
+    # -- PyG's interface (node tables) ---------------------------------------------------------------
+
+    def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
+        if attr.index is not None and not (isinstance(attr.index, slice) and attr.index == slice(None)):
+            raise ValueError(f"put whole tables into dgl_zerocopy.pyg.FeatureStore (index=None), but {attr.attr_name!r} came with index={attr.index!r}")
+        self._nodes[(attr.group_name, attr.attr_name)] = _held(tensor, self.device, attr.attr_name)
+        return True
+
+    def _get_tensor(self, attr: TensorAttr) -> torch.Tensor | None:
+        key = (attr.group_name, attr.attr_name)
+        if key not in self._nodes:
+            raise KeyError(f"no table {attr.attr_name!r} of group {attr.group_name!r} in this FeatureStore; put it with put_tensor first")
+        return _rows(self._nodes[key], attr.index)
+
+    def _remove_tensor(self, attr: TensorAttr) -> bool:
+        return self._nodes.pop((attr.group_name, attr.attr_name), None) is not None
+
+    def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...] | None:
+        value = self._nodes.get((attr.group_name, attr.attr_name))
+        return None if value is None else tuple(value.shape)
+
+    def get_all_tensor_attrs(self) -> list[TensorAttr]:
+        return [self._tensor_attr_cls.cast(group, name) for group, name in self._nodes]
+
+    # -- edge tables ---------------------------------------------------------------------------------
+
+    def put_edge_tensor(self, tensor: Any, attr_name: str, edge_type: Any = _HOMOGENEOUS_EDGES) -> None:
+        """Put an edge table (rows in edge-id order: the order of the graph's ``edge_index``)."""
+        self._edges[(edge_type, attr_name)] = _held(tensor, self.device, attr_name)
+
+    def get_edge_tensor(self, attr_name: str, index: Any = None, edge_type: Any = _HOMOGENEOUS_EDGES) -> torch.Tensor:
+        """Rows ``index`` (edge ids) of an edge table; all of them for ``None``."""
+        key = (edge_type, attr_name)
+        if key not in self._edges:
+            raise KeyError(f"no edge table {attr_name!r} of edge type {edge_type!r}; put it with put_edge_tensor first")
+        return _rows(self._edges[key], index)
+
+    def edge_tensor_attrs(self) -> list[tuple[Any, str]]:
+        """``(edge_type, attr_name)`` of every edge table (``edge_type`` ``None`` for a homogeneous graph)."""
+        return list(self._edges)
+
+    def attach_edge_features(self, batch: Any) -> None:
+        """Add every edge table's rows to ``batch`` by its ``e_id`` (per edge type for ``HeteroData``)."""
+        for edge_type, name in self._edges:
+            target = batch if edge_type is None else batch[edge_type] if edge_type in batch.edge_types else None
+            if target is not None and "e_id" in target:
+                target[name] = self.get_edge_tensor(name, target.e_id, edge_type)
+
+    def close(self) -> None:
+        """Give back our stores' pinned memory."""
+        for value in [*self._nodes.values(), *self._edges.values()]:
+            if isinstance(value, TableStore):
+                value.close()
+
+    @classmethod
+    def from_data(cls, data: Data | HeteroData, device: Any = None) -> FeatureStore:
+        """Every node- and edge-level attribute of ``data`` but the graph's structure."""
+        store = cls(device)
+        if isinstance(data, Data):
+            groups = [(None, data._store, data.is_node_attr, data.is_edge_attr)]
+        else:
+            groups = [(s._key, s, s.is_node_attr, s.is_edge_attr) for s in data.stores if s._key is not None]
+        for group, values, is_node, is_edge in groups:
+            for name, value in values.items():
+                if not isinstance(value, torch.Tensor) or name in ("edge_index", "adj", "adj_t", "num_nodes"):
+                    continue
+                if (group is None or isinstance(group, str)) and is_node(name):
+                    store.put_tensor(value, group_name=group, attr_name=name, index=None)
+                elif is_edge(name):
+                    store.put_edge_tensor(value, name, group)
+        return store
+
+
+class GraphStore(PygGraphStore):
+    """Edge indices by edge type (``None`` for a homogeneous graph), in the layout given."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._indices: dict[tuple, Any] = {}
+
+    def _put_edge_index(self, edge_index: Any, edge_attr: EdgeAttr) -> bool:
+        self._indices[(edge_attr.edge_type, edge_attr.layout.value, edge_attr.is_sorted, edge_attr.size)] = edge_index
+        return True
+
+    def _get_edge_index(self, edge_attr: EdgeAttr) -> Any:
+        return self._indices.get((edge_attr.edge_type, edge_attr.layout.value, edge_attr.is_sorted, edge_attr.size))
+
+    def _remove_edge_index(self, edge_attr: EdgeAttr) -> bool:
+        return self._indices.pop((edge_attr.edge_type, edge_attr.layout.value, edge_attr.is_sorted, edge_attr.size), None) is not None
+
+    def get_all_edge_attrs(self) -> list[EdgeAttr]:
+        return [EdgeAttr(*key) for key in self._indices]
+
+    @classmethod
+    def from_data(cls, data: Data | HeteroData) -> GraphStore:
+        """``data``'s ``edge_index`` of every edge type, as COO."""
+        store = cls()
+        if isinstance(data, Data):
+            store.put_edge_index((data.edge_index[0], data.edge_index[1]), edge_type=None, layout="coo", size=(data.num_nodes, data.num_nodes))
+        else:
+            for edge_type in data.edge_types:
+                src, _, dst = edge_type
+                edge_index = data[edge_type].edge_index
+                size = (data[src].num_nodes, data[dst].num_nodes)
+                store.put_edge_index((edge_index[0], edge_index[1]), edge_type=edge_type, layout="coo", size=size)
+        return store
+
+
+def _held(tensor: Any, device: torch.device, name: str) -> Any:
+    """Our store for a feature table (2-D floating point), the tensor itself for anything else."""
+    if isinstance(tensor, TableStore):
+        return tensor
+    if isinstance(tensor, torch.Tensor) and tensor.dim() == 2 and tensor.is_floating_point() and tensor.device.type == "cpu":
+        return as_store(tensor, device, name)
+    return tensor
+
+
+def _rows(value: Any, index: Any) -> torch.Tensor:
+    whole = index is None or (isinstance(index, slice) and index == slice(None))
+    if isinstance(value, TableStore):
+        ids = torch.arange(len(value)) if whole else torch.as_tensor(index)
+        return gather(value, ids)
+    if whole:
+        return value
+    return value[torch.as_tensor(index).to(value.device) if isinstance(value, torch.Tensor) else index]
