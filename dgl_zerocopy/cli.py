@@ -9,6 +9,8 @@ number (143, 129), after stopping its processes and removing its temporary folde
 A feature file (``--feature-storage``) truncated, rewritten, replaced or removed while ``train`` reads it
 ends the run with one line, code 1 (a job that failed while it ran); under ``--nproc`` a rank's own error
 of these kinds (and a refused config) gives the line and code of one process.
+``partition``, ``launch-local`` and ``train`` on the DGL route run on DGL: where it is not installed, they print one
+line naming the extra that brings it (``pip install "dgl-zerocopy[dgl]"``) and exit with code 2.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
+from ._extras import MissingExtraError, import_dgl
 from .data import DATASETS, HETERO_DATASETS, DatasetError
 from .training.config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml
 from .training.models import MODELS
@@ -171,10 +174,12 @@ def main(argv: list[str] | None = None) -> int:
             from .dist.commands import partition
 
             _homogeneous_only(args.dataset, "partition")
+            import_dgl("dgl-zerocopy partition")
             return partition(args)
         if args.command == "launch-local":
             from .dist.commands import launch_local
 
+            import_dgl("dgl-zerocopy launch-local")
             with _signals_unwind():
                 return launch_local(args)
         if args.command == "info":
@@ -182,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(environment_report())
             return 0
-    except (ConfigError, DatasetError) as e:
+    except (ConfigError, DatasetError, MissingExtraError) as e:
         print(f"dgl-zerocopy: error: {e}", file=sys.stderr)
         return 2
     except KeyboardInterrupt as e:
@@ -334,7 +339,7 @@ def _as_one_process(call, *args, **kwargs):
         return call(*args, **kwargs)
     except ProcessRaisedException as e:
         error = getattr(e, "error", None)
-        if isinstance(error, (ConfigError, DatasetError, BufferFullError, StorageChangedError)):
+        if isinstance(error, (ConfigError, DatasetError, BufferFullError, StorageChangedError, MissingExtraError)):
             raise error from None
         raise
 

@@ -59,7 +59,7 @@ def _info_lines(code_before: str = "") -> dict[str, str]:
 def test_info():
     r = run_cli("info")
     assert r.returncode == 0, r.stderr
-    for key in ("python", "torch", "dgl", "cupy", "numpy", "CUDA", "NVRTC", "GPU", "RLIMIT_MEMLOCK", "CPU count"):
+    for key in ("python", "torch", "dgl", "torch_geometric", "cupy", "numpy", "CUDA", "NVRTC", "GPU", "RLIMIT_MEMLOCK", "CPU count"):
         assert key in r.stdout, key
 
 
@@ -103,6 +103,12 @@ def test_info_without_cupy_says_what_to_install():
     lines = _info_lines("import sys; sys.modules['cupy'] = None")
     assert lines["cupy"] == "not installed (pip install dgl-zerocopy[cuda12] or dgl-zerocopy[cuda13], matching torch's CUDA)"
     assert lines["NVRTC"]  # the NVRTC lookup does not need CuPy
+
+
+def test_info_without_the_frameworks_says_which_extra_brings_each():
+    lines = _info_lines("import sys; sys.modules['dgl'] = None; sys.modules['torch_geometric'] = None")
+    assert lines["dgl"] == 'not installed (pip install "dgl-zerocopy[dgl]")'
+    assert lines["torch_geometric"] == 'not installed (pip install "dgl-zerocopy[pyg]")'
 
 
 def _write(tmp_path, name, text):

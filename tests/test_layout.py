@@ -9,6 +9,8 @@ explicit ``from . import name`` of the package is.
 from __future__ import annotations
 
 import ast
+import functools
+import importlib
 import re
 from pathlib import Path
 
@@ -31,6 +33,7 @@ LAYERS = {
     "cli": 8,
     "": 8,  # the command line and the package's public names
     "_moved": 8,  # old import paths of moved modules, installed by the package's __init__
+    "_extras": 0,  # the one-line error for a framework an extra brings (standard library only): every layer may import it
 }
 #: The folders nothing under store/ or sampling/ may import: the layers above them, and front ends to come.
 ABOVE_SAMPLING = ("loading", "nn", "training", "dist", "cli", "pyg")
@@ -184,6 +187,33 @@ def _documented_imports() -> list[tuple[str, str]]:
 
 DOCUMENTED = _documented_imports()
 
+#: The package's modules that need a framework an extra brings (a module, and everything under it): where the
+#: framework is not installed, importing one raises an ImportError naming the extra. Every other module imports
+#: without either framework (tests/test_without_dgl.py checks both, with DGL hidden).
+NEEDS_EXTRA = {f"{PACKAGE}.loading.dgl": "dgl", f"{PACKAGE}.dgl": "dgl", f"{PACKAGE}.pyg": "pyg"}
+#: The framework each extra brings, by its module's name.
+FRAMEWORK = {"dgl": "dgl", "pyg": "torch_geometric"}
+
+
+def needed_extra(module: str) -> str | None:
+    """The extra ``module`` (a dotted name of the package) needs, or None."""
+    return next((extra for prefix, extra in NEEDS_EXTRA.items() if module == prefix or module.startswith(prefix + ".")), None)
+
+
+def install_hint(extra: str) -> str:
+    return f'pip install "dgl-zerocopy[{extra}]"'
+
+
+@functools.cache
+def _installed(framework: str) -> bool:
+    try:
+        importlib.import_module(framework)
+    except ModuleNotFoundError as error:
+        if error.name != framework:
+            raise
+        return False
+    return True
+
 
 def test_the_documented_imports_are_found():
     statements = {statement for _, statement in DOCUMENTED}
@@ -193,4 +223,12 @@ def test_the_documented_imports_are_found():
 
 @pytest.mark.parametrize("where, statement", DOCUMENTED, ids=[f"{w}:{s}" for w, s in DOCUMENTED])
 def test_every_documented_import_works(where, statement):
-    exec(compile(statement, where, "exec"), {})
+    """Each import the docs show runs; one of a module whose framework is not installed (DGL's route on a machine
+    without DGL) raises an ImportError that names the extra bringing it, and nothing else fails."""
+    code = compile(statement, where, "exec")
+    extra = needed_extra(statement.split()[1])  # `from M import ...`, `import M [as n]`: M
+    if extra is not None and not _installed(FRAMEWORK[extra]):
+        with pytest.raises(ImportError, match=re.escape(install_hint(extra))):
+            exec(code, {})
+    else:
+        exec(code, {})

@@ -6,6 +6,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from .._extras import import_dgl
 from ..store.host_files import tensor_view  # noqa: F401 - imported from here by much of the package
 
 
@@ -72,9 +73,9 @@ class GraphDataset:
     def to_dgl(self, with_data: bool = False):
         """A DGL graph of the CSC structure; with ``with_data`` also ``ndata['feat'/'label']``
         (zero-copy views of the host arrays, as DGL's own path would hold them)."""
-        import dgl
         import torch
 
+        dgl = import_dgl("GraphDataset.to_dgl")
         graph = dgl.graph(("csc", (tensor_view(self.indptr), tensor_view(self.indices), torch.tensor([], dtype=torch.int64))), num_nodes=self.num_nodes)
         if with_data:
             graph.ndata["feat"] = tensor_view(np.ascontiguousarray(self.features))

@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .._extras import import_dgl
+
 CanonicalEtype = tuple[str, str, str]
 NTYPES = ("author", "field", "paper")
 RELATIONS = (("author", "writes", "paper", "written_by"), ("paper", "cites", "paper", "cited_by"), ("paper", "has_topic", "field", "topic_of"))
@@ -94,9 +96,9 @@ class HeteroGraphDataset:
     def to_dgl(self, with_data: bool = True, idtype=None):
         """A ``dgl.heterograph`` of the edges (``idtype``: torch.int64 by default, or torch.int32);
         with ``with_data``, ``ndata["feat"]`` for every type and ``ndata["label"]`` for the target."""
-        import dgl
         import torch
 
+        dgl = import_dgl("HeteroGraphDataset.to_dgl")
         data = {key: (torch.from_numpy(src), torch.from_numpy(dst)) for key, (src, dst) in self.edges.items()}
         graph = dgl.heterograph(data, num_nodes_dict=dict(self.num_nodes), idtype=idtype or torch.int64)
         if with_data:

@@ -39,6 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
+from .._extras import import_dgl, install_hint
 from ..store.cache_files import MANIFEST, DamagedFile, check_digests, partial_prefix, record_digests, sweep_partials
 from ..store.compression import compressed_beside
 from ..store.host_files import replace_dir
@@ -316,6 +317,7 @@ def _save_float32(path: Path, features: np.ndarray) -> None:
 
 def _ogb_dataset(name: str, folder: Path, meta: dict, local: bool):
     """``DglNodePropPredDataset`` with its prompts and downloads disabled (the files were checked)."""
+    import_dgl(f"{name}'s first load (ogb's DglNodePropPredDataset)")
     from ogb.nodeproppred import dataset_dgl
 
     processed = folder / "processed"
@@ -378,11 +380,11 @@ def _no_prompts(dataset_dgl) -> Iterator[None]:
 
 def _master_column(name: str) -> dict:
     """ogb's meta information for ``name`` (its ``master.csv``), read without importing ogb."""
-    import pandas as pd
-
     spec = importlib.util.find_spec("ogb")
     if spec is None or spec.origin is None:
-        raise DatasetError(f"{name} is read with the 'ogb' package, which is not installed: pip install ogb==1.3.6")
+        raise DatasetError(f"{name} is read with the 'ogb' package (and DGL), which is not installed: {install_hint('dgl')}")
+    import pandas as pd  # ogb's own requirement
+
     master = pd.read_csv(Path(spec.origin).parent / "nodeproppred" / "master.csv", index_col=0, keep_default_na=False)
     return dict(master[name])
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from .._extras import import_dgl
 from ..data import DatasetError, GraphDataset
 
 log = logging.getLogger(__name__)
@@ -64,7 +65,7 @@ def partition_dataset(
     with ``overwrite=True``. ``graph_name`` defaults to the dataset's name (DistDGL finds the
     partitions' shared memory by it). A folder that cannot be made or written raises
     ``ValueError`` naming it; the folders this call created are removed again when writing fails."""
-    import dgl
+    dgl = import_dgl("dgl_zerocopy.dist.partition_dataset (DGL's partition_graph)")
 
     if not isinstance(num_parts, int) or num_parts < 1:
         raise ValueError(f"num_parts must be a positive integer, but got {num_parts!r}")

@@ -23,6 +23,7 @@ from typing import Callable
 import torch
 from torch.nn import functional as F
 
+from .._extras import import_dgl
 from ..training.config import ConfigError, TrainConfig, parse_cache_size
 from ..training.models import build_model
 from ..loading.timing import StageTimer
@@ -52,7 +53,7 @@ def connect(part_dir: str | Path, ip_config: str | None = None):
     in a server, serves and never returns. Installs the single-host fixes when launch-local asked for them.
 
     ``ip_config``: DGL's file of server addresses (default ``$DGL_IP_CONFIG``; not needed standalone)."""
-    import dgl
+    dgl = import_dgl("dgl_zerocopy.dist (DistDGL)")
 
     info = load_partition_info(part_dir)
     install_from_env()
@@ -75,8 +76,9 @@ def train_dist(cfg: TrainConfig, part_dir: str | Path, ip_config: str | None = N
     """Train ``cfg.model`` on the partitions in ``part_dir``; returns the history (every trainer
     holds the same summed accuracies) and the partitions' info. ``on_epoch`` runs on trainer 0 only.
     ``cfg``'s dataset fields are not used: the partitions carry the dataset."""
-    import dgl
     import torch.distributed as tdist
+
+    dgl = import_dgl("dgl_zerocopy.dist (DistDGL)")
 
     if cfg.feature_source not in BACKENDS:
         raise ConfigError(f"--dist fetches rows through a FeatureStore over the local partition: feature source must be one of "

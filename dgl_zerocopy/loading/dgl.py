@@ -24,12 +24,17 @@ import threading
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-import dgl
 import torch
-from dgl.dataloading.base import LazyFeature
-from dgl.storages import FeatureStorage
 
+from .._extras import missing_dgl
 from ..store.feature_store import FeatureStore, resolve_device
+
+try:  # the route is DGL's own DataLoader: without DGL, one line naming the extra that brings it
+    import dgl
+    from dgl.dataloading.base import LazyFeature
+    from dgl.storages import FeatureStorage
+except ModuleNotFoundError as error:
+    raise missing_dgl(error, "dgl_zerocopy.loading.dgl (DGL's own DataLoader with a FeatureStore)") from None
 
 
 class ZeroCopyStorage(FeatureStorage):

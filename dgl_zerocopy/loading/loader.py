@@ -47,6 +47,7 @@ from typing import NamedTuple
 
 import torch
 
+from .._extras import import_dgl
 from ..store.feature_store import resolve_device
 from . import dgl_options
 from .collate import find_needs, mark_blocks, move, put
@@ -133,6 +134,7 @@ class DataLoader:
         read_ahead: bool = True,
         **kwargs,
     ) -> None:
+        import_dgl("dgl_zerocopy.DataLoader (DGL's DataLoader, for DGL graphs and samplers)")  # one line naming the extra where DGL is missing
         unknown = sorted(set(kwargs) - set(WORKER_KWARGS) - set(OTHER_TORCH_KWARGS))
         if unknown:
             raise TypeError(

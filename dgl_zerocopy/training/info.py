@@ -8,12 +8,20 @@ import os
 import platform
 import resource
 import sys
+import warnings
+
+from .._extras import install_hint
 
 
-def _version(module: str) -> str:
+def _version(module: str, extra: str | None = None) -> str:
+    """``module``'s version; where it is missing and ``extra`` brings it, the command that installs it."""
     try:
-        return getattr(importlib.import_module(module), "__version__", "installed")
+        with warnings.catch_warnings():  # a report, not the place for a library's notices (torch_geometric's on torch.jit)
+            warnings.simplefilter("ignore")
+            return getattr(importlib.import_module(module), "__version__", "installed")
     except Exception as e:  # noqa: BLE001 - report whatever stops the import, e.g. a torch/dgl mismatch
+        if extra is not None and isinstance(e, ModuleNotFoundError) and e.name == module:
+            return f"not installed ({install_hint(extra)})"
         return f"not usable ({type(e).__name__}: {str(e).splitlines()[0][:80]})"
 
 
@@ -45,8 +53,8 @@ def _nvrtc() -> str:
 
 def _dgl() -> str:
     """DGL's version, and whether its graphbolt is the real one or dgl-zerocopy's placeholder."""
-    version = _version("dgl")
-    if version.startswith("not usable"):
+    version = _version("dgl", "dgl")
+    if version.startswith(("not usable", "not installed")):
         return version
     try:
         import _dgl_zerocopy_graphbolt as hook
@@ -110,6 +118,7 @@ def environment_report() -> str:
         ("python", platform.python_version()),
         ("torch", _version("torch")),
         ("dgl", _dgl()),
+        ("torch_geometric", _version("torch_geometric", "pyg")),
         ("cupy", _cupy()),
         ("numpy", _version("numpy")),
         ("CUDA", cuda),

@@ -32,6 +32,7 @@ import torch
 from torch.nn import functional as F
 from tqdm import tqdm
 
+from .._extras import import_dgl
 from ..data import GraphDataset, HeteroGraphDataset
 from ..data.base import tensor_view
 from ..loading.dgl_options import dgl_has_cuda
@@ -119,8 +120,7 @@ def resolve_device(name: str, feature_source: str, nproc: int = 1, sampler: str 
 
 
 def seed_everything(seed: int) -> None:
-    import dgl
-
+    dgl = import_dgl("training on the DGL route")
     random.seed(seed)
     np.random.seed(seed)
     torch.manual_seed(seed)
