@@ -29,7 +29,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml setup.py $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP_INSTALL) setuptools wheel
-	$(PIP_INSTALL) -e ".[dev,$(EXTRAS)]"
+	$(PIP_INSTALL) -e ".[dev,dgl,pyg,$(EXTRAS)]"
 	touch $(STAMP)
 
 run: $(STAMP)
