@@ -28,6 +28,7 @@ LAYERS = {
     "sampling": 3,  # GPU neighbour sampling and the device blocks it builds (the loader uses both)
     "loading": 4,  # batches
     "nn": 5,  # layers over device blocks
+    "pyg": 5,  # the PyG front end: PyG's loaders over our samplers, store and ring
     "training": 6,  # loop, sources, config, models, DDP
     "dist": 7,  # DistDGL training, built on training
     "cli": 8,
