@@ -12,6 +12,7 @@ FeatureStore, remote rows pulled over DGL's RPC, batches prefetched on a thread.
 Importing this package does not import DGL's distributed module's state: nothing connects until
 :func:`connect` (or ``dgl.distributed.initialize``) is called.
 """
+
 from .loader import BatchStats, DistLoader
 from .local_cluster import ClusterError, LocalJob, launch_local, trainer_threads
 from .partition import PartitionInfo, load_partition_info, partition_dataset
@@ -20,6 +21,25 @@ from .source import DistFeatureSource, RowCounts
 from .train import connect, train_dist
 from .watchdog import ServerLostError, Watchdog, exit_now
 
-__all__ = ["BatchStats", "ClusterError", "DistFeatureSource", "DistLoader", "LocalJob", "PartitionInfo", "RowCounts",
-           "ServerLostError", "Watchdog", "connect", "exit_now", "install", "install_from_env", "installed", "launch_local",
-           "load_partition_info", "partition_dataset", "remove_segments", "train_dist", "trainer_threads"]
+__all__ = [
+    "BatchStats",
+    "ClusterError",
+    "DistFeatureSource",
+    "DistLoader",
+    "LocalJob",
+    "PartitionInfo",
+    "RowCounts",
+    "ServerLostError",
+    "Watchdog",
+    "connect",
+    "exit_now",
+    "install",
+    "install_from_env",
+    "installed",
+    "launch_local",
+    "load_partition_info",
+    "partition_dataset",
+    "remove_segments",
+    "train_dist",
+    "trainer_threads",
+]

@@ -20,13 +20,14 @@ loader (sampling and fetching) runs on its one worker thread; the caller must no
 DistGraph's RPC (``g.ndata[...][ids]``, another loader) while an epoch is being iterated.
 With ``prefetch=0`` everything runs on the caller's thread, without a watchdog.
 """
+
 from __future__ import annotations
 
 import itertools
 import logging
 import time
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Iterator, Mapping, Sequence
 
 import torch
 
@@ -64,9 +65,22 @@ class DistLoader:
     (on a GPU with ``prefetch > 0`` also ``wait``, the training stream's wait for a batch's fetch).
     ``stats`` holds one :class:`BatchStats` per batch of the last epoch."""
 
-    def __init__(self, graph, nodes, sampler, *, features: Mapping[str, DistFeatureSource], labels: Mapping[str, DistFeatureSource] | None = None,
-                 batch_size: int = 1, shuffle: bool = False, drop_last: bool = False, prefetch: int = 2,
-                 device: str | torch.device | None = None, watchdog: Watchdog | None = None, timer: StageTimer | None = None) -> None:
+    def __init__(
+        self,
+        graph,
+        nodes,
+        sampler,
+        *,
+        features: Mapping[str, DistFeatureSource],
+        labels: Mapping[str, DistFeatureSource] | None = None,
+        batch_size: int = 1,
+        shuffle: bool = False,
+        drop_last: bool = False,
+        prefetch: int = 2,
+        device: str | torch.device | None = None,
+        watchdog: Watchdog | None = None,
+        timer: StageTimer | None = None,
+    ) -> None:
         import dgl
 
         if not isinstance(batch_size, int) or batch_size < 1:
@@ -77,8 +91,10 @@ class DistLoader:
         for kind, sources in (("features", features), ("labels", labels)):
             for name, source in sources.items():
                 if not isinstance(source, DistFeatureSource):
-                    raise TypeError(f"{kind}[{name!r}] must be a DistFeatureSource, but got {type(source).__name__}; "
-                                    f"wrap the DistTensor: DistFeatureSource(g.ndata[{name!r}])")
+                    raise TypeError(
+                        f"{kind}[{name!r}] must be a DistFeatureSource, but got {type(source).__name__}; "
+                        f"wrap the DistTensor: DistFeatureSource(g.ndata[{name!r}])"
+                    )
         if not features:
             raise ValueError("features is empty: pass at least one, e.g. {'feat': DistFeatureSource(g.ndata['feat'])}")
         if isinstance(sampler, Sequence):
@@ -111,8 +127,9 @@ class DistLoader:
         # ever); it shares the slots and DGL's RPC client, so nothing starts before it has stopped.
         self._ring.begin_epoch()
         self.stats = []
-        dist_loader = dgl.dataloading.DistNodeDataLoader(self.graph, self.nodes, self.sampler, batch_size=self.batch_size,
-                                                         shuffle=self.shuffle, drop_last=self.drop_last)
+        dist_loader = dgl.dataloading.DistNodeDataLoader(
+            self.graph, self.nodes, self.sampler, batch_size=self.batch_size, shuffle=self.shuffle, drop_last=self.drop_last
+        )
         tasks = enumerate(_TimedIter(iter(dist_loader), self.timer))
         # This epoch's own worker (None: prefetch=0) and token: an epoch's generator that a newer
         # epoch replaced (two iterators of one loader) stops and touches neither the ring nor the worker.
@@ -154,9 +171,10 @@ class DistLoader:
         start = time.perf_counter()
         before = [(s.counts.local, s.counts.remote) for s in self.features.values()]
         with self._ring.fill(index) as fill, self.timer.stage("gather"):  # on the side stream, after the slot's release
-            x = {name: source.fetch(input_nodes, out=fill.slot.buffer(name, (len(input_nodes), *source.shape[1:]),
-                                                                       source.dtype, source.device))
-                 for name, source in self.features.items()}
+            x = {
+                name: source.fetch(input_nodes, out=fill.slot.buffer(name, (len(input_nodes), *source.shape[1:]), source.dtype, source.device))
+                for name, source in self.features.items()
+            }
             y = {name: source.fetch(seeds) for name, source in self.labels.items()}
             if self.device_blocks:
                 blocks = [as_device_block(b, self.device) for b in blocks]

@@ -21,6 +21,7 @@ still meet in shared memory; the machines of one job, and other jobs, stay apart
 ``dgl-zerocopy launch-local`` sets for each process; on a real cluster (one machine per host)
 neither is set and nothing is changed.
 """
+
 from __future__ import annotations
 
 import logging
@@ -85,8 +86,10 @@ def install_from_env() -> int | None:
     if machine is None and prefix is None:
         return None
     if machine is None or prefix is None:
-        raise RuntimeError(f"set both {MACHINE_ID_ENV} and {SHM_PREFIX_ENV} (one machine of a single-host job), or neither; "
-                           f"got {MACHINE_ID_ENV}={machine!r}, {SHM_PREFIX_ENV}={prefix!r}")
+        raise RuntimeError(
+            f"set both {MACHINE_ID_ENV} and {SHM_PREFIX_ENV} (one machine of a single-host job), or neither; "
+            f"got {MACHINE_ID_ENV}={machine!r}, {SHM_PREFIX_ENV}={prefix!r}"
+        )
     try:
         machine_id = int(machine)
     except ValueError:
@@ -127,6 +130,7 @@ def _wrap_first_arg(module, name: str, rename) -> None:
 def _checked_machine_id(machine_id: int, server_namebook: dict) -> int:
     machines = {entry[0] for entry in server_namebook.values()}
     if machine_id not in machines:
-        raise RuntimeError(f"{MACHINE_ID_ENV}={machine_id} but the ip_config lists machines {sorted(machines)}; "
-                           f"give each process the index of its ip_config line")
+        raise RuntimeError(
+            f"{MACHINE_ID_ENV}={machine_id} but the ip_config lists machines {sorted(machines)}; give each process the index of its ip_config line"
+        )
     return machine_id

@@ -11,6 +11,7 @@ fast CPU gather), and only the remote ids go to ``DistTensor.__getitem__``, on a
 while the local rows are gathered, and their rows are scattered into the same output. Counters
 say how many rows came from where.
 """
+
 from __future__ import annotations
 
 import logging
@@ -57,8 +58,7 @@ class DistFeatureSource:
         from dgl.distributed import DistTensor
 
         if not isinstance(tensor, DistTensor):
-            raise TypeError(f"tensor must be a dgl.distributed.DistTensor (e.g. g.ndata['feat'] of a DistGraph), "
-                            f"but got {type(tensor).__name__}")
+            raise TypeError(f"tensor must be a dgl.distributed.DistTensor (e.g. g.ndata['feat'] of a DistGraph), but got {type(tensor).__name__}")
         if len(tensor.shape) not in (1, 2):
             raise ValueError(f"tensor must be 1-D or 2-D, but {tensor.name!r} has shape {tuple(tensor.shape)}")
         self.device = resolve_device(device if device is not None else ("cuda" if torch.cuda.is_available() else "cpu"))
@@ -72,8 +72,7 @@ class DistFeatureSource:
         self.store = FeatureStore(local.view(-1, 1) if self._vector else local, backend=backend, device=self.device)
         self.counts = RowCounts()
         self._lock = threading.Lock()
-        log.debug("%s: local partition %d, %d of %d rows, backend %s on %s", tensor.name, self.part_id, local.shape[0],
-                  tensor.shape[0], backend, self.device)
+        log.debug("%s: local partition %d, %d of %d rows, backend %s on %s", tensor.name, self.part_id, local.shape[0], tensor.shape[0], backend, self.device)
 
     @property
     def shape(self) -> tuple[int, ...]:
@@ -100,8 +99,9 @@ class DistFeatureSource:
         if out is None:
             out = torch.empty(shape, dtype=self.dtype, device=self.device)
         elif tuple(out.shape) != shape or out.dtype != self.dtype or out.device != self.device or not out.is_contiguous():
-            raise ValueError(f"out must be a contiguous {self.dtype} tensor of shape {shape} on {self.device}, "
-                             f"but got {out.dtype} {tuple(out.shape)} on {out.device}")
+            raise ValueError(
+                f"out must be a contiguous {self.dtype} tensor of shape {shape} on {self.device}, but got {out.dtype} {tuple(out.shape)} on {out.device}"
+            )
         if n == 0:
             return out
         local = self.policy.to_partid(ids) == self.part_id
@@ -153,15 +153,17 @@ class DistFeatureSource:
         """Release the store (unpins the local partition on a GPU). Idempotent."""
         self.store.close()
 
-    def __enter__(self) -> "DistFeatureSource":
+    def __enter__(self) -> DistFeatureSource:
         return self
 
     def __exit__(self, *exc) -> None:
         self.close()
 
     def __repr__(self) -> str:
-        return (f"DistFeatureSource({self.tensor.name!r}, shape={self.shape}, partition {self.part_id} with "
-                f"{self.num_local_rows} local rows, backend={self.store.backend!r}, device={str(self.device)!r})")
+        return (
+            f"DistFeatureSource({self.tensor.name!r}, shape={self.shape}, partition {self.part_id} with "
+            f"{self.num_local_rows} local rows, backend={self.store.backend!r}, device={str(self.device)!r})"
+        )
 
     def _check_ids(self, ids) -> torch.Tensor:
         if not isinstance(ids, torch.Tensor):
@@ -179,8 +181,7 @@ class DistFeatureSource:
             rows = self.tensor.shape[0]
             if int(lo) < 0 or int(hi) >= rows:
                 bad = ((ids < 0) | (ids >= rows)).nonzero()[0, 0]
-                raise IndexError(f"id {int(ids[bad])} at position {int(bad)} is out of range for {self.tensor.name!r} "
-                                 f"of {rows} rows (valid: 0 to {rows - 1})")
+                raise IndexError(f"id {int(ids[bad])} at position {int(bad)} is out of range for {self.tensor.name!r} of {rows} rows (valid: 0 to {rows - 1})")
         return ids
 
 

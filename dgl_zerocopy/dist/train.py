@@ -12,21 +12,22 @@ from DGL's launch tool or ``launch-local``). ``batch_size`` stays the global bat
 :mod:`dgl_zerocopy.training.train`. Evaluation: each trainer predicts the val/test nodes of its partition,
 the correct counts are summed, so every node is counted once.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 import torch
 from torch.nn import functional as F
 
 from .._extras import import_dgl
+from ..loading.timing import StageTimer
 from ..training.config import ConfigError, TrainConfig, parse_cache_size
 from ..training.models import build_model
-from ..loading.timing import StageTimer
 from ..training.train import EpochStats, resolve_device, seed_everything
 from .loader import DistLoader
 from .partition import PartitionInfo, load_partition_info
@@ -60,19 +61,21 @@ def connect(part_dir: str | Path, ip_config: str | None = None):
     ip_config = ip_config or os.environ.get("DGL_IP_CONFIG")
     if is_standalone() and not is_server():
         if info.num_parts != 1:
-            raise ConfigError(f"{str(info.folder)!r} holds {info.num_parts} partitions, but standalone mode (DGL_DIST_MODE unset) "
-                              f"runs one; use `dgl-zerocopy launch-local --parts {info.num_parts} -- train ... --dist {info.folder}` "
-                              f"or DGL's launch tool")
+            raise ConfigError(
+                f"{str(info.folder)!r} holds {info.num_parts} partitions, but standalone mode (DGL_DIST_MODE unset) "
+                f"runs one; use `dgl-zerocopy launch-local --parts {info.num_parts} -- train ... --dist {info.folder}` "
+                f"or DGL's launch tool"
+            )
     elif ip_config is None:
-        raise ConfigError("distributed mode needs the servers' addresses: pass --ip-config FILE or set DGL_IP_CONFIG "
-                          "(DGL's launch tool and launch-local do)")
+        raise ConfigError("distributed mode needs the servers' addresses: pass --ip-config FILE or set DGL_IP_CONFIG (DGL's launch tool and launch-local do)")
     dgl.distributed.initialize(ip_config)  # a server serves here and exits
     graph = dgl.distributed.DistGraph(info.graph_name, part_config=str(info.part_config))
     return graph, info
 
 
-def train_dist(cfg: TrainConfig, part_dir: str | Path, ip_config: str | None = None,
-               on_epoch: Callable[[EpochStats], None] | None = None, progress: bool = False) -> tuple[list[EpochStats], PartitionInfo]:
+def train_dist(
+    cfg: TrainConfig, part_dir: str | Path, ip_config: str | None = None, on_epoch: Callable[[EpochStats], None] | None = None, progress: bool = False
+) -> tuple[list[EpochStats], PartitionInfo]:
     """Train ``cfg.model`` on the partitions in ``part_dir``; returns the history (every trainer
     holds the same summed accuracies) and the partitions' info. ``on_epoch`` runs on trainer 0 only.
     ``cfg``'s dataset fields are not used: the partitions carry the dataset."""
@@ -81,14 +84,20 @@ def train_dist(cfg: TrainConfig, part_dir: str | Path, ip_config: str | None = N
     dgl = import_dgl("dgl_zerocopy.dist (DistDGL)")
 
     if cfg.feature_source not in BACKENDS:
-        raise ConfigError(f"--dist fetches rows through a FeatureStore over the local partition: feature source must be one of "
-                          f"{', '.join(BACKENDS)}, but got {cfg.feature_source!r}")
-    for flag, value, unused in (("--feature-compression", cfg.feature_compression, cfg.feature_compression != "none"),
-                                ("--feature-cache", cfg.feature_cache, parse_cache_size(cfg.feature_cache)[1] != 0),
-                                ("--nproc", cfg.nproc, cfg.nproc != 1)):
+        raise ConfigError(
+            f"--dist fetches rows through a FeatureStore over the local partition: feature source must be one of "
+            f"{', '.join(BACKENDS)}, but got {cfg.feature_source!r}"
+        )
+    for flag, value, unused in (
+        ("--feature-compression", cfg.feature_compression, cfg.feature_compression != "none"),
+        ("--feature-cache", cfg.feature_cache, parse_cache_size(cfg.feature_cache)[1] != 0),
+        ("--nproc", cfg.nproc, cfg.nproc != 1),
+    ):
         if unused:  # refused rather than ignored: the run would not be the one asked for
-            raise ConfigError(f"{flag} {value} does not apply with --dist (the partitions' servers hold the features as "
-                              f"partitioned; DGL's launch tool starts the trainers): leave {flag} out")
+            raise ConfigError(
+                f"{flag} {value} does not apply with --dist (the partitions' servers hold the features as "
+                f"partitioned; DGL's launch tool starts the trainers): leave {flag} out"
+            )
     device = resolve_device(cfg.device, cfg.feature_source)
     graph, info = connect(part_dir, ip_config)
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -136,8 +145,7 @@ def train_dist(cfg: TrainConfig, part_dir: str | Path, ip_config: str | None = N
                 val_acc, test_acc = (c / totals[k] if totals[k] else float("nan") for c, k in zip(counts, ("val", "test")))
             else:
                 val_acc = test_acc = float("nan")
-            stats = EpochStats(epoch, loss_sum / max(seen, 1), correct / max(seen, 1), val_acc, test_acc,
-                               epoch_time, time.perf_counter() - t0, stages)
+            stats = EpochStats(epoch, loss_sum / max(seen, 1), correct / max(seen, 1), val_acc, test_acc, epoch_time, time.perf_counter() - t0, stages)
             history.append(stats)
             if on_epoch is not None and rank == 0:
                 on_epoch(stats)

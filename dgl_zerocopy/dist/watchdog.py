@@ -11,14 +11,15 @@ After that error, this process's DGL client cannot go on: the lost server never 
 DGL's exit hook (``exit_client``, run at interpreter exit) waits for every trainer at a barrier.
 :func:`exit_now` prints the message and ends the process at once (``os._exit``), skipping that hook.
 """
+
 from __future__ import annotations
 
 import logging
 import os
 import sys
 import time
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 log = logging.getLogger(__name__)
 
@@ -47,7 +48,7 @@ class Watchdog:
         self.poll = poll
 
     @classmethod
-    def from_env(cls, poll: float = 0.2) -> "Watchdog":
+    def from_env(cls, poll: float = 0.2) -> Watchdog:
         """Server pids from :data:`SERVER_PIDS_ENV` (comma-separated), the stall timeout from
         :data:`STALL_TIMEOUT_ENV` (seconds; default :data:`DEFAULT_STALL_TIMEOUT`, ``0``: none)."""
         pids_text = os.environ.get(SERVER_PIDS_ENV, "")
@@ -66,11 +67,15 @@ class Watchdog:
         """Raise :class:`ServerLostError` if a listed server is gone or ``waited`` exceeds the stall timeout."""
         for machine, pid in enumerate(self.server_pids):
             if not _alive(pid):
-                raise ServerLostError(f"DistDGL server of machine {machine} (pid {pid}) is gone while waiting for {what}; "
-                                      f"its partition's rows and neighbours cannot be fetched, so this trainer stops")
+                raise ServerLostError(
+                    f"DistDGL server of machine {machine} (pid {pid}) is gone while waiting for {what}; "
+                    f"its partition's rows and neighbours cannot be fetched, so this trainer stops"
+                )
         if self.stall_timeout is not None and waited > self.stall_timeout:
-            raise ServerLostError(f"no response from the DistDGL servers for {waited:.0f} s while waiting for {what} "
-                                  f"(stall timeout {self.stall_timeout:.0f} s, {STALL_TIMEOUT_ENV}); a server may have died")
+            raise ServerLostError(
+                f"no response from the DistDGL servers for {waited:.0f} s while waiting for {what} "
+                f"(stall timeout {self.stall_timeout:.0f} s, {STALL_TIMEOUT_ENV}); a server may have died"
+            )
 
     def wait(self, prefetcher, what: str):
         """``next(prefetcher)`` (a :class:`~dgl_zerocopy.loading.prefetch.Prefetcher`), checking every ``poll`` seconds."""
