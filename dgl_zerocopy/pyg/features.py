@@ -68,10 +68,12 @@ def route_features(data: Any, features: Any, device: torch.device) -> tuple[Any,
     (module docstring). ``data`` that is neither ``Data`` nor ``HeteroData`` (a ``(FeatureStore,
     GraphStore)`` pair) is returned as it is, with an empty route."""
     route = FeatureRoute(device=device)
-    if features is False or not isinstance(data, (Data, HeteroData)):
+    if not isinstance(data, (Data, HeteroData)):
         return data, route
+    shell = copy.copy(data)  # never the user's object: a GPU loader takes edge_index out of it
+    if features is False:
+        return shell, route
     given = dict(features or {})
-    shell = copy.copy(data)
     if isinstance(data, Data):
         stores = [(None, data._store, shell._store)]
     else:

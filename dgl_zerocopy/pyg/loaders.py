@@ -57,13 +57,23 @@ class _OurRoute:
         self._had_num_nodes = _explicit_num_nodes(data)
         return shell
 
+    def _after_pyg_init(self) -> None:
+        """After PyG's constructor (which may read the shell's ``edge_index``): the user's ``transform``
+        runs in our :meth:`filter_fn`, after the features are attached (PyG's would run it on a batch
+        without them)."""
+        self._transform, self.transform = self.transform, None
+        self._edge_index_on_device()
+
     def _edge_index_on_device(self) -> None:
         """On a GPU, the batch's ``edge_index`` is stacked where the sampler left ``row``/``col``: the shell
-        keeps none for PyG to copy to the host (after PyG's constructor, which may read it)."""
+        keeps none for PyG to copy to the host."""
         self._own_edge_index = self.device.type == "cuda" and isinstance(self.data, (Data, HeteroData))
         if self._own_edge_index:
             for store in self.data.edge_stores:
                 if "edge_index" in store:
+                    for name in store.keys():
+                        # PyG tells edge attributes by edge_index's length (cached): told now, before it goes.
+                        store.is_edge_attr(name)
                     del store["edge_index"]
 
     def filter_fn(self, out: Any) -> Any:
@@ -80,7 +90,7 @@ class _OurRoute:
             nodes, edges = node_and_edge_ids(batch)
             self.route.attach(batch, nodes, edges)
             _drop_added_num_nodes(batch, self._had_num_nodes)
-        return batch
+        return batch if self._transform is None else self._transform(batch)
 
     def _get_iterator(self) -> Iterator:
         if self.prefetch == 0 or self.num_workers > 0:
@@ -102,6 +112,9 @@ def _prefetched(loader: Any, ring: SlotRing) -> Iterator:
     ring.begin_epoch()
     timer = StageTimer()
     batches = iter(loader.batch_sampler)
+    # The draw torch's DataLoader iterator makes for its workers' base seed: without it, the same
+    # torch.manual_seed would give other batches than prefetch=0.
+    torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
 
     def produce(task: tuple[int, list[int]]) -> Any:
         index, indices = task
@@ -203,7 +216,7 @@ class NeighborLoader(_OurRoute, PygNeighborLoader):
             directed=directed,
             **kwargs,
         )
-        self._edge_index_on_device()
+        self._after_pyg_init()
 
 
 class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
@@ -272,4 +285,4 @@ class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
             directed=directed,
             **kwargs,
         )
-        self._edge_index_on_device()
+        self._after_pyg_init()

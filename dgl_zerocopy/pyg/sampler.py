@@ -17,7 +17,8 @@ in PyG's CSC (PyG maps them to edge ids with ``edge_permutation``); ``num_sample
 seeds first; ``num_sampled_edges`` per hop.
 
 Refused when the sampler is built, with one clear error: temporal sampling (``time_attr``,
-``input_time``), weighted sampling (``weight_attr``), backward sampling.
+``input_time``), weighted sampling (``weight_attr``), backward sampling, ``disjoint`` with induced
+subgraphs (which PyG refuses too).
 """
 
 from __future__ import annotations
@@ -66,6 +67,9 @@ class NeighborSampler(PygNeighborSampler):
         refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, sample_direction=sample_direction)
         if graph_placement not in ("pinned", "device"):
             raise ValueError(f"graph_placement must be 'pinned' or 'device', but got {graph_placement!r}")
+        if disjoint and (not directed or SubgraphType(subgraph_type) == SubgraphType.induced):
+            # Induced edges are found among distinct nodes: a node in two trees would join them.
+            raise ValueError("disjoint=True with subgraph_type='induced' is not supported (nor by PyG); use 'directional' or 'bidirectional'")
         with warnings.catch_warnings():
             # PyG warns that sampling without pyg-lib is deprecated: it is what this class is for.
             warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation.*")
@@ -203,7 +207,12 @@ def sample_with_blocks(block_sampler: Any, graph: Any, seed: torch.Tensor, fanou
     """PyG's output from a block sampler's ``sample_blocks(graph, seed)`` (DGL's layout: input layer first,
     each block's sources beginning with its destinations, so that the input block's sources number every
     node as PyG does: seeds first, then each hop's new nodes). ``edge`` holds the blocks' edge ids, which
-    are CSC positions for a graph built from PyG's CSC."""
+    are CSC positions for a graph built from PyG's CSC.
+
+    A block samples every one of its destinations, a PyG hop only the nodes that joined at the hop
+    before: each block's edges into nodes an earlier hop expanded are dropped (one host read per
+    layer after the first), so that no node gets in-edges twice (with ``-1``, every in-edge twice).
+    A node that only those edges reached stays in ``node``, without edges."""
     from ..sampling.blocks import EID
 
     _, _, blocks = block_sampler.sample_blocks(graph, seed)
@@ -211,15 +220,20 @@ def sample_with_blocks(block_sampler: Any, graph: Any, seed: torch.Tensor, fanou
         empty = torch.empty(0, dtype=torch.long, device=seed.device)
         return SamplerOutput(node=seed.long(), row=empty, col=empty, edge=empty, num_sampled_nodes=[seed.numel()], num_sampled_edges=[])
     rows, cols, edges, per_hop, counts = [], [], [], [seed.numel()], []
+    expanded = 0  # destinations (a prefix) whose in-edges an earlier hop gave
     for block in reversed(blocks):  # output layer (hop 1) first
         indptr = block.indptr.long()
         num_dst = indptr.numel() - 1
         degrees = indptr[1:] - indptr[:-1]
-        rows.append(block.indices.long())
-        cols.append(torch.repeat_interleave(torch.arange(num_dst, device=indptr.device), degrees, output_size=block.indices.numel()))
-        edges.append(block.edata[EID].long())
+        col = torch.repeat_interleave(torch.arange(num_dst, device=indptr.device), degrees, output_size=block.indices.numel())
+        row, edge = block.indices.long(), block.edata[EID].long()
+        first = int(indptr[expanded]) if expanded else 0  # edges are grouped by destination: a suffix stays
+        rows.append(row[first:])
+        cols.append(col[first:])
+        edges.append(edge[first:])
         per_hop.append(block.num_src_nodes() - num_dst)
-        counts.append(block.indices.numel())
+        counts.append(block.indices.numel() - first)
+        expanded = num_dst
     return SamplerOutput(
         node=blocks[0].srcdata["_ID"].long(),
         row=torch.cat(rows),
