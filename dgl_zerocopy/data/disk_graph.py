@@ -1,0 +1,198 @@
+"""A graph left in its files: the folder :func:`~dgl_zerocopy.data.papers_disk.generate_to_disk` writes,
+opened without a copy.
+
+Layout (every array a plain ``.npy``, memory-mapped read-only on open)::
+
+    DIR/indptr.npy      int64 [num_nodes + 1]: the in-edge CSC's offsets
+    DIR/indices.npy     [num_edges]: the source of each in-edge, int32 while the node ids fit, else int64
+    DIR/labels.npy      int64 [num_nodes]
+    DIR/train_idx.npy, val_idx.npy, test_idx.npy: sorted int64 node ids
+    DIR/features/       a compressed folder (``dgl_zerocopy.compress``'s layout: int8 codes per column),
+    or DIR/features.npy float32 [num_nodes, feat_dim]
+    DIR/graph.json      what was generated (spec, counts, dtypes): written last
+
+A folder is written under a temporary name (:func:`~dgl_zerocopy.store.cache_files.partial_prefix`) and
+renamed into place when whole, so a folder named ``DIR`` with a ``graph.json`` is a finished graph;
+:func:`open_disk_graph` still checks each array's dtype and length against ``graph.json``.
+
+Opening copies nothing: :attr:`DiskGraph.indptr`/``indices`` are the file mappings, handed as they are
+to :class:`~dgl_zerocopy.sampling.cpu_hops.HopSampler` (:meth:`DiskGraph.hop_sampler`) and, as tensors
+over the same pages, to :class:`~dgl_zerocopy.sampling.graph.SamplingGraph` (:meth:`DiskGraph.sampling_graph`,
+pinned in place with ``placement="pinned"``); the features are served by ``FeatureStore(path,
+host_cache_bytes=N)`` (:meth:`DiskGraph.feature_store`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from ..store.host_files import tensor_view
+from .base import DatasetError
+
+__all__ = ["DiskGraph", "open_disk_graph", "NpyAppender", "META", "FORMAT"]
+
+META = "graph.json"
+FORMAT = 1
+_HEADER_BYTES = 128  # a fixed .npy header: the shape is written once the length is known
+
+
+class NpyAppender:
+    """A 1-D (or row-appended 2-D) ``.npy`` file written front to back: rows are appended as they
+    come and the header, whose length is fixed, records the final shape at :meth:`close`. Nothing is
+    held in memory but the chunk being written."""
+
+    def __init__(self, path: Path, dtype, row_shape: tuple[int, ...] = ()) -> None:
+        self.path, self.dtype, self.row_shape = Path(path), np.dtype(dtype), tuple(row_shape)
+        self.rows = 0
+        self._file = open(self.path, "wb")  # noqa: SIM115 - closed by close()
+        self._file.write(_npy_header(self.dtype, (0, *self.row_shape)))
+
+    def append(self, rows: np.ndarray) -> None:
+        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        if rows.shape[1:] != self.row_shape:
+            raise ValueError(f"rows of shape {rows.shape[1:]} appended to {self.path.name}, whose rows are {self.row_shape}")
+        self._file.write(memoryview(rows.reshape(-1)).cast("B"))
+        self.rows += rows.shape[0]
+
+    def close(self) -> None:
+        if self._file.closed:
+            return
+        self._file.seek(0)
+        self._file.write(_npy_header(self.dtype, (self.rows, *self.row_shape)))
+        self._file.close()
+
+    def abandon(self) -> None:
+        self._file.close()
+
+
+def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
+    """A version-1.0 ``.npy`` header of exactly :data:`_HEADER_BYTES` bytes (what ``np.load`` reads)."""
+    text = repr({"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": shape})
+    body = text.encode("latin1")
+    pad = _HEADER_BYTES - 10 - len(body) - 1
+    if pad < 0:
+        raise ValueError(f"a .npy header for shape {shape} does not fit {_HEADER_BYTES} bytes")
+    body += b" " * pad + b"\n"
+    return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
+
+
+@dataclass(frozen=True, eq=False)
+class DiskGraph:
+    """A graph opened from its folder: every array a read-only memory map of its file (no copy)."""
+
+    path: Path
+    meta: dict
+    indptr: np.ndarray
+    indices: np.ndarray
+    labels: np.ndarray
+    train_idx: np.ndarray
+    val_idx: np.ndarray
+    test_idx: np.ndarray
+    features_path: Path
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+    @property
+    def num_classes(self) -> int:
+        return int(self.meta["num_classes"])
+
+    @property
+    def feat_dim(self) -> int:
+        return int(self.meta["feat_dim"])
+
+    def nbytes_on_disk(self) -> int:
+        """Bytes of every file in the folder."""
+        return sum(p.stat().st_size for p in self.path.rglob("*") if p.is_file())
+
+    def hop_sampler(self):
+        """A :class:`~dgl_zerocopy.sampling.cpu_hops.HopSampler` over the mapped CSC as it is (one node
+        type ``"_N"``, one relation ``"_E"``). Its scratch array is one int64 per node, made at the first sample."""
+        from ..sampling.cpu_hops import HopSampler, Relation
+
+        return HopSampler({"_E": Relation(self.indptr, self.indices, "_N", "_N")}, {"_N": self.num_nodes})
+
+    def sampling_graph(self, placement: str = "host", device=None):
+        """A :class:`~dgl_zerocopy.sampling.graph.SamplingGraph` over tensors that view the mapped files
+        (``placement="pinned"`` registers those pages in place; ``"host"`` for the CPU kernels' twins)."""
+        from ..sampling.graph import SamplingGraph
+
+        return SamplingGraph(tensor_view(self.indptr), tensor_view(self.indices), placement=placement, device=device)
+
+    def feature_store(self, host_cache_bytes: int, backend: str = "cpu", device=None, **options):
+        """``FeatureStore(features, host_cache_bytes=...)``: rows stay in their file, at most
+        ``host_cache_bytes`` of them in one host buffer (docs/storage.md)."""
+        from ..store.feature_store import FeatureStore
+
+        return FeatureStore(str(self.features_path), backend=backend, device=device, host_cache_bytes=host_cache_bytes, **options)
+
+    def to_dataset(self):
+        """A :class:`~dgl_zerocopy.data.base.GraphDataset` over the same mappings, its features a
+        :class:`~dgl_zerocopy.data.feature_file.FeatureFile` (left on storage). Its ``indices`` keep
+        their dtype (int32 while the node ids fit), which widens the base contract's int64."""
+        from .base import GraphDataset
+        from .feature_file import FeatureFile
+
+        return GraphDataset(
+            self.meta.get("name", "generated"),
+            self.indptr,
+            self.indices,
+            FeatureFile.open(self.features_path),
+            self.labels,
+            self.train_idx,
+            self.val_idx,
+            self.test_idx,
+            self.num_classes,
+        )
+
+
+def is_disk_graph(path: str | os.PathLike) -> bool:
+    """True when ``path`` is a finished generated graph (its ``graph.json`` exists)."""
+    return (Path(path) / META).is_file()
+
+
+def open_disk_graph(path: str | os.PathLike) -> DiskGraph:
+    """The graph in folder ``path``, its arrays memory-mapped read-only; a folder that is not a whole
+    generated graph raises :class:`~dgl_zerocopy.data.base.DatasetError` naming the file and the fix."""
+    path = Path(path)
+    try:
+        meta = json.loads((path / META).read_text())
+    except FileNotFoundError:
+        raise DatasetError(f"{str(path)!r} is not a finished generated graph: it has no {META} (generate it with dgl-zerocopy generate)") from None
+    except ValueError as e:
+        raise DatasetError(f"{str(path / META)!r} is not valid JSON ({e}); generate the graph again") from None
+    if meta.get("format") != FORMAT:
+        raise DatasetError(f"{str(path)!r} holds generated-graph format {meta.get('format')!r}, this version reads {FORMAT}; generate it again")
+    n, e = int(meta["num_nodes"]), int(meta["num_edges"])
+    expect = {
+        "indptr": (np.int64, (n + 1,)),
+        "indices": (np.dtype(meta["index_dtype"]), (e,)),
+        "labels": (np.int64, (n,)),
+        "train_idx": (np.int64, (int(meta["num_train"]),)),
+        "val_idx": (np.int64, (int(meta["num_val"]),)),
+        "test_idx": (np.int64, (int(meta["num_test"]),)),
+    }
+    arrays = {}
+    for name, (dtype, shape) in expect.items():
+        file = path / f"{name}.npy"
+        try:
+            arrays[name] = np.load(file, mmap_mode="r")
+        except (OSError, ValueError, EOFError) as err:
+            raise DatasetError(f"{str(file)!r} does not open ({err}); generate the graph again") from None
+        if arrays[name].dtype != dtype or arrays[name].shape != shape:
+            raise DatasetError(
+                f"{str(file)!r} holds {arrays[name].dtype} {arrays[name].shape}, {META} says {np.dtype(dtype)} {shape}; generate the graph again"
+            )
+    if int(arrays["indptr"][-1]) != e:
+        raise DatasetError(f"{str(path / 'indptr.npy')!r} ends at {int(arrays['indptr'][-1])}, not at the {e} edges of indices.npy; generate the graph again")
+    return DiskGraph(path=path, meta=meta, features_path=path / meta["features"], **arrays)

@@ -1,0 +1,221 @@
+"""The papers100M-shaped graph generated to disk (dgl_zerocopy/data/papers_disk.py) and opened without a
+copy (dgl_zerocopy/data/disk_graph.py): the chunked writer equals the one-shot reference, reproducibly;
+an interrupted run leaves nothing that opens as finished; edge positions past 2**31; no copy on open."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import torch
+
+from dgl_zerocopy.data import DatasetError
+from dgl_zerocopy.data import papers_disk as pd
+from dgl_zerocopy.data.disk_graph import FORMAT, META, NpyAppender, open_disk_graph
+from dgl_zerocopy.data.synthetic import SyntheticSpec
+from dgl_zerocopy.store.cache_files import partial_prefix
+
+SPEC = SyntheticSpec.papers100m_like(num_nodes=6_000, seed=3)
+BLOCK = 1_000
+ARRAYS = ("indptr", "indices", "labels", "train_idx", "val_idx", "test_idx")
+
+
+@pytest.fixture(scope="module")
+def reference():
+    return {f: pd.generate_arrays(SPEC, block_nodes=BLOCK, features=f) for f in pd.FEATURE_FORMATS}
+
+
+def _features(graph, fmt):
+    return np.load(graph.path / "features" / "codes.npy") if fmt == "int8" else np.load(graph.path / "features.npy")
+
+
+@pytest.mark.parametrize("fmt", pd.FEATURE_FORMATS)
+@pytest.mark.parametrize("chunk", [1, BLOCK, 2_500, 10**6])
+def test_the_chunked_writer_equals_the_one_shot_reference(tmp_path, reference, fmt, chunk):
+    graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, features=fmt, block_nodes=BLOCK, chunk_nodes=chunk, progress=False))
+    for name in ARRAYS:
+        assert np.array_equal(getattr(graph, name), reference[fmt][name]), name
+    assert np.array_equal(_features(graph, fmt), reference[fmt]["features"])
+    assert graph.indices.dtype == np.int32 and graph.indptr.dtype == np.int64, "the narrowest index dtype, 64-bit offsets"
+    assert graph.num_edges == graph.meta["num_edges"] and graph.meta["format"] == FORMAT
+
+
+def test_the_graph_is_a_csc_of_the_spec_shape(reference):
+    ref = reference["fp32"]
+    n, indptr, indices = SPEC.num_nodes, ref["indptr"], ref["indices"]
+    dst = np.repeat(np.arange(n), np.diff(indptr))
+    assert indptr[0] == 0 and (np.diff(indptr) >= 0).all() and indices.min() >= 0 and indices.max() < n
+    assert not (indices == dst).any(), "no self-loops"
+    key = dst * n + indices
+    assert (np.diff(key) > 0).all(), "columns sorted, no repeated source"
+    assert 0.8 * SPEC.avg_degree < len(indices) / n < 1.2 * SPEC.avg_degree
+    labels = ref["labels"]
+    assert set(np.unique(labels)) == set(range(SPEC.num_classes)), "every class present"
+    same = (labels[indices] == labels[dst]).mean()
+    # 0.8 drawn; dropping repeats takes more same-class edges (hubs of a small class drawn twice)
+    assert same > 0.6 > 10 * np.square(np.bincount(labels) / n).sum(), f"homophilous edges: {same:.2f}"
+    split = np.concatenate([ref["train_idx"], ref["val_idx"], ref["test_idx"]])
+    assert len(np.unique(split)) == len(split), "the splits are disjoint"
+
+
+def test_int8_codes_decode_to_the_fp32_features(reference):
+    layout = pd.GraphLayout.of(SPEC, BLOCK)
+    decoded = reference["int8"]["features"].astype(np.float32) * layout.scale + layout.offset
+    error = np.abs(decoded - reference["fp32"]["features"])
+    inside = error <= layout.scale / 2 + 1e-5
+    assert inside.mean() > 0.9999, "all but the clipped tail within half a step"
+
+
+def test_the_same_seed_gives_the_same_bytes_and_another_seed_another_graph(tmp_path):
+    a = pd.generate_to_disk(tmp_path / "a", SPEC, block_nodes=BLOCK, progress=False)
+    b = pd.generate_to_disk(tmp_path / "b", SPEC, block_nodes=BLOCK, chunk_nodes=3 * BLOCK, progress=False)
+    for name in [f"{k}.npy" for k in ARRAYS] + ["features/codes.npy", "features/scale.npy", "features/offset.npy"]:
+        assert (a / name).read_bytes() == (b / name).read_bytes(), name
+    other = pd.generate_arrays(SyntheticSpec.papers100m_like(num_nodes=6_000, seed=4), block_nodes=BLOCK)
+    assert not np.array_equal(other["indices"][:1000], open_disk_graph(a).indices[:1000])
+
+
+def test_a_raise_midway_leaves_nothing_and_a_rerun_succeeds(tmp_path, monkeypatch, reference):
+    calls = []
+    real = pd._write_chunk
+
+    def failing(*args):
+        calls.append(1)
+        if len(calls) == 3:
+            raise RuntimeError("disk full")
+        return real(*args)
+
+    monkeypatch.setattr(pd, "_write_chunk", failing)
+    with pytest.raises(RuntimeError, match="disk full"):
+        pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, chunk_nodes=BLOCK, progress=False)
+    assert list(tmp_path.iterdir()) == [], "no folder, no partial left behind"
+    with pytest.raises(DatasetError, match="not a finished generated graph"):
+        open_disk_graph(tmp_path / "g")
+    monkeypatch.setattr(pd, "_write_chunk", real)
+    graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False))
+    assert np.array_equal(graph.indices, reference["int8"]["indices"])
+
+
+_KILLED = """
+import sys, time
+from dgl_zerocopy.data import papers_disk as pd
+from dgl_zerocopy.data.synthetic import SyntheticSpec
+real = pd._write_chunk
+def slow(*args):
+    out = real(*args)
+    print("chunk", flush=True)
+    time.sleep(60)
+    return out
+pd._write_chunk = slow
+pd.generate_to_disk(sys.argv[1], SyntheticSpec.papers100m_like(num_nodes=6_000, seed=3), block_nodes=1_000, chunk_nodes=1_000, progress=False)
+"""
+
+
+def test_a_killed_run_leaves_a_partial_folder_that_the_next_run_removes(tmp_path, reference):
+    out = tmp_path / "g"
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED, str(out)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "chunk"
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    leftovers = list(tmp_path.iterdir())
+    assert len(leftovers) == 1 and leftovers[0].name.startswith(f".{out.name}.partial-"), leftovers
+    assert not out.exists()
+    graph = open_disk_graph(pd.generate_to_disk(out, SPEC, block_nodes=BLOCK, progress=False))
+    assert [p.name for p in tmp_path.iterdir()] == ["g"], "the dead writer's folder was swept"
+    assert np.array_equal(graph.indices, reference["int8"]["indices"])
+
+
+def test_a_finished_graph_is_kept_and_other_folders_are_refused(tmp_path):
+    out = pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False)
+    stamp = (out / META).stat().st_mtime_ns
+    time.sleep(0.01)
+    assert pd.generate_to_disk(out, SPEC, block_nodes=BLOCK, progress=False) == out and (out / META).stat().st_mtime_ns == stamp
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "x").write_text("mine")
+    with pytest.raises(ValueError, match="not a generated graph"):
+        pd.generate_to_disk(tmp_path / "other", SPEC, progress=False)
+    with pytest.raises(ValueError, match="features must be one of"):
+        pd.generate_to_disk(tmp_path / "h", SPEC, features="fp16")
+    with pytest.raises(ValueError, match="fraction"):
+        pd.papers100m_spec(0.0)
+    assert pd.papers100m_spec(1.0).num_nodes == 111_059_956 and pd.papers100m_spec(0.01).num_nodes == 1_110_600
+
+
+def test_a_damaged_folder_does_not_open(tmp_path):
+    out = pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False)
+    with open(out / "indices.npy", "r+b") as f:
+        f.truncate(1000)
+    with pytest.raises(DatasetError, match="indices.npy"):
+        open_disk_graph(out)
+
+
+def test_opening_copies_nothing(tmp_path):
+    graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False))
+    mapped = {k: np.load(graph.path / f"{k}.npy", mmap_mode="r") for k in ("indptr", "indices")}
+    assert isinstance(graph.indices, np.memmap) and not graph.indices.flags.writeable
+    relation = graph.hop_sampler().relations["_E"]
+    assert relation.indptr is graph.indptr and relation.indices is graph.indices, "the sampler holds the mappings themselves"
+    sg = graph.sampling_graph()
+    for name, t in (("indptr", sg.indptr), ("indices", sg.indices)):
+        array = getattr(graph, name)
+        assert t.data_ptr() == array.ctypes.data, f"{name}: the tensor views the mapped pages"
+        assert np.shares_memory(t.numpy(), array)
+        assert np.array_equal(t.numpy(), mapped[name])
+    sampled = graph.hop_sampler().sample({"_N": np.arange(5)}, {"_E": [15, 10, 5]}, rng=np.random.default_rng(0))
+    pos, col, nodes = sampled.pos["_E"], sampled.col["_E"], sampled.nodes["_N"]
+    assert np.array_equal(graph.indices[pos], nodes[sampled.row["_E"]]), "every sampled edge is in the file"
+    assert ((pos >= graph.indptr[nodes[col]]) & (pos < graph.indptr[nodes[col] + 1])).all()
+
+
+def test_features_through_the_storage_tier(tmp_path, reference):
+    graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False))
+    layout = pd.GraphLayout.of(SPEC, BLOCK)
+    ids = torch.tensor([0, 5, 5_999, 17, 3_000])
+    with graph.feature_store(host_cache_bytes=1 << 20) as store:
+        rows = store.gather(ids)
+    codes = reference["int8"]["features"][ids.numpy()]
+    assert torch.allclose(rows, torch.from_numpy(codes.astype(np.float32) * layout.scale + layout.offset))
+    dataset = graph.to_dataset()
+    assert dataset.features.codec == "int8" and dataset.features.shape == (SPEC.num_nodes, SPEC.feat_dim)
+
+
+def _sparse_graph(folder, edges: int):
+    """A generated-graph folder of two nodes with ``edges`` in-edges, for free: ``indices.npy`` is a
+    sparse file (every source node 0) mapped in place; node 1 holds the last 10 edges."""
+    folder.mkdir()
+    np.save(folder / "indptr.npy", np.array([0, edges - 10, edges], dtype=np.int64))
+    appender = NpyAppender(folder / "indices.npy", np.int32)
+    appender.rows = edges
+    appender.close()
+    with open(folder / "indices.npy", "r+b") as f:
+        f.truncate(f.seek(0, 2) + 4 * edges)
+    for name in ("labels", "train_idx", "val_idx", "test_idx"):
+        np.save(folder / f"{name}.npy", np.zeros(2 if name == "labels" else 0, dtype=np.int64))
+    meta = {"format": FORMAT, "num_nodes": 2, "num_edges": edges, "index_dtype": "int32", "num_classes": 2, "feat_dim": 1}
+    meta.update(num_train=0, num_val=0, num_test=0, features="features.npy")
+    (folder / META).write_text(json.dumps(meta))
+    return open_disk_graph(folder)
+
+
+def test_edge_positions_past_2_31_from_a_mapped_file(tmp_path):
+    edges = 2**31 + 10
+    graph = _sparse_graph(tmp_path / "g", edges)
+    assert graph.indices.dtype == np.int32 and graph.num_edges == edges
+    sampled = graph.hop_sampler().sample({"_N": np.array([1])}, {"_E": [4]}, rng=np.random.default_rng(0))
+    pos = sampled.pos["_E"]
+    assert pos.dtype == np.int64 and len(pos) == 4 and ((pos >= 2**31) & (pos < edges)).all(), pos
+    assert (graph.indices[pos] == 0).all()
+    sg = graph.sampling_graph()
+    assert sg.idtype == torch.int32 and sg.edge_idtype == torch.int64
+    past = torch.from_numpy(pos)
+    assert torch.equal(sg.edge_ids(past), past), "edge ids keep their 64-bit value"
+
+
+def test_the_partial_prefix_names_the_writer(tmp_path):
+    assert partial_prefix("g").startswith(".g.partial-")
