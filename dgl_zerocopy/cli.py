@@ -50,6 +50,7 @@ BENCHMARKS = {
     "snapshot": "sampler/snapshot.py",
     "sampling_accuracy": "sampler/sampling_accuracy.py",
     "storage": "tiers/storage.py",
+    "scale": "training/scale.py",
 }
 
 

@@ -1,0 +1,257 @@
+"""papers100M's shape from 1 % to 100 %: generated to disk, opened without a copy, sampled, gathered and trained.
+
+For each ``--fractions`` value (of ogbn-papers100M's 111,059,956 nodes; about 29 in-edges per node):
+  generate  ``generate_to_disk`` into ``--data-dir/papers-<fraction>`` (reused when finished there already;
+            its time is then the one recorded when it was written), in a child process: time, peak RSS,
+            bytes on disk;
+  run       in a second child process (its own peak RSS): open (memory maps, no copy), then ``--batches``
+            batches of ``--batch-size`` training seeds through ``HopSampler`` (fanouts ``--fanouts``),
+            each checked edge by edge against the files for the first batch, and the input nodes' rows
+            gathered through ``FeatureStore(features, host_cache_bytes=--host-cache)`` (int8 codes, decoded);
+            per-batch sample and gather times (median and quartiles), sampled edges/s, storage bytes per
+            batch; the sampled positions past 2**31 (where the graph has them) checked against
+            ``indices.npy`` read with plain file reads; then ``--steps`` GraphSAGE steps (3 layers,
+            hidden ``--hidden``, Adam) on those batches, whose loss must fall.
+The cost per sampled edge (sample seconds / edges) and per gathered byte (gather seconds / bytes) against
+the graph's edge count is drawn as a PNG; rows are saved as CSV/JSON (bench/results/scale.*).
+
+The RAM budget: the host cache of feature rows is ``--host-cache`` bytes (default 2 GiB); the graph's
+pages (indptr, indices) and the rest of the feature file live in the kernel's page cache, which takes
+what the machine has left and gives it back under pressure, so the process's own RSS stays small.
+DGL's own loader is not run side by side here (see docs/benchmarks.md, "papers100M at scale").
+
+    python bench/training/scale.py --fractions 0.01,0.1 [--data-dir DIR] [--batches 20] [--steps 50]
+    dgl-zerocopy bench scale  (the same)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
+from common import RESULTS, command_line, machine, summarize, write_results  # noqa: E402
+
+
+def _peak_rss_bytes() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def _folder(data_dir: Path, fraction: float) -> Path:
+    return data_dir / f"papers-{fraction:g}"
+
+
+def stage_generate(fraction: float, data_dir: Path, seed: int, features: str) -> dict:
+    from dgl_zerocopy.data.disk_graph import open_disk_graph
+    from dgl_zerocopy.data.papers_disk import generate_to_disk, papers100m_spec
+
+    folder = _folder(data_dir, fraction)
+    reused = (folder / "graph.json").is_file()
+    started = time.perf_counter()
+    generate_to_disk(folder, papers100m_spec(fraction, seed=seed), features=features)
+    wall = time.perf_counter() - started
+    graph = open_disk_graph(folder)
+    return {
+        "generate_s": float(graph.meta["generate_seconds"]) if reused else wall,
+        "generate_reused": reused,
+        "generate_peak_rss_gb": None if reused else _peak_rss_bytes() / 1e9,
+        "disk_gb": graph.nbytes_on_disk() / 1e9,
+    }
+
+
+def _blocks(sampled, num_layers: int):
+    """DeviceBlocks (outermost first) of a HopSampler neighbourhood with one node numbering: the block
+    of layer ``i`` has the nodes reached within ``L - 1 - i`` hops as destinations and every edge
+    sampled up to the next hop."""
+    from dgl_zerocopy.sampling.blocks import DeviceBlock
+
+    per_hop = np.cumsum(sampled.nodes_per_hop["_N"])
+    edges = np.cumsum(sampled.edges_per_hop["_E"])
+    row, col = sampled.row["_E"], sampled.col["_E"]
+    blocks = []
+    for k in reversed(range(num_layers)):
+        num_dst, num_src, e = int(per_hop[k]), int(per_hop[k + 1]), int(edges[k])
+        order = np.argsort(col[:e], kind="stable")
+        indptr = np.concatenate([[0], np.cumsum(np.bincount(col[:e], minlength=num_dst))])
+        blocks.append(DeviceBlock(torch.from_numpy(indptr), torch.from_numpy(row[:e][order]), num_src))
+    return blocks
+
+
+def _check_against_files(graph, sampled, most: int = 20_000) -> int:
+    """The sampled edges are in the files: each position in its destination's column, and (for ``most``
+    of them, drawn at random) its source at its position of ``indices.npy``, read with plain file reads,
+    not through the mapping. Returns the count of positions past 2**31 checked."""
+    nodes, pos = sampled.nodes["_N"], sampled.pos["_E"]
+    src, dst = nodes[sampled.row["_E"]], nodes[sampled.col["_E"]]
+    pick = np.random.default_rng(0).permutation(len(pos))[:most]
+    if not ((pos >= graph.indptr[dst]) & (pos < graph.indptr[dst + 1])).all():
+        raise AssertionError("a sampled position lies outside its destination's column")
+    pos, src = pos[pick], src[pick]
+    itemsize, header = graph.indices.dtype.itemsize, graph.indices.offset
+    with open(graph.path / "indices.npy", "rb") as f:
+        for p, s in zip(pos.tolist(), src.tolist()):
+            f.seek(header + p * itemsize)
+            if int(np.frombuffer(f.read(itemsize), dtype=graph.indices.dtype)[0]) != s:
+                raise AssertionError(f"position {p}: the file holds another source than the sampler gave")
+    return int((pos >= 2**31).sum())
+
+
+def stage_run(args, fraction: float) -> dict:
+    from dgl_zerocopy.data.disk_graph import open_disk_graph
+    from dgl_zerocopy.training.models import GraphSAGE
+
+    rng = np.random.default_rng(args.seed)
+    torch.manual_seed(args.seed)
+    started = time.perf_counter()
+    graph = open_disk_graph(_folder(args.data_dir, fraction))
+    sampler = graph.hop_sampler()
+    store = graph.feature_store(host_cache_bytes=args.host_cache)
+    open_s = time.perf_counter() - started
+    fanouts = [int(f) for f in args.fanouts.split(",")]
+    seeds = rng.permutation(np.asarray(graph.train_idx))
+    batches = [np.sort(seeds[i * args.batch_size : (i + 1) * args.batch_size]) for i in range(args.batches)]
+    batches = [b for b in batches if len(b)]
+    sample_s, gather_s, edges, rows, storage_bytes, samples = [], [], [], [], [], []
+    past = 0
+    for i, b in enumerate(batches):
+        t = time.perf_counter()
+        s = sampler.sample({"_N": b}, {"_E": fanouts}, rng=np.random.default_rng([args.seed, i]))
+        sample_s.append(time.perf_counter() - t)
+        if i == 0:
+            past += _check_against_files(graph, s)
+        store.reset_storage_stats()
+        t = time.perf_counter()
+        x = store.gather(torch.from_numpy(s.nodes["_N"]))
+        gather_s.append(time.perf_counter() - t)
+        storage_bytes.append(int(store.storage_stats().get("storage_bytes", 0)))
+        edges.append(len(s.pos["_E"]))
+        rows.append(len(s.nodes["_N"]))
+        samples.append((s, x))
+    past += _check_past_2_31(graph, sampler, args.seed)
+    row_bytes = graph.feat_dim  # int8 codes
+    model = GraphSAGE(graph.feat_dim, args.hidden, graph.num_classes, num_layers=len(fanouts), dropout=0.0)
+    opt = torch.optim.Adam(model.parameters(), lr=3e-3)
+    losses, step_s = [], []
+    for step in range(args.steps):
+        s, x = samples[step % len(samples)]
+        y = torch.from_numpy(np.asarray(graph.labels[s.nodes["_N"][: s.nodes_per_hop["_N"][0]]]))
+        t = time.perf_counter()
+        loss = torch.nn.functional.cross_entropy(model(_blocks(s, len(fanouts)), x), y)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        step_s.append(time.perf_counter() - t)
+        losses.append(loss.item())
+    store.close()
+    head, tail = float(np.mean(losses[:5])), float(np.mean(losses[-5:]))
+    sample, gather = summarize(sample_s), summarize(gather_s)
+    return {
+        "nodes": graph.num_nodes,
+        "edges": graph.num_edges,
+        "index_dtype": str(graph.indices.dtype),
+        "open_s": open_s,
+        "run_peak_rss_gb": _peak_rss_bytes() / 1e9,
+        "sample_ms_median": sample["median"] * 1e3,
+        "sample_ms_q1": sample["q1"] * 1e3,
+        "sample_ms_q3": sample["q3"] * 1e3,
+        "gather_ms_median": gather["median"] * 1e3,
+        "gather_ms_q1": gather["q1"] * 1e3,
+        "gather_ms_q3": gather["q3"] * 1e3,
+        "sampled_edges_per_batch": float(np.median(edges)),
+        "sampled_edges_per_s": float(np.sum(edges) / np.sum(sample_s)),
+        "gathered_bytes_per_batch": float(np.median(rows)) * row_bytes,
+        "storage_bytes_per_batch": float(np.median(storage_bytes)),
+        "ns_per_sampled_edge": float(np.sum(sample_s) / np.sum(edges) * 1e9),
+        "ns_per_gathered_byte": float(np.sum(gather_s) / (np.sum(rows) * row_bytes) * 1e9),
+        "positions_past_2_31_checked": past,
+        "steps": args.steps,
+        "step_ms_median": summarize(step_s)["median"] * 1e3,
+        "loss_first5": head,
+        "loss_last5": tail,
+        "loss_falls": tail < head,
+    }
+
+
+def _check_past_2_31(graph, sampler, seed: int) -> int:
+    """Where the CSC has positions past 2**31: sample the destinations whose columns lie there and check
+    those edges against the file (0 where the graph is smaller)."""
+    if graph.num_edges <= 2**31:
+        return 0
+    first = int(np.searchsorted(graph.indptr, 2**31, side="right"))
+    seeds = np.arange(first, min(first + 256, graph.num_nodes))
+    s = sampler.sample({"_N": seeds}, {"_E": [15]}, rng=np.random.default_rng(seed))
+    return _check_against_files(graph, s)
+
+
+def _child(args, stage: str, fraction: float) -> dict:
+    cmd = [sys.executable, __file__, "--stage", stage, "--fractions", f"{fraction:g}"]
+    for k in ("data_dir", "seed", "features", "batches", "batch_size", "fanouts", "steps", "hidden", "host_cache"):
+        cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
+    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
+    return json.loads(out.strip().splitlines()[-1])
+
+
+def _plot(rows: list[dict], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    edges = [r["edges"] for r in rows]
+    fig, ax = plt.subplots(1, 2, figsize=(10, 4))
+    ax[0].plot(edges, [r["ns_per_sampled_edge"] for r in rows], "o-")
+    ax[0].set(xscale="log", xlabel="graph edges", ylabel="ns per sampled edge", title="sampling (HopSampler, CPU)")
+    ax[1].plot(edges, [r["ns_per_gathered_byte"] for r in rows], "o-", color="C1")
+    ax[1].set(xscale="log", xlabel="graph edges", ylabel="ns per gathered byte", title="gather (storage tier, int8)")
+    for a, r in ((a, r) for a in ax for r in rows):
+        a.annotate(f"{r['fraction']:g}", (r["edges"], r["ns_per_sampled_edge"] if a is ax[0] else r["ns_per_gathered_byte"]))
+    for a in ax:
+        a.set_ylim(bottom=0)
+    fig.suptitle("papers100M-shaped graphs on disk: flat = cost linear in the work")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--fractions", default="0.01,0.1", help="fractions of papers100M's nodes, comma-separated (default 0.01,0.1)")
+    p.add_argument("--data-dir", type=Path, default=Path("bench_data"), help="where the graphs are generated (default ./bench_data)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--features", default="int8", choices=("int8",), help="feature layout (the run gathers int8 codes)")
+    p.add_argument("--batches", type=int, default=20)
+    p.add_argument("--batch-size", type=int, default=1024)
+    p.add_argument("--fanouts", default="15,10,5")
+    p.add_argument("--steps", type=int, default=50)
+    p.add_argument("--hidden", type=int, default=128)
+    p.add_argument("--host-cache", type=int, default=2 << 30, help="bytes of feature rows kept in the host buffer (default 2 GiB)")
+    p.add_argument("--out-dir", type=Path, default=RESULTS)
+    p.add_argument("--stem", default="scale")
+    p.add_argument("--stage", choices=("generate", "run"), help=argparse.SUPPRESS)
+    args = p.parse_args()
+    fractions = [float(f) for f in args.fractions.split(",")]
+    if args.stage == "generate":
+        print(json.dumps(stage_generate(fractions[0], args.data_dir, args.seed, args.features)))
+        return
+    if args.stage == "run":
+        print(json.dumps(stage_run(args, fractions[0])))
+        return
+    rows = []
+    for fraction in fractions:
+        row = {"fraction": fraction, **_child(args, "generate", fraction), **_child(args, "run", fraction)}
+        print(json.dumps(row), flush=True)
+        rows.append(row)
+    meta = {"command": command_line(), "machine": machine(), "fanouts": args.fanouts, "batch_size": args.batch_size, "host_cache_bytes": args.host_cache}
+    write_results(args.stem, rows, meta, args.out_dir)
+    _plot(rows, Path(args.out_dir) / f"{args.stem}.png")
+
+
+if __name__ == "__main__":
+    main()

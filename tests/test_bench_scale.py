@@ -1,0 +1,54 @@
+"""bench/training/scale.py: its blocks from a HopSampler neighbourhood (fast tier), and a tiny run written
+to a temporary folder, never bench/results/ (slow tier)."""
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+import torch
+from conftest import REPO
+
+from dgl_zerocopy.data import papers_disk as pd
+from dgl_zerocopy.data.disk_graph import open_disk_graph
+from dgl_zerocopy.data.synthetic import SyntheticSpec
+
+sys.path.insert(0, str(REPO / "bench" / "training"))
+import scale  # noqa: E402
+
+
+def test_blocks_hold_every_sampled_edge_once_by_hop(tmp_path):
+    graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SyntheticSpec.papers100m_like(num_nodes=3_000), block_nodes=1_000, progress=False))
+    s = graph.hop_sampler().sample({"_N": np.array([3, 1, 2_000])}, {"_E": [4, 3, 2]}, rng=np.random.default_rng(1))
+    blocks = scale._blocks(s, 3)
+    counts = np.cumsum(s.nodes_per_hop["_N"])
+    assert [b.num_dst_nodes() for b in blocks] == [counts[2], counts[1], counts[0]]
+    assert [b.num_src_nodes() for b in blocks] == [counts[3], counts[2], counts[1]]
+    nodes = s.nodes["_N"]
+    for block in blocks:
+        dst = np.repeat(np.arange(block.num_dst_nodes()), np.diff(block.indptr.numpy()))
+        got = sorted(zip(nodes[block.indices.numpy()].tolist(), nodes[dst].tolist()))
+        e = block.num_edges()
+        want = sorted(zip(nodes[s.row["_E"][:e]].tolist(), nodes[s.col["_E"][:e]].tolist()))
+        assert got == want
+        for src, d in got:
+            assert src in graph.indices[graph.indptr[d] : graph.indptr[d + 1]]
+    assert scale._check_against_files(graph, s) == 0
+    assert isinstance(blocks[0].indptr, torch.Tensor)
+
+
+@pytest.mark.slow  # two child processes per fraction, each importing torch
+def test_a_tiny_run_writes_its_results_to_the_given_folder(tmp_path):
+    out = tmp_path / "out"
+    args = ["--fractions", "0.0001", "--data-dir", str(tmp_path / "data"), "--batches", "1", "--steps", "6", "--out-dir", str(out), "--stem", "scale_test"]
+    r = subprocess.run(
+        [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "scale", *args], capture_output=True, text=True, cwd=REPO, env=os.environ.copy(), timeout=300
+    )
+    assert r.returncode == 0, r.stderr
+    for suffix in (".csv", ".json", ".png"):
+        assert (out / f"scale_test{suffix}").stat().st_size > 0
+        assert not (REPO / "bench" / "results" / f"scale_test{suffix}").exists()
+    (row,) = json.loads((out / "scale_test.json").read_text())["rows"]
+    assert row["nodes"] == 11_106 and row["loss_falls"] and row["sampled_edges_per_s"] > 0 and row["disk_gb"] > 0
