@@ -1,4 +1,4 @@
-"""The ``dgl-zerocopy`` command: ``train``, ``info``, ``bench`` and the distributed ``partition`` and ``launch-local``.
+"""The ``dgl-zerocopy`` command: ``train``, ``info``, ``bench``, ``generate`` and the distributed ``partition`` and ``launch-local``.
 
 User mistakes (unknown names, malformed values, bad config files) print one line saying what is
 wrong and what is allowed, and exit with code 2, without a traceback. Ctrl-C prints
@@ -140,6 +140,15 @@ def _parser() -> argparse.ArgumentParser:
 
     sub.add_parser("info", help="versions, CUDA/NVRTC availability, pinned-memory limit")
 
+    g = sub.add_parser("generate", help="write an ogbn-papers100M-shaped graph to a folder, at a fraction of its size (docs/benchmarks.md)")
+    g.add_argument("out", help="the folder to write (made under a temporary name and renamed into place when whole)")
+    g.add_argument("--fraction", type=float, default=0.01, help="of papers100M's 111,059,956 nodes and 3.2 B in-edges (default 0.01)")
+    g.add_argument("--features", choices=("int8", "fp32"), default="int8", help="int8 codes in a compressed folder (default) or a float32 .npy")
+    g.add_argument("--seed", type=int, default=0, help="the graph's seed (default 0): the same seed gives the same bytes")
+    g.add_argument("--chunk-nodes", type=int, default=1 << 18, help="destinations generated at a time: memory only, never the graph (default 262144)")
+    g.add_argument("--overwrite", action="store_true", help="generate again where a finished graph is already")
+    g.add_argument("--no-progress", action="store_true", help="no progress bar")
+
     p = sub.add_parser("partition", help="partition a dataset for DistDGL (DGL's partition_graph) into a folder")
     p.add_argument("--dataset", required=True, help=f"one of: {', '.join(DATASETS)}")
     p.add_argument("--data-root", help="folder holding the real datasets (all but synthetic)")
@@ -183,6 +192,9 @@ def main(argv: list[str] | None = None) -> int:
             import_dgl("dgl-zerocopy launch-local")
             with _signals_unwind():
                 return launch_local(args)
+        if args.command == "generate":
+            with _signals_unwind():
+                return _generate(args)
         if args.command == "info":
             from .training.info import environment_report
 
@@ -381,6 +393,24 @@ def _homogeneous_only(dataset: str, command: str) -> None:
 def _print_epoch(stats) -> None:
     """One line per epoch (a module-level function: with --nproc it runs in rank 0's process)."""
     print(stats.line(), flush=True)
+
+
+def _generate(args: argparse.Namespace) -> int:
+    from .data.disk_graph import open_disk_graph
+    from .data.papers_disk import generate_to_disk, papers100m_spec
+
+    try:
+        spec = papers100m_spec(args.fraction, seed=args.seed)
+        out = generate_to_disk(args.out, spec, features=args.features, chunk_nodes=args.chunk_nodes, progress=not args.no_progress, overwrite=args.overwrite)
+    except ValueError as e:
+        raise ConfigError(str(e)) from None
+    graph = open_disk_graph(out)
+    print(
+        f"{out}: {graph.num_nodes:,} nodes, {graph.num_edges:,} in-edges ({graph.indices.dtype} indices), {graph.feat_dim}-dim "
+        f"{graph.meta['feature_format']} features, {graph.num_classes} classes, train {len(graph.train_idx):,}; "
+        f"{graph.nbytes_on_disk() / 1e9:.2f} GB on disk, generated in {graph.meta['generate_seconds']:.0f} s"
+    )
+    return 0
 
 
 def _bench(name: str, args: list[str]) -> int:
