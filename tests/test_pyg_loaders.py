@@ -579,14 +579,16 @@ def test_the_gpu_routes_edge_index_handling_on_the_cpu():
 
 
 def _blocks_output(data: Data, seeds: torch.Tensor, fanouts: list[int]):
-    pyg_sampler = NeighborSampler(data, fanouts)  # PyG's CSC: colptr, row, and perm (CSC position -> edge id)
+    """``sample_with_blocks`` over PyG's CSC (colptr, row; perm: CSC position -> edge id) for PyG's
+    ``fanouts`` (seeds' first; DGL's blocks take the input layer's first)."""
+    pyg_sampler = NeighborSampler(data, fanouts)
     graph = SamplingGraph(pyg_sampler.colptr, pyg_sampler.row)
-    with GpuNeighborSampler(fanouts, device="reference") as blocks:
+    with GpuNeighborSampler(list(reversed(fanouts)), device="reference") as blocks:
         out = sample_with_blocks(blocks, graph, seeds, fanouts)
     return out, pyg_sampler.perm
 
 
-@pytest.mark.parametrize("fanouts", [[3, 2], [-1, -1], [2, 2, 2]], ids=str)
+@pytest.mark.parametrize("fanouts", [[3, 2], [-1, -1], [4, 2, 1]], ids=str)
 def test_sample_with_blocks_gives_a_pyg_sampler_output(fanouts):
     data = make_data()
     seeds = torch.tensor([0, 4, 9, N - 1])
@@ -599,12 +601,8 @@ def test_sample_with_blocks_gives_a_pyg_sampler_output(fanouts):
     assert len(out.num_sampled_edges) == len(fanouts) and sum(out.num_sampled_edges) == len(row) == len(col) == len(e_id)
     assert torch.equal(data.edge_index[:, e_id], torch.stack([node[row], node[col]])), "edges consistent with the graph"
     assert len(e_id.unique()) == len(e_id), "no edge twice (each node's in-edges come from one hop)"
-    starts = torch.tensor([0, *out.num_sampled_nodes]).cumsum(0)
-    first = 0
-    for hop, count in enumerate(out.num_sampled_edges):
-        c = col[first : first + count]
-        assert ((c >= starts[hop]) & (c < starts[hop + 1])).all(), f"hop {hop + 1}: into the nodes of hop {hop}"
-        first += count
+    as_batch = Data(edge_index=torch.stack([row, col]), n_id=node, num_sampled_nodes=out.num_sampled_nodes, num_sampled_edges=out.num_sampled_edges)
+    check_hops(data, as_batch, fanouts)  # each hop into the nodes of the hop before, min(deg, k) each
 
 
 def test_sample_with_blocks_full_neighbourhood_reproduces_the_full_graph():
@@ -624,3 +622,61 @@ def test_sample_with_blocks_without_layers():
     data = make_data()
     out, _ = _blocks_output(data, torch.tensor([2, 5]), [])
     assert out.node.tolist() == [2, 5] and out.row.numel() == 0 and out.num_sampled_nodes == [2] and out.num_sampled_edges == []
+
+
+@pytest.fixture
+def gpu_route(monkeypatch):
+    """Make a sampler take its GPU route on the CPU: a CUDA device as far as the route is decided, the GPU
+    sampler (built by the route's own code) on the reference backend (the CUDA kernels' picks), the graph
+    built by the route's own code on the host."""
+    from dgl_zerocopy.sampling import neighbor
+
+    def reference(fanouts, **kwargs):
+        assert kwargs["device"].type == "cuda" and kwargs["placement"] == "host"
+        return GpuNeighborSampler(fanouts, replace=kwargs["replace"], device="reference")
+
+    monkeypatch.setattr(neighbor, "GpuNeighborSampler", reference)
+
+    def route(sampler: NeighborSampler) -> None:
+        sampler.device = torch.device("cuda")  # read by _gpu_route (and checked above); nothing runs on CUDA
+        sampler.graph_placement = "host"
+
+    return route
+
+
+@pytest.mark.parametrize("subgraph", ["directional", "bidirectional"])
+@pytest.mark.parametrize("fanouts", [[3, 2], [4, -1], [-1, -1]], ids=str)
+def test_the_gpu_route_on_the_cpu_gives_pygs_batches(fanouts, subgraph, gpu_route):
+    """The whole GPU route (sample_with_blocks, edge ids from PyG's perm as the graph's eids, PyG's filter with no
+    second mapping) on the reference backend: batches held to the contract of the CPU route."""
+    data = make_data()
+    loader = NeighborLoader(data, fanouts, batch_size=16, subgraph_type=subgraph)
+    gpu_route(loader.node_sampler)
+    assert loader.node_sampler.edge_permutation is None and loader.node_sampler.perm is not None
+    for i, batch in enumerate(loader):
+        check_homogeneous(data, batch, torch.arange(16 * i, min(16 * (i + 1), N)), subgraph=subgraph)
+        if subgraph == "directional":
+            check_hops(data, batch, fanouts)
+    graph = loader.node_sampler._gpu_graph
+    assert graph is not None and graph._eids is loader.node_sampler.perm
+    loader.close()
+    assert graph.closed and loader.node_sampler._gpu_graph is None
+
+
+def test_the_gpu_route_on_the_cpu_for_links_and_a_full_neighbourhood_gnn(gpu_route):
+    data = make_data()
+    loader = LinkNeighborLoader(data, [2, 2], batch_size=16, neg_sampling_ratio=1.0)
+    gpu_route(loader.link_sampler)
+    batch = one_batch(loader)
+    assert torch.equal(data.edge_index[:, batch.e_id], batch.n_id[batch.edge_index]) and torch.equal(batch.edge_attr, data.edge_attr[batch.e_id])
+    assert torch.equal(batch.n_id[batch.edge_label_index[:, :16]], data.edge_index[:, batch.input_id])
+    seeds = torch.tensor([0, 3, 11, 42, N - 1])
+    loader = NeighborLoader(data, [-1, -1], input_nodes=seeds, batch_size=5)
+    gpu_route(loader.node_sampler)
+    batch = one_batch(loader)
+    torch.manual_seed(0)
+    conv1, conv2 = GraphConv(5, 8), GraphConv(8, 4)
+    with torch.no_grad():
+        full = conv2(conv1(data.x, data.edge_index).relu(), data.edge_index)[seeds]
+        ours = conv2(conv1(batch.x, batch.edge_index).relu(), batch.edge_index)[:5]
+    assert torch.allclose(ours, full, atol=1e-5)

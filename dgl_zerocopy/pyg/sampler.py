@@ -13,8 +13,9 @@ sampling and bidirectional subgraphs) with its one native call, ``_sample``, ans
 
 Its output is what pyg-lib's would be: per node type the seeds first, then each hop's new nodes;
 ``row``/``col`` the sampled edges' source and destination as local indices; ``edge`` their positions
-in PyG's CSC (PyG maps them to edge ids with ``edge_permutation``); ``num_sampled_nodes`` per hop,
-seeds first; ``num_sampled_edges`` per hop.
+in PyG's CSC (PyG maps them to edge ids with ``edge_permutation``) on the CPU, their edge ids on a GPU
+(mapped there: PyG's map is a host tensor; ``edge_permutation`` is then None); ``num_sampled_nodes`` per
+hop, seeds first; ``num_sampled_edges`` per hop.
 
 Refused when the sampler is built, with one clear error: temporal sampling (``time_attr``,
 ``input_time``), weighted sampling (``weight_attr``), backward sampling, ``disjoint`` with induced
@@ -162,7 +163,7 @@ class NeighborSampler(PygNeighborSampler):
 
     def _gpu_route(self) -> bool:
         """Whether this batch samples with the kernels: a CUDA device, and a case they cover."""
-        if self.device.type != "cuda":
+        if self.device.type != "cuda" or self.is_hetero:
             return False
         if self.disjoint or self.subgraph_type == SubgraphType.induced:
             if not getattr(self, "_told_cpu", False):
@@ -171,6 +172,12 @@ class NeighborSampler(PygNeighborSampler):
             return False
         return True
 
+    @property
+    def edge_permutation(self) -> Any:
+        """PyG's map from CSC positions to edge ids; None on the GPU route, whose ``edge`` are edge ids
+        already (PyG would index its host map with device positions)."""
+        return None if self._gpu_route() else self.perm
+
     def _sample_on_gpu(self, seed: torch.Tensor) -> SamplerOutput:
         return sample_with_blocks(self._gpu_sampler(), self._gpu_graph_for(), seed, self.num_neighbors.get_values())
 
@@ -178,7 +185,8 @@ class NeighborSampler(PygNeighborSampler):
         if self._gpu is None:
             from ..sampling.neighbor import GpuNeighborSampler
 
-            fanouts = list(self.num_neighbors.get_values())
+            # DGL's order (the input layer first, the seeds' fanout last): PyG's hops reversed.
+            fanouts = list(reversed(self.num_neighbors.get_values()))
             self._gpu = GpuNeighborSampler(fanouts, replace=self.replace, device=self.device, placement=self.graph_placement)
         return self._gpu
 
@@ -186,7 +194,8 @@ class NeighborSampler(PygNeighborSampler):
         if self._gpu_graph is None:
             from ..sampling.graph import SamplingGraph
 
-            self._gpu_graph = SamplingGraph(self.colptr, self.row, placement=self.graph_placement, device=self.device)
+            # PyG's perm as the graph's edge ids: the blocks' EID are PyG's edge ids, read on the device.
+            self._gpu_graph = SamplingGraph(self.colptr, self.row, self.perm, placement=self.graph_placement, device=self.device)
         return self._gpu_graph
 
     def close(self) -> None:
@@ -206,8 +215,8 @@ class NeighborSampler(PygNeighborSampler):
 def sample_with_blocks(block_sampler: Any, graph: Any, seed: torch.Tensor, fanouts: list[int]) -> SamplerOutput:
     """PyG's output from a block sampler's ``sample_blocks(graph, seed)`` (DGL's layout: input layer first,
     each block's sources beginning with its destinations, so that the input block's sources number every
-    node as PyG does: seeds first, then each hop's new nodes). ``edge`` holds the blocks' edge ids, which
-    are CSC positions for a graph built from PyG's CSC.
+    node as PyG does: seeds first, then each hop's new nodes). ``edge`` holds the blocks' edge ids: the
+    graph's ``eids`` (PyG's edge ids for a graph built with PyG's ``perm``), or its CSC positions.
 
     A block samples every one of its destinations, a PyG hop only the nodes that joined at the hop
     before: each block's edges into nodes an earlier hop expanded are dropped (one host read per
