@@ -100,7 +100,7 @@ def test_bad_arguments_are_one_line_errors(capsys):
         (["--fanouts", "15,0"], "--fanouts must be"),
         (
             ["--methods", "gpu,dgl-cpu"],
-            "unknown method 'gpu'; choose from gpu-pinned, gpu-device, gpu-snapshot, dgl-cpu, reference, emulator, snapshot-reference",
+            "unknown method 'gpu'; choose from gpu-pinned, gpu-device, gpu-snapshot, dgl-cpu, reference, emulator, snapshot-reference, pyg-cpu, hops-cpu",
         ),
         (["--batches", "0"], "--batches must be at least 1, but got 0"),
     ):
@@ -123,6 +123,67 @@ def test_methods_left_out_are_rows_that_say_why(tmp_path, monkeypatch):
         assert sampling.default_methods() == ["dgl-cpu", "reference", "emulator"]
     assert all(sampling.WHAT[m].startswith("GPU measurement") for m in sampling.GPU_METHODS)
     assert all(sampling.WHAT[m].endswith("NOT a GPU figure") for m in ("reference", "emulator", "snapshot-reference"))
+
+
+def test_the_hop_check_passes_our_pyg_layout_samples_and_catches_broken_ones(graph):
+    """pyg-cpu and hops-cpu (bench/sampler/sampling_hops.py): valid samples pass, equal for one torch seed; each
+    broken part is named."""
+    pytest.importorskip("torch_geometric")
+    import sampling_hops
+
+    indptr, indices, _ = graph
+    seeds = torch.arange(0, 400, 7)
+    samples = {}
+    for name in sampling_hops.HOP_METHODS:
+        torch.manual_seed(3)
+        samples[name] = sampling_hops.build(name, indptr, indices, FANOUTS, replace=False)(seeds)
+        sampling.check_hops(indptr, indices, seeds, samples[name], FANOUTS, replace=False)
+    sampling.check_same(samples["pyg-cpu"], samples["hops-cpu"])
+    hops = sampling_hops.as_hops(samples["hops-cpu"])
+    assert sampling_hops.counts(samples["pyg-cpu"]) == (hops.edges_per_hop[::-1], len(hops.nodes))
+    assert hops.edges_per_hop[0] == int(torch.clamp(indptr[seeds + 1] - indptr[seeds], max=FANOUTS[-1]).sum()), "the seeds' hop: min(deg, fanout)"
+    first = hops.edges_per_hop[0]
+    broken = {
+        "first nodes are not the seeds": dict(nodes=np.concatenate([hops.nodes[1:2], hops.nodes[:1], hops.nodes[2:]])),
+        "sampled in-edges, expected": dict(col=np.where(np.arange(len(hops.col)) == 0, (hops.col[0] + 1) % len(seeds), hops.col)),
+        "not an in-edge of the graph": dict(pos=np.where(np.arange(len(hops.pos)) == 0, hops.pos[0] + 1, hops.pos)),
+        "did not join at the hop before": dict(col=np.where(np.arange(len(hops.col)) == first, 0, hops.col)),
+    }
+    for message, change in broken.items():
+        bad = sampling_hops.Hops(**{**hops.__dict__, **change})
+        with pytest.raises(sampling_hops.HopCheckError, match=message):
+            sampling.check_hops(indptr, indices, seeds, _as_sampled(bad), FANOUTS, replace=False)
+    with pytest.raises(sampling_hops.HopCheckError, match="differ from hops-cpu's"):
+        torch.manual_seed(4)
+        sampling.check_same(sampling_hops.build("hops-cpu", indptr, indices, FANOUTS, replace=False)(seeds), samples["hops-cpu"])
+
+
+def _as_sampled(h):
+    """A :class:`sampling_hops.Hops` back in HopSampler's output form."""
+    from dgl_zerocopy.sampling.cpu_hops import Sampled
+
+    one = lambda v: {"node": v}  # noqa: E731
+    return Sampled(one(h.nodes), one(h.row), one(h.col), one(h.pos), one(h.nodes_per_hop), one(h.edges_per_hop))
+
+
+def test_our_cpu_samplers_interleaved_with_the_reference_give_checked_rows(tmp_path, monkeypatch):
+    """pyg-cpu and hops-cpu in one run with --interleave: one repeat of each in turn, every row checked and
+    measured, the two equal in their edges (one torch seed: the same picks)."""
+    pytest.importorskip("torch_geometric")
+    monkeypatch.setenv("DGL_ZEROCOPY_CACHE", str(tmp_path / "cache"))
+    stem = tmp_path / "s"
+    argv = ["--num-nodes", "400", "--batch-size", "16", "--batches", "2", "--repeats", "3", "--methods", "pyg-cpu,hops-cpu,reference", "--interleave"]
+    assert sampling.main([*argv, "--out", str(stem)]) == 0
+    data = json.loads(stem.with_suffix(".json").read_text())
+    rows = {r["method"]: r for r in data["rows"]}
+    assert list(rows) == ["pyg-cpu", "hops-cpu", "reference"] and all(r["status"] == "ok" for r in rows.values())
+    assert rows["pyg-cpu"]["checked"].endswith("equal to hops-cpu") and rows["hops-cpu"]["checked"].startswith("batch 0: seeds first")
+    for name, row in rows.items():
+        raw = data["raw"][name]
+        assert len(raw["seconds"]) == 3 and len(raw["batch_seconds"]) == 6, name
+        assert row["batch_ms_q1"] <= row["batch_ms_median"] <= row["batch_ms_q3"]
+    assert rows["pyg-cpu"]["what"].startswith("CPU measurement") and "interleaved" in data["meta"]["timing"]
+    assert sampling.HOPS_NOTE in data["meta"]["note"]
 
 
 @pytest.mark.slow

@@ -12,6 +12,9 @@ same minibatches (``--batch-size`` seed nodes from the training split, fanouts `
   reference           GpuNeighborSampler(device="reference"): our NumPy twin of the kernels          CPU
   emulator            GpuNeighborSampler(device="emulator"): the CUDA kernel source built with g++   CPU
   snapshot-reference  GpuSnapshotSampler(device="reference"): gpu-snapshot's CPU twin               CPU
+  pyg-cpu             dgl_zerocopy.pyg.NeighborSampler.sample_from_nodes: a NeighborLoader batch's   CPU
+                      sampling (PyG's layout: sampling_hops.py)
+  hops-cpu            dgl_zerocopy.sampling.cpu_hops.HopSampler alone (NumPy; PyG's layout)          CPU
 
 each side by side in one run, relabelling and blocks included (ours: unique/relabel and one
 DeviceBlock per layer on the sampling device; DGL's: to_block). ``reference``, ``emulator`` and
@@ -22,18 +25,27 @@ Before timing, each method's first batch is checked: blocks chained as DGL's (de
 ``dstdata[NID]`` of the last block = the seeds), per destination ``min(in-degree, fanout)`` edges
 (``fanout`` with ``--replace``), each edge an in-edge of the graph named by ``edata[EID]``, no edge
 twice; ours also equal to the reference backend for the same RNG keys (``torch.manual_seed``); the
-snapshot's edges each in its destination's snapshot.
+snapshot's edges each in its destination's snapshot. ``pyg-cpu`` and ``hops-cpu`` sample the PyG way (each
+node once, at the hop where it joined: fewer edges per batch than DGL's blocks) and are checked as
+bench/sampler/sampling_hops.py says.
 
 Timing: ``--repeats`` times, the wall-clock time of sampling all ``--batches`` minibatches (after
 ``--warmup`` untimed ones), the device synchronised before and after; seeds are placed on the
 sampling device beforehand, as a loader with its ids there does. Edge ids (``EID``) are computed
 lazily by our sampler and not read in the timed loop unless ``--edge-ids`` (feature gathering
 does not need them; DGL always computes them). Per method: ms per minibatch and millions of
-sampled edges per second (edges = the sum of the blocks' edges), median and spread over repeats.
+sampled edges per second (edges = the sum of the blocks' edges), median and spread over repeats;
+for CPU methods also each batch's ms (median and quartiles over every timed batch); for every method the
+sampled edges per CPU-second of the process (``time.process_time``, all its threads: a figure that other
+work on a shared machine disturbs less than wall-clock time). ``--interleave``
+builds and checks every method first and then times one repeat of each in turn, so that the load of a
+shared machine, which comes and goes, falls on every method alike (for side-by-side CPU figures).
 
     python bench/sampler/sampling.py [--num-nodes 2449029] [--avg-degree 50.5] [--fanouts 15,10,5] [--batch-size 1024]
-        [--batches 10] [--repeats 5] [--methods gpu-pinned,gpu-device,dgl-cpu] [--idtype int64] [--time-limit S] [--out STEM]
+        [--batches 10] [--repeats 5] [--methods gpu-pinned,gpu-device,dgl-cpu] [--idtype int64] [--interleave] [--time-limit S] [--out STEM]
     dgl-zerocopy bench sampling   (the same)
+    python bench/sampler/sampling.py --num-nodes 200000 --methods dgl-cpu,pyg-cpu,hops-cpu --interleave --out bench/results/sampling_cpu_pyg
+                                  (our CPU samplers against DGL's: docs/pyg.md)
 
 Default methods: gpu-pinned, gpu-device and dgl-cpu where CUDA is, else dgl-cpu, reference and
 emulator. A method that raises becomes a row "failed: ..." (exit 1); one that cannot run here
@@ -46,6 +58,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import statistics
 import sys
 import textwrap
 import time
@@ -56,9 +69,11 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
+import sampling_hops  # noqa: E402
 from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, summarize, write_results  # noqa: E402
+from sampling_hops import HOP_METHODS, check_hops, check_same  # noqa: E402
 
-METHODS = ("gpu-pinned", "gpu-device", "gpu-snapshot", "dgl-cpu", "reference", "emulator", "snapshot-reference")
+METHODS = ("gpu-pinned", "gpu-device", "gpu-snapshot", "dgl-cpu", "reference", "emulator", "snapshot-reference", *HOP_METHODS)
 GPU_METHODS = ("gpu-pinned", "gpu-device", "gpu-snapshot")
 SNAPSHOT_METHODS = ("gpu-snapshot", "snapshot-reference")
 OURS = ("gpu-pinned", "gpu-device", "reference", "emulator")  # GpuNeighborSampler, checked against its reference backend
@@ -71,6 +86,7 @@ WHAT = {
     "reference": "CPU run of our NumPy reference sampler (correctness tool): NOT a GPU figure",
     "emulator": "CPU emulation of our CUDA kernel (correctness tool): NOT a GPU figure",
     "snapshot-reference": "CPU run of our snapshot sampler on the NumPy reference (correctness tool): NOT a GPU figure",
+    **sampling_hops.WHAT,
 }
 PRODUCTS = {"nodes": 2_449_029, "edges": 123_718_280}  # ogbn-products as DGL stores it (both directions)
 NUMBERS = [f"{q}_{s}" for q in ("ms_per_batch", "medges_per_s") for s in ("median", "q1", "q3", "min", "max")]
@@ -110,15 +126,18 @@ def seed_batches(train_idx: np.ndarray, num_nodes: int, batch_size: int, batches
 
 
 class Method:
-    """One way to sample: ``sample(seeds) -> (input_nodes, output_nodes, blocks)``; ``sync()`` waits
-    for its device; ``close()`` gives back what it holds (pinned pages, device copies)."""
+    """One way to sample: ``sample(seeds) -> (input_nodes, output_nodes, blocks)`` (PyG's layout for
+    :data:`HOP_METHODS`: bench/sampler/sampling_hops.py); ``counts(sampled)`` its edges per layer and input
+    nodes; ``sync()`` waits for its device; ``close()`` gives back what it holds (pinned pages, device copies)."""
 
     def __init__(self, name: str, indptr: torch.Tensor, indices: torch.Tensor, fanouts: list[int], replace: bool) -> None:
         self.name, self.fanouts = name, fanouts
         self.device = torch.device("cuda") if name in GPU_METHODS else torch.device("cpu")
         self._closers = []
         self.snapshot, self.build_s = None, float("nan")
-        if name in SNAPSHOT_METHODS:
+        if name in HOP_METHODS:
+            self.sample = sampling_hops.build(name, indptr, indices, fanouts, replace)
+        elif name in SNAPSHOT_METHODS:
             from dgl_zerocopy.sampling import GpuSnapshotSampler, SamplingGraph
 
             gpu = name in GPU_METHODS
@@ -147,6 +166,19 @@ class Method:
             self._closers = [self._sampler.close, self.graph.close]
             self.sample = lambda seeds: self._sampler.sample_blocks(self.graph, seeds)
 
+    def counts(self, sampled, edge_ids: bool = False) -> tuple[list[int], int]:
+        """Edges per layer (input layer first) and input nodes of a batch; ``edge_ids``: read every
+        block's edge ids first (ours computes them lazily; PyG's layout has them always)."""
+        if self.name in HOP_METHODS:
+            return sampling_hops.counts(sampled)
+        from dgl_zerocopy.loading.blocks import EID
+
+        input_nodes, _, blocks = sampled
+        if edge_ids:
+            for block in blocks:
+                block.edata[EID]
+        return [int(block.num_edges()) for block in blocks], int(input_nodes.numel())
+
     def sync(self) -> None:
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
@@ -172,6 +204,8 @@ def unavailable(name: str, replace: bool = False) -> str | None:
         return "skipped: no CUDA GPU here (torch.cuda.is_available() is False)"
     if name in SNAPSHOT_METHODS and replace:
         return "skipped: the snapshot samples without replacement (--replace)"
+    if name in HOP_METHODS:
+        return sampling_hops.unavailable(name)
     if name == "dgl-cpu":
         try:
             import dgl  # noqa: F401
@@ -245,6 +279,14 @@ def check_method(method: Method, host: tuple[torch.Tensor, torch.Tensor], seeds:
     """Check ``method`` on one batch (see the module's docstring); returns what was checked."""
     torch.manual_seed(seed)
     sampled = method.sample(seeds.to(method.device))
+    if method.name in HOP_METHODS:
+        check_hops(*host, seeds, sampled, method.fanouts, replace)
+        said = "batch 0: seeds first, each node once, min(in-degree, fanout) in-edges of each node new at the hop before, each an in-edge"
+        if method.name == "pyg-cpu":
+            torch.manual_seed(seed)
+            check_same(sampled, sampling_hops.build("hops-cpu", *host, method.fanouts, replace)(seeds))
+            said += "; equal to hops-cpu"
+        return said
     check_batch(*host, seeds, sampled, method.fanouts, replace)
     said = "batch 0: chained blocks, min(in-degree, fanout) edges per destination, each an in-edge named by EID"
     if method.snapshot is not None:
@@ -280,41 +322,75 @@ def time_method(method: Method, batches: list[torch.Tensor], repeats: int, warmu
     """Seconds and sampled edges of each repeat (all ``batches``), and each batch's edges per layer
     and input nodes (first repeat). Edges are counted from the blocks (no device read: their sizes
     are on the host)."""
-    from dgl_zerocopy.loading.blocks import EID
-
     placed = [b.to(method.device) for b in batches]
     for b in placed[:warmup]:
         method.sample(b)
-    seconds, edges, layers, inputs = [], [], [], []
+    seconds, edges, layers, inputs, per_batch, cpu = [], [], [], [], [], []
     for r in range(repeats):
         method.sync()
-        start, total = time.perf_counter(), 0
+        cpu_start, start = time.process_time(), time.perf_counter()
+        last, total = start, 0
         for b in placed:
-            input_nodes, _, blocks = method.sample(b)
-            if edge_ids:
-                for block in blocks:
-                    block.edata[EID]
-            counts = [int(block.num_edges()) for block in blocks]
+            counts, input_nodes = method.counts(method.sample(b), edge_ids)
             total += sum(counts)
+            if method.device.type == "cpu":  # a GPU method's batch ends at the sync, after the repeat
+                now = time.perf_counter()
+                per_batch.append(now - last)
+                last = now
             if r == 0:
                 layers.append(counts)
-                inputs.append(int(input_nodes.numel()))
+                inputs.append(input_nodes)
         method.sync()
         seconds.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - cpu_start)
         edges.append(total)
-    return {"seconds": seconds, "edges": edges, "layer_edges": layers, "input_nodes": inputs}
+    return {"seconds": seconds, "edges": edges, "layer_edges": layers, "input_nodes": inputs, "batch_seconds": per_batch, "cpu_seconds": cpu}
+
+
+def time_interleaved(methods: list[Method], batches: list[torch.Tensor], repeats: int, warmup: int, edge_ids: bool) -> dict[str, dict]:
+    """:func:`time_method`'s ``raw`` per method, one repeat of each method in turn for ``repeats`` rounds
+    (``--interleave``): a load that comes and goes on a shared machine falls on every method alike."""
+    raws: dict[str, dict] = {}
+    for r in range(repeats):
+        for method in methods:
+            raw = time_method(method, batches, 1, warmup if r == 0 else 0, edge_ids)
+            if method.name in raws:
+                for key in ("seconds", "edges", "batch_seconds", "cpu_seconds"):
+                    raws[method.name][key] += raw[key]
+            else:
+                raws[method.name] = raw
+    return raws
+
+
+def _measured(row: dict, raw: dict, method: Method, checked: str, batches: int) -> dict:
+    return {**summary_row(row, raw, batches), "checked": checked, "status": "ok", "build_s": method.build_s, "refresh_ms": method.refresh_ms()}
+
+
+def _failure(e: Exception) -> str:
+    traceback.print_exc()
+    return f"failed: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]
+
+
+def _per_cpu_second(raw: dict) -> float:
+    """Median over repeats of M sampled edges per CPU-second of the process (NaN without a CPU time)."""
+    rates = [e / c / 1e6 for e, c in zip(raw["edges"], raw.get("cpu_seconds", [])) if c > 0]
+    return statistics.median(rates) if rates else float("nan")
 
 
 def summary_row(base: dict, raw: dict, batches: int) -> dict:
     """The row's figures from :func:`time_method`'s ``raw``: ms per batch and M edges/s per repeat,
-    median and spread; edges per batch (mean), per layer (input layer first), seed-layer total."""
+    median and spread; each batch's ms over all repeats (CPU methods; NaN for GPU ones); edges per
+    batch (mean), per layer (input layer first), seed-layer total."""
     ms = summarize([s / batches * 1e3 for s in raw["seconds"]])
+    one = summarize([s * 1e3 for s in raw["batch_seconds"]]) if raw.get("batch_seconds") else dict.fromkeys(("median", "q1", "q3"), float("nan"))
     rate = summarize([e / s / 1e6 for e, s in zip(raw["edges"], raw["seconds"])])
     layers = np.asarray(raw["layer_edges"], dtype=np.float64)
     return {
         **base,
         **{f"ms_per_batch_{k}": v for k, v in ms.items()},
         **{f"medges_per_s_{k}": v for k, v in rate.items()},
+        **{f"batch_ms_{k}": one[k] for k in ("median", "q1", "q3")},
+        "medges_per_cpu_s_median": _per_cpu_second(raw),
         "edges_per_batch": float(layers.sum(axis=1).mean()),
         "layer_edges": "/".join(f"{v:.0f}" for v in layers.mean(axis=0)),
         "seed_layer_edges": int(layers[:, -1].sum()),
@@ -343,6 +419,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--replace", action="store_true", help="sample with replacement")
     parser.add_argument("--edge-ids", action="store_true", help="read every block's edge ids in the timed loop (ours computes them lazily)")
     parser.add_argument("--seed", type=int, default=0, help="graph and seed-batch seed")
+    parser.add_argument(
+        "--interleave",
+        action="store_true",
+        help="build and check every method first, then time one repeat of each in turn (a shared machine's load falls on all alike)",
+    )
     parser.add_argument("--time-limit", type=float, default=0, help="seconds from the start: methods not started by then become skipped rows (0: none)")
     parser.add_argument("--out", default=str(RESULTS / "sampling"), help="result path without suffix (default bench/results/sampling)")
     args = parser.parse_args(argv)
@@ -388,14 +469,27 @@ def main(argv: list[str] | None = None) -> int:
         f"{args.repeats} repeats after {args.warmup} warm-up batches, {'with' if args.replace else 'without'} replacement, "
         f"edge ids {'read in the timed loop' if args.edge_ids else 'not read (lazy in ours; DGL computes them always)'}",
         "timing": "wall clock of each repeat, device synchronised before and after: sampling, unique/relabel and blocks; seeds already on the "
-        "sampling device; DGL's blocks stay on the CPU (no copy to a GPU counted)",
-        "note": "reference and emulator rows are CPU runs of our correctness tools: NOT GPU figures",
+        "sampling device; DGL's blocks stay on the CPU (no copy to a GPU counted)"
+        + ("; methods interleaved: one repeat of each in turn (wall_s then counts the others' rounds too)" if args.interleave else ""),
+        "note": "reference and emulator rows are CPU runs of our correctness tools: NOT GPU figures"
+        + ("; " + HOPS_NOTE if any(m in HOP_METHODS for m in args.methods) else ""),
         "threads": f"torch {torch.get_num_threads()}, OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS', 'unset')}, {os.cpu_count()} CPUs",
+        "load": "load average (1, 5, 15 min) at the start: " + ", ".join(f"{v:.2f}" for v in os.getloadavg()),
     }
     print(f"sampling: {meta['graph']}\nsampling: {meta['sampling']}", flush=True)
     base = {"num_nodes": num_nodes, "num_edges": num_edges, "idtype": args.idtype, "fanouts": ",".join(map(str, args.fanouts)), "batch_size": args.batch_size}
     base.update(batches=args.batches, repeats=args.repeats)
     rows, raws = [], {}
+    ready = []  # with --interleave: (row, method, checked, started), timed together once every method is checked
+
+    def add(row: dict, why: str | None, started: float) -> None:
+        if why is not None:
+            row = {**row, **dict.fromkeys(NUMBERS, float("nan")), "status": why}
+        row["wall_s"] = time.perf_counter() - started
+        rows.append(_complete(row))
+        print(f"sampling: {_line(rows[-1])}", flush=True)
+        _save(stem, rows, meta, raws)
+
     for name in args.methods:
         row = {"method": name, "what": WHAT[name], **base}
         started = time.perf_counter()
@@ -405,21 +499,27 @@ def main(argv: list[str] | None = None) -> int:
             try:
                 method = Method(name, indptr, indices, args.fanouts, args.replace)
                 checked = check_method(method, (indptr, indices), batches[0], args.replace, args.seed)
+                if args.interleave:
+                    ready.append((row, method, checked, started))
+                    continue
                 raws[name] = time_method(method, batches, args.repeats, args.warmup, args.edge_ids)
-                row = summary_row(row, raws[name], args.batches)
-                row.update(checked=checked, status="ok", build_s=method.build_s, refresh_ms=method.refresh_ms())
+                row = _measured(row, raws[name], method, checked, args.batches)
             except Exception as e:  # noqa: BLE001 - a failing method becomes a row; the others still run
-                traceback.print_exc()
-                why = f"failed: {type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]
+                why = _failure(e)
             finally:
-                if method is not None:
+                if method is not None and not (args.interleave and why is None):
                     method.close()
-        if why is not None:
-            row = {**row, **dict.fromkeys(NUMBERS, float("nan")), "status": why}
-        row["wall_s"] = time.perf_counter() - started
-        rows.append(_complete(row))
-        print(f"sampling: {_line(rows[-1])}", flush=True)
-        _save(stem, rows, meta, raws)
+        add(row, why, started)
+    if ready:
+        try:
+            raws.update(time_interleaved([method for _, method, _, _ in ready], batches, args.repeats, args.warmup, args.edge_ids))
+            why = None
+        except Exception as e:  # noqa: BLE001 - every method timed together fails with it
+            why = _failure(e)
+        for row, method, checked, started in ready:
+            add(row if why else _measured(row, raws[method.name], method, checked, args.batches), why, started)
+            method.close()
+    meta["load"] += "; at the end: " + ", ".join(f"{v:.2f}" for v in os.getloadavg())
     csv_path, _ = _save(stem, rows, meta, raws)
     _plot(rows, meta, csv_path.with_suffix(".png"))
     print(f"\n# {command}\n# {meta['device']}; {meta['machine']}\n# {meta['graph']}\n# {meta['sampling']}\n\n{markdown(rows)}")
@@ -428,7 +528,22 @@ def main(argv: list[str] | None = None) -> int:
 
 
 #: Every row's keys in one order (a skipped row has the numbers as NaN), so the CSV has one header.
-KEYS = ("method", "what", "num_nodes", "num_edges", "idtype", "fanouts", "batch_size", "batches", "repeats", *NUMBERS)
+KEYS = (
+    "method",
+    "what",
+    "num_nodes",
+    "num_edges",
+    "idtype",
+    "fanouts",
+    "batch_size",
+    "batches",
+    "repeats",
+    *NUMBERS,
+    "batch_ms_median",
+    "batch_ms_q1",
+    "batch_ms_q3",
+    "medges_per_cpu_s_median",
+)
 KEYS += ("edges_per_batch", "layer_edges", "seed_layer_edges", "input_nodes_per_batch", "x_dgl_cpu", "build_s", "refresh_ms", "checked", "status", "wall_s")
 
 
@@ -458,22 +573,33 @@ def _line(r: dict) -> str:
 def markdown(rows: list[dict]) -> str:
     """The rows as a markdown table: figures with their interquartile range, what each is."""
     lines = [
-        "| method | ms per batch median (q1–q3) | M sampled edges/s median (q1–q3) | × DGL CPU | edges per batch (layers) | input nodes | what | status |",
-        "|---|---:|---:|---:|---:|---:|---|---|",
+        "| method | ms per batch median (q1–q3) | M sampled edges/s median (q1–q3) | × DGL CPU | M edges per CPU-s | edges per batch (layers) "
+        "| input nodes | what | status |",
+        "|---|---:|---:|---:|---:|---:|---:|---|---|",
     ]
     for r in rows:
         if r["status"] != "ok":
-            lines.append(f"| {r['method']} | – | – | – | – | – | {r['what']} | {r['status']} |")
+            lines.append(f"| {r['method']} | – | – | – | – | – | – | {r['what']} | {r['status']} |")
             continue
         lines.append(
             f"| {r['method']} | {r['ms_per_batch_median']:.2f} ({r['ms_per_batch_q1']:.2f}–{r['ms_per_batch_q3']:.2f}) | "
             f"{r['medges_per_s_median']:.2f} ({r['medges_per_s_q1']:.2f}–{r['medges_per_s_q3']:.2f}) | "
-            f"{'–' if np.isnan(r['x_dgl_cpu']) else format(r['x_dgl_cpu'], '.2f')} | {r['edges_per_batch']:,.0f} ({r['layer_edges']}) | "
+            f"{'–' if np.isnan(r['x_dgl_cpu']) else format(r['x_dgl_cpu'], '.2f')} | {r['medges_per_cpu_s_median']:.2f} | "
+            f"{r['edges_per_batch']:,.0f} ({r['layer_edges']}) | "
             f"{r['input_nodes_per_batch']:,.0f} | {r['what']} | ok |"
         )
     if (ratio := snapshot_ratio(rows)) is not None:
         lines += ["", snapshot_line(ratio, next(r for r in rows if r["method"] == "gpu-snapshot"))]
+    if any(r["method"] in HOP_METHODS for r in rows):
+        lines += ["", HOPS_NOTE]
     return "\n".join(lines)
+
+
+#: What the PyG-layout rows' edge counts mean beside DGL's.
+HOPS_NOTE = (
+    "pyg-cpu and hops-cpu sample PyG's way: each node once, at the hop where it joined (num_neighbors = the fanouts "
+    "turned around, the seeds' hop first); DGL samples every node of the layer before again, so its batches hold more edges."
+)
 
 
 def snapshot_ratio(rows: list[dict]) -> float | None:
@@ -500,7 +626,8 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
 
     done = [r for r in rows if r["status"] == "ok"]
     fig, axes = plt.subplots(1, 2, figsize=(2.2 * max(len(done), 1) + 5, 4.2))
-    colour = {"gpu-pinned": "tab:blue", "gpu-device": "tab:green", "gpu-snapshot": "tab:purple", "dgl-cpu": "tab:orange"}
+    colour = {"gpu-pinned": "tab:blue", "gpu-device": "tab:green", "gpu-snapshot": "tab:purple", "dgl-cpu": "tab:orange", "pyg-cpu": "tab:red"}
+    colour["hops-cpu"] = "tab:brown"
     for ax, key, label in ((axes[0], "medges_per_s", "M sampled edges/s (log)"), (axes[1], "ms_per_batch", "ms per minibatch (log)")):
         for i, r in enumerate(done):
             med = r[f"{key}_median"]
