@@ -50,6 +50,7 @@ BENCHMARKS = {
     "snapshot": "sampler/snapshot.py",
     "sampling_accuracy": "sampler/sampling_accuracy.py",
     "storage": "tiers/storage.py",
+    "pyg_epoch": "training/pyg_epoch.py",
     "scale": "training/scale.py",
 }
 
