@@ -508,6 +508,19 @@ def test_the_prefetch_thread_ends_with_the_epoch_after_a_break_and_after_an_erro
     assert len(list(NeighborLoader(data, [3, 2], batch_size=8, prefetch=2))) == 8, "a new loader prefetches again"
 
 
+def test_close_in_an_epoch_stops_the_prefetch_worker_before_closing_the_stores():
+    data = make_data()
+    loader = NeighborLoader(data, [3, 2], batch_size=8, prefetch=2)
+    iterator = iter(loader)
+    next(iterator)
+    [thread] = _prefetch_threads()
+    loader.close()  # the worker (blocked on its full queue) reads the stores: it stops first
+    assert not thread.is_alive()
+    assert all(store.closed for store in loader.route.node.values())
+    with pytest.raises(StopIteration):
+        next(iterator)
+
+
 # -- features ---------------------------------------------------------------------------------------------------------
 
 

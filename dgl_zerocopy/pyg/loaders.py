@@ -100,7 +100,10 @@ class _OurRoute:
         return _prefetched(self, self._ring)
 
     def close(self) -> None:
-        """Give back what the loader holds: pinned tables and the GPU sampler's CSC."""
+        """Give back what the loader holds: pinned tables and the GPU sampler's CSC, once the prefetch
+        worker of the current epoch, which reads them, has stopped."""
+        if self._ring is not None:
+            self._ring.stop_writer()
         self.route.close()
         sampler = getattr(self, "neighbor_sampler", None) or getattr(self, "node_sampler", None) or getattr(self, "link_sampler", None)
         if isinstance(sampler, NeighborSampler):
