@@ -357,7 +357,7 @@ def on_cpu(monkeypatch):
     monkeypatch.setenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "1")
     monkeypatch.delenv("CUPY_CACHE_DIR", raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    for name in ("pytest", "gather", "sampling", "storage", "epoch", "ddp"):
+    for name in ("pytest", "gather", "sampling", "storage", "epoch", "pyg", "ddp"):
         monkeypatch.setattr(gpu_check, f"{name}_part", _fake_step(name))
     return monkeypatch
 
@@ -399,7 +399,8 @@ def test_step_limits_keep_the_later_steps_their_time():
     assert gpu_check.step_limit(230, left=400, later=260) == 140  # a slow setup shortens this step, not the later ones
     assert gpu_check.step_limit(100, left=50, later=0) == 50
     assert gpu_check.step_limit(100, left=10, later=60) == 0
-    one_gpu = ("wheels", "pytest", "gather", "sampling", "storage", "epoch")
+    one_gpu = ("wheels", "pytest", "gather", "sampling", "storage", "epoch", "pyg")
+    assert set(gpu_check.LIMITS) == set(gpu_check.FULL_LIMITS) == {*one_gpu, "ddp"}
     assert sum(gpu_check.LIMITS[s] for s in one_gpu) <= gpu_check.TOTAL_LIMIT <= 300, "the default pass: a run, a fix and a second run in one lease"
     assert sum(gpu_check.FULL_LIMITS[s] for s in one_gpu) <= gpu_check.FULL_TOTAL_LIMIT <= 600 - 45, "--full: one 10-minute command"
     for mode, limits in (("quick", gpu_check.LIMITS), ("full", gpu_check.FULL_LIMITS)):
@@ -429,6 +430,7 @@ def test_a_step_left_without_time_is_reported_not_failed(on_cpu, tmp_path, capsy
         ("sampling", "not run"),
         ("storage", "not run"),
         ("epoch", "partial"),
+        ("pyg", "not run"),
         ("ddp", "not run"),
     ]
     assert data["parts"][-1]["reason"] == "not in --parts"
@@ -817,7 +819,7 @@ def test_main_runs_the_sampling_step_after_gather_with_its_limit(on_cpu, tmp_pat
     assert out.index("step gather runs") < out.index(f"step sampling runs with a limit of {gpu_check.LIMITS['sampling']} s")
     assert "gpu-check [2/2] sampling: ok" in out and f"sampling {gpu_check.LIMITS['sampling']} s" in out.splitlines()[6]
     data = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert [p["name"] for p in data["parts"]] == ["wheels", "pytest", "gather", "sampling", "storage", "epoch", "ddp"]
+    assert [p["name"] for p in data["parts"]] == ["wheels", "pytest", "gather", "sampling", "storage", "epoch", "pyg", "ddp"]
     assert data["figures"]["sampling"] == []
 
 
@@ -1017,3 +1019,90 @@ def test_the_epoch_step_passes_the_samplers_and_reports_the_ratio(tmp_path, monk
     monkeypatch.setenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "1")
     gpu_check.epoch_part({}, 100, tmp_path, "full", *gpu_check.epoch_sources(False))
     assert "--emulate-gpu-sampler" in commands[-1] and commands[-1][commands[-1].index("--sources") + 1] == "cpu"
+
+
+# -- the PyG step (issue 34): bench/training/pyg_epoch.py's rows in the summary ----------------------------------
+
+
+def _pyg_row(route, prefetch, seconds, status="ok"):
+    figures = {"epoch_s_median": seconds, "epoch_s_q1": 0.9 * seconds, "epoch_s_q3": 1.1 * seconds, "epoch_s_min": 0.8 * seconds}
+    figures |= {"epoch_s_max": 1.2 * seconds, "medges_per_s_median": 8.0 / seconds if seconds else 0.0, "batches_per_epoch": 16.0}
+    figures |= {"edges_per_batch": 550_000.0, "nodes_per_batch": 160_000.0, "build_s": 0.5}
+    if status != "ok":
+        figures = dict.fromkeys(figures, float("nan"))
+    base = {"route": route, "what": route, "device": "NVIDIA H100 80GB HBM3", "prefetch": prefetch, "num_nodes": 200000, "num_edges": 3_800_000}
+    return {**base, "fanouts": "15,10,5", "batch_size": 1024, **figures, "status": status, "wall_s": 5.0}
+
+
+def test_the_pyg_step_is_judged_from_its_rows():
+    """ok with the figures and the PyG route against the DGL route; a failed route fails it; routes left out
+    for time (or a kill) make it partial; PyG's own loader without pyg-lib is named; nothing measured: skipped."""
+    import gpu_check_pyg as gp
+
+    own = _pyg_row("pyg-own", "-", 0, "skipped: ImportError: 'NeighborSampler' requires either 'pyg-lib' or 'torch-sparse'")
+    ok = [_pyg_row("pyg", 0, 1.0), _pyg_row("pyg", 2, 0.5), _pyg_row("dgl-route", 0, 1.25), _pyg_row("dgl-route", 2, 0.4), own]
+    part = gpu_check.judge_pyg(gpu_check.Run(0, "", 20.0), ok, 40)
+    assert part.status == "ok" and part.details == {"results": 4, "skipped_for_time": 0, "skipped": 1, "failed": 0}
+    assert part.reason.startswith("pyg prefetch 0 1.000 s/epoch, 8.0 M edges/s; pyg prefetch 2 0.500 s/epoch, 16.0 M edges/s")
+    assert "; PyG route / DGL route 1.25 (epoch, prefetch 2); pyg-own skipped: ImportError: 'NeighborSampler' requires" in part.reason
+    failed = gpu_check.judge_pyg(gpu_check.Run(1, "", 20.0), [ok[0], _pyg_row("dgl-route", 0, 0, "failed: AssertionError: x")], 40)
+    assert failed.status == "failed" and failed.reason == "1 of 2 routes failed: dgl-route prefetch 0: failed: AssertionError: x"
+    for_time = gpu_check.judge_pyg(gpu_check.Run(0, "", 30.0), [ok[0], _pyg_row("dgl-route", 0, 0, gp.TIME_LIMIT_STATUS)], 40)
+    assert for_time.status == "partial" and for_time.reason.endswith("; dgl-route prefetch 0 skipped: time limit")
+    killed = gpu_check.judge_pyg(gpu_check.Run(None, "", 40.0), ok[:1], 40)
+    assert killed.status == "partial" and killed.reason.startswith("time limit (40 s) reached; routes measured: pyg prefetch 0; the rest")
+    nothing = gpu_check.judge_pyg(gpu_check.Run(0, "", 3.0), [own], 40)
+    assert nothing.status == "skipped" and nothing.reason.startswith("ImportError: 'NeighborSampler'")
+    crashed = gpu_check.judge_pyg(gpu_check.Run(1, "Traceback\nMemoryError: x\n", 5.0), [], 40)
+    assert (crashed.status, crashed.reason) == ("failed", "MemoryError: x")
+    assert [gpu_check.exit_code([p]) for p in (part, failed, for_time, killed, nothing, crashed)] == [0, 1, 0, 0, 1, 1]
+    for mode, limits in (("quick", gpu_check.LIMITS), ("full", gpu_check.FULL_LIMITS)):
+        assert gp.PYG_RESERVE[mode] < limits["pyg"] and gpu_check.MIN_STEP <= limits["pyg"]
+    assert gp.PYG_ROUTES.split(",")[:2] == ["pyg", "dgl-route"]  # ours first: a time limit cuts PyG's own
+
+
+def test_the_pyg_rows_are_in_summary_json_and_md(tmp_path):
+    summary = _made_up_summary(tmp_path)
+    rows = [_pyg_row("pyg", 2, 0.5), _pyg_row("dgl-route", 2, 0.4), _pyg_row("pyg-own", "-", 0, "skipped: ImportError: x|y")]
+    summary["figures"]["pyg"] = gpu_check.pyg_figures(rows)
+    json_path, md_path = gpu_check.write_summary(tmp_path, summary, {})
+    data = json.loads(json_path.read_text())
+    assert [f["route"] for f in data["figures"]["pyg"]] == ["pyg", "dgl-route", "pyg-own"] and data["figures"]["pyg"][2]["epoch_s_median"] is None
+    md = md_path.read_text(encoding="utf-8")
+    assert "## PyG route: our PyG loader against our DGL route (loading only: sample + gather; NVIDIA H100 80GB HBM3; 200,000 nodes," in md
+    assert "| pyg | 2 | 0.500 (0.450–0.550) | 16.00 | 550,000 | 160,000 | ok |" in md
+    assert "| pyg-own | - | – | – | – | – | skipped: ImportError: x/y |" in md
+    assert "Our PyG route's epoch takes 1.25x our DGL route's (prefetch 2, the same kernels and store)." in md
+    assert gpu_check.transfer_problems(tmp_path) == [] and not any("pyg" in f for f in gpu_check.RESULT_FILES)
+    assert "## PyG route" not in gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "pyg": []}})
+
+
+def test_main_runs_the_pyg_step_after_epoch_with_its_limit(on_cpu, tmp_path, capsys):
+    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--parts", "pyg,epoch"])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert out.index("step epoch runs") < out.index(f"step pyg runs with a limit of {gpu_check.LIMITS['pyg']} s")
+    assert "gpu-check [2/2] pyg: ok" in out and f"pyg {gpu_check.LIMITS['pyg']} s" in out.splitlines()[6]
+    data = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert data["figures"]["pyg"] == [] and data["parts"][6]["name"] == "pyg"
+
+
+@pytest.mark.slow
+def test_the_pyg_step_runs_bench_pyg_epoch_on_the_cpu(tmp_path, monkeypatch):
+    """The real step without CUDA: bench/training/pyg_epoch.py in a subprocess on the CPU, its rows read back from
+    the work folder (PyG's own loader skipped with its ImportError on a PyPI install); killed at its limit, partial."""
+    pytest.importorskip("torch_geometric")
+    import gpu_check_pyg as gp
+
+    monkeypatch.setitem(gp.PYG_ARGS, "quick", ["--num-nodes", "2000", "--epochs", "2", "--batch-size", "32", "--max-batches", "2", "--prefetch", "1"])
+    env = {**gpu_check.child_env(None), "DGL_ZEROCOPY_CACHE": str(tmp_path / "cache")}
+    part, log = gp.pyg_part(env, 300, tmp_path, "quick", cuda=False)
+    assert part.status == "ok", (part, log)
+    assert part.details["command"].startswith("python3 bench/training/pyg_epoch.py --num-nodes 2000") and "--device cpu" in part.details["command"]
+    rows = gpu_check.result_rows(tmp_path, "pyg_epoch")
+    assert [(r["route"], r["prefetch"]) for r in rows] == [("pyg", 1), ("dgl-route", 1), ("pyg-own", "-")]
+    assert rows[0]["status"] == "ok" and rows[0]["device"] == "cpu" and rows[0]["epoch_s_median"] > 0
+    assert "PyG route / DGL route" in part.reason or rows[1]["status"].startswith("skipped: import dgl")
+    assert "| pyg | 1 |" in "\n".join(gp.pyg_markdown(gpu_check.pyg_figures(rows)))
+    killed, _ = gp.pyg_part(env, 0.5, tmp_path / "killed", "quick", cuda=False)
+    assert killed.status == "partial" and "routes measured: none" in killed.reason

@@ -1,7 +1,7 @@
-"""One command that checks the whole GPU path: the GPU tests, the gather, sampling, storage and epoch benchmarks, multi-GPU DDP.
+"""One command that checks the whole GPU path: the GPU tests, the gather, sampling, storage, epoch and PyG benchmarks, multi-GPU DDP.
 
     make gpu-check [GPU_CHECK_ARGS="--out DIR ..."]        (docs/gpu.md)
-    python3 bench/gpu_check.py [--out DIR] [--wheels DIR] [--site DIR] [--parts pytest,gather,sampling,storage,epoch,ddp] [--full] [--time-limit S]
+    python3 bench/gpu_check.py [--out DIR] [--wheels DIR] [--site DIR] [--parts pytest,gather,sampling,storage,epoch,pyg,ddp] [--full] [--time-limit S]
 
 The two are the same run (``make`` only adds its check for CUDA, below); the second needs no
 ``make`` and no PYTHONPATH: the checkout is found from this file. bench/gpu_check.py only finds this
@@ -35,7 +35,11 @@ its own time limit (docs/gpu.md sizes them), output echoed as it comes:
    ours sampled on the CPU and on the GPU (``--samplers cpu,gpu``), prefetch 0 and 2; the summary's
    end-to-end table sets GPU sampling + zero-copy gather against CPU sampling + zero-copy gather
    and DGL's default path; skipped, with the reason, when ``import dgl`` fails;
-6. ``dgl-zerocopy train --nproc N`` on all N GPUs where ``torch.cuda.device_count() > 1``.
+6. ``bench/training/pyg_epoch.py`` (bench/gpu_check/gpu_check_pyg.py, issue 34): our PyG ``NeighborLoader`` with
+   ``device="cuda"`` (GPU sampling from the pinned CSC, zero-copy features) against our DGL route on the
+   GPU and PyG's own loader where the image has pyg-lib: seconds per loading epoch and sampled edges/s;
+   it starts nothing after its own limit; its rows go into the summary;
+7. ``dgl-zerocopy train --nproc N`` on all N GPUs where ``torch.cuda.device_count() > 1``.
 
 Statuses: ok; partial (the time limit left something out, and everything that ran passed);
 failed; skipped (could not run, e.g. no DGL); not run (not asked for, or one GPU for DDP).
@@ -44,7 +48,7 @@ Exit code: 0 when every step is ok, partial or not run; 1 otherwise; 2 no CUDA.
 It writes into ``--out`` (default bench/results/gpu/) at most 8 files, the most a lent machine
 sends back: gather.{csv,json,png}, epoch.{csv,json,png}, summary.json and summary.md (rewritten
 after every step, so a run stopped from outside still leaves what it had; the sampling and storage
-rows are in the two summaries).
+rows are in the two summaries, as are the PyG step's).
 
 Testing aid: DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1 runs the steps on a machine without CUDA (the
 orchestration only: GPU tests skip, the benchmarks take their CPU paths, the reference backend
@@ -71,6 +75,7 @@ BENCH = HERE.parent
 REPO = BENCH.parent
 sys.path[:0] = [str(HERE), str(BENCH)]  # bench/: common.py
 from common import command_line  # noqa: E402
+from gpu_check_pyg import judge_pyg, pyg_figures, pyg_part  # noqa: E402,F401
 from gpu_check_pytest import LOG_VARIABLE, Progress, read_progress  # noqa: E402
 from gpu_check_report import SAFE_NAME, TRANSFER, end_to_end, epoch_figures, gather_figures, render_markdown, transfer_problems, write_summary  # noqa: E402,F401
 from gpu_check_rows import TIME_LIMIT_STATUS, failure_digest, result_rows, tail  # noqa: E402
@@ -82,7 +87,7 @@ DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
 GATHER_SCRIPT = BENCH / "gathering" / "gather.py"
 EPOCH_SCRIPT = BENCH / "training" / "epoch.py"
 DEFAULT_SITE = Path("/tmp/dgl-zerocopy-site")
-PARTS = ("pytest", "gather", "sampling", "storage", "epoch", "ddp")
+PARTS = ("pytest", "gather", "sampling", "storage", "epoch", "pyg", "ddp")
 PASSING = ("ok", "partial", "not run")
 #: The whole check's seconds. A lent GPU gives 15 minutes of device time for all tries together, and a
 #: machine's start costs a minute or more: the default pass (correctness first: the ``gpu`` tests, then one
@@ -92,9 +97,9 @@ TOTAL_LIMIT = 300
 FULL_TOTAL_LIMIT = 540
 #: Each step's time limit (seconds) in the default pass; on one GPU they add up to TOTAL_LIMIT (ddp runs only
 #: on several GPUs, and then the steps before it give way: :func:`step_limit`).
-LIMITS = {"wheels": 15, "pytest": 160, "gather": 30, "sampling": 25, "storage": 20, "epoch": 50, "ddp": 45}
+LIMITS = {"wheels": 15, "pytest": 150, "gather": 30, "sampling": 25, "storage": 20, "epoch": 35, "pyg": 25, "ddp": 45}
 #: The same with ``--full``, from the measured and counted figures of docs/gpu.md.
-FULL_LIMITS = {"wheels": 30, "pytest": 220, "gather": 120, "sampling": 50, "storage": 40, "epoch": 80, "ddp": 60}
+FULL_LIMITS = {"wheels": 30, "pytest": 200, "gather": 110, "sampling": 50, "storage": 40, "epoch": 70, "pyg": 40, "ddp": 60}
 MIN_STEP = 15  # a step with fewer seconds left than this is not started (partial: time limit)
 PYTEST_GRACE = 20  # pytest is interrupted this long before its limit, to end its session cleanly
 PYTEST_TEST_TIMEOUT = 120  # a test still running after this long at the limit is reported as hung
@@ -480,7 +485,9 @@ def main(argv: list[str] | None = None) -> int:
         "--wheels", type=Path, default=REPO / ".whl", help="folder of wheels to install offline first (default .whl/ of the checkout; skipped when empty)"
     )
     parser.add_argument("--site", type=Path, default=DEFAULT_SITE, help="where those wheels are installed (put on the steps' PYTHONPATH)")
-    parser.add_argument("--parts", default=",".join(PARTS), help="which steps to run, comma separated (default all: pytest,gather,sampling,storage,epoch,ddp)")
+    parser.add_argument(
+        "--parts", default=",".join(PARTS), help="which steps to run, comma separated (default all: pytest,gather,sampling,storage,epoch,pyg,ddp)"
+    )
     parser.add_argument(
         "--full", action="store_true", help=f"the whole benchmark set, figures for the record ({FULL_TOTAL_LIMIT} s; default: the {TOTAL_LIMIT} s pass)"
     )
@@ -553,7 +560,7 @@ def main(argv: list[str] | None = None) -> int:
         "time_limit_s": args.time_limit,
         "limits_s": step_limits,
         "parts": [],
-        "figures": {"gather": [], "epoch": [], "end_to_end": None, "sampling": [], "storage": []},
+        "figures": {"gather": [], "epoch": [], "end_to_end": None, "sampling": [], "storage": [], "pyg": []},
     }
     logs: dict[str, str] = {}
 
@@ -569,6 +576,7 @@ def main(argv: list[str] | None = None) -> int:
                 "end_to_end": end_to_end(epoch_figures(result_rows(out, "epoch"))),
                 "sampling": sampling_figures(result_rows(workdir, "sampling")),  # its files stay in workdir: 8 files come back
                 "storage": storage_figures(result_rows(workdir, "storage")),
+                "pyg": pyg_figures(result_rows(workdir, "pyg_epoch")),
             },
         )
         write_summary(out, summary, logs)
@@ -597,6 +605,8 @@ def main(argv: list[str] | None = None) -> int:
                 parts[name], logs[name] = sampling_part(env, limit, workdir, mode, cuda)
             elif name == "storage":
                 parts[name], logs[name] = storage_part(env, limit, workdir, mode, cuda)
+            elif name == "pyg":
+                parts[name], logs[name] = pyg_part(env, limit, workdir, mode, cuda)
             elif name == "ddp":
                 parts[name], logs[name] = ddp_part(env, limit, mode, gpus)
             else:

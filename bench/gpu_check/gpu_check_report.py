@@ -3,7 +3,7 @@
 Pure functions of the data the check collected (no GPU, no subprocess), so that the tests can
 feed them made-up rows. summary.md opens with the header the check printed first (wheels, GPU,
 driver, CUDA, NVRTC, CuPy), then each step's status, time limit and seconds, what the time limits
-left out, and the figures. The rows are read by gpu_check_rows; the sampling and storage sections
+left out, and the figures. The rows are read by gpu_check_rows; the sampling, storage and PyG sections
 come from their steps' modules (which import gpu_check_rows, never this module).
 """
 
@@ -14,6 +14,7 @@ import math
 import re
 from pathlib import Path
 
+from gpu_check_pyg import pyg_markdown
 from gpu_check_rows import TIME_LIMIT_STATUS, failure_digest, finite, number_cell, tail
 from gpu_check_sampling import sampling_markdown
 from gpu_check_storage import storage_markdown
@@ -269,6 +270,7 @@ def render_markdown(summary: dict) -> str:
     lines += end_to_end_markdown(end_to_end(epoch))
     lines += sampling_markdown(summary["figures"].get("sampling", []))
     lines += storage_markdown(summary["figures"].get("storage", []))
+    lines += pyg_markdown(summary["figures"].get("pyg", []))
     if summary.get("transfer_problems"):
         lines += ["", "## Results folder", "", *(f"- {p}" for p in summary["transfer_problems"])]
     return "\n".join(lines) + "\n"

@@ -1,8 +1,8 @@
 """What every step of bench/gpu_check.py reads and shows: a benchmark's rows, table cells, output tails.
 
-Shared by the step modules (gpu_check_sampling, gpu_check_storage), the setup and the report; it
-imports none of them, so that the check's modules import one another in one direction only:
-gpu_check_main -> gpu_check_report -> gpu_check_sampling, gpu_check_storage -> gpu_check_setup ->
+Shared by the step modules (gpu_check_sampling, gpu_check_storage, gpu_check_pyg), the setup and the report;
+it imports none of them, so that the check's modules import one another in one direction only:
+gpu_check_main -> gpu_check_report -> gpu_check_sampling, gpu_check_storage, gpu_check_pyg -> gpu_check_setup ->
 gpu_check_rows -> common (tests/test_bench_layout.py holds bench/ to no circle).
 """
 
@@ -46,6 +46,16 @@ def result_rows(folder: Path, stem: str) -> list[dict]:
     except OSError:
         return []
     return [{k: _number(v) for k, v in row.items()} for row in csv.DictReader(lines)]
+
+
+def split_rows(rows: list[dict]) -> tuple[list[dict], list[dict], list[dict], list[dict]]:
+    """A step's rows by status: measured (``ok``), failed, skipped for time, and skipped for another reason
+    (what could not run here: no DGL, no pyg-lib)."""
+    ok = [r for r in rows if r.get("status") == "ok"]
+    failed = [r for r in rows if str(r.get("status", "")).startswith("failed")]
+    for_time = [r for r in rows if r.get("status") == TIME_LIMIT_STATUS]
+    other = [r for r in rows if r not in ok and r not in failed and r not in for_time]
+    return ok, failed, for_time, other
 
 
 def failure_digest(rows: list[dict], key: str, limit: int = 3) -> str:

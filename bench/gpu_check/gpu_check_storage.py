@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpu_check_rows import TIME_LIMIT_STATUS, finite, number_cell, result_rows
+from gpu_check_rows import TIME_LIMIT_STATUS, finite, number_cell, result_rows, split_rows
 from gpu_check_setup import Part, Run, last_line, run_bounded
 
 BENCH = Path(__file__).resolve().parents[1]
@@ -81,10 +81,7 @@ def judge_storage(run: Run, rows: list[dict], limit: float) -> Part:
     started, or cut off at a kill: the rows written by then are kept) make it partial; runs that
     could not start here (``import dgl`` failed) make it skipped, with the reason."""
     part = Part("storage", seconds=run.seconds, limit=limit)
-    ok = [r for r in rows if r.get("status") == "ok"]
-    failed = [r for r in rows if str(r.get("status", "")).startswith("failed")]
-    for_time = [r for r in rows if r.get("status") == TIME_LIMIT_STATUS]
-    other = [r for r in rows if r not in ok and r not in failed and r not in for_time]
+    ok, failed, for_time, other = split_rows(rows)
     part.details = {"results": len(ok), "skipped_for_time": len(for_time), "skipped": len(other), "failed": len(failed)}
     if failed:
         part.status = "failed"
