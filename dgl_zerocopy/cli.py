@@ -41,6 +41,7 @@ BENCHMARKS = {
     "pcie_model": "pcie/pcie_model.py",
     "scaling": "training/scaling.py",
     "accuracy": "training/accuracy.py",
+    "pyg_accuracy": "training/pyg_accuracy.py",
     "ddp": "training/ddp.py",
     "compression": "gathering/compression.py",
     "cache": "gathering/cache.py",
@@ -75,6 +76,11 @@ def _parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("train", help="train a GNN and print accuracy and a timing breakdown")
     t.add_argument("--config", help="YAML file with the same keys as these flags (flags override it)")
+    t.add_argument(
+        "--frontend",
+        help="dgl (DGL's samplers and blocks, the default) or pyg (GraphSAGE of PyG's SAGEConv fed by dgl_zerocopy.pyg.NeighborLoader, "
+        'on the same data and settings; needs pip install "dgl-zerocopy[pyg]")',
+    )
     t.add_argument("--dataset", help=f"one of: {', '.join(DATASETS)} (default synthetic)")
     t.add_argument("--num-nodes", type=int, help="size of a generated dataset: synthetic's nodes, hetero-synthetic's papers (authors: 2/5 of them)")
     t.add_argument("--data-root", help="folder holding the real datasets (cora, coauthor-cs, ogbn-products, ...)")
@@ -262,6 +268,12 @@ def _glue_negative_values(argv: list[str]) -> list[str]:
 def _train(args: argparse.Namespace) -> int:
     flags = {k: v for k, v in vars(args).items() if k not in ("command", "config", "no_progress", "dist", "ip_config")}
     cfg = build_config(read_yaml(args.config) if args.config else {}, flags)
+    if cfg.frontend == "pyg":
+        from .training.pyg_train import import_pyg
+
+        if args.dist is not None:
+            raise ConfigError("train --dist trains on DistDGL's route; drop --frontend pyg")
+        import_pyg("dgl-zerocopy train --frontend pyg")  # one line naming the extra, before the dataset loads
     if args.dist is not None:
         _homogeneous_only(cfg.dataset, "train --dist")
         if cfg.sampler in ("gpu", "snapshot"):
@@ -281,7 +293,7 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
     from .data.feature_file import attach_feature_file
     from .store.storage import BufferFullError, StorageChangedError
     from .store.table_input import human_size
-    from .training.train import best_epoch, resolve_device, timing_table, train
+    from .training.train import best_epoch, resolve_device, timing_table
 
     device = resolve_device(cfg.device, cfg.feature_source, cfg.nproc, cfg.sampler)  # fail before the dataset loads
     _placement_is_used(cfg, device)
@@ -301,6 +313,7 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
         on_storage = f", features on storage in {str(dataset.features.path)!r} ({human_size(dataset.features.nbytes)}), host cache {cfg.host_cache} ({cfg.host_cache_policy or 'static'})"
     cached = f", cache {cfg.feature_cache} ({cfg.cache_policy})" if cfg.feature_cache != "0" else ""
     per_type = " per edge type" if cfg.dataset in HETERO_DATASETS else ""
+    frontend = " of PyG's SAGEConv through dgl_zerocopy.pyg.NeighborLoader" if cfg.frontend == "pyg" else ""
     sampled = f", sampled on the GPU (graph {cfg.graph_placement})" if cfg.sampler == "gpu" else ""
     if cfg.sampler == "snapshot":
         from .training.sources import SamplerRequest
@@ -311,7 +324,7 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
         on_gpu = " in GPU memory" if device.type == "cuda" and cfg.feature_source not in ("dgl", "dgl-storage") else ""
         sampled = f", sampled from a snapshot{on_gpu} of {size} in-edges per node, refresh {request.refresh:g} per epoch (evaluation: the full graph)"
     print(
-        f"model {cfg.model}, fanouts {cfg.fanouts}{per_type}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{on_storage}{cached}{sampled}"
+        f"model {cfg.model}{frontend}, fanouts {cfg.fanouts}{per_type}, batch {cfg.batch_size}, feature source {cfg.feature_source}{compressed}{on_storage}{cached}{sampled}"
     )
     if cfg.nproc > 1:
         from .training.ddp import share_dataset
@@ -323,7 +336,7 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
         )
         dataset = share_dataset(dataset)  # the arrays move to shared memory once; the private copies are freed here
     try:
-        history = _as_one_process(train, cfg, dataset, on_epoch=_print_epoch, progress=not args.no_progress)
+        history = _as_one_process(_route(cfg), cfg, dataset, on_epoch=_print_epoch, progress=not args.no_progress)
     except ProcessExitedException as e:  # a rank died without a Python error (a signal): launch's one line
         print(f"dgl-zerocopy: error: {e}", file=sys.stderr)
         return 1
@@ -339,6 +352,17 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
     print(timing_table(history))
     print(f"\nfinal test accuracy {history[-1].test_acc:.4f} (best val {best.val_acc:.4f} at epoch {best.epoch}, test {best.test_acc:.4f})")
     return 0
+
+
+def _route(cfg):
+    """The training loop of ``cfg.frontend``: the DGL route's, or the PyG route's (which imports PyG)."""
+    if cfg.frontend == "pyg":
+        from .training.pyg_train import train_pyg
+
+        return train_pyg
+    from .training.train import train
+
+    return train
 
 
 def _as_one_process(call, *args, **kwargs):

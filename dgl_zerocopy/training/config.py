@@ -29,6 +29,9 @@ class TrainConfig(BaseModel):
     data_root: str | None = None  # folder of the real datasets (all but synthetic)
     self_loop: bool = False  # add one self-loop per node before training (GCN's A + I)
     model: Literal["sage", "gcn", "rgcn"] = "sage"  # rgcn: heterographs only, and their default (see _model_follows_the_graph)
+    # dgl: DGL's samplers and blocks, the model of dgl_zerocopy.nn; pyg: GraphSAGE of PyG's SAGEConv fed by
+    # dgl_zerocopy.pyg.NeighborLoader (training/pyg_train.py), on the same data, split and settings
+    frontend: Literal["dgl", "pyg"] = "dgl"
     fanouts: list[int] = [15, 10, 5]
     batch_size: PositiveInt = 1024
     eval_batch_size: PositiveInt = 4096
@@ -102,6 +105,40 @@ class TrainConfig(BaseModel):
                 f"self_loop adds a self-loop per node of a homogeneous graph, and dataset {self.dataset!r} is a heterograph "
                 f"(RGCN's SAGEConv relations read each node's own features anyway); drop --self-loop"
             )
+        return self
+
+    @model_validator(mode="after")
+    def _pyg_route_fits(self) -> TrainConfig:
+        """``frontend: pyg`` trains GraphSAGE of PyG's SAGEConv through our PyG loader, in one process, from a store
+        of the features in memory: what it cannot do is refused in one line, never silently ignored."""
+        if self.frontend != "pyg":
+            return self
+        refused = [
+            (self.model != "sage", f"model {self.model!r}", "GraphSAGE of PyG's SAGEConv", "use --model sage"),
+            (
+                self.feature_source in ("dgl", "dgl-storage"),
+                f"feature source {self.feature_source!r}",
+                "our store's backends",
+                "use --feature-source cpu (zerocopy or gpu on a GPU)",
+            ),
+            (self.sampler == "snapshot", "sampler 'snapshot'", "our PyG loader's samplers (cpu, gpu)", "use --sampler cpu or gpu"),
+            (
+                parse_cache_size(self.feature_cache)[1] != 0,
+                f"feature_cache {self.feature_cache!r}",
+                "a store without the hot-row cache",
+                "leave --feature-cache at 0",
+            ),
+            (
+                self.feature_storage is not None,
+                f"feature_storage {self.feature_storage!r}",
+                "features held in memory",
+                "drop --feature-storage and --host-cache",
+            ),
+            (self.nproc > 1, f"nproc {self.nproc}", "one process", "use --nproc 1"),
+        ]
+        for bad, what, route, fix in refused:
+            if bad:
+                raise ValueError(f"frontend 'pyg' trains with {route}, and {what} is not on that route; {fix}, or --frontend dgl")
         return self
 
     @model_validator(mode="after")
@@ -371,6 +408,7 @@ def _one_line(error: ValidationError) -> str:
             "host_cache",
             "feature_storage",
             "graph_placement",
+            "frontend",
         )
     ):
         return msg

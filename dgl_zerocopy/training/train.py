@@ -133,7 +133,10 @@ def train(cfg: TrainConfig, dataset: GraphDataset, on_epoch: Callable[[EpochStat
     ``dataset`` may also be a :class:`~dgl_zerocopy.training.ddp.SharedDataset`. With ``cfg.nproc > 1``
     the training runs in ``cfg.nproc`` spawned processes (module docstring), the history returned
     is rank 0's, and ``on_epoch`` is called in rank 0's process, so it must be picklable (a
-    module-level function, not a lambda)."""
+    module-level function, not a lambda). The DGL route only: ``cfg.frontend == "pyg"`` is
+    :func:`~dgl_zerocopy.training.pyg_train.train_pyg`'s (a ValueError here)."""
+    if cfg.frontend != "dgl":
+        raise ValueError(f"train() runs the DGL route, but cfg.frontend is {cfg.frontend!r}; call dgl_zerocopy.training.pyg_train.train_pyg(cfg, dataset)")
     if cfg.nproc > 1:
         return _train_parallel(cfg, dataset, on_epoch, progress)
     if not isinstance(dataset, (GraphDataset, HeteroGraphDataset)):  # a SharedDataset (made for nproc > 1): its arrays, viewed here
