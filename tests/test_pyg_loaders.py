@@ -554,6 +554,21 @@ def test_a_compressed_store_and_an_extra_table():
         assert torch.equal(batch.h, extra[batch.n_id]) and torch.equal(batch.edge_attr, data.edge_attr[batch.e_id])
 
 
+def test_close_closes_the_stores_it_built_and_leaves_the_ones_passed_in():
+    data = make_data()
+    store = TableStore(data.x, compression="fp16")
+    loader = NeighborLoader(data, [3], batch_size=8, features={"x": store})
+    built = loader.route.edge[(None, "edge_attr")]
+    loader.close()
+    assert built.closed, "the edge table's store was built by the loader: closed with it"
+    assert not store.closed, "a store passed in built belongs to its owner"
+    again = NeighborLoader(data, [3], batch_size=8, features={"x": store})
+    batch = one_batch(again)
+    assert torch.equal(batch.x, store.codec.decode(data.x.half()[batch.n_id], batch.n_id)), "a second loader shares it"
+    again.close()
+    store.close()
+
+
 def test_hetero_features_by_type():
     h = make_hetero()
     store = TableStore(h["author"].x, compression="fp16")

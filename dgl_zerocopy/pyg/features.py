@@ -34,6 +34,8 @@ class FeatureRoute:
     node: dict[tuple[Hashable, str], TableStore] = field(default_factory=dict)
     edge: dict[tuple[Hashable, str], TableStore] = field(default_factory=dict)
     device: torch.device = torch.device("cpu")
+    #: ids of the stores this route built (the others were passed in built, and their owner closes them)
+    owned: set[int] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(self.node or self.edge)
@@ -50,9 +52,19 @@ class FeatureRoute:
             if ids is not None:
                 _target(batch, group)[name] = gather(store, ids)
 
+    def take(self, table: Any, key: Any) -> TableStore:
+        """``table`` as a store on this route's device, remembered as ours when built here."""
+        store = as_store(table, self.device, key)
+        if store is not table:
+            self.owned.add(id(store))
+        return store
+
     def close(self) -> None:
+        """Close the stores this route built from tensors (pinned tables given back); a store passed in
+        built (``features={name: store}``) stays open for its owner."""
         for store in [*self.node.values(), *self.edge.values()]:
-            store.close()
+            if id(store) in self.owned:
+                store.close()
 
 
 def gather(store: TableStore, ids: torch.Tensor) -> torch.Tensor:
@@ -79,9 +91,6 @@ def route_features(data: Any, features: Any, device: torch.device) -> tuple[Any,
     else:
         stores = [(store._key, store, shell[store._key]) for store in data.stores if store._key is not None]
     for group, store, shell_store in stores:
-        is_node = group is None or isinstance(group, str)
-        if is_node and "num_nodes" not in store:
-            shell_store.num_nodes = store.num_nodes  # PyG counts nodes by their features otherwise
         for name, value in list(store.items()):
             key = name if group is None else (group, name)
             table = given.pop(key, None)
@@ -89,12 +98,14 @@ def route_features(data: Any, features: Any, device: torch.device) -> tuple[Any,
                 continue
             table = value if table is None else table
             level = "node" if (group is None and store.is_node_attr(name)) or (group is not None and isinstance(group, str)) else "edge"
-            getattr(route, level)[(group, name)] = as_store(table, device, key)
+            getattr(route, level)[(group, name)] = route.take(table, key)
+            if level == "node" and "num_nodes" not in shell_store:
+                shell_store.num_nodes = store.num_nodes  # PyG counts nodes by their features otherwise
             del shell_store[name]
     for key, table in given.items():  # tables the data does not hold
         group, name = (None, key) if isinstance(data, Data) else _split_key(key)
         level = "node" if group is None or isinstance(group, str) else "edge"
-        getattr(route, level)[(group, name)] = as_store(table, device, key)
+        getattr(route, level)[(group, name)] = route.take(table, key)
     return shell, route
 
 
