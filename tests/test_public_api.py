@@ -19,6 +19,7 @@ from dgl_zerocopy._moved import MOVED
 
 API_MD = Path(REPO) / "docs" / "api.md"
 NEEDS_DGL = {"dgl_zerocopy.loading.dgl"}  # modules that import DGL themselves
+NEEDS_PYG = {"dgl_zerocopy.pyg"}  # modules that import torch_geometric themselves (the [pyg] extra)
 
 
 def _tables() -> tuple[dict[str, list[str]], dict[str, str]]:
@@ -42,6 +43,8 @@ PUBLIC, MOVED_IN_DOCS = _tables()
 def _import(module: str) -> types.ModuleType:
     if module in NEEDS_DGL:
         pytest.importorskip("dgl")
+    if module in NEEDS_PYG:
+        pytest.importorskip("torch_geometric")
     return importlib.import_module(module)
 
 
