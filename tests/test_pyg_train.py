@@ -1,6 +1,7 @@
 """The PyG route of the training loop (training/pyg_train.py; ``dgl-zerocopy train --frontend pyg``): GraphSAGE of
 PyG's SAGEConv computes the DGL route's function, learns through our PyG loader and reports as the DGL route does;
-what the route cannot do is refused in one line; without PyG the CLI names the extra, and the DGL route trains."""
+what the route cannot do is refused in one line; without PyG the CLI names the extra, and the DGL route trains; without
+DGL the PyG route trains."""
 
 from __future__ import annotations
 
@@ -149,6 +150,20 @@ def test_without_pyg_the_dgl_route_trains():
     code = (
         WITHOUT_PYG
         + "from dgl_zerocopy.cli import main\nrc = main(['train', *sys.argv[1:]])\nassert 'torch_geometric' not in [m.split('.')[0] for m in sys.modules if sys.modules[m] is not None]\nsys.exit(rc)\n"
+    )
+    env = {**os.environ, "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1"}
+    r = subprocess.run([sys.executable, "-c", code, *TINY], cwd=REPO, env=env, capture_output=True, text=True, encoding="utf-8", timeout=300)
+    assert r.returncode == 0, r.stdout[-2000:] + r.stderr[-4000:]
+    assert "final test accuracy" in r.stdout
+
+
+def test_without_dgl_the_pyg_route_trains():
+    code = (
+        "import sys; sys.modules['dgl'] = None\n"
+        "from dgl_zerocopy.cli import main\n"
+        "rc = main(['train', '--frontend', 'pyg', *sys.argv[1:]])\n"
+        "assert not [m for m in sys.modules if m.split('.')[0] == 'dgl' and sys.modules[m] is not None]\n"
+        "sys.exit(rc)\n"
     )
     env = {**os.environ, "PYTHONIOENCODING": "utf-8", "OMP_NUM_THREADS": "1"}
     r = subprocess.run([sys.executable, "-c", code, *TINY], cwd=REPO, env=env, capture_output=True, text=True, encoding="utf-8", timeout=300)
