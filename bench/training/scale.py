@@ -11,7 +11,8 @@ For each ``--fractions`` value (of ogbn-papers100M's 111,059,956 nodes; about 29
             per-batch sample and gather times (median and quartiles), sampled edges/s, storage bytes per
             batch; the sampled positions past 2**31 (where the graph has them) checked against
             ``indices.npy`` read with plain file reads; then ``--steps`` GraphSAGE steps (3 layers,
-            hidden ``--hidden``, Adam) on those batches, whose loss must fall.
+            hidden ``--hidden``, Adam) cycling through those batches (their rows gathered again, not timed
+            in the step), whose loss must fall.
 The cost per sampled edge (sample seconds / edges) and per gathered byte (gather seconds / bytes) against
 the graph's edge count is drawn as a PNG; rows are saved as CSV/JSON (bench/results/scale.*).
 
@@ -43,6 +44,17 @@ from common import RESULTS, command_line, machine, summarize, write_results  # n
 
 def _peak_rss_bytes() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # KiB on Linux
+
+
+def _rss_split_gb() -> dict:
+    """Resident memory now, anonymous (the process's own) and file-backed (mapped pages of the graph's
+    files: clean page cache, given back under pressure), from /proc/self/status (Linux; empty elsewhere)."""
+    try:
+        lines = Path("/proc/self/status").read_text().splitlines()
+    except OSError:
+        return {}
+    fields = dict(line.split(":", 1) for line in lines if line.startswith(("RssAnon", "RssFile")))
+    return {f"end_{k.lower()}_gb": int(v.split()[0]) * 1024 / 1e9 for k, v in fields.items()}
 
 
 def _folder(data_dir: Path, fraction: float) -> Path:
@@ -134,14 +146,16 @@ def stage_run(args, fraction: float) -> dict:
         storage_bytes.append(int(store.storage_stats().get("storage_bytes", 0)))
         edges.append(len(s.pos["_E"]))
         rows.append(len(s.nodes["_N"]))
-        samples.append((s, x))
+        samples.append(s)
+        del x  # gathered again for its training step: only the ids are kept
     past += _check_past_2_31(graph, sampler, args.seed)
     row_bytes = graph.feat_dim  # int8 codes
     model = GraphSAGE(graph.feat_dim, args.hidden, graph.num_classes, num_layers=len(fanouts), dropout=0.0)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses, step_s = [], []
     for step in range(args.steps):
-        s, x = samples[step % len(samples)]
+        s = samples[step % len(samples)]
+        x = store.gather(torch.from_numpy(s.nodes["_N"]))  # host-buffer hits after the first pass
         y = torch.from_numpy(np.asarray(graph.labels[s.nodes["_N"][: s.nodes_per_hop["_N"][0]]]))
         t = time.perf_counter()
         loss = torch.nn.functional.cross_entropy(model(_blocks(s, len(fanouts)), x), y)
@@ -159,6 +173,7 @@ def stage_run(args, fraction: float) -> dict:
         "index_dtype": str(graph.indices.dtype),
         "open_s": open_s,
         "run_peak_rss_gb": _peak_rss_bytes() / 1e9,
+        **_rss_split_gb(),
         "sample_ms_median": sample["median"] * 1e3,
         "sample_ms_q1": sample["q1"] * 1e3,
         "sample_ms_q3": sample["q3"] * 1e3,
