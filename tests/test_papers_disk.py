@@ -159,6 +159,7 @@ def test_opening_copies_nothing(tmp_path):
     graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False))
     mapped = {k: np.load(graph.path / f"{k}.npy", mmap_mode="r") for k in ("indptr", "indices")}
     assert isinstance(graph.indices, np.memmap) and not graph.indices.flags.writeable
+    graph.populate()  # faults the pages in; the arrays stay the mappings
     relation = graph.hop_sampler().relations["_E"]
     assert relation.indptr is graph.indptr and relation.indices is graph.indices, "the sampler holds the mappings themselves"
     sg = graph.sampling_graph()

@@ -127,6 +127,11 @@ def stage_run(args, fraction: float) -> dict:
     sampler = graph.hop_sampler()
     store = graph.feature_store(host_cache_bytes=args.host_cache)
     open_s = time.perf_counter() - started
+    populate_s = 0.0
+    if args.populate:
+        started = time.perf_counter()
+        graph.populate()
+        populate_s = time.perf_counter() - started
     fanouts = [int(f) for f in args.fanouts.split(",")]
     seeds = rng.permutation(np.asarray(graph.train_idx))
     batches = [np.sort(seeds[i * args.batch_size : (i + 1) * args.batch_size]) for i in range(args.batches)]
@@ -172,6 +177,7 @@ def stage_run(args, fraction: float) -> dict:
         "edges": graph.num_edges,
         "index_dtype": str(graph.indices.dtype),
         "open_s": open_s,
+        "populate_s": populate_s,
         "run_peak_rss_gb": _peak_rss_bytes() / 1e9,
         **_rss_split_gb(),
         "sample_ms_median": sample["median"] * 1e3,
@@ -210,6 +216,7 @@ def _child(args, stage: str, fraction: float) -> dict:
     cmd = [sys.executable, __file__, "--stage", stage, "--fractions", f"{fraction:g}"]
     for k in ("data_dir", "seed", "features", "batches", "batch_size", "fanouts", "steps", "hidden", "host_cache"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
+    cmd += ["--populate"] if args.populate else []
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -247,6 +254,7 @@ def main() -> None:
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--host-cache", type=int, default=2 << 30, help="bytes of feature rows kept in the host buffer (default 2 GiB)")
+    p.add_argument("--populate", action="store_true", help="fault the CSC's pages in after opening (DiskGraph.populate): no page fault per batch")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument("--stem", default="scale")
     p.add_argument("--stage", choices=("generate", "run"), help=argparse.SUPPRESS)
