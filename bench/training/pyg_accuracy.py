@@ -170,6 +170,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
         f"`{meta['command']}`",
         "",
         f"{meta['device']}; {meta['machine']}; seeds {meta['seeds']}; {meta['rule']}.",
+        "Times are wall clock on the machine as it was (shared by other jobs), not a speed comparison: bench/training/pyg_epoch.py is.",
         "",
         "| dataset | route | fanouts | batch | hidden | epochs | test accuracy % (mean ± std) | pyg - dgl (points ± SE) | Welch p | within noise | epoch s (median) | eval s (median) |",
         "|---|---|---|---|---|---|---|---|---|---|---|---|",
@@ -210,7 +211,7 @@ def plot(rows: list[dict], meta: dict, path: Path) -> None:
     ax.set_ylabel("test accuracy % (mean ± std)")
     ax.set_ylim(50, 100)
     ax.set_title(f"GraphSAGE, two front ends; {meta['device']}; seeds {meta['seeds']}; best-validation epoch", fontsize=8)
-    ax.legend(fontsize=8, loc="lower right")
+    ax.legend(fontsize=8, loc="upper center", ncol=2)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
 
