@@ -14,6 +14,7 @@ from conftest import REPO
 from dgl_zerocopy.data import papers_disk as pd
 from dgl_zerocopy.data.disk_graph import open_disk_graph
 from dgl_zerocopy.data.synthetic import SyntheticSpec
+from dgl_zerocopy.sampling.disk import hop_sampler
 
 sys.path.insert(0, str(REPO / "bench" / "training"))
 import scale  # noqa: E402
@@ -21,7 +22,7 @@ import scale  # noqa: E402
 
 def test_blocks_hold_every_sampled_edge_once_by_hop(tmp_path):
     graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SyntheticSpec.papers100m_like(num_nodes=3_000), block_nodes=1_000, progress=False))
-    s = graph.hop_sampler().sample({"_N": np.array([3, 1, 2_000])}, {"_E": [4, 3, 2]}, rng=np.random.default_rng(1))
+    s = hop_sampler(graph).sample({"_N": np.array([3, 1, 2_000])}, {"_E": [4, 3, 2]}, rng=np.random.default_rng(1))
     blocks = scale._blocks(s, 3)
     counts = np.cumsum(s.nodes_per_hop["_N"])
     assert [b.num_dst_nodes() for b in blocks] == [counts[2], counts[1], counts[0]]

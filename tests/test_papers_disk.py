@@ -17,6 +17,7 @@ from dgl_zerocopy.data import DatasetError
 from dgl_zerocopy.data import papers_disk as pd
 from dgl_zerocopy.data.disk_graph import FORMAT, META, NpyAppender, open_disk_graph
 from dgl_zerocopy.data.synthetic import SyntheticSpec
+from dgl_zerocopy.sampling.disk import hop_sampler, sampling_graph
 from dgl_zerocopy.store.cache_files import partial_prefix
 
 SPEC = SyntheticSpec.papers100m_like(num_nodes=6_000, seed=3)
@@ -160,15 +161,15 @@ def test_opening_copies_nothing(tmp_path):
     mapped = {k: np.load(graph.path / f"{k}.npy", mmap_mode="r") for k in ("indptr", "indices")}
     assert isinstance(graph.indices, np.memmap) and not graph.indices.flags.writeable
     graph.populate()  # faults the pages in; the arrays stay the mappings
-    relation = graph.hop_sampler().relations["_E"]
+    relation = hop_sampler(graph).relations["_E"]
     assert relation.indptr is graph.indptr and relation.indices is graph.indices, "the sampler holds the mappings themselves"
-    sg = graph.sampling_graph()
+    sg = sampling_graph(graph)
     for name, t in (("indptr", sg.indptr), ("indices", sg.indices)):
         array = getattr(graph, name)
         assert t.data_ptr() == array.ctypes.data, f"{name}: the tensor views the mapped pages"
         assert np.shares_memory(t.numpy(), array)
         assert np.array_equal(t.numpy(), mapped[name])
-    sampled = graph.hop_sampler().sample({"_N": np.arange(5)}, {"_E": [15, 10, 5]}, rng=np.random.default_rng(0))
+    sampled = hop_sampler(graph).sample({"_N": np.arange(5)}, {"_E": [15, 10, 5]}, rng=np.random.default_rng(0))
     pos, col, nodes = sampled.pos["_E"], sampled.col["_E"], sampled.nodes["_N"]
     assert np.array_equal(graph.indices[pos], nodes[sampled.row["_E"]]), "every sampled edge is in the file"
     assert ((pos >= graph.indptr[nodes[col]]) & (pos < graph.indptr[nodes[col] + 1])).all()
@@ -208,11 +209,11 @@ def test_edge_positions_past_2_31_from_a_mapped_file(tmp_path):
     edges = 2**31 + 10
     graph = _sparse_graph(tmp_path / "g", edges)
     assert graph.indices.dtype == np.int32 and graph.num_edges == edges
-    sampled = graph.hop_sampler().sample({"_N": np.array([1])}, {"_E": [4]}, rng=np.random.default_rng(0))
+    sampled = hop_sampler(graph).sample({"_N": np.array([1])}, {"_E": [4]}, rng=np.random.default_rng(0))
     pos = sampled.pos["_E"]
     assert pos.dtype == np.int64 and len(pos) == 4 and ((pos >= 2**31) & (pos < edges)).all(), pos
     assert (graph.indices[pos] == 0).all()
-    sg = graph.sampling_graph()
+    sg = sampling_graph(graph)
     assert sg.idtype == torch.int32 and sg.edge_idtype == torch.int64
     past = torch.from_numpy(pos)
     assert torch.equal(sg.edge_ids(past), past), "edge ids keep their 64-bit value"

@@ -118,13 +118,14 @@ def _check_against_files(graph, sampled, most: int = 20_000) -> int:
 
 def stage_run(args, fraction: float) -> dict:
     from dgl_zerocopy.data.disk_graph import open_disk_graph
+    from dgl_zerocopy.sampling.disk import hop_sampler
     from dgl_zerocopy.training.models import GraphSAGE
 
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
     started = time.perf_counter()
     graph = open_disk_graph(_folder(args.data_dir, fraction))
-    sampler = graph.hop_sampler()
+    sampler = hop_sampler(graph)
     store = graph.feature_store(host_cache_bytes=args.host_cache)
     open_s = time.perf_counter() - started
     populate_s = 0.0

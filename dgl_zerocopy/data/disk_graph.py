@@ -16,8 +16,8 @@ renamed into place when whole, so a folder named ``DIR`` with a ``graph.json`` i
 :func:`open_disk_graph` still checks each array's dtype and length against ``graph.json``.
 
 Opening copies nothing: :attr:`DiskGraph.indptr`/``indices`` are the file mappings, handed as they are
-to :class:`~dgl_zerocopy.sampling.cpu_hops.HopSampler` (:meth:`DiskGraph.hop_sampler`) and, as tensors
-over the same pages, to :class:`~dgl_zerocopy.sampling.graph.SamplingGraph` (:meth:`DiskGraph.sampling_graph`,
+to :class:`~dgl_zerocopy.sampling.cpu_hops.HopSampler` (:func:`dgl_zerocopy.sampling.disk.hop_sampler`) and, as tensors
+over the same pages, to :class:`~dgl_zerocopy.sampling.graph.SamplingGraph` (:func:`dgl_zerocopy.sampling.disk.sampling_graph`,
 pinned in place with ``placement="pinned"``); the features are served by ``FeatureStore(path,
 host_cache_bytes=N)`` (:meth:`DiskGraph.feature_store`).
 """
@@ -31,7 +31,6 @@ from pathlib import Path
 
 import numpy as np
 
-from ..store.host_files import tensor_view
 from .base import DatasetError
 
 __all__ = ["DiskGraph", "open_disk_graph", "NpyAppender", "META", "FORMAT"]
@@ -130,20 +129,6 @@ class DiskGraph:
             step = max(1, mmap.PAGESIZE // array.itemsize)
             for start in range(0, array.shape[0], 1 << 28):  # a bounded strided view at a time
                 int(np.asarray(array[start : start + (1 << 28) : step]).sum())
-
-    def hop_sampler(self):
-        """A :class:`~dgl_zerocopy.sampling.cpu_hops.HopSampler` over the mapped CSC as it is (one node
-        type ``"_N"``, one relation ``"_E"``). Its scratch array is one int64 per node, made at the first sample."""
-        from ..sampling.cpu_hops import HopSampler, Relation
-
-        return HopSampler({"_E": Relation(self.indptr, self.indices, "_N", "_N")}, {"_N": self.num_nodes})
-
-    def sampling_graph(self, placement: str = "host", device=None):
-        """A :class:`~dgl_zerocopy.sampling.graph.SamplingGraph` over tensors that view the mapped files
-        (``placement="pinned"`` registers those pages in place; ``"host"`` for the CPU kernels' twins)."""
-        from ..sampling.graph import SamplingGraph
-
-        return SamplingGraph(tensor_view(self.indptr), tensor_view(self.indices), placement=placement, device=device)
 
     def feature_store(self, host_cache_bytes: int, backend: str = "cpu", device=None, **options):
         """``FeatureStore(features, host_cache_bytes=...)``: rows stay in their file, at most
