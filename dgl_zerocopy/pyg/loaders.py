@@ -110,6 +110,22 @@ class _OurRoute:
             sampler.close()
 
 
+def _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs) -> NeighborSampler:
+    """Our sampler for a loader's arguments (its CSC in shared memory when workers will read it)."""
+    return NeighborSampler(
+        data,
+        num_neighbors=num_neighbors,
+        replace=replace,
+        subgraph_type=subgraph_type,
+        disjoint=disjoint,
+        is_sorted=is_sorted,
+        share_memory=kwargs.get("num_workers", 0) > 0,
+        directed=directed,
+        device=device,
+        graph_placement=graph_placement,
+    )
+
+
 def _prefetched(loader: Any, ring: SlotRing) -> Iterator:
     """The epoch's batches, ``loader.prefetch`` ahead on a worker thread (module docstring)."""
     ring.begin_epoch()
@@ -191,18 +207,7 @@ class NeighborLoader(_OurRoute, PygNeighborLoader):
     ) -> None:
         refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=input_time)
         if neighbor_sampler is None:
-            neighbor_sampler = NeighborSampler(
-                data,
-                num_neighbors=num_neighbors,
-                replace=replace,
-                subgraph_type=subgraph_type,
-                disjoint=disjoint,
-                is_sorted=is_sorted,
-                share_memory=kwargs.get("num_workers", 0) > 0,
-                directed=directed,
-                device=device,
-                graph_placement=graph_placement,
-            )
+            neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs)
         shell = self._take_over(data, device, features, prefetch)
         super().__init__(
             shell,
@@ -257,18 +262,7 @@ class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
     ) -> None:
         refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=edge_label_time)
         if neighbor_sampler is None:
-            neighbor_sampler = NeighborSampler(
-                data,
-                num_neighbors=num_neighbors,
-                replace=replace,
-                subgraph_type=subgraph_type,
-                disjoint=disjoint,
-                is_sorted=is_sorted,
-                share_memory=kwargs.get("num_workers", 0) > 0,
-                directed=directed,
-                device=device,
-                graph_placement=graph_placement,
-            )
+            neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs)
         shell = self._take_over(data, device, features, prefetch)
         super().__init__(
             shell,
