@@ -79,7 +79,7 @@ gpu-check:
 # Run here (it needs PyPI): the wheels the GPU image lacks (Python 3.12, manylinux x86_64) into .whl/,
 # at the versions of constraints/newest.txt, replacing older ones of the same names (two versions stop the install).
 # typing_extensions: pydantic needs >= 4.16; gpu_check.py installs it only where the image's is older.
-GPU_WHEELS    := dgl pydantic pydantic_core annotated-types typing-inspection typing_extensions torch-geometric xxhash
+GPU_WHEELS    := dgl pydantic pydantic_core annotated-types typing-inspection typing_extensions torch-geometric xxhash numba llvmlite
 GPU_PLATFORMS := manylinux_2_28_x86_64 manylinux_2_27_x86_64 manylinux_2_17_x86_64 manylinux2014_x86_64 manylinux1_x86_64
 
 gpu-wheels:

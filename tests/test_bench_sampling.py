@@ -100,7 +100,7 @@ def test_bad_arguments_are_one_line_errors(capsys):
         (["--fanouts", "15,0"], "--fanouts must be"),
         (
             ["--methods", "gpu,dgl-cpu"],
-            "unknown method 'gpu'; choose from gpu-pinned, gpu-device, gpu-snapshot, dgl-cpu, reference, emulator, snapshot-reference, pyg-cpu, hops-cpu",
+            "unknown method 'gpu'; choose from gpu-pinned, gpu-device, gpu-snapshot, dgl-cpu, reference, emulator, snapshot-reference, pyg-cpu, hops-cpu, hops-numpy",
         ),
         (["--batches", "0"], "--batches must be at least 1, but got 0"),
     ):
@@ -126,7 +126,7 @@ def test_methods_left_out_are_rows_that_say_why(tmp_path, monkeypatch):
 
 
 def test_the_hop_check_passes_our_pyg_layout_samples_and_catches_broken_ones(graph):
-    """pyg-cpu and hops-cpu (bench/sampler/sampling_hops.py): valid samples pass, equal for one torch seed; each
+    """pyg-cpu, hops-cpu and hops-numpy (bench/sampler/sampling_hops.py): valid samples pass, equal for one torch seed; each
     broken part is named."""
     pytest.importorskip("torch_geometric")
     import sampling_hops
@@ -139,6 +139,7 @@ def test_the_hop_check_passes_our_pyg_layout_samples_and_catches_broken_ones(gra
         samples[name] = sampling_hops.build(name, indptr, indices, FANOUTS, replace=False)(seeds)
         sampling.check_hops(indptr, indices, seeds, samples[name], FANOUTS, replace=False)
     sampling.check_same(samples["pyg-cpu"], samples["hops-cpu"])
+    sampling.check_same(samples["hops-numpy"], samples["hops-cpu"])
     hops = sampling_hops.as_hops(samples["hops-cpu"])
     assert sampling_hops.counts(samples["pyg-cpu"]) == (hops.edges_per_hop[::-1], len(hops.nodes))
     assert hops.edges_per_hop[0] == int(torch.clamp(indptr[seeds + 1] - indptr[seeds], max=FANOUTS[-1]).sum()), "the seeds' hop: min(deg, fanout)"

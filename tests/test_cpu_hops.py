@@ -5,7 +5,8 @@ of a node with degree ``d`` picked with frequency ``k / d``, each ``k``-subset e
 binomial tolerance on a fixed seed; :class:`HopSampler`'s output checked edge by edge against the CSC it
 samples (seeds first, sources, destinations and positions agree, every hop's counts), homogeneous and with
 three node types, disjoint trees, induced edges against a brute-force set, the refusals, the scratch
-arrays' reset (after an error too, and under two threads), and reproducibility.
+arrays' reset (after an error too, and under two threads), and reproducibility. Every test runs on both
+of HopSampler's paths (NumPy alone, and numba's kernels: tests/test_hop_kernels.py checks them equal).
 """
 
 from __future__ import annotations
@@ -18,7 +19,18 @@ import numpy as np
 import pytest
 import torch
 
+from dgl_zerocopy.sampling import hop_kernels
 from dgl_zerocopy.sampling.cpu_hops import HopSampler, Relation, floyd_subsets, pick, ranges
+
+
+@pytest.fixture(autouse=True, params=[False, True], ids=["numpy", "compiled"])
+def compiled(request, monkeypatch):
+    """Every test twice: HopSampler on NumPy alone, and with the compiled kernels (its default where numba is)."""
+    if request.param and not hop_kernels.available:
+        pytest.skip("numba is not installed (it comes with dgl-zerocopy[pyg])")
+    monkeypatch.setattr(hop_kernels, "available", request.param)
+    return request.param
+
 
 # -- small graphs ---------------------------------------------------------------------------------------------
 
@@ -124,19 +136,19 @@ def test_ranges_is_the_concatenation_of_aranges():
 def test_floyd_subsets_are_distinct_offsets_in_range(k):
     gen = np.random.default_rng(1)
     counts = gen.integers(k, k + 6, 500)
-    out = floyd_subsets(counts, k, np.random.default_rng(2))
+    out = floyd_subsets(counts, k, 2)
     assert out.shape == (500, k) and out.dtype == np.int64
     for row, count in zip(out.tolist(), counts.tolist()):
         assert len(set(row)) == k and all(0 <= v < count for v in row)
-    assert floyd_subsets(counts, 0, gen).shape == (500, 0) and floyd_subsets(counts[:0], k, gen).shape == (0, k)
+    assert floyd_subsets(counts, 0, 9).shape == (500, 0) and floyd_subsets(counts[:0], k, 9).shape == (0, k)
     # counts == k: every offset, in some order.
-    assert (np.sort(floyd_subsets(np.full(20, k), k, gen), axis=1) == np.arange(k)).all()
+    assert (np.sort(floyd_subsets(np.full(20, k), k, 9), axis=1) == np.arange(k)).all()
 
 
 def test_floyd_subsets_draw_every_subset_equally_often():
     """Each of the C(5, 2) = 10 subsets of 2 offsets among 5 with frequency 1/10 (6 standard deviations)."""
     n = 50_000
-    out = np.sort(floyd_subsets(np.full(n, 5), 2, np.random.default_rng(3)), axis=1)
+    out = np.sort(floyd_subsets(np.full(n, 5), 2, 3), axis=1)
     counts = Counter(map(tuple, out.tolist()))
     assert set(counts) == set(itertools.combinations(range(5), 2))
     p = 0.1
@@ -157,7 +169,7 @@ def _pick_reference_counts(rel: Relation, dst: np.ndarray, fanout: int, replace:
 def test_pick_counts_and_positions_against_a_loop(fanout, replace):
     _, rel = homogeneous()
     dst = np.array([0, 5, 59, 58, 5, 12, 30, 0], dtype=np.int64)  # the hub, nodes without in-edges, a repeat
-    pos, which = pick(rel.indptr, dst, fanout, replace, np.random.default_rng(4))
+    pos, which = pick(rel.indptr, dst, fanout, replace, 4)
     assert pos.dtype == which.dtype == np.int64
     want = _pick_reference_counts(rel, dst, fanout, replace)
     assert np.bincount(which, minlength=len(dst)).tolist() == want
@@ -175,7 +187,7 @@ def test_pick_counts_and_positions_against_a_loop(fanout, replace):
 
 def test_pick_with_replacement_repeats_a_position_where_draws_exceed_the_degree():
     indptr = np.array([0, 2], dtype=np.int64)
-    pos, which = pick(indptr, np.array([0]), 10, True, np.random.default_rng(5))
+    pos, which = pick(indptr, np.array([0]), 10, True, 5)
     assert len(pos) == 10 and set(pos.tolist()) <= {0, 1} and len(set(pos.tolist())) == 2
     assert which.tolist() == [0] * 10
 
@@ -187,7 +199,7 @@ def test_pick_is_uniform_over_in_edges(replace):
     indptr = np.array([0, 10, 13, 20], dtype=np.int64)  # degrees 10, 3, 7
     k, n = 3, 20_000
     dst = np.repeat(np.arange(3, dtype=np.int64), n)
-    pos, which = pick(indptr, dst, k, replace, np.random.default_rng(6))
+    pos, which = pick(indptr, dst, k, replace, 6)
     freq = np.bincount(pos, minlength=20) / n
     for v in range(3):
         d = int(indptr[v + 1] - indptr[v])

@@ -14,7 +14,8 @@ same minibatches (``--batch-size`` seed nodes from the training split, fanouts `
   snapshot-reference  GpuSnapshotSampler(device="reference"): gpu-snapshot's CPU twin               CPU
   pyg-cpu             dgl_zerocopy.pyg.NeighborSampler.sample_from_nodes: a NeighborLoader batch's   CPU
                       sampling (PyG's layout: sampling_hops.py)
-  hops-cpu            dgl_zerocopy.sampling.cpu_hops.HopSampler alone (NumPy; PyG's layout)          CPU
+  hops-cpu            dgl_zerocopy.sampling.cpu_hops.HopSampler alone (numba; PyG's layout)          CPU
+  hops-numpy          the same, its NumPy path alone (compiled=False)                                CPU
 
 each side by side in one run, relabelling and blocks included (ours: unique/relabel and one
 DeviceBlock per layer on the sampling device; DGL's: to_block). ``reference``, ``emulator`` and
@@ -282,7 +283,7 @@ def check_method(method: Method, host: tuple[torch.Tensor, torch.Tensor], seeds:
     if method.name in HOP_METHODS:
         check_hops(*host, seeds, sampled, method.fanouts, replace)
         said = "batch 0: seeds first, each node once, min(in-degree, fanout) in-edges of each node new at the hop before, each an in-edge"
-        if method.name == "pyg-cpu":
+        if method.name in ("pyg-cpu", "hops-numpy"):
             torch.manual_seed(seed)
             check_same(sampled, sampling_hops.build("hops-cpu", *host, method.fanouts, replace)(seeds))
             said += "; equal to hops-cpu"
@@ -597,7 +598,7 @@ def markdown(rows: list[dict]) -> str:
 
 #: What the PyG-layout rows' edge counts mean beside DGL's.
 HOPS_NOTE = (
-    "pyg-cpu and hops-cpu sample PyG's way: each node once, at the hop where it joined (num_neighbors = the fanouts "
+    "pyg-cpu and hops-* sample PyG's way: each node once, at the hop where it joined (num_neighbors = the fanouts "
     "turned around, the seeds' hop first); DGL samples every node of the layer before again, so its batches hold more edges."
 )
 
@@ -628,6 +629,7 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     fig, axes = plt.subplots(1, 2, figsize=(2.2 * max(len(done), 1) + 5, 4.2))
     colour = {"gpu-pinned": "tab:blue", "gpu-device": "tab:green", "gpu-snapshot": "tab:purple", "dgl-cpu": "tab:orange", "pyg-cpu": "tab:red"}
     colour["hops-cpu"] = "tab:brown"
+    colour["hops-numpy"] = "tab:pink"
     for ax, key, label in ((axes[0], "medges_per_s", "M sampled edges/s (log)"), (axes[1], "ms_per_batch", "ms per minibatch (log)")):
         for i, r in enumerate(done):
             med = r[f"{key}_median"]

@@ -1,8 +1,10 @@
 """bench/sampler/sampling.py's methods that sample the PyG way, on the CPU: each hop only from the nodes that joined at the hop before.
 
-  pyg-cpu   dgl_zerocopy.pyg.NeighborSampler's ``sample_from_nodes``: what a NeighborLoader batch costs to
-            sample (PyG's sampler class, its input handling and output, our NumPy picks)
-  hops-cpu  dgl_zerocopy.sampling.cpu_hops.HopSampler alone: the NumPy picks without PyG around them
+  pyg-cpu     dgl_zerocopy.pyg.NeighborSampler's ``sample_from_nodes``: what a NeighborLoader batch costs to
+              sample (PyG's sampler class, its input handling and output, our picks)
+  hops-cpu    dgl_zerocopy.sampling.cpu_hops.HopSampler alone: the picks without PyG around them (numba's
+              kernels over torch's intra-op threads, its default; NumPy where numba is missing)
+  hops-numpy  the same on its NumPy path alone (compiled=False): what the kernels gain
 
 Their batches differ from DGL's blocks in one way that changes the edge count: DGL's ``NeighborSampler``
 samples every node of the layer before again (the seeds at every hop), PyG samples each node once, at
@@ -13,7 +15,8 @@ given as DGL's (input layer first) and turned around for PyG (``num_neighbors``:
 Before timing, a batch is checked (:func:`check_hops`): the seeds first, every node once, per hop
 ``min(in-degree, fanout)`` in-edges of each node that joined at the hop before (``fanout`` with
 replacement), each edge an in-edge of the graph at its CSC position, each hop's new nodes exactly the
-sources not seen before; ``pyg-cpu`` also equal to ``hops-cpu`` for the same ``torch.manual_seed``.
+sources not seen before; ``pyg-cpu`` and ``hops-numpy`` also equal to ``hops-cpu`` for the same
+``torch.manual_seed``.
 """
 
 from __future__ import annotations
@@ -23,10 +26,11 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-HOP_METHODS = ("pyg-cpu", "hops-cpu")
+HOP_METHODS = ("pyg-cpu", "hops-cpu", "hops-numpy")
 WHAT = {
     "pyg-cpu": "CPU measurement: dgl_zerocopy.pyg.NeighborSampler.sample_from_nodes (a NeighborLoader batch's sampling)",
-    "hops-cpu": "CPU measurement: dgl_zerocopy.sampling.cpu_hops.HopSampler alone (NumPy)",
+    "hops-cpu": "CPU measurement: dgl_zerocopy.sampling.cpu_hops.HopSampler alone (numba's kernels where installed)",
+    "hops-numpy": "CPU measurement: dgl_zerocopy.sampling.cpu_hops.HopSampler alone, its NumPy path (compiled=False)",
 }
 _NODE = "node"  # HopSampler's one node type and relation
 
@@ -61,11 +65,11 @@ def unavailable(name: str) -> str | None:
 def build(name: str, indptr: torch.Tensor, indices: torch.Tensor, fanouts: list[int], replace: bool):
     """``sample(seeds) -> output`` of ``name`` over the CSC ``(indptr, indices)``; ``fanouts`` as DGL's."""
     hop_fanouts = list(reversed(fanouts))
-    if name == "hops-cpu":
+    if name in ("hops-cpu", "hops-numpy"):
         from dgl_zerocopy.sampling.cpu_hops import HopSampler, Relation, torch_generator_rng
 
         relation = Relation(indptr.numpy().astype(np.int64, copy=False), indices.numpy(), _NODE, _NODE)
-        sampler = HopSampler({_NODE: relation}, {_NODE: indptr.numel() - 1})
+        sampler = HopSampler({_NODE: relation}, {_NODE: indptr.numel() - 1}, compiled=False if name == "hops-numpy" else None)
         return lambda seeds: sampler.sample({_NODE: seeds.numpy()}, {_NODE: hop_fanouts}, replace=replace, rng=torch_generator_rng())
     from torch_geometric.data import Data
     from torch_geometric.sampler import NodeSamplerInput

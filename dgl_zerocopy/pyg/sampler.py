@@ -3,8 +3,8 @@
 :class:`NeighborSampler` is PyG's own class (it builds the CSC, handles input nodes and edges, negative
 sampling and bidirectional subgraphs) with its one native call, ``_sample``, answered by us:
 
-- on the CPU by :class:`dgl_zerocopy.sampling.cpu_hops.HopSampler` (NumPy; no pyg-lib, no torch-sparse,
-  no compiler): homogeneous and heterogeneous graphs, ``replace``, ``disjoint``, ``subgraph_type``
+- on the CPU by :class:`dgl_zerocopy.sampling.cpu_hops.HopSampler` (numba's kernels, or NumPy alone where
+  numba is missing; no pyg-lib, no torch-sparse, no compiler): homogeneous and heterogeneous graphs, ``replace``, ``disjoint``, ``subgraph_type``
   directional, bidirectional and induced;
 - on a GPU (``device="cuda"``) by our kernels (:class:`dgl_zerocopy.sampling.GpuNeighborSampler`) from the
   CSC pinned in host memory (``graph_placement="pinned"``, the default) or in device memory

@@ -1,9 +1,10 @@
-"""Exact uniform neighbour sampling on the CPU, hop by hop, in NumPy: no compiler, no pyg-lib, no DGL.
+"""Exact uniform neighbour sampling on the CPU, hop by hop: no pyg-lib, no DGL, no compiler at run time.
 
 :class:`HopSampler` samples a multi-hop neighbourhood over typed in-edge CSCs (one per relation) with
 one node numbering for all hops, the way a PyG batch numbers its nodes:
 
-- per node type, the seeds first (in their order, duplicates kept), then each hop's new nodes;
+- per node type, the seeds first (in their order, duplicates kept), then each hop's new nodes in order
+  of first occurrence;
 - per relation and hop, ``fanout`` in-edges of each node that joined at the previous hop (every in-edge
   where there are at most ``fanout``; all of them for -1; ``fanout`` draws with replacement for
   ``replace=True``), uniformly: Floyd's algorithm draws ``k`` distinct offsets exactly;
@@ -13,14 +14,18 @@ one node numbering for all hops, the way a PyG batch numbers its nodes:
 ``disjoint=True`` gives each seed its own tree (a node reached from two seeds appears twice), with the
 seed index of every node in ``batch``. ``induced_edges`` gives every edge among a set of nodes.
 
-Contracts: CSCs are NumPy arrays (``indptr`` int64 ``[num_dst + 1]``, ``indices`` any integer dtype,
-``[num_edges]``); every output is int64 NumPy. Draws come from a NumPy generator the caller passes
-(seeded from torch's by :func:`torch_generator_rng`, so ``torch.manual_seed`` reproduces a batch).
-A sampler keeps one node-indexed scratch array per type and thread, all -1 between calls.
+Two paths give the same batch, element for element: numba's kernels (:mod:`hop_kernels`: one pass
+per edge, a hop split over torch's intra-op threads; the default where numba is installed) and
+NumPy's vectorised passes (:func:`pick`, the reference; also every ``disjoint`` batch). The draws are
+counter-based (:func:`hop_kernels.uniforms` of a seed per hop and relation, the destination's index and
+the draw's), so they do not depend on the path or the split.
 
-Why NumPy: the work is a few vectorised passes per hop over arrays of the hop's size (gathers,
-cumulative sums, one scatter), where NumPy's single-thread kernels are several times faster than
-torch's for int64 scatter and boolean selection; nothing is compiled at run time.
+Contracts: CSCs are NumPy arrays (``indptr`` int64 ``[num_dst + 1]``, ``indices`` int32 or int64,
+``[num_edges]``, memory-mapped allowed); every output is int64 NumPy. The seeds come from a NumPy
+generator the caller passes (seeded from torch's by :func:`torch_generator_rng`, so
+``torch.manual_seed`` reproduces a batch). A sampler keeps, per thread, one node-indexed int32 scratch
+array per type (all -1 between calls; int32 halves it on a graph of 10^8 nodes) and the buffers a batch
+is written into (handed over with the batch).
 """
 
 from __future__ import annotations
@@ -31,6 +36,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+
+from . import hop_kernels
 
 
 @dataclass(frozen=True)
@@ -83,18 +90,19 @@ def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
     return np.cumsum(steps)
 
 
-def floyd_subsets(counts: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+def floyd_subsets(counts: np.ndarray, k: int, seed: int, rows: np.ndarray | None = None) -> np.ndarray:
     """``[len(counts), k]`` int64: row ``i`` holds ``k`` distinct offsets in ``[0, counts[i])``, uniform over
     all such subsets (every ``counts[i] >= k``). Floyd's algorithm, one vectorised step per column: draw
     ``t`` in ``[0, j]`` with ``j = counts - k + step``; keep ``t``, or ``j`` where ``t`` is taken (``j`` never
-    is). "Taken" is a flag per (row, offset), so a step costs O(rows)."""
+    is). "Taken" is a flag per (row, offset), so a step costs O(rows). Row ``i``'s draws are
+    ``uniforms(seed, rows[i], step)`` (``rows`` defaults to ``arange``), as in the compiled kernel."""
     n = len(counts)
     if n == 0 or k == 0:
         return np.empty((n, k), dtype=np.int64)
     counts = counts.astype(np.int64, copy=False)
     first = np.cumsum(counts) - counts
     taken = np.zeros(int(counts.sum()), dtype=bool)
-    uniform = rng.random((k, n))
+    uniform = hop_kernels.uniforms(seed, np.arange(n) if rows is None else rows, np.arange(k))
     out = np.empty((k, n), dtype=np.int64)
     for step in range(k):
         j = counts - k + step
@@ -108,10 +116,11 @@ def floyd_subsets(counts: np.ndarray, k: int, rng: np.random.Generator) -> np.nd
     return out.T
 
 
-def pick(indptr: np.ndarray, dst: np.ndarray, fanout: int, replace: bool, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+def pick(indptr: np.ndarray, dst: np.ndarray, fanout: int, replace: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """One hop of one relation: ``(pos, which)``, the CSC positions of the picked in-edges of ``dst``
     (global ids) and, for each, the index into ``dst`` of its destination; grouped by destination in
-    ``dst``'s order."""
+    ``dst``'s order. Draw ``d`` of destination ``dst[i]`` is ``uniforms(seed, i, d)``, so
+    :func:`hop_kernels.pick_sources` picks the same edges."""
     start = indptr[dst]
     deg = indptr[dst + 1] - start
     n = len(dst)
@@ -125,7 +134,9 @@ def pick(indptr: np.ndarray, dst: np.ndarray, fanout: int, replace: bool, rng: n
     if fanout < 0:
         return ranges(start, deg), which
     if replace:
-        draws = (rng.random(len(which)) * deg[which]).astype(np.int64)
+        draw = np.arange(len(which)) - (np.cumsum(counts) - counts)[which]
+        uniform = hop_kernels.uniforms(seed, which[draw == 0], np.arange(fanout)).T.reshape(-1)
+        draws = (uniform * deg[which]).astype(np.int64)
         return start[which] + np.minimum(draws, deg[which] - 1), which
     pos = np.empty(len(which), dtype=np.int64)
     offset = np.cumsum(counts) - counts
@@ -135,7 +146,7 @@ def pick(indptr: np.ndarray, dst: np.ndarray, fanout: int, replace: bool, rng: n
     big = np.flatnonzero(~whole)
     if len(big):
         slots = offset[big, None] + np.arange(fanout)
-        pos[slots] = floyd_subsets(deg[big], fanout, rng) + start[big, None]
+        pos[slots] = floyd_subsets(deg[big], fanout, seed, big) + start[big, None]
     return pos, which
 
 
@@ -156,20 +167,20 @@ class _Numbering:
         self.count = len(seeds)
 
     def add(self, ids: np.ndarray) -> tuple[np.ndarray, int]:
-        """Local ids of ``ids`` (numbering the new ones, in an order of occurrence) and how many were new."""
+        """Local ids of ``ids`` (numbering the new ones in order of first occurrence) and how many were new."""
         local = self.local[ids]
         new = ids[local < 0]
         if len(new) == 0:
-            return local, 0
-        # Unique without sorting: each new id's slot keeps one writer's mark; the positions whose mark
-        # survived are one occurrence per id.
+            return local.astype(np.int64), 0
+        # Unique without sorting: each new id's slot keeps the mark -2 - (its first position in new).
         marks = np.arange(len(new), dtype=np.int64)
-        self.local[new] = -2 - marks
+        self.local[new] = -2 - len(new)
+        np.maximum.at(self.local, new, -2 - marks)
         fresh = new[(-2 - self.local[new]) == marks]
         self.local[fresh] = np.arange(self.count, self.count + len(fresh), dtype=np.int64)
         self.parts.append(fresh)
         self.count += len(fresh)
-        return self.local[ids], len(fresh)
+        return self.local[ids].astype(np.int64), len(fresh)
 
     def nodes(self) -> np.ndarray:
         return np.concatenate(self.parts) if self.parts else np.empty(0, dtype=np.int64)
@@ -225,16 +236,59 @@ class _DisjointNumbering:
         pass
 
 
+class _Growing:
+    """An int64 buffer filled front to back during a call and kept between calls, so that a batch
+    writes into pages it has touched before (fresh pages cost a fault each: more than the sampling)."""
+
+    def __init__(self) -> None:
+        self.data = np.empty(0, dtype=np.int64)
+        self.size = 0
+
+    def next(self, n: int) -> np.ndarray:
+        """A view of the ``n`` slots after the filled ones (filled by :meth:`fill`)."""
+        if self.size + n > len(self.data):
+            grown = np.empty(max(self.size + n, 2 * len(self.data)), dtype=np.int64)
+            grown[: self.size] = self.data[: self.size]
+            self.data = grown
+        return self.data[self.size : self.size + n]
+
+    def fill(self, n: int) -> None:
+        self.size += n
+
+    def filled(self) -> np.ndarray:
+        return self.data[: self.size]
+
+    def take(self) -> np.ndarray:
+        """The filled slots, handed over: the buffer starts afresh (as large) rather than copying them."""
+        out = self.filled()
+        self.data = np.empty(len(self.data), dtype=np.int64)
+        self.size = 0
+        return out
+
+
 @dataclass
 class _Scratch:
     local: dict[Hashable, np.ndarray] = field(default_factory=dict)
+    buffers: dict[Hashable, _Growing] = field(default_factory=dict)
+
+    def buffer(self, key: Hashable) -> _Growing:
+        if key not in self.buffers:
+            self.buffers[key] = _Growing()
+        buf = self.buffers[key]
+        buf.size = 0
+        return buf
 
 
 class HopSampler:
     """Multi-hop sampling over ``relations`` (key -> :class:`Relation`), node counts ``num_nodes``
-    (type -> int). Thread-safe: each thread has its own scratch arrays."""
+    (type -> int). Thread-safe: each thread has its own scratch arrays. ``compiled``: pick and number
+    with :mod:`hop_kernels` (numba; the default where it is installed) or with NumPy alone; both give
+    the same batch."""
 
-    def __init__(self, relations: Mapping[Hashable, Relation], num_nodes: Mapping[Hashable, int]) -> None:
+    def __init__(self, relations: Mapping[Hashable, Relation], num_nodes: Mapping[Hashable, int], *, compiled: bool | None = None) -> None:
+        if compiled and not hop_kernels.available:
+            raise ImportError("HopSampler(compiled=True) needs numba: pip install numba (or dgl-zerocopy[pyg])")
+        self.compiled = hop_kernels.available if compiled is None else bool(compiled)
         self.relations = dict(relations)
         self.num_nodes = {t: int(n) for t, n in num_nodes.items()}
         for key, rel in self.relations.items():
@@ -247,12 +301,15 @@ class HopSampler:
                 )
         self._local = threading.local()
 
-    def _scratch(self, node_type: Hashable) -> np.ndarray:
+    def _scratch(self, node_type: Hashable | None = None) -> np.ndarray | _Scratch:
+        """This thread's node-indexed array of ``node_type`` (all -1), or its :class:`_Scratch` for None."""
         scratch = getattr(self._local, "scratch", None)
         if scratch is None:
             scratch = self._local.scratch = _Scratch()
+        if node_type is None:
+            return scratch
         if node_type not in scratch.local:
-            scratch.local[node_type] = np.full(self.num_nodes[node_type], -1, dtype=np.int64)
+            scratch.local[node_type] = np.full(self.num_nodes[node_type], -1, dtype=np.int32)
         return scratch.local[node_type]
 
     def sample(
@@ -271,6 +328,8 @@ class HopSampler:
         if len(hops) > 1:
             raise ValueError(f"every relation needs the same number of hops; got fanout lists of lengths {sorted(hops)}")
         num_hops = hops.pop() if hops else 0
+        if self.compiled and not disjoint:
+            return self._sample_compiled(seeds, fanouts, num_hops, replace, rng)
         numbering = {}
         for t in self.num_nodes:
             numbering[t] = _DisjointNumbering(self.num_nodes[t]) if disjoint else _Numbering(self._scratch(t))
@@ -280,14 +339,73 @@ class HopSampler:
             for n in numbering.values():
                 n.reset()
 
+    def _seeds(self, t: Hashable, ids) -> np.ndarray:
+        ids = np.asarray(ids, dtype=np.int64).reshape(-1)
+        if len(ids) and (ids.min() < 0 or ids.max() >= self.num_nodes[t]):
+            bad = ids[(ids < 0) | (ids >= self.num_nodes[t])][0]
+            raise IndexError(f"seed {int(bad)} of node type {t!r} is outside [0, {self.num_nodes[t]}); pass node ids of that type")
+        return ids
+
+    def _sample_compiled(self, seeds, fanouts, num_hops, replace, rng) -> Sampled:
+        """:meth:`_sample` without ``disjoint``, by :mod:`hop_kernels`, into this thread's kept buffers
+        (copied out at the end): the same batch, element for element."""
+        scratch = self._scratch()
+        seeds = {t: self._seeds(t, ids) for t, ids in seeds.items()}
+        local = {t: self._scratch(t) for t in self.num_nodes}
+        nodes = {t: scratch.buffer(("nodes", t)) for t in self.num_nodes}
+        edges = {r: tuple(scratch.buffer((part, r)) for part in ("row", "col", "pos")) for r in self.relations}
+        offset, src = scratch.buffer("offset"), scratch.buffer("src")
+        per_hop = {t: [0] for t in self.num_nodes}
+        edges_per_hop = {r: [] for r in self.relations}
+        try:
+            frontier = {}  # type -> (first local id, global ids) of last hop's new nodes
+            for t, ids in seeds.items():
+                local[t][ids] = np.arange(len(ids), dtype=np.int64)  # as _Numbering.add_seeds
+                nodes[t].next(len(ids))[:] = ids
+                nodes[t].fill(len(ids))
+                per_hop[t][0] = len(ids)
+                frontier[t] = (0, ids)
+            for hop in range(num_hops):
+                before = {t: nodes[t].size for t in self.num_nodes}
+                for key, rel in self.relations.items():
+                    fanout = int(fanouts[key][hop]) if key in fanouts else 0
+                    first, dst = frontier.get(rel.dst_type, (0, np.empty(0, np.int64)))
+                    if fanout == 0 or len(dst) == 0:
+                        edges_per_hop[key].append(0)
+                        continue
+                    seed = int(rng.integers(0, 2**63))  # drawn as the NumPy path draws it
+                    starts = offset.next(len(dst) + 1)
+                    total = hop_kernels.count(rel.indptr, dst, fanout, replace, starts)
+                    rows, cols, poss = edges[key]
+                    hop_kernels.pick(rel.indptr, rel.indices, dst, starts, fanout, replace, seed, first, poss.next(total), cols.next(total), src.next(total))
+                    new = hop_kernels.number(local[rel.src_type], src.next(total), nodes[rel.src_type].size, rows.next(total), nodes[rel.src_type].next(total))
+                    nodes[rel.src_type].fill(new)
+                    for part in edges[key]:
+                        part.fill(total)
+                    edges_per_hop[key].append(total)
+                frontier = {}
+                for t in self.num_nodes:
+                    new = nodes[t].size - before[t]
+                    per_hop[t].append(new)
+                    if new:
+                        frontier[t] = (before[t], nodes[t].filled()[before[t] :])  # appended to, never overwritten
+            return Sampled(
+                nodes={t: nodes[t].filled().copy() for t in self.num_nodes},
+                row={r: e[0].take() for r, e in edges.items()},
+                col={r: e[1].take() for r, e in edges.items()},
+                pos={r: e[2].take() for r, e in edges.items()},
+                nodes_per_hop=per_hop,
+                edges_per_hop=edges_per_hop,
+            )
+        finally:
+            for t in self.num_nodes:
+                local[t][nodes[t].filled()] = -1
+
     def _sample(self, numbering, seeds, fanouts, num_hops, replace, disjoint, rng) -> Sampled:
         per_hop = {t: [0] for t in self.num_nodes}
         frontier = {}  # type -> (first local id, global ids, seed indices or None) of last hop's new nodes
         for t, ids in seeds.items():
-            ids = np.asarray(ids, dtype=np.int64).reshape(-1)
-            if len(ids) and (ids.min() < 0 or ids.max() >= self.num_nodes[t]):
-                bad = ids[(ids < 0) | (ids >= self.num_nodes[t])][0]
-                raise IndexError(f"seed {int(bad)} of node type {t!r} is outside [0, {self.num_nodes[t]}); pass node ids of that type")
+            ids = self._seeds(t, ids)
             numbering[t].add_seeds(ids)
             per_hop[t][0] = len(ids)
             frontier[t] = (0, ids, np.arange(len(ids), dtype=np.int64) if disjoint else None)
@@ -301,7 +419,7 @@ class HopSampler:
                 if fanout == 0 or len(dst) == 0:
                     edges_per_hop[key].append(0)
                     continue
-                pos, which = pick(rel.indptr, dst, fanout, replace, rng)
+                pos, which = pick(rel.indptr, dst, fanout, replace, int(rng.integers(0, 2**63)))
                 src = rel.indices[pos].astype(np.int64, copy=False)
                 before = numbering[rel.src_type].count
                 if disjoint:
@@ -353,8 +471,8 @@ class HopSampler:
                 if src_local is None or len(dst) == 0:
                     rows[key] = cols[key] = poss[key] = np.empty(0, dtype=np.int64)
                     continue
-                pos, which = pick(rel.indptr, dst, -1, False, None)
-                row = src_local[rel.indices[pos]]
+                pos, which = pick(rel.indptr, dst, -1, False, 0)
+                row = src_local[rel.indices[pos]].astype(np.int64)
                 keep = row >= 0
                 rows[key], cols[key], poss[key] = row[keep], which[keep], pos[keep]
             return rows, cols, poss

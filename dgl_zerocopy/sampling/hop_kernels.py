@@ -1,0 +1,220 @@
+"""Compiled kernels for :mod:`dgl_zerocopy.sampling.cpu_hops`: one hop's picks and the numbering, by numba.
+
+The NumPy passes of :func:`~dgl_zerocopy.sampling.cpu_hops.pick` touch every sampled edge about ten times;
+these kernels touch it once, and split a hop's destinations over the machine's cores (our own threads
+calling ``nogil`` functions, so no numba threading layer is started: safe under fork and from many
+threads at once). The draws are the same counter-based numbers as NumPy's path
+(:func:`uniforms`: a hash of the call's seed, the destination's index and the draw's index), so both
+paths give the same picks, element for element, whatever the split.
+
+Why numba: it is on PyPI for every Python and NumPy we support, compiles these loops once per machine
+(cached on disk), and needs no compiler. Where it is not installed, ``available`` is False and the NumPy
+path runs.
+
+Contracts: ``indptr`` int64 ``[num_dst + 1]``; ``indices`` int32 or int64; ``dst`` int64 global ids;
+outputs int64. Every kernel trusts its caller to have checked ids (they index without bounds checks).
+"""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+import torch
+
+# splitmix64's constants: a Weyl step per destination and per draw, then its finaliser.
+_ROW = np.uint64(0x9E3779B97F4A7C15)
+_DRAW = np.uint64(0xD1B54A32D192ED03)
+_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
+_MIX2 = np.uint64(0x94D049BB133111EB)
+_UNIT = 1.0 / 9007199254740992.0  # 2**-53
+
+# A hop splits over threads only where it samples at least this many edges per thread: below it, the
+# threads' start costs more than they save.
+PARALLEL_EDGES = 32768
+
+
+def uniforms(seed: int, rows: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """Uniform floats in [0, 1): element ``[d, r]`` is draw ``draws[d]`` of destination index ``rows[r]``
+    under ``seed`` (float64 ``[len(draws), len(rows)]``). The kernels' ``_uniform`` is the same function."""
+    with np.errstate(over="ignore"):
+        z = np.uint64(seed) + rows.astype(np.uint64)[None, :] * _ROW + draws.astype(np.uint64)[:, None] * _DRAW
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(11)).astype(np.float64) * _UNIT
+
+
+try:
+    import numba
+except ImportError:  # the NumPy path runs
+    numba = None
+
+available = numba is not None
+
+if available:
+    _jit = numba.njit(nogil=True, cache=True)
+
+    @_jit
+    def _uniform(seed, row, draw):
+        z = np.uint64(seed) + np.uint64(row) * _ROW + np.uint64(draw) * _DRAW
+        z = (z ^ (z >> np.uint64(30))) * _MIX1
+        z = (z ^ (z >> np.uint64(27))) * _MIX2
+        z = z ^ (z >> np.uint64(31))
+        return np.float64(z >> np.uint64(11)) * _UNIT
+
+    @_jit
+    def _offsets(indptr, dst, fanout, replace, offset):
+        """``offset[i]``: where destination ``i``'s picks start (``len(dst) + 1`` entries); returns the total."""
+        total = 0
+        for i in range(len(dst)):
+            deg = indptr[dst[i] + 1] - indptr[dst[i]]
+            offset[i] = total
+            if fanout < 0:
+                total += deg
+            elif replace:
+                total += fanout if deg > 0 else 0
+            else:
+                total += min(deg, fanout)
+        offset[len(dst)] = total
+        return total
+
+    @_jit
+    def _seen(table, mask, t):
+        """Insert ``t`` into the open-addressing set ``table`` (``mask + 1`` slots, -1 empty); whether it was there."""
+        h = (np.uint64(t) * _ROW) >> np.uint64(40)
+        s = np.int64(h) & mask
+        while table[s] >= 0:
+            if table[s] == t:
+                return True
+            s = (s + 1) & mask
+        table[s] = t
+        return False
+
+    @_jit
+    def _pick(indptr, indices, dst, offset, fanout, replace, seed, lo, hi, first, pos, col, src):
+        """Destinations ``lo:hi``: their picks from ``offset[i]`` on, as CSC positions ``pos``, destinations
+        ``col`` (``first + i``) and sources ``src``."""
+        taken = np.empty(max(fanout, 1), dtype=np.int64)
+        # Floyd's "is t taken" is a scan of the earlier draws for small fanouts, a hash set for large ones.
+        size = 1
+        while size < 2 * fanout:
+            size *= 2
+        table = np.empty(size if fanout > 32 else 1, dtype=np.int64)
+        for i in range(lo, hi):
+            start = indptr[dst[i]]
+            deg = indptr[dst[i] + 1] - start
+            o = offset[i]
+            if fanout < 0 or (not replace and deg <= fanout):
+                c = deg
+                for e in range(deg):
+                    pos[o + e] = start + e
+            elif replace:
+                c = fanout if deg > 0 else 0
+                for d in range(c):
+                    t = np.int64(_uniform(seed, i, d) * deg)
+                    pos[o + d] = start + min(t, deg - 1)
+            else:
+                # Floyd: for j = deg - k .. deg - 1, draw t in [0, j]; keep t, or j where t is taken.
+                c = fanout
+                if fanout > 32:
+                    table[:] = -1
+                for d in range(fanout):
+                    j = deg - fanout + d
+                    t = min(np.int64(_uniform(seed, i, d) * (j + 1)), j)
+                    if fanout > 32:
+                        if _seen(table, size - 1, t):
+                            t = j
+                            _seen(table, size - 1, t)
+                    else:
+                        for prev in range(d):
+                            if taken[prev] == t:
+                                t = j
+                                break
+                        taken[d] = t
+                    pos[o + d] = start + t
+            for e in range(o, o + c):
+                col[e] = first + i
+                src[e] = indices[pos[e]]
+
+    @_jit
+    def _number(local, ids, count, rows, fresh):
+        """Local ids of ``ids`` into ``rows``, numbering each new id ``count, count + 1, ...`` in order of
+        first occurrence (recorded in ``local`` and listed in ``fresh``); returns how many were new."""
+        n = 0
+        for e in range(len(ids)):
+            v = ids[e]
+            r = local[v]
+            if r < 0:
+                r = count + n
+                local[v] = r
+                fresh[n] = v
+                n += 1
+            rows[e] = r
+        return n
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_pid = 0
+
+
+def threads() -> int:
+    """How many threads a hop may use: torch's intra-op thread count (so ``torch.set_num_threads`` and
+    DataLoader workers, which set it to 1, bound us as they bound torch's own kernels)."""
+    return max(1, torch.get_num_threads())
+
+
+def _executor() -> ThreadPoolExecutor:
+    # One pool per process, sized for the machine: a forked child (a DataLoader worker) starts its own.
+    global _pool, _pool_pid
+    if _pool is None or _pool_pid != os.getpid():
+        _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="dgl-zerocopy-hops")
+        _pool_pid = os.getpid()
+    return _pool
+
+
+def count(indptr: np.ndarray, dst: np.ndarray, fanout: int, replace: bool, offset: np.ndarray) -> int:
+    """How many edges a hop picks for ``dst``; ``offset`` (``len(dst) + 1`` int64) gets where each
+    destination's picks start."""
+    return int(_offsets(indptr, dst, fanout, replace, offset))
+
+
+def pick(
+    indptr: np.ndarray,
+    indices: np.ndarray,
+    dst: np.ndarray,
+    offset: np.ndarray,
+    fanout: int,
+    replace: bool,
+    seed: int,
+    first: int,
+    pos: np.ndarray,
+    col: np.ndarray,
+    src: np.ndarray,
+) -> None:
+    """One hop of one relation, compiled, into ``pos``/``col``/``src`` (``offset[-1]`` int64 each, from
+    :func:`count`): the CSC positions :func:`~dgl_zerocopy.sampling.cpu_hops.pick` gives under the same
+    ``seed``, ``col = first + (index into dst)`` and ``src = indices[pos]``. Split over :func:`threads`
+    threads where the hop is large, in equal shares of edges (degrees are skewed)."""
+    total = int(offset[-1])
+    parts = min(threads(), total // PARALLEL_EDGES)
+    if parts <= 1:
+        _pick(indptr, indices, dst, offset, fanout, replace, seed, 0, len(dst), first, pos, col, src)
+        return
+    bounds = np.searchsorted(offset[:-1], np.arange(parts + 1) * (total // parts), side="left")
+    bounds[0], bounds[-1] = 0, len(dst)
+    jobs = [
+        _executor().submit(_pick, indptr, indices, dst, offset, fanout, replace, seed, int(lo), int(hi), first, pos, col, src)
+        for lo, hi in zip(bounds[:-1], bounds[1:])
+        if hi > lo
+    ]
+    for job in jobs:
+        job.result()
+
+
+def number(local: np.ndarray, ids: np.ndarray, count: int, rows: np.ndarray, fresh: np.ndarray) -> int:
+    """The local ids of ``ids`` into ``rows`` under the numbering ``local`` (node-indexed int32, -1 for
+    unnumbered), numbering new ids from ``count`` in order of first occurrence and listing them at the
+    start of ``fresh`` (``len(ids)`` slots); returns how many were new."""
+    return int(_number(local, ids, count, rows, fresh))
