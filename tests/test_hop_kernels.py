@@ -4,13 +4,14 @@ The kernels' draws against :func:`hop_kernels.uniforms`; one hop's picks against
 :func:`cpu_hops.pick` (every fanout case, Floyd's scan and its hash set, with replacement, int32 and
 memory-mapped indices, split over one to four threads); the numbering against a loop; whole batches of
 :class:`HopSampler` with and without the kernels element for element (homogeneous, three node types,
-repeated and empty seeds); the kept buffers (a batch is not overwritten by the next); a forked child
+repeated and empty seeds; no thread left after a call); the kept buffers (a batch is not overwritten by the next); a forked child
 sampling after its parent used the thread pool; the refusal without numba.
 """
 
 from __future__ import annotations
 
 import multiprocessing
+import threading
 
 import numpy as np
 import pytest
@@ -129,6 +130,7 @@ def test_whole_batches_equal_the_numpy_path(fanouts, replace, monkeypatch):
         b = compiled.sample({"n": seeds}, {"e": fanouts}, replace=replace, rng=np.random.default_rng(11))
         assert_same(a, b)
     assert (compiled._scratch("n") == -1).all()
+    assert not [t for t in threading.enumerate() if t.name == "dgl-zerocopy-hops"], "a hop's threads end with the call"
 
 
 def test_hetero_batches_equal_the_numpy_path():
@@ -162,7 +164,7 @@ def _sample_in_child(sampler, conn):
 
 
 def test_a_forked_child_samples_after_the_parent_used_its_threads(monkeypatch):
-    """As a DataLoader worker does: the child starts its own thread pool (the parent's threads are not copied)."""
+    """As a DataLoader worker does, after the parent split hops over threads (each call starts and joins its own)."""
     monkeypatch.setattr(hop_kernels, "PARALLEL_EDGES", 64)
     monkeypatch.setattr(hop_kernels, "threads", lambda: 2)
     indptr, indices = skewed_csc(2000, 10)

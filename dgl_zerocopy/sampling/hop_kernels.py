@@ -1,8 +1,8 @@
 """Compiled kernels for :mod:`dgl_zerocopy.sampling.cpu_hops`: one hop's picks and the numbering, by numba.
 
 The NumPy passes of :func:`~dgl_zerocopy.sampling.cpu_hops.pick` touch every sampled edge about ten times;
-these kernels touch it once, and split a hop's destinations over the machine's cores (our own threads
-calling ``nogil`` functions, so no numba threading layer is started: safe under fork and from many
+these kernels touch it once, and split a hop's destinations over the machine's cores (threads of the call
+running ``nogil`` functions, so no numba threading layer is started: safe under fork and from many
 threads at once). The draws are the same counter-based numbers as NumPy's path
 (:func:`uniforms`: a hash of the call's seed, the destination's index and the draw's index), so both
 paths give the same picks, element for element, whatever the split.
@@ -17,8 +17,7 @@ outputs int64. Every kernel trusts its caller to have checked ids (they index wi
 
 from __future__ import annotations
 
-import os
-from concurrent.futures import ThreadPoolExecutor
+import threading
 
 import numpy as np
 import torch
@@ -155,23 +154,10 @@ if available:
         return n
 
 
-_pool: ThreadPoolExecutor | None = None
-_pool_pid = 0
-
-
 def threads() -> int:
     """How many threads a hop may use: torch's intra-op thread count (so ``torch.set_num_threads`` and
     DataLoader workers, which set it to 1, bound us as they bound torch's own kernels)."""
     return max(1, torch.get_num_threads())
-
-
-def _executor() -> ThreadPoolExecutor:
-    # One pool per process, sized for the machine: a forked child (a DataLoader worker) starts its own.
-    global _pool, _pool_pid
-    if _pool is None or _pool_pid != os.getpid():
-        _pool = ThreadPoolExecutor(max_workers=os.cpu_count() or 1, thread_name_prefix="dgl-zerocopy-hops")
-        _pool_pid = os.getpid()
-    return _pool
 
 
 def count(indptr: np.ndarray, dst: np.ndarray, fanout: int, replace: bool, offset: np.ndarray) -> int:
@@ -204,13 +190,25 @@ def pick(
         return
     bounds = np.searchsorted(offset[:-1], np.arange(parts + 1) * (total // parts), side="left")
     bounds[0], bounds[-1] = 0, len(dst)
-    jobs = [
-        _executor().submit(_pick, indptr, indices, dst, offset, fanout, replace, seed, int(lo), int(hi), first, pos, col, src)
-        for lo, hi in zip(bounds[:-1], bounds[1:])
-        if hi > lo
-    ]
-    for job in jobs:
-        job.result()
+    shares = [(int(lo), int(hi)) for lo, hi in zip(bounds[:-1], bounds[1:]) if hi > lo]
+    # Threads of this call only (started and joined here, about 0.1 ms each against milliseconds of
+    # picking): nothing outlives the call, nothing to re-create after a fork. The caller takes a share.
+    errors: list[BaseException] = []
+
+    def share(lo: int, hi: int) -> None:
+        try:
+            _pick(indptr, indices, dst, offset, fanout, replace, seed, lo, hi, first, pos, col, src)
+        except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
+            errors.append(e)
+
+    helpers = [threading.Thread(target=share, args=part, name="dgl-zerocopy-hops") for part in shares[1:]]
+    for helper in helpers:
+        helper.start()
+    share(*shares[0])
+    for helper in helpers:
+        helper.join()
+    if errors:
+        raise errors[0]
 
 
 def number(local: np.ndarray, ids: np.ndarray, count: int, rows: np.ndarray, fresh: np.ndarray) -> int:
