@@ -1,6 +1,8 @@
-"""bench/training/scale.py: its blocks from a HopSampler neighbourhood (fast tier), and a tiny run written
-to a temporary folder, never bench/results/ (slow tier)."""
+"""bench/training/scale.py: its blocks from a HopSampler neighbourhood and the DGL side-by-side's refusal
+where DGL's graph would not fit (fast tier), and a tiny run written to a temporary folder, never
+bench/results/, with DGL's sampler beside ours (slow tier)."""
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -43,7 +45,21 @@ def test_blocks_hold_every_sampled_edge_once_by_hop(tmp_path):
 @pytest.mark.slow  # two child processes per fraction, each importing torch
 def test_a_tiny_run_writes_its_results_to_the_given_folder(tmp_path):
     out = tmp_path / "out"
-    args = ["--fractions", "0.0001", "--data-dir", str(tmp_path / "data"), "--batches", "1", "--steps", "6", "--out-dir", str(out), "--stem", "scale_test"]
+    args = [
+        "--fractions",
+        "0.0001",
+        "--data-dir",
+        str(tmp_path / "data"),
+        "--batches",
+        "1",
+        "--steps",
+        "6",
+        "--dgl",
+        "--out-dir",
+        str(out),
+        "--stem",
+        "scale_test",
+    ]
     r = subprocess.run(
         [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "scale", *args], capture_output=True, text=True, cwd=REPO, env=os.environ.copy(), timeout=300
     )
@@ -53,3 +69,18 @@ def test_a_tiny_run_writes_its_results_to_the_given_folder(tmp_path):
         assert not (REPO / "bench" / "results" / f"scale_test{suffix}").exists()
     (row,) = json.loads((out / "scale_test.json").read_text())["rows"]
     assert row["nodes"] == 11_106 and row["loss_falls"] and row["sampled_edges_per_s"] > 0 and row["disk_gb"] > 0
+    if importlib.util.find_spec("dgl") is not None:  # DGL's sampler over the same CSC and seeds
+        assert row["dgl_status"] == "ok" and row["dgl_sampled_edges_per_batch"] > 0 and row["dgl_ns_per_sampled_edge"] > 0
+    else:
+        assert row["dgl_status"].startswith("skipped")
+
+
+def test_dgl_is_not_built_where_its_graph_would_not_fit(monkeypatch):
+    """The full size needs over 50 GB as a DGL graph: with 24 GB available the row says so instead of trying."""
+    assert scale.dgl_graph_bytes(111_059_956, 3_235_338_793) > 50e9
+    pytest.importorskip("dgl")
+    psutil = pytest.importorskip("psutil")
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("M", (), {"available": 24e9})())
+    graph = type("G", (), {"num_nodes": 111_059_956, "num_edges": 3_235_338_793})()
+    row = scale._dgl_side_by_side(graph, [], [15, 10, 5])
+    assert row["dgl_status"].startswith("does not fit: a DGL graph needs at least 52.7 GB") and "dgl_sample_ms_median" not in row

@@ -19,7 +19,9 @@ the graph's edge count is drawn as a PNG; rows are saved as CSV/JSON (bench/resu
 The RAM budget: the host cache of feature rows is ``--host-cache`` bytes (default 2 GiB); the graph's
 pages (indptr, indices) and the rest of the feature file live in the kernel's page cache, which takes
 what the machine has left and gives it back under pressure, so the process's own RSS stays small.
-DGL's own loader is not run side by side here (see docs/benchmarks.md, "papers100M at scale").
+``--dgl`` adds DGL's own ``NeighborSampler`` over the same CSC and seed batches, after the rest (its peak
+RSS apart), where a DGL graph of the CSC (int64 ids, copied in: :func:`dgl_graph_bytes`) fits in 80 % of
+the memory then available; otherwise the row says how much it would need.
 
     python bench/training/scale.py --fractions 0.01,0.1 [--data-dir DIR] [--batches 20] [--steps 50]
     dgl-zerocopy bench scale  (the same)
@@ -173,13 +175,15 @@ def stage_run(args, fraction: float) -> dict:
     store.close()
     head, tail = float(np.mean(losses[:5])), float(np.mean(losses[-5:]))
     sample, gather = summarize(sample_s), summarize(gather_s)
+    ours_peak = _peak_rss_bytes() / 1e9
+    dgl = _dgl_side_by_side(graph, batches, fanouts) if args.dgl else {}
     return {
         "nodes": graph.num_nodes,
         "edges": graph.num_edges,
         "index_dtype": str(graph.indices.dtype),
         "open_s": open_s,
         "populate_s": populate_s,
-        "run_peak_rss_gb": _peak_rss_bytes() / 1e9,
+        "run_peak_rss_gb": ours_peak,
         **_rss_split_gb(),
         "sample_ms_median": sample["median"] * 1e3,
         "sample_ms_q1": sample["q1"] * 1e3,
@@ -199,6 +203,48 @@ def stage_run(args, fraction: float) -> dict:
         "loss_first5": head,
         "loss_last5": tail,
         "loss_falls": tail < head,
+        **dgl,
+    }
+
+
+def dgl_graph_bytes(num_nodes: int, num_edges: int) -> int:
+    """What a DGL graph built from the CSC holds at the least: int64 ``indptr``, ``indices`` and edge ids
+    (DGL keeps 64-bit ids for a graph past 2**31 edges, and copies the arrays in)."""
+    return 8 * (num_nodes + 1) + 16 * num_edges
+
+
+def _dgl_side_by_side(graph, batches: list[np.ndarray], fanouts: list[int]) -> dict:
+    """DGL's own ``NeighborSampler`` over the same CSC and seeds, where its graph fits in the memory
+    available now; else why not. Its fanouts are turned around (DGL's list is input layer first)."""
+    try:
+        import dgl
+        import psutil
+    except ImportError as e:
+        return {"dgl_status": f"skipped: {e}"}
+    need, free = dgl_graph_bytes(graph.num_nodes, graph.num_edges), psutil.virtual_memory().available
+    if need > 0.8 * free:
+        return {"dgl_status": f"does not fit: a DGL graph needs at least {need / 1e9:.1f} GB, {free / 1e9:.1f} GB available", "dgl_graph_gb": need / 1e9}
+    started = time.perf_counter()
+    indptr = torch.from_numpy(np.asarray(graph.indptr, dtype=np.int64))
+    indices = torch.from_numpy(np.asarray(graph.indices, dtype=np.int64))
+    g = dgl.graph(("csc", (indptr, indices, torch.arange(graph.num_edges))), num_nodes=graph.num_nodes)
+    del indptr, indices
+    build_s = time.perf_counter() - started
+    sampler = dgl.dataloading.NeighborSampler(list(reversed(fanouts)))
+    times, edges = [], []
+    for b in batches:
+        t = time.perf_counter()
+        _, _, blocks = sampler.sample_blocks(g, torch.from_numpy(b))
+        times.append(time.perf_counter() - t)
+        edges.append(sum(block.num_edges() for block in blocks))
+    return {
+        "dgl_status": "ok",
+        "dgl_graph_gb": need / 1e9,
+        "dgl_build_s": build_s,
+        "dgl_peak_rss_gb": _peak_rss_bytes() / 1e9,
+        "dgl_sample_ms_median": summarize(times)["median"] * 1e3,
+        "dgl_sampled_edges_per_batch": float(np.median(edges)),
+        "dgl_ns_per_sampled_edge": float(np.sum(times) / np.sum(edges) * 1e9),
     }
 
 
@@ -218,6 +264,7 @@ def _child(args, stage: str, fraction: float) -> dict:
     for k in ("data_dir", "seed", "features", "batches", "batch_size", "fanouts", "steps", "hidden", "host_cache"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     cmd += ["--populate"] if args.populate else []
+    cmd += ["--dgl"] if args.dgl else []
     out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
     return json.loads(out.strip().splitlines()[-1])
 
@@ -230,8 +277,15 @@ def _plot(rows: list[dict], path: Path) -> None:
 
     edges = [r["edges"] for r in rows]
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
-    ax[0].plot(edges, [r["ns_per_sampled_edge"] for r in rows], "o-")
-    ax[0].set(xscale="log", xlabel="graph edges", ylabel="ns per sampled edge", title="sampling (HopSampler, CPU)")
+    ax[0].plot(edges, [r["ns_per_sampled_edge"] for r in rows], "o-", label="ours (HopSampler)")
+    fit = [r for r in rows if r.get("dgl_status") == "ok"]
+    if fit:
+        ax[0].plot([r["edges"] for r in fit], [r["dgl_ns_per_sampled_edge"] for r in fit], "s--", color="C2", label="DGL's NeighborSampler")
+        for r in rows:
+            if str(r.get("dgl_status", "")).startswith("does not fit"):
+                ax[0].axvline(r["edges"], color="C2", linestyle=":", label=f"DGL's graph does not fit ({r['dgl_graph_gb']:.0f} GB)")
+        ax[0].legend(fontsize=8)
+    ax[0].set(xscale="log", xlabel="graph edges", ylabel="ns per sampled edge", title="sampling (CPU)")
     ax[1].plot(edges, [r["ns_per_gathered_byte"] for r in rows], "o-", color="C1")
     ax[1].set(xscale="log", xlabel="graph edges", ylabel="ns per gathered byte", title="gather (storage tier, int8)")
     for a, r in ((a, r) for a in ax for r in rows):
@@ -256,6 +310,7 @@ def main() -> None:
     p.add_argument("--hidden", type=int, default=128)
     p.add_argument("--host-cache", type=int, default=2 << 30, help="bytes of feature rows kept in the host buffer (default 2 GiB)")
     p.add_argument("--populate", action="store_true", help="fault the CSC's pages in after opening (DiskGraph.populate): no page fault per batch")
+    p.add_argument("--dgl", action="store_true", help="DGL's own NeighborSampler over the same CSC and seeds, where its graph fits in memory")
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument("--stem", default="scale")
     p.add_argument("--stage", choices=("generate", "run"), help=argparse.SUPPRESS)
