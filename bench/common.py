@@ -89,20 +89,26 @@ def machine() -> str:
 def write_results(stem: str, rows: list[dict], meta: dict, folder: str | Path = RESULTS, extra: dict | None = None) -> tuple[Path, Path]:
     """Write ``rows`` as CSV (``# key: value`` header lines first) and JSON under ``folder``
     (default bench/results/; tests pass a temporary one so the committed results stay).
+    The CSV's columns are every row's keys in order of first appearance; a row without one (a
+    side-by-side run that did not fit) leaves its cell empty.
     ``extra`` adds keys to the JSON only (e.g. raw per-repeat rows, kept out of the CSV)."""
     folder = Path(folder)
     folder.mkdir(parents=True, exist_ok=True)
     csv_path, json_path = folder / f"{stem}.csv", folder / f"{stem}.json"
-    keys = list(rows[0]) if rows else []
+    keys = list(dict.fromkeys(k for r in rows for k in r))
     with csv_path.open("w", newline="") as f:
         for k, v in meta.items():
             f.write(f"# {k}: {v}\n")
         writer = csv.writer(f, lineterminator="\n")  # quotes a field only where it holds a comma (an error message)
         writer.writerow(keys)
         for r in rows:
-            writer.writerow([f"{r[k]:.6g}" if isinstance(r[k], float) else str(r[k]) for k in keys])
+            writer.writerow([_cell(r.get(k, "")) for k in keys])
     json_path.write_text(json.dumps({"meta": meta, "rows": rows, **(extra or {})}, indent=1))
     return csv_path, json_path
+
+
+def _cell(value) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 #: The real graphs of ../shared/data and the shipped config each is trained with (bench/training/accuracy.py).

@@ -84,3 +84,23 @@ def test_dgl_is_not_built_where_its_graph_would_not_fit(monkeypatch):
     graph = type("G", (), {"num_nodes": 111_059_956, "num_edges": 3_235_338_793})()
     row = scale._dgl_side_by_side(graph, [], [15, 10, 5])
     assert row["dgl_status"].startswith("does not fit: a DGL graph needs at least 52.7 GB") and "dgl_sample_ms_median" not in row
+
+
+def test_rows_where_dgl_fit_and_did_not_are_written_and_drawn_together(tmp_path):
+    """The full size's row lacks DGL's timings (its graph does not fit): the CSV leaves those cells
+    empty rather than failing after hours of runs, and the plot draws both."""
+    from common import write_results
+
+    base = {"edges": 3.2e7, "ns_per_sampled_edge": 50.0, "ns_per_gathered_byte": 17.0}
+    rows = [
+        {"fraction": 0.01, **base, "dgl_status": "ok", "dgl_graph_gb": 0.5, "dgl_build_s": 0.7, "dgl_ns_per_sampled_edge": 67.6},
+        {"fraction": 1.0, **base, "edges": 3.2e9, "dgl_status": "does not fit: a DGL graph needs at least 52.7 GB", "dgl_graph_gb": 52.7},
+    ]
+    csv_path, json_path = write_results("mixed", rows, {"command": "test"}, tmp_path)
+    lines = [line for line in csv_path.read_text().splitlines() if not line.startswith("#")]
+    header, fit, full = (line.split(",") for line in lines)
+    assert header == ["fraction", "edges", "ns_per_sampled_edge", "ns_per_gathered_byte", "dgl_status", "dgl_graph_gb", "dgl_build_s", "dgl_ns_per_sampled_edge"]
+    assert fit[header.index("dgl_build_s")] == "0.7" and full[header.index("dgl_build_s")] == "" and full[header.index("dgl_graph_gb")] == "52.7"
+    assert json.loads(json_path.read_text())["rows"] == rows
+    scale._plot(rows, tmp_path / "mixed.png")
+    assert (tmp_path / "mixed.png").stat().st_size > 0

@@ -13,7 +13,7 @@ from .graph import SamplingGraph
 
 def hop_sampler(graph: DiskGraph) -> HopSampler:
     """A :class:`HopSampler` over ``graph``'s mapped CSC as it is (one node type ``"_N"``, one relation
-    ``"_E"``). Its scratch array is one int64 per node, made at the first sample."""
+    ``"_E"``). Its scratch array is one int32 per node, made at the first sample."""
     return HopSampler({"_E": Relation(graph.indptr, graph.indices, "_N", "_N")}, {"_N": graph.num_nodes})
 
 
