@@ -99,7 +99,16 @@ def test_rows_where_dgl_fit_and_did_not_are_written_and_drawn_together(tmp_path)
     csv_path, json_path = write_results("mixed", rows, {"command": "test"}, tmp_path)
     lines = [line for line in csv_path.read_text().splitlines() if not line.startswith("#")]
     header, fit, full = (line.split(",") for line in lines)
-    assert header == ["fraction", "edges", "ns_per_sampled_edge", "ns_per_gathered_byte", "dgl_status", "dgl_graph_gb", "dgl_build_s", "dgl_ns_per_sampled_edge"]
+    assert header == [
+        "fraction",
+        "edges",
+        "ns_per_sampled_edge",
+        "ns_per_gathered_byte",
+        "dgl_status",
+        "dgl_graph_gb",
+        "dgl_build_s",
+        "dgl_ns_per_sampled_edge",
+    ]
     assert fit[header.index("dgl_build_s")] == "0.7" and full[header.index("dgl_build_s")] == "" and full[header.index("dgl_graph_gb")] == "52.7"
     assert json.loads(json_path.read_text())["rows"] == rows
     scale._plot(rows, tmp_path / "mixed.png")
