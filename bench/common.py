@@ -75,8 +75,10 @@ def time_cuda_events(fn: Callable[[], object], repeats: int, warmup: int = 2) ->
 
 
 def summarize(values: list[float]) -> dict[str, float]:
-    """Median and spread (quartiles, min, max) of ``values``."""
-    q = statistics.quantiles(values, n=4) if len(values) > 1 else [values[0]] * 3
+    """Median and spread (quartiles, min, max) of ``values``. The quartiles interpolate between the
+    values (``method="inclusive"``, as ``np.percentile``): they stay within min..max however few
+    values there are, where the default method extrapolates past them (below zero for two timings)."""
+    q = statistics.quantiles(values, n=4, method="inclusive") if len(values) > 1 else [values[0]] * 3
     return {"median": statistics.median(values), "q1": q[0], "q3": q[2], "min": min(values), "max": max(values)}
 
 
