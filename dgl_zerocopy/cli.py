@@ -53,7 +53,7 @@ BENCHMARKS = {
     "storage": "tiers/storage.py",
     "pyg_epoch": "training/pyg_epoch.py",
     "scale": "training/scale.py",
-    "scale-sampling": "training/scale_sampling.py",
+    "scale_sampling": "training/scale_sampling.py",
 }
 
 

@@ -1,6 +1,7 @@
-"""bench/training/scale.py: its blocks from a HopSampler neighbourhood and the DGL side-by-side's refusal
-where DGL's graph would not fit (fast tier), and a tiny run written to a temporary folder, never
-bench/results/, with DGL's sampler beside ours (slow tier)."""
+"""bench/training/scale.py: its blocks from a HopSampler neighbourhood, the DGL side-by-side's refusal
+where DGL's graph would not fit, ``--device cuda`` without CUDA refused in one line, a stage that fails
+recorded in its row (fast tier); a tiny run written to a temporary folder, never bench/results/, with
+DGL's sampler beside ours (slow tier). The GPU route: tests/test_bench_scale_gpu.py."""
 
 import importlib.util
 import json
@@ -11,7 +12,7 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import REPO
+from conftest import CUDA, REPO
 
 from dgl_zerocopy.data import papers_disk as pd
 from dgl_zerocopy.data.disk_graph import open_disk_graph
@@ -69,10 +70,34 @@ def test_a_tiny_run_writes_its_results_to_the_given_folder(tmp_path):
         assert not (REPO / "bench" / "results" / f"scale_test{suffix}").exists()
     (row,) = json.loads((out / "scale_test.json").read_text())["rows"]
     assert row["nodes"] == 11_106 and row["loss_falls"] and row["sampled_edges_per_s"] > 0 and row["disk_gb"] > 0
+    assert (row["status"], row["device"]) == ("ok", "cpu") and "pin_s" not in row
     if importlib.util.find_spec("dgl") is not None:  # DGL's sampler over the same CSC and seeds
         assert row["dgl_status"] == "ok" and row["dgl_sampled_edges_per_batch"] > 0 and row["dgl_ns_per_sampled_edge"] > 0
     else:
         assert row["dgl_status"].startswith("skipped")
+
+
+def test_a_stage_that_fails_is_recorded_in_its_row(tmp_path):
+    """The data folder is a file: the generate stage fails; the row says where and why, the run exits 1."""
+    (tmp_path / "data").write_text("not a folder")
+    args = ["--fractions", "0.0001", "--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "out"), "--stem", "failed"]
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "training" / "scale.py"), *args], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 1, r.stderr
+    (row,) = json.loads((tmp_path / "out" / "failed.json").read_text())["rows"]
+    assert row["status"].startswith("failed: generate: ") and row["device"] == "cpu", row
+    assert "Traceback" in r.stderr and not (tmp_path / "out" / "failed.png").exists()
+
+
+@pytest.mark.skipif(CUDA, reason="checks the machine without a GPU")
+def test_device_cuda_without_cuda_is_one_clear_line(tmp_path):
+    """Before any work: one line on stderr, exit 2, nothing generated or written."""
+    args = ["--device", "cuda", "--fractions", "0.0001", "--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "out")]
+    r = subprocess.run([sys.executable, str(REPO / "bench" / "training" / "scale.py"), *args], capture_output=True, text=True, timeout=120)
+    assert (r.returncode, r.stdout) == (2, "")
+    assert r.stderr.strip().splitlines() == [
+        "scale.py: --device cuda needs a CUDA GPU, but torch.cuda.is_available() is False here; leave --device out to run on the CPU"
+    ]
+    assert not (tmp_path / "data").exists() and not (tmp_path / "out").exists()
 
 
 def test_dgl_is_not_built_where_its_graph_would_not_fit(monkeypatch):

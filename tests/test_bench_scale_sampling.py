@@ -25,7 +25,7 @@ def data_dir(tmp_path_factory):
 
 def _run(data_dir, out, *extra):
     args = ["--fractions", "0.0002", "--data-dir", str(data_dir), "--batches", "2", "--batch-size", "16", "--out-dir", str(out), *extra]
-    cmd = [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "scale-sampling", *args]
+    cmd = [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "scale_sampling", *args]
     return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=os.environ.copy(), timeout=300)
 
 

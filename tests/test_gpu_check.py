@@ -357,7 +357,7 @@ def on_cpu(monkeypatch):
     monkeypatch.setenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "1")
     monkeypatch.delenv("CUPY_CACHE_DIR", raising=False)
     monkeypatch.setattr(sys, "path", list(sys.path))
-    for name in ("pytest", "gather", "sampling", "storage", "epoch", "pyg", "ddp"):
+    for name in ("pytest", "gather", "sampling", "storage", "epoch", "pyg", "scale", "ddp"):
         monkeypatch.setattr(gpu_check, f"{name}_part", _fake_step(name))
     return monkeypatch
 
@@ -399,7 +399,7 @@ def test_step_limits_keep_the_later_steps_their_time():
     assert gpu_check.step_limit(230, left=400, later=260) == 140  # a slow setup shortens this step, not the later ones
     assert gpu_check.step_limit(100, left=50, later=0) == 50
     assert gpu_check.step_limit(100, left=10, later=60) == 0
-    one_gpu = ("wheels", "pytest", "gather", "sampling", "storage", "epoch", "pyg")
+    one_gpu = ("wheels", "pytest", "gather", "sampling", "storage", "epoch", "pyg", "scale")
     assert set(gpu_check.LIMITS) == set(gpu_check.FULL_LIMITS) == {*one_gpu, "ddp"}
     assert sum(gpu_check.LIMITS[s] for s in one_gpu) <= gpu_check.TOTAL_LIMIT <= 300, "the default pass: a run, a fix and a second run in one lease"
     assert sum(gpu_check.FULL_LIMITS[s] for s in one_gpu) <= gpu_check.FULL_TOTAL_LIMIT <= 600 - 45, "--full: one 10-minute command"
@@ -431,6 +431,7 @@ def test_a_step_left_without_time_is_reported_not_failed(on_cpu, tmp_path, capsy
         ("storage", "not run"),
         ("epoch", "partial"),
         ("pyg", "not run"),
+        ("scale", "not run"),
         ("ddp", "not run"),
     ]
     assert data["parts"][-1]["reason"] == "not in --parts"
@@ -819,7 +820,7 @@ def test_main_runs_the_sampling_step_after_gather_with_its_limit(on_cpu, tmp_pat
     assert out.index("step gather runs") < out.index(f"step sampling runs with a limit of {gpu_check.LIMITS['sampling']} s")
     assert "gpu-check [2/2] sampling: ok" in out and f"sampling {gpu_check.LIMITS['sampling']} s" in out.splitlines()[6]
     data = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert [p["name"] for p in data["parts"]] == ["wheels", "pytest", "gather", "sampling", "storage", "epoch", "pyg", "ddp"]
+    assert [p["name"] for p in data["parts"]] == ["wheels", "pytest", "gather", "sampling", "storage", "epoch", "pyg", "scale", "ddp"]
     assert data["figures"]["sampling"] == []
 
 
@@ -910,14 +911,15 @@ def test_the_storage_rows_are_in_summary_json_and_md(tmp_path):
     assert "## Tables larger" not in gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "storage": []}})
 
 
-def test_main_runs_the_storage_step_after_sampling_with_its_limit(on_cpu, tmp_path, capsys):
-    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--parts", "storage,sampling"])
+@pytest.mark.parametrize("step, after, place", [("storage", "sampling", 4), ("scale", "pyg", 7)])
+def test_main_runs_a_step_after_the_one_before_it_with_its_limit(on_cpu, tmp_path, capsys, step, after, place):
+    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--parts", f"{step},{after}"])
     out = capsys.readouterr().out
     assert code == 0, out
-    assert out.index("step sampling runs") < out.index(f"step storage runs with a limit of {gpu_check.LIMITS['storage']} s")
-    assert "gpu-check [2/2] storage: ok" in out and f"storage {gpu_check.LIMITS['storage']} s" in out.splitlines()[6]
+    assert out.index(f"step {after} runs") < out.index(f"step {step} runs with a limit of {gpu_check.LIMITS[step]} s")
+    assert f"gpu-check [2/2] {step}: ok" in out and f"{step} {gpu_check.LIMITS[step]} s" in out.splitlines()[6]
     data = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert data["figures"]["storage"] == [] and data["parts"][4]["name"] == "storage"
+    assert data["figures"][step] == [] and data["parts"][place]["name"] == step
 
 
 @pytest.mark.slow
@@ -1106,3 +1108,113 @@ def test_the_pyg_step_runs_bench_pyg_epoch_on_the_cpu(tmp_path, monkeypatch):
     assert "| pyg | 1 |" in "\n".join(gp.pyg_markdown(gpu_check.pyg_figures(rows)))
     killed, _ = gp.pyg_part(env, 0.5, tmp_path / "killed", "quick", cuda=False)
     assert killed.status == "partial" and "routes measured: none" in killed.reason
+
+
+# -- the scale step (issue 35): bench/training/scale.py --device cuda, its row in the summary -----------------
+
+
+def _scale_row(status="ok", **extra):
+    figures = {"nodes": 1_110_600, "edges": 32_711_608, "index_dtype": "int32", "disk_gb": 0.29, "generate_s": 4.5, "open_s": 0.4, "pin_s": 0.21}
+    figures |= {"gpu_peak_gb": 1.5, "run_peak_rss_gb": 2.5, "sample_ms_median": 3.0, "sample_ms_q1": 2.8, "sample_ms_q3": 3.3, "gather_ms_median": 250.0}
+    figures |= {"gather_ms_q1": 240.0, "gather_ms_q3": 270.0, "sampled_edges_per_batch": 678_112.0, "sampled_edges_per_s": 2.2e8, "ns_per_sampled_edge": 4.4}
+    figures |= {"gathered_bytes_per_batch": 4.9e7, "storage_bytes_per_batch": 1.6e7, "ns_per_gathered_byte": 5.1, "positions_past_2_31_checked": 0}
+    figures |= {"steps": 10, "step_ms_median": 12.0, "loss_first5": 9.1, "loss_last5": 2.5, "loss_falls": True}
+    if status == gpu_check.TIME_LIMIT_STATUS:  # generated, never run
+        figures = {k: figures[k] for k in ("disk_gb", "generate_s")}
+    elif status != "ok":
+        figures = {}
+    return {"fraction": 0.01, "generate_reused": False, **figures, "device": "NVIDIA H200 (cuda:0)", **extra, "status": status}
+
+
+def test_the_scale_step_is_judged_from_its_row():
+    """ok with the figures; a failed stage or a loss that does not fall fails it; a run left out for time, or a kill,
+    makes it partial (saying where it stopped); the limits leave the run stage its reserve."""
+    import gpu_check_scale as gsc
+
+    part = gpu_check.judge_scale(gpu_check.Run(0, "", 25.0), [_scale_row()], 30)
+    assert part.status == "ok" and part.details == {"fraction": 0.01, "device": "NVIDIA H200 (cuda:0)", "status": "ok"}
+    assert part.reason == (
+        "1 % of papers100M (1,110,600 nodes, 32.7 M edges) on NVIDIA H200 (cuda:0): generated in 4 s, CSC pinned in 0.21 s; "
+        "sample 3.0 ms/batch (4.4 ns per sampled edge), gather 250.0 ms/batch (5.10 ns per byte); loss 9.10 -> 2.50"
+    )
+    failed = gpu_check.judge_scale(gpu_check.Run(1, "", 9.0), [_scale_row("failed: run: AssertionError: block 0: boom")], 30)
+    assert failed.status == "failed" and failed.reason == "1 % of papers100M: failed: run: AssertionError: block 0: boom"
+    flat = gpu_check.judge_scale(gpu_check.Run(0, "", 25.0), [_scale_row(loss_last5=9.5, loss_falls=False)], 30)
+    assert flat.status == "failed" and flat.reason.startswith("the loss did not fall on NVIDIA H200 (cuda:0): 1 % of papers100M")
+    for_time = gpu_check.judge_scale(gpu_check.Run(0, "", 20.0), [_scale_row(gpu_check.TIME_LIMIT_STATUS)], 30)
+    assert (for_time.status, for_time.reason) == ("partial", "1 % of papers100M generated in 4 s; the run skipped: time limit")
+    output = "scale 0.01: generate (0 s in)\nscale 0.01: run (6 s in)\n  tqdm ...\n"
+    killed = gpu_check.judge_scale(gpu_check.Run(None, output, 30.0), [], 30)
+    assert (killed.status, killed.reason) == ("partial", "time limit (30 s) reached in the run stage")
+    assert gsc.stage_reached("") is None and gsc.stage_reached(output) == "run"
+    crashed = gpu_check.judge_scale(gpu_check.Run(1, "Traceback\nMemoryError: x\n", 5.0), [], 30)
+    assert (crashed.status, crashed.reason) == ("failed", "MemoryError: x")
+    assert [gpu_check.exit_code([p]) for p in (part, failed, flat, for_time, killed, crashed)] == [0, 1, 1, 0, 0, 1]
+    for mode, limits in (("quick", gpu_check.LIMITS), ("full", gpu_check.FULL_LIMITS)):
+        assert gsc.SCALE_RESERVE[mode] < limits["scale"] and gpu_check.MIN_STEP <= limits["scale"]
+    fractions = {mode: args[args.index("--fractions") + 1] for mode, args in gsc.SCALE_ARGS.items()}
+    assert fractions == {"quick": "0.01", "full": "0.1"}, "one fraction a mode: the largest the step's limit holds (docs/gpu.md)"
+
+
+def test_the_scale_row_is_in_summary_json_and_md(tmp_path):
+    summary = _made_up_summary(tmp_path)
+    summary["figures"]["scale"] = gpu_check.scale_figures([_scale_row(extra_key="not kept")])
+    json_path, md_path = gpu_check.write_summary(tmp_path, summary, {})
+    data = json.loads(json_path.read_text())
+    (figures,) = data["figures"]["scale"]
+    assert figures["device"] == "NVIDIA H200 (cuda:0)" and figures["pin_s"] == 0.21 and figures["loss_falls"] is True and "extra_key" not in figures
+    md = md_path.read_text(encoding="utf-8")
+    assert "## papers100M at scale (issue 35): generated to this machine's disk, sampled and gathered on NVIDIA H200 (cuda:0)" in md
+    assert "| 1 % | 1,110,600 | 32.7 M | 0.29 | 4.5 | 0.21 | 3.0 (2.8–3.3) | 250.0 (240.0–270.0) | 4.4 | 5.10 | 12.0 | 9.10 -> 2.50 | 2.50 | 1.50 | ok |" in md
+    assert gpu_check.transfer_problems(tmp_path) == [] and not any("scale" in f for f in gpu_check.RESULT_FILES)
+    time_row = gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "scale": gpu_check.scale_figures([_scale_row("skipped: time limit")])}})
+    assert "| 1 % | – | – | 0.29 | 4.5 | – | – | – | – |" in time_row and "| skipped: time limit |" in time_row
+    assert "## papers100M at scale" not in gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "scale": []}})
+
+
+def test_a_scale_step_killed_at_its_limit_is_partial(tmp_path, monkeypatch):
+    import gpu_check_scale as gsc
+
+    monkeypatch.setitem(gsc.SCALE_ARGS, "quick", TINY_SCALE)
+    killed, _ = gsc.scale_part(gpu_check.child_env(None), 0.5, tmp_path, "quick", cuda=False)
+    assert (killed.status, killed.reason) == ("partial", "time limit (0 s) reached")
+    assert "--emulate-gpu-sampler" in killed.details["command"] and not (tmp_path / "scale-data").exists()
+
+
+#: The step's arguments for the tests: a graph of 11,106 nodes (about 3 MB on disk), 2 batches of 32 seeds.
+TINY_SCALE = ["--fractions", "0.0001", "--batches", "2", "--batch-size", "32", "--steps", "10", "--hidden", "16", "--host-cache", str(4 << 20)]
+
+
+def test_the_scale_step_runs_bench_scale_on_the_cpu_into_the_summary(tmp_path, monkeypatch):
+    """The real step without CUDA, through main(): scale.py's GPU route with the reference backend standing in,
+    the graph generated into the work folder and removed, its row in summary.json and summary.md (12 s here:
+    scale.py and its two child processes each import torch)."""
+    import gpu_check_scale as gsc
+
+    monkeypatch.setenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "1")
+    monkeypatch.delenv("CUPY_CACHE_DIR", raising=False)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.setitem(gsc.SCALE_ARGS, "quick", TINY_SCALE)
+    monkeypatch.setattr(gpu_check, "LIMITS", {**gpu_check.LIMITS, "scale": 250})
+    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--parts", "scale", "--time-limit", "280"])
+    data = json.loads((tmp_path / "out" / "summary.json").read_text())
+    (part,) = [p for p in data["parts"] if p["name"] == "scale"]
+    assert code == 0 and part["status"] == "ok", part
+    assert part["details"]["command"].startswith("python3 bench/training/scale.py --fractions 0.0001") and "--emulate-gpu-sampler" in part["details"]["command"]
+    (row,) = data["figures"]["scale"]
+    assert row["status"] == "ok" and row["nodes"] == 11_106 and row["device"].startswith("cpu (the reference backend") and row["loss_falls"]
+    assert row["sampled_edges_per_batch"] > 0 and row["pin_s"] >= 0 and row["gpu_peak_gb"] is None
+    assert "## papers100M at scale (issue 35)" in (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+
+
+def test_a_scale_run_past_its_soft_limit_is_skipped_for_time(tmp_path, monkeypatch):
+    """A soft limit of 1 s: the graph is generated (its stage starts at once), the run stage is not started."""
+    import gpu_check_scale as gsc
+
+    monkeypatch.setitem(gsc.SCALE_ARGS, "quick", TINY_SCALE)
+    monkeypatch.setitem(gsc.SCALE_RESERVE, "quick", 299.5)
+    part, log = gsc.scale_part(gpu_check.child_env(None), 300, tmp_path, "quick", cuda=False)
+    assert part.status == "partial" and part.reason.startswith("0.01 % of papers100M generated in ") and part.reason.endswith("the run skipped: time limit")
+    (row,) = gpu_check.result_rows(tmp_path, "scale")
+    assert row["status"] == "skipped: time limit" and row["disk_gb"] > 0 and "sample_ms_median" not in row
+    assert not (tmp_path / "scale-data").exists()

@@ -175,6 +175,51 @@ def test_opening_copies_nothing(tmp_path):
     assert ((pos >= graph.indptr[nodes[col]]) & (pos < graph.indptr[nodes[col] + 1])).all()
 
 
+class _Registered:
+    """Stands in for PinnedRange where there is no GPU: records what would be registered, and how."""
+
+    def __init__(self, host_ptr: int, nbytes: int, read_only: bool = False) -> None:
+        self.host_ptr, self.nbytes, self.read_only, self.pinned = host_ptr, nbytes, read_only, True
+
+    def unpin(self) -> None:
+        self.pinned = False
+
+
+@pytest.mark.parametrize("read_only_supported", [True, False])
+def test_a_pinned_sampling_graph_pins_the_read_only_maps_as_the_store_does(tmp_path, monkeypatch, read_only_supported):
+    """The mapped CSC is read-only, which cudaHostRegister pins only with its read-only flag: where the GPU has it,
+    the file pages themselves are registered read-only; elsewhere a copy-on-write map of the same bytes is (with a
+    warning), never a writable shared map, so the files are never written. The registration is stood in for."""
+    import dgl_zerocopy.sampling.graph as sampling_graph_module
+    import dgl_zerocopy.store.pinning as pinning
+
+    graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False))
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)  # close() waits for the device
+    monkeypatch.setattr(pinning, "read_only_register_supported", lambda index: read_only_supported)
+    monkeypatch.setattr(sampling_graph_module, "PinnedRange", _Registered)
+    if read_only_supported:
+        sg = sampling_graph(graph, "pinned", "cuda:0")
+    else:
+        with pytest.warns(UserWarning, match="copy-on-write"):
+            sg = sampling_graph(graph, "pinned", "cuda:0")
+    pins = sg._pins
+    assert sg.device == torch.device("cuda", 0) and [p.read_only for p in pins] == [read_only_supported] * 2
+    for pin, name, t in zip(pins, ("indptr", "indices"), (sg.indptr, sg.indices)):
+        array = getattr(graph, name)
+        assert (pin.host_ptr, pin.nbytes) == (t.data_ptr(), array.nbytes) and np.array_equal(t.numpy(), array)
+        assert (t.data_ptr() == array.ctypes.data) == read_only_supported, f"{name}: the file's pages only where they can be pinned read-only"
+    sg.close()
+    assert not any(p.pinned for p in pins)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
+def test_a_pinned_sampling_graph_needs_a_gpu(tmp_path):
+    graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False))
+    with pytest.raises(RuntimeError, match="placement='pinned' registers the CSC for a CUDA GPU, but torch sees none"):
+        sampling_graph(graph, "pinned")
+
+
 def test_features_through_the_storage_tier(tmp_path, reference):
     graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False))
     layout = pd.GraphLayout.of(SPEC, BLOCK)

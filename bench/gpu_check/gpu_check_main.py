@@ -1,7 +1,7 @@
-"""One command that checks the whole GPU path: the GPU tests, the gather, sampling, storage, epoch and PyG benchmarks, multi-GPU DDP.
+"""One command that checks the whole GPU path: the GPU tests, the gather, sampling, storage, epoch, PyG and scale benchmarks, multi-GPU DDP.
 
     make gpu-check [GPU_CHECK_ARGS="--out DIR ..."]        (docs/gpu.md)
-    python3 bench/gpu_check.py [--out DIR] [--wheels DIR] [--site DIR] [--parts pytest,gather,sampling,storage,epoch,pyg,ddp] [--full] [--time-limit S]
+    python3 bench/gpu_check.py [--out DIR] [--wheels DIR] [--site DIR] [--parts pytest,gather,sampling,storage,epoch,pyg,scale,ddp] [--full] [--time-limit S]
 
 The two are the same run (``make`` only adds its check for CUDA, below); the second needs no
 ``make`` and no PYTHONPATH: the checkout is found from this file. bench/gpu_check.py only finds this
@@ -39,7 +39,11 @@ its own time limit (docs/gpu.md sizes them), output echoed as it comes:
    ``device="cuda"`` (GPU sampling from the pinned CSC, zero-copy features) against our DGL route on the
    GPU and PyG's own loader where the image has pyg-lib: seconds per loading epoch and sampled edges/s;
    it starts nothing after its own limit; its rows go into the summary;
-7. ``dgl-zerocopy train --nproc N`` on all N GPUs where ``torch.cuda.device_count() > 1``.
+7. ``bench/training/scale.py --device cuda`` (bench/gpu_check/gpu_check_scale.py, issue 35): a papers100M-shaped graph
+   generated to the machine's disk (1 % of its nodes, 10 % with ``--full``), its CSC pinned in place, sampled
+   by our GPU sampler and checked against the files, the rows gathered zero-copy onto the GPU, GraphSAGE
+   steps there; it starts no stage after its own limit; its row goes into the summary;
+8. ``dgl-zerocopy train --nproc N`` on all N GPUs where ``torch.cuda.device_count() > 1``.
 
 Statuses: ok; partial (the time limit left something out, and everything that ran passed);
 failed; skipped (could not run, e.g. no DGL); not run (not asked for, or one GPU for DDP).
@@ -48,7 +52,7 @@ Exit code: 0 when every step is ok, partial or not run; 1 otherwise; 2 no CUDA.
 It writes into ``--out`` (default bench/results/gpu/) at most 8 files, the most a lent machine
 sends back: gather.{csv,json,png}, epoch.{csv,json,png}, summary.json and summary.md (rewritten
 after every step, so a run stopped from outside still leaves what it had; the sampling and storage
-rows are in the two summaries, as are the PyG step's).
+rows are in the two summaries, as are the PyG and scale steps').
 
 Testing aid: DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1 runs the steps on a machine without CUDA (the
 orchestration only: GPU tests skip, the benchmarks take their CPU paths, the reference backend
@@ -80,6 +84,7 @@ from gpu_check_pytest import LOG_VARIABLE, Progress, read_progress  # noqa: E402
 from gpu_check_report import SAFE_NAME, TRANSFER, end_to_end, epoch_figures, gather_figures, render_markdown, transfer_problems, write_summary  # noqa: E402,F401
 from gpu_check_rows import TIME_LIMIT_STATUS, failure_digest, result_rows, tail  # noqa: E402
 from gpu_check_sampling import judge_sampling, sampling_figures, sampling_part  # noqa: E402,F401
+from gpu_check_scale import judge_scale, scale_figures, scale_part  # noqa: E402,F401
 from gpu_check_setup import Part, Run, child_env, cuda_version_text, environment, header_lines, install_wheels, last_line, pip_install_command, run_bounded  # noqa: E402,F401
 from gpu_check_storage import judge_storage, storage_figures, storage_part  # noqa: E402,F401
 
@@ -87,7 +92,7 @@ DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
 GATHER_SCRIPT = BENCH / "gathering" / "gather.py"
 EPOCH_SCRIPT = BENCH / "training" / "epoch.py"
 DEFAULT_SITE = Path("/tmp/dgl-zerocopy-site")
-PARTS = ("pytest", "gather", "sampling", "storage", "epoch", "pyg", "ddp")
+PARTS = ("pytest", "gather", "sampling", "storage", "epoch", "pyg", "scale", "ddp")
 PASSING = ("ok", "partial", "not run")
 #: The whole check's seconds. A lent GPU gives 15 minutes of device time for all tries together, and a
 #: machine's start costs a minute or more: the default pass (correctness first: the ``gpu`` tests, then one
@@ -97,9 +102,9 @@ TOTAL_LIMIT = 300
 FULL_TOTAL_LIMIT = 540
 #: Each step's time limit (seconds) in the default pass; on one GPU they add up to TOTAL_LIMIT (ddp runs only
 #: on several GPUs, and then the steps before it give way: :func:`step_limit`).
-LIMITS = {"wheels": 15, "pytest": 150, "gather": 30, "sampling": 25, "storage": 20, "epoch": 35, "pyg": 25, "ddp": 45}
+LIMITS = {"wheels": 15, "pytest": 120, "gather": 25, "sampling": 25, "storage": 20, "epoch": 35, "pyg": 25, "scale": 35, "ddp": 45}
 #: The same with ``--full``, from the measured and counted figures of docs/gpu.md.
-FULL_LIMITS = {"wheels": 30, "pytest": 200, "gather": 110, "sampling": 50, "storage": 40, "epoch": 70, "pyg": 40, "ddp": 60}
+FULL_LIMITS = {"wheels": 15, "pytest": 140, "gather": 95, "sampling": 50, "storage": 40, "epoch": 60, "pyg": 40, "scale": 100, "ddp": 60}
 MIN_STEP = 15  # a step with fewer seconds left than this is not started (partial: time limit)
 PYTEST_GRACE = 20  # pytest is interrupted this long before its limit, to end its session cleanly
 PYTEST_TEST_TIMEOUT = 120  # a test still running after this long at the limit is reported as hung
@@ -486,7 +491,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--site", type=Path, default=DEFAULT_SITE, help="where those wheels are installed (put on the steps' PYTHONPATH)")
     parser.add_argument(
-        "--parts", default=",".join(PARTS), help="which steps to run, comma separated (default all: pytest,gather,sampling,storage,epoch,pyg,ddp)"
+        "--parts", default=",".join(PARTS), help="which steps to run, comma separated (default all: pytest,gather,sampling,storage,epoch,pyg,scale,ddp)"
     )
     parser.add_argument(
         "--full", action="store_true", help=f"the whole benchmark set, figures for the record ({FULL_TOTAL_LIMIT} s; default: the {TOTAL_LIMIT} s pass)"
@@ -560,7 +565,7 @@ def main(argv: list[str] | None = None) -> int:
         "time_limit_s": args.time_limit,
         "limits_s": step_limits,
         "parts": [],
-        "figures": {"gather": [], "epoch": [], "end_to_end": None, "sampling": [], "storage": [], "pyg": []},
+        "figures": {"gather": [], "epoch": [], "end_to_end": None, "sampling": [], "storage": [], "pyg": [], "scale": []},
     }
     logs: dict[str, str] = {}
 
@@ -577,6 +582,7 @@ def main(argv: list[str] | None = None) -> int:
                 "sampling": sampling_figures(result_rows(workdir, "sampling")),  # its files stay in workdir: 8 files come back
                 "storage": storage_figures(result_rows(workdir, "storage")),
                 "pyg": pyg_figures(result_rows(workdir, "pyg_epoch")),
+                "scale": scale_figures(result_rows(workdir, "scale")),
             },
         )
         write_summary(out, summary, logs)
@@ -607,6 +613,8 @@ def main(argv: list[str] | None = None) -> int:
                 parts[name], logs[name] = storage_part(env, limit, workdir, mode, cuda)
             elif name == "pyg":
                 parts[name], logs[name] = pyg_part(env, limit, workdir, mode, cuda)
+            elif name == "scale":
+                parts[name], logs[name] = scale_part(env, limit, workdir, mode, cuda)
             elif name == "ddp":
                 parts[name], logs[name] = ddp_part(env, limit, mode, gpus)
             else:

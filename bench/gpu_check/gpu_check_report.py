@@ -3,7 +3,7 @@
 Pure functions of the data the check collected (no GPU, no subprocess), so that the tests can
 feed them made-up rows. summary.md opens with the header the check printed first (wheels, GPU,
 driver, CUDA, NVRTC, CuPy), then each step's status, time limit and seconds, what the time limits
-left out, and the figures. The rows are read by gpu_check_rows; the sampling, storage and PyG sections
+left out, and the figures. The rows are read by gpu_check_rows; the sampling, storage, PyG and scale sections
 come from their steps' modules (which import gpu_check_rows, never this module).
 """
 
@@ -17,6 +17,7 @@ from pathlib import Path
 from gpu_check_pyg import pyg_markdown
 from gpu_check_rows import TIME_LIMIT_STATUS, failure_digest, finite, number_cell, tail
 from gpu_check_sampling import sampling_markdown
+from gpu_check_scale import scale_markdown
 from gpu_check_storage import storage_markdown
 
 # What a lent machine sends back from its output folder (see docs/gpu.md).
@@ -271,6 +272,7 @@ def render_markdown(summary: dict) -> str:
     lines += sampling_markdown(summary["figures"].get("sampling", []))
     lines += storage_markdown(summary["figures"].get("storage", []))
     lines += pyg_markdown(summary["figures"].get("pyg", []))
+    lines += scale_markdown(summary["figures"].get("scale", []))
     if summary.get("transfer_problems"):
         lines += ["", "## Results folder", "", *(f"- {p}" for p in summary["transfer_problems"])]
     return "\n".join(lines) + "\n"

@@ -13,8 +13,14 @@ For each ``--fractions`` value (of ogbn-papers100M's 111,059,956 nodes; about 29
             ``indices.npy`` read with plain file reads; then ``--steps`` GraphSAGE steps (3 layers,
             hidden ``--hidden``, Adam) cycling through those batches (their rows gathered again, not timed
             in the step), whose loss must fall.
+``--device cuda`` runs the same on a GPU (bench/training/scale_gpu.py): the CSC pinned in place (``pin_s``), our
+GPU sampler reading it over PCIe, the rows gathered zero-copy onto the GPU from the store's pinned host buffer,
+the steps on the GPU, every phase timed between two device synchronisations; the first batch's blocks checked
+against the files as well (in-degrees, no edge twice, each edge at its position). Each row names its device.
 The cost per sampled edge (sample seconds / edges) and per gathered byte (gather seconds / bytes) against
-the graph's edge count is drawn as a PNG; rows are saved as CSV/JSON (bench/results/scale.*).
+the graph's edge count is drawn as a PNG; rows are saved as CSV/JSON (bench/results/scale.*), after each
+fraction. A row's ``status``: ok; ``failed: <stage>: <error>``; or ``skipped: time limit`` where
+``--time-limit`` seconds had passed before its next stage (``make gpu-check`` bounds its scale step so).
 
 The RAM budget: the host cache of feature rows is ``--host-cache`` bytes (default 2 GiB); the graph's
 pages (indptr, indices) and the rest of the feature file live in the kernel's page cache, which takes
@@ -23,7 +29,7 @@ what the machine has left and gives it back under pressure, so the process's own
 RSS apart), where a DGL graph of the CSC (int64 ids, copied in: :func:`dgl_graph_bytes`) fits in 80 % of
 the memory then available; otherwise the row says how much it would need.
 
-    python bench/training/scale.py --fractions 0.01,0.1 [--data-dir DIR] [--batches 20] [--steps 50]
+    python bench/training/scale.py --fractions 0.01,0.1 [--data-dir DIR] [--batches 20] [--steps 50] [--device cuda]
     dgl-zerocopy bench scale  (the same)
 """
 
@@ -41,7 +47,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, summarize, write_results  # noqa: E402
+import scale_gpu  # noqa: E402 - beside this file: the GPU route, and the check of sampled edges against the files
+from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, summarize, write_results  # noqa: E402
 
 
 def _peak_rss_bytes() -> int:
@@ -100,35 +107,19 @@ def _blocks(sampled, num_layers: int):
 
 
 def _check_against_files(graph, sampled, most: int = 20_000) -> int:
-    """The sampled edges are in the files: each position in its destination's column, and (for ``most``
-    of them, drawn at random) its source at its position of ``indices.npy``, read with plain file reads,
-    not through the mapping. Returns the count of positions past 2**31 checked."""
+    """A HopSampler neighbourhood's edges are in the files (:func:`scale_gpu.check_edges`). Returns the count
+    of positions past 2**31 checked."""
     nodes, pos = sampled.nodes["_N"], sampled.pos["_E"]
-    src, dst = nodes[sampled.row["_E"]], nodes[sampled.col["_E"]]
-    pick = np.random.default_rng(0).permutation(len(pos))[:most]
-    if not ((pos >= graph.indptr[dst]) & (pos < graph.indptr[dst + 1])).all():
-        raise AssertionError("a sampled position lies outside its destination's column")
-    pos, src = pos[pick], src[pick]
-    itemsize, header = graph.indices.dtype.itemsize, graph.indices.offset
-    with open(graph.path / "indices.npy", "rb") as f:
-        for p, s in zip(pos.tolist(), src.tolist()):
-            f.seek(header + p * itemsize)
-            if int(np.frombuffer(f.read(itemsize), dtype=graph.indices.dtype)[0]) != s:
-                raise AssertionError(f"position {p}: the file holds another source than the sampler gave")
-    return int((pos >= 2**31).sum())
+    return scale_gpu.check_edges(graph, pos, nodes[sampled.row["_E"]], nodes[sampled.col["_E"]], most)
 
 
 def stage_run(args, fraction: float) -> dict:
     from dgl_zerocopy.data.disk_graph import open_disk_graph
-    from dgl_zerocopy.sampling.disk import hop_sampler
-    from dgl_zerocopy.training.models import GraphSAGE
 
     rng = np.random.default_rng(args.seed)
     torch.manual_seed(args.seed)
     started = time.perf_counter()
     graph = open_disk_graph(_folder(args.data_dir, fraction))
-    sampler = hop_sampler(graph)
-    store = graph.feature_store(host_cache_bytes=args.host_cache)
     open_s = time.perf_counter() - started
     populate_s = 0.0
     if args.populate:
@@ -139,6 +130,24 @@ def stage_run(args, fraction: float) -> dict:
     seeds = rng.permutation(np.asarray(graph.train_idx))
     batches = [np.sort(seeds[i * args.batch_size : (i + 1) * args.batch_size]) for i in range(args.batches)]
     batches = [b for b in batches if len(b)]
+    if args.device == "cuda" or args.emulate_gpu_sampler:
+        measured = scale_gpu.run_route(args, graph, batches, fanouts, emulate=args.device != "cuda")
+    else:
+        measured = _run_on_cpu(args, graph, batches, fanouts)
+    row = _row(graph, measured, open_s, populate_s, args.steps)
+    return {**row, **(_dgl_side_by_side(graph, batches, fanouts) if args.dgl else {})}
+
+
+def _run_on_cpu(args, graph, batches: list[np.ndarray], fanouts: list[int]) -> dict:
+    """The CPU route: HopSampler over the mapped CSC, the ``cpu`` store, GraphSAGE on the CPU. Returns the
+    figures :func:`scale_gpu.run_route` returns (no pinning, no GPU memory)."""
+    from dgl_zerocopy.sampling.disk import hop_sampler
+    from dgl_zerocopy.training.models import GraphSAGE
+
+    started = time.perf_counter()
+    sampler = hop_sampler(graph)
+    store = graph.feature_store(host_cache_bytes=args.host_cache)
+    store_s = time.perf_counter() - started
     # One untimed batch first (the last one's seeds): the kernels' first call loads them from numba's
     # cache (or compiles them), which is no batch's cost.
     sampler.sample({"_N": batches[-1]}, {"_E": fanouts}, rng=np.random.default_rng([args.seed, len(batches)]))
@@ -160,7 +169,6 @@ def stage_run(args, fraction: float) -> dict:
         samples.append(s)
         del x  # gathered again for its training step: only the ids are kept
     past += _check_past_2_31(graph, sampler, args.seed)
-    row_bytes = graph.feat_dim  # int8 codes
     model = GraphSAGE(graph.feat_dim, args.hidden, graph.num_classes, num_layers=len(fanouts), dropout=0.0)
     opt = torch.optim.Adam(model.parameters(), lr=3e-3)
     losses, step_s = [], []
@@ -176,17 +184,26 @@ def stage_run(args, fraction: float) -> dict:
         step_s.append(time.perf_counter() - t)
         losses.append(loss.item())
     store.close()
-    head, tail = float(np.mean(losses[:5])), float(np.mean(losses[-5:]))
-    sample, gather = summarize(sample_s), summarize(gather_s)
-    ours_peak = _peak_rss_bytes() / 1e9
-    dgl = _dgl_side_by_side(graph, batches, fanouts) if args.dgl else {}
+    measured = {"sample_s": sample_s, "gather_s": gather_s, "edges": edges, "rows": rows, "storage_bytes": storage_bytes}
+    return {"device": "cpu", "store_s": store_s, **measured, "past": past, "step_s": step_s, "losses": losses}
+
+
+def _row(graph, m: dict, open_s: float, populate_s: float, steps: int) -> dict:
+    """A fraction's figures from a route's measurements ``m`` (:func:`scale_gpu.run_route`'s keys). ``open_s``:
+    the graph opened and its feature store made; ``pin_s`` (the GPU route's): the CSC registered in place."""
+    head, tail = float(np.mean(m["losses"][:5])), float(np.mean(m["losses"][-5:]))
+    sample, gather = summarize(m["sample_s"]), summarize(m["gather_s"])
+    row_bytes = graph.feat_dim  # int8 codes
+    on_gpu = {"pin_s": m["pin_s"], "gpu_peak_gb": m["gpu_peak_gb"]} if "pin_s" in m else {}
     return {
         "nodes": graph.num_nodes,
         "edges": graph.num_edges,
         "index_dtype": str(graph.indices.dtype),
-        "open_s": open_s,
+        "device": m["device"],
+        "open_s": open_s + m["store_s"],
         "populate_s": populate_s,
-        "run_peak_rss_gb": ours_peak,
+        **on_gpu,
+        "run_peak_rss_gb": _peak_rss_bytes() / 1e9,
         **_rss_split_gb(),
         "sample_ms_median": sample["median"] * 1e3,
         "sample_ms_q1": sample["q1"] * 1e3,
@@ -194,19 +211,18 @@ def stage_run(args, fraction: float) -> dict:
         "gather_ms_median": gather["median"] * 1e3,
         "gather_ms_q1": gather["q1"] * 1e3,
         "gather_ms_q3": gather["q3"] * 1e3,
-        "sampled_edges_per_batch": float(np.median(edges)),
-        "sampled_edges_per_s": float(np.sum(edges) / np.sum(sample_s)),
-        "gathered_bytes_per_batch": float(np.median(rows)) * row_bytes,
-        "storage_bytes_per_batch": float(np.median(storage_bytes)),
-        "ns_per_sampled_edge": float(np.sum(sample_s) / np.sum(edges) * 1e9),
-        "ns_per_gathered_byte": float(np.sum(gather_s) / (np.sum(rows) * row_bytes) * 1e9),
-        "positions_past_2_31_checked": past,
-        "steps": args.steps,
-        "step_ms_median": summarize(step_s)["median"] * 1e3,
+        "sampled_edges_per_batch": float(np.median(m["edges"])),
+        "sampled_edges_per_s": float(np.sum(m["edges"]) / np.sum(m["sample_s"])),
+        "gathered_bytes_per_batch": float(np.median(m["rows"])) * row_bytes,
+        "storage_bytes_per_batch": float(np.median(m["storage_bytes"])),
+        "ns_per_sampled_edge": float(np.sum(m["sample_s"]) / np.sum(m["edges"]) * 1e9),
+        "ns_per_gathered_byte": float(np.sum(m["gather_s"]) / (np.sum(m["rows"]) * row_bytes) * 1e9),
+        "positions_past_2_31_checked": m["past"],
+        "steps": steps,
+        "step_ms_median": summarize(m["step_s"])["median"] * 1e3,
         "loss_first5": head,
         "loss_last5": tail,
         "loss_falls": tail < head,
-        **dgl,
     }
 
 
@@ -263,14 +279,39 @@ def _check_past_2_31(graph, sampler, seed: int) -> int:
     return _check_against_files(graph, s)
 
 
+class StageFailed(Exception):
+    """A child stage that ended with an error (its message) or a signal."""
+
+
 def _child(args, stage: str, fraction: float) -> dict:
+    """Run ``stage`` for ``fraction`` in a child process (its own peak RSS): its figures, from the last line of its
+    stdout. Its stderr (progress, a traceback) passes through; a failure raises :class:`StageFailed`."""
     cmd = [sys.executable, __file__, "--stage", stage, "--fractions", f"{fraction:g}"]
-    for k in ("data_dir", "seed", "features", "batches", "batch_size", "fanouts", "steps", "hidden", "host_cache"):
+    for k in ("data_dir", "seed", "features", "batches", "batch_size", "fanouts", "steps", "hidden", "host_cache", "device"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     cmd += ["--populate"] if args.populate else []
     cmd += ["--dgl"] if args.dgl else []
-    out = subprocess.run(cmd, check=True, stdout=subprocess.PIPE, text=True).stdout
-    return json.loads(out.strip().splitlines()[-1])
+    cmd += ["--emulate-gpu-sampler"] if args.emulate_gpu_sampler else []
+    run = subprocess.run(cmd, stdout=subprocess.PIPE, text=True)
+    lines = run.stdout.strip().splitlines()
+    try:
+        said = json.loads(lines[-1]) if lines else {}
+    except ValueError:
+        said = {}
+    if run.returncode != 0:
+        raise StageFailed(said.get("error") or f"exit {run.returncode}")
+    return said
+
+
+def _stage_main(args, fraction: float) -> None:
+    """In the child: the stage's figures as the last line of stdout; an error as ``{"error": ...}`` there too
+    (for the row), then raised again (its traceback on stderr)."""
+    try:
+        result = stage_generate(fraction, args.data_dir, args.seed, args.features) if args.stage == "generate" else stage_run(args, fraction)
+    except Exception as e:
+        print(json.dumps({"error": f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0]}"[:300]}), flush=True)
+        raise
+    print(json.dumps(result), flush=True)
 
 
 def _plot(rows: list[dict], path: Path) -> None:
@@ -280,8 +321,9 @@ def _plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     edges = [r["edges"] for r in rows]
+    on = rows[0].get("device", "cpu")
     fig, ax = plt.subplots(1, 2, figsize=(10, 4))
-    ax[0].plot(edges, [r["ns_per_sampled_edge"] for r in rows], "o-", label="ours (HopSampler)")
+    ax[0].plot(edges, [r["ns_per_sampled_edge"] for r in rows], "o-", label="ours (HopSampler)" if on == "cpu" else "ours (GpuNeighborSampler)")
     fit = [r for r in rows if r.get("dgl_status") == "ok"]
     if fit:
         ax[0].plot([r["edges"] for r in fit], [r["dgl_ns_per_sampled_edge"] for r in fit], "s--", color="C2", label="DGL's NeighborSampler")
@@ -289,7 +331,7 @@ def _plot(rows: list[dict], path: Path) -> None:
             if str(r.get("dgl_status", "")).startswith("does not fit"):
                 ax[0].axvline(r["edges"], color="C2", linestyle=":", label=f"DGL's graph does not fit ({r['dgl_graph_gb']:.0f} GB)")
         ax[0].legend(fontsize=8)
-    ax[0].set(xscale="log", xlabel="graph edges", ylabel="ns per sampled edge", title="sampling (CPU)")
+    ax[0].set(xscale="log", xlabel="graph edges", ylabel="ns per sampled edge", title=f"sampling ({'CPU' if on == 'cpu' else on})")
     ax[1].plot(edges, [r["ns_per_gathered_byte"] for r in rows], "o-", color="C1")
     ax[1].set(xscale="log", xlabel="graph edges", ylabel="ns per gathered byte", title="gather (storage tier, int8)")
     for a, r in ((a, r) for a in ax for r in rows):
@@ -301,7 +343,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     fig.savefig(path, dpi=110)
 
 
-def main() -> None:
+def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fractions", default="0.01,0.1", help="fractions of papers100M's nodes, comma-separated (default 0.01,0.1)")
     p.add_argument("--data-dir", type=Path, default=Path("bench_data"), help="where the graphs are generated (default ./bench_data)")
@@ -315,26 +357,50 @@ def main() -> None:
     p.add_argument("--host-cache", type=int, default=2 << 30, help="bytes of feature rows kept in the host buffer (default 2 GiB)")
     p.add_argument("--populate", action="store_true", help="fault the CSC's pages in after opening (DiskGraph.populate): no page fault per batch")
     p.add_argument("--dgl", action="store_true", help="DGL's own NeighborSampler over the same CSC and seeds, where its graph fits in memory")
+    p.add_argument(
+        "--device", choices=("cpu", "cuda"), default="cpu", help="cuda: the CSC pinned, our GPU sampler, zero-copy gathers, training on the GPU (default cpu)"
+    )
+    p.add_argument("--time-limit", type=float, help="seconds: no stage starts after them (its row reads 'skipped: time limit')")
+    # Testing aid, not for users: the GPU route on the CPU, our sampler's reference backend standing in for CUDA (figures mean nothing).
+    p.add_argument("--emulate-gpu-sampler", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--out-dir", type=Path, default=RESULTS)
     p.add_argument("--stem", default="scale")
     p.add_argument("--stage", choices=("generate", "run"), help=argparse.SUPPRESS)
     args = p.parse_args()
+    if args.device == "cuda" and args.emulate_gpu_sampler:
+        p.error("--emulate-gpu-sampler runs the GPU route on the CPU: leave out --device cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        # one line, before any work: there is no GPU route to time without a GPU
+        print("scale.py: --device cuda needs a CUDA GPU, but torch.cuda.is_available() is False here; leave --device out to run on the CPU", file=sys.stderr)
+        return 2
     fractions = [float(f) for f in args.fractions.split(",")]
-    if args.stage == "generate":
-        print(json.dumps(stage_generate(fractions[0], args.data_dir, args.seed, args.features)))
-        return
-    if args.stage == "run":
-        print(json.dumps(stage_run(args, fractions[0])))
-        return
+    if args.stage:
+        _stage_main(args, fractions[0])
+        return 0
+    began = time.monotonic()
+    meta = {"command": command_line(), "machine": machine(), "fanouts": args.fanouts, "batch_size": args.batch_size, "host_cache_bytes": args.host_cache}
     rows = []
     for fraction in fractions:
-        row = {"fraction": fraction, **_child(args, "generate", fraction), **_child(args, "run", fraction)}
+        row, status = {"fraction": fraction}, "ok"
+        for stage in ("generate", "run"):
+            if args.time_limit is not None and time.monotonic() - began > args.time_limit:
+                status = TIME_LIMIT_STATUS
+                break
+            print(f"scale {fraction:g}: {stage} ({time.monotonic() - began:.0f} s in)", flush=True)
+            try:
+                row.update(_child(args, stage, fraction))
+            except StageFailed as e:
+                status = f"failed: {stage}: {e}"
+                break
+        row.setdefault("device", args.device)  # the run names the GPU; a row it never reached names what was asked
+        row["status"] = status
         print(json.dumps(row), flush=True)
         rows.append(row)
-    meta = {"command": command_line(), "machine": machine(), "fanouts": args.fanouts, "batch_size": args.batch_size, "host_cache_bytes": args.host_cache}
-    write_results(args.stem, rows, meta, args.out_dir)
-    _plot(rows, Path(args.out_dir) / f"{args.stem}.png")
+        write_results(args.stem, rows, meta, args.out_dir)  # after each fraction: a run stopped later keeps it
+    if measured := [r for r in rows if r["status"] == "ok"]:
+        _plot(measured, Path(args.out_dir) / f"{args.stem}.png")
+    return 0 if all(r["status"] in ("ok", TIME_LIMIT_STATUS) for r in rows) else 1
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -17,7 +17,7 @@ the anonymous huge pages the process held. Rows as CSV/JSON, ns per edge against
 PNG (bench/results/scale_sampling.*).
 
     python bench/training/scale_sampling.py --fractions 0.01,0.1,1 --data-dir /tmp/scale_data --csc-huge
-    dgl-zerocopy bench scale-sampling  (the same)
+    dgl-zerocopy bench scale_sampling  (the same)
 """
 
 from __future__ import annotations
@@ -61,11 +61,11 @@ def anon_huge_pages_bytes() -> int:
 
 def _numpy_huge_page_advice(on: bool) -> bool:
     """Switch NumPy's ``madvise(MADV_HUGEPAGE)`` on large allocations; returns the previous setting."""
-    try:
-        from numpy._core.multiarray import _set_madvise_hugepage
-    except ImportError:  # NumPy 1.x
-        from numpy.core.multiarray import _set_madvise_hugepage
-    return bool(_set_madvise_hugepage(on))
+    import importlib
+
+    major = int(np.__version__.split(".")[0])
+    multiarray = importlib.import_module("numpy._core.multiarray" if major >= 2 else ".".join(("numpy", "core", "multiarray")))  # moved in NumPy 2
+    return bool(multiarray._set_madvise_hugepage(on))
 
 
 def _huge_page_copy(array: np.ndarray) -> np.ndarray:

@@ -59,11 +59,22 @@ class SamplingGraph:
     ``placement`` is one of :data:`PLACEMENTS`; ``device`` the CUDA device of ``"pinned"`` and
     ``"device"`` (default: the current one). ``"pinned"`` keeps the given tensors alive and reads
     them in place (same ``data_ptr``); a range page-locked already (``pin_memory()``) is used as it
-    is and never unregistered. :meth:`close` (idempotent; also ``with``) waits for the device, then
-    unregisters what this object registered and drops device copies.
+    is and never unregistered. ``read_only`` pins with ``cudaHostRegisterReadOnly``: what a read-only
+    file map needs (the caller checks :func:`~dgl_zerocopy.store.pinning.read_only_register_supported`;
+    :func:`dgl_zerocopy.sampling.disk.sampling_graph` does). :meth:`close` (idempotent; also ``with``)
+    waits for the device, then unregisters what this object registered and drops device copies.
     """
 
-    def __init__(self, indptr: torch.Tensor, indices: torch.Tensor, eids: torch.Tensor | None = None, *, placement: str = "host", device: Any = None) -> None:
+    def __init__(
+        self,
+        indptr: torch.Tensor,
+        indices: torch.Tensor,
+        eids: torch.Tensor | None = None,
+        *,
+        placement: str = "host",
+        device: Any = None,
+        read_only: bool = False,
+    ) -> None:
         _check_csc(indptr, indices, eids)
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, but got {placement!r}")
@@ -82,7 +93,7 @@ class SamplingGraph:
         if placement == "pinned":
             try:
                 for t in (indptr, indices):
-                    self._pins.append(PinnedRange(t.data_ptr(), t.numel() * t.element_size()))
+                    self._pins.append(PinnedRange(t.data_ptr(), t.numel() * t.element_size(), read_only=read_only))
             except BaseException:
                 self._unpin()  # nothing stays registered after a failure
                 raise
