@@ -2,7 +2,7 @@
 
 The kernels' draws against :func:`hop_kernels.uniforms`; one hop's picks against
 :func:`cpu_hops.pick` (every fanout case, Floyd's scan and its hash set, with replacement, int32 and
-memory-mapped indices, split over one to four threads); the numbering against a loop; whole batches of
+memory-mapped indices, split over one to four threads, ``indices`` read after the draws or among them); the numbering against a loop; whole batches of
 :class:`HopSampler` with and without the kernels element for element (homogeneous, three node types,
 repeated and empty seeds; no thread left after a call); the kept buffers (a batch is not overwritten by the next); a forked child
 sampling after its parent used the thread pool; the refusal without numba.
@@ -53,9 +53,12 @@ def test_the_kernels_draws_are_the_numpy_draws():
 @pytest.mark.parametrize("fanout", [-1, 1, 5, 15, 33, 40, 100])
 @pytest.mark.parametrize("replace", [False, True])
 @pytest.mark.parametrize("parts", [1, 2, 4])
-def test_one_hop_equals_numpy_pick(fanout, replace, parts, monkeypatch):
-    """Element for element, whatever the split: fanouts at and above 33 use the hash set for Floyd's "taken"."""
+@pytest.mark.parametrize("in_flight", [True, False], ids=["reads-after-draws", "reads-among-draws"])
+def test_one_hop_equals_numpy_pick(fanout, replace, parts, in_flight, monkeypatch):
+    """Element for element, whatever the split and wherever ``indices`` is read: fanouts at and above 33
+    use the hash set for Floyd's "taken"."""
     monkeypatch.setattr(hop_kernels, "threads", lambda: parts)
+    monkeypatch.setattr(hop_kernels, "MORE_READS_IN_FLIGHT", in_flight)
     monkeypatch.setattr(hop_kernels, "PARALLEL_EDGES", 64)
     indptr, indices = skewed_csc(2000, fanout + 1 + 1000 * replace)
     dst = np.random.default_rng(1).integers(0, 2000, 900)
@@ -99,6 +102,21 @@ def test_number_in_order_of_first_occurrence():
     assert new == 4 and fresh[:new].tolist() == [5, 3, 9, 0]
     assert rows.tolist() == [1, 2, 1, 3, 2, 0, 4, 3]
     assert local[[5, 3, 9, 0, 1]].tolist() == [1, 2, 3, 4, 0] and (np.delete(local, [0, 1, 3, 5, 9]) == -1).all()
+
+
+@pytest.mark.parametrize("in_flight", [True, False], ids=["prefetched", "not-prefetched"])
+def test_number_of_many_ids_equals_a_loop(in_flight, monkeypatch):
+    """Far more ids than the prefetch distance, repeats and gaps among them, with the prefetch and without."""
+    monkeypatch.setattr(hop_kernels, "MORE_READS_IN_FLIGHT", in_flight)
+    ids = np.random.default_rng(2).integers(0, 5_000, 20_000).astype(np.int64)
+    local = np.full(5_000, -1, dtype=np.int32)
+    rows, fresh = np.empty(len(ids), dtype=np.int64), np.empty(len(ids), dtype=np.int64)
+    new = hop_kernels.number(local, ids, 7, rows, fresh)
+    want = {}
+    for v in ids.tolist():
+        want.setdefault(v, 7 + len(want))
+    assert new == len(want) and fresh[:new].tolist() == list(want)
+    assert rows.tolist() == [want[v] for v in ids.tolist()]
 
 
 def both(relations, num_nodes):
@@ -191,3 +209,25 @@ def test_compiled_without_numba_is_refused(monkeypatch):
     with pytest.raises(ImportError, match="pip install numba"):
         HopSampler({"e": Relation(indptr, indices, "n", "n")}, {"n": 10}, compiled=True)
     assert HopSampler({"e": Relation(indptr, indices, "n", "n")}, {"n": 10}).compiled is False
+
+
+def test_the_numbering_prefetch_is_a_prefetch_instruction_that_changes_nothing():
+    """``_prefetch`` against the installed numba and LLVM: it compiles (int32 and int64 arrays and
+    indices), emits the CPU's prefetch instruction, and leaves the arrays and the result as they were."""
+    import numba
+
+    @numba.njit
+    def total(a, idx):
+        s = 0
+        for i in range(len(idx)):
+            hop_kernels._prefetch(a, idx[(i + 5) % len(idx)])
+            s += a[idx[i]]
+        return s
+
+    for dtype in (np.int32, np.int64):
+        a = np.arange(10_000, dtype=dtype) * 3
+        idx = np.random.default_rng(0).integers(0, len(a), 5_000).astype(dtype)
+        before = a.copy()
+        assert total(a, idx) == int(a[idx].sum()) and np.array_equal(a, before)
+    asm = "\n".join(total.inspect_asm().values()).lower()
+    assert "prefetch" in asm or "prfm" in asm  # x86-64, AArch64

@@ -4,7 +4,11 @@ For each ``--fractions`` value, on the graph ``bench/training/scale.py`` generat
 ``--data-dir/papers-<fraction>`` (the same folders), in a child process of its own:
   first       ``DiskGraph.populate()``, then ``--batches`` batches through a fresh ``HopSampler``
               (fanouts ``--fanouts``, ``--batch-size`` training seeds each): its first batches, scratch made;
-  steady      the same sampler, ``--batches`` batches of new seeds after ``--batches`` of warm-up;
+  steady      the same sampler, ``--batches`` batches of new seeds after ``--batches`` of warm-up; also
+              the ns per sampled edge of each compiled pass (counting, picks, numbering);
+  A/B         the same sampler, ``2 * --batches`` new batches alternating the kernels as they are and
+              as they were (``hop_kernels.MORE_READS_IN_FLIGHT`` off: ``indices`` read among the
+              picks' draws, the numbering's scratch not prefetched): what more reads in flight save;
   after idle  (``--idle S``) the same sampler after S seconds untouched: whether the machine took the
               graph's pages back meanwhile (major faults per batch);
   scratch 4 KiB  steady, with the sampler's node-indexed scratch in 4 KiB pages (NumPy's huge-page
@@ -80,20 +84,19 @@ def _huge_page_copy(array: np.ndarray) -> np.ndarray:
     return out
 
 
-def _pass(sampler, batches: list[np.ndarray], fanouts: list[int], seed: int) -> dict:
-    """Sample ``batches``; per-batch ns per sampled edge and page faults."""
-    ns, minor, major, edges = [], [], [], []
-    for i, batch in enumerate(batches):
-        before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
-        out = sampler.sample({"_N": batch}, {"_E": fanouts}, rng=np.random.default_rng([seed, i]))
-        elapsed, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
-        n = len(out.pos["_E"])
-        if n == 0:
-            raise ValueError(f"batch {i} sampled no edge: the graph's training seeds have no in-edges")
-        ns.append(elapsed / n * 1e9)
-        minor.append(after.ru_minflt - before.ru_minflt)
-        major.append(after.ru_majflt - before.ru_majflt)
-        edges.append(n)
+def _batch(sampler, batch: np.ndarray, fanouts: list[int], seed: int, i: int) -> tuple[float, int, int, int]:
+    """One batch: ns per sampled edge, minor and major page faults, sampled edges."""
+    before, started = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
+    out = sampler.sample({"_N": batch}, {"_E": fanouts}, rng=np.random.default_rng([seed, i]))
+    elapsed, after = time.perf_counter() - started, resource.getrusage(resource.RUSAGE_SELF)
+    n = len(out.pos["_E"])
+    if n == 0:
+        raise ValueError(f"batch {i} sampled no edge: the graph's training seeds have no in-edges")
+    return elapsed / n * 1e9, after.ru_minflt - before.ru_minflt, after.ru_majflt - before.ru_majflt, n
+
+
+def _row(measured: list[tuple[float, int, int, int]]) -> dict:
+    ns, minor, major, edges = (list(column) for column in zip(*measured))
     s = summarize(ns)
     return {
         "ns_per_sampled_edge_median": s["median"],
@@ -102,8 +105,64 @@ def _pass(sampler, batches: list[np.ndarray], fanouts: list[int], seed: int) -> 
         "minor_faults_per_batch": float(np.median(minor)),
         "major_faults_per_batch": float(np.median(major)),
         "sampled_edges_per_batch": float(np.median(edges)),
+        "sampled_edges": int(sum(edges)),
         "anon_huge_pages_mb": anon_huge_pages_bytes() / 2**20,
     }
+
+
+class _KernelClock:
+    """While active: the seconds spent in each of ``hop_kernels.count``, ``pick`` and ``number`` (the three
+    compiled passes of a hop), by wrapping them; restored on exit."""
+
+    NAMES = ("count", "pick", "number")
+
+    def __enter__(self) -> _KernelClock:
+        from dgl_zerocopy.sampling import hop_kernels
+
+        self.module, self.seconds = hop_kernels, dict.fromkeys(self.NAMES, 0.0)
+        self.saved = {name: getattr(hop_kernels, name) for name in self.NAMES}
+        for name, kernel in self.saved.items():
+            setattr(hop_kernels, name, self._timed(name, kernel))
+        return self
+
+    def _timed(self, name: str, kernel):
+        def timed(*args):
+            started = time.perf_counter()
+            try:
+                return kernel(*args)
+            finally:
+                self.seconds[name] += time.perf_counter() - started
+
+        return timed
+
+    def __exit__(self, *exc) -> None:
+        for name, kernel in self.saved.items():
+            setattr(self.module, name, kernel)
+
+    def ns_per_edge(self, edges: int) -> dict:
+        """Each kernel's ns per sampled edge (empty where none ran: the NumPy path, without numba)."""
+        if not any(self.seconds.values()):
+            return {}
+        return {f"{name}_ns_per_sampled_edge": seconds / edges * 1e9 for name, seconds in self.seconds.items()}
+
+
+def _pass(sampler, batches: list[np.ndarray], fanouts: list[int], seed: int) -> dict:
+    """Sample ``batches``; per-batch ns per sampled edge and page faults."""
+    return _row([_batch(sampler, batch, fanouts, seed, i) for i, batch in enumerate(batches)])
+
+
+def _pass_reads(sampler, batches: list[np.ndarray], fanouts: list[int], seed: int) -> tuple[dict, dict]:
+    """``hop_kernels.MORE_READS_IN_FLIGHT`` on and off on alternate batches, A B B A A B B A ...; a row each."""
+    from dgl_zerocopy.sampling import hop_kernels
+
+    previous, measured = hop_kernels.MORE_READS_IN_FLIGHT, {True: [], False: []}
+    try:
+        for i, batch in enumerate(batches):
+            hop_kernels.MORE_READS_IN_FLIGHT = i % 4 in (0, 3)
+            measured[hop_kernels.MORE_READS_IN_FLIGHT].append(_batch(sampler, batch, fanouts, seed, i))
+    finally:
+        hop_kernels.MORE_READS_IN_FLIGHT = previous
+    return _row(measured[True]), _row(measured[False])
 
 
 def stage_run(args, fraction: float) -> list[dict]:
@@ -116,7 +175,7 @@ def stage_run(args, fraction: float) -> list[dict]:
     graph = open_disk_graph(args.data_dir / f"papers-{fraction:g}")
     fanouts = [int(f) for f in args.fanouts.split(",")]
     seeds = np.random.default_rng(args.seed).permutation(np.asarray(graph.train_idx))
-    need = 6 * args.batches * args.batch_size  # first, warm-up, steady, after idle, warm-up and measured for scratch 4 KiB
+    need = 8 * args.batches * args.batch_size  # first, warm-up, steady, twice for the A/B, after idle, warm-up and measured for scratch 4 KiB
     if len(seeds) < args.batch_size:
         raise ValueError(f"--batch-size {args.batch_size} is more than the {len(seeds)} training seeds of papers-{fraction:g}: pass a smaller one")
     # Where the passes need more seeds than the graph has (1 %: 12,216), they are drawn again (each
@@ -135,7 +194,12 @@ def stage_run(args, fraction: float) -> list[dict]:
     sampler = hop_sampler(graph)
     rows.append({**common, "variant": "first", **_pass(sampler, next(chunk), fanouts, 0)})
     _pass(sampler, next(chunk), fanouts, 1)
-    rows.append({**common, "variant": "steady", **_pass(sampler, next(chunk), fanouts, 2)})
+    with _KernelClock() as clock:
+        steady = _pass(sampler, next(chunk), fanouts, 2)
+    rows.append({**common, "variant": "steady", **steady, **clock.ns_per_edge(steady["sampled_edges"])})
+    apart, among = _pass_reads(sampler, next(chunk) + next(chunk), fanouts, 8)
+    rows.append({**common, "variant": "A/B: kernels now", **apart})
+    rows.append({**common, "variant": "A/B: kernels before (fewer reads in flight)", **among})
     if args.idle > 0:
         time.sleep(args.idle)  # the machine may take back pages left untouched that long (proactive reclaim)
         rows.append({**common, "variant": f"steady after {args.idle:g} s idle", **_pass(sampler, next(chunk), fanouts, 7)})

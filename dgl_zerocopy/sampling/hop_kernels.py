@@ -33,6 +33,14 @@ _UNIT = 1.0 / 9007199254740992.0  # 2**-53
 # threads' start costs more than they save.
 PARALLEL_EDGES = 32768
 
+# Past the last-level cache (papers100M's CSC and scratch) most of a hop's time is waiting for reads; the
+# kernels keep many in flight: the picks read ``indices`` in a loop of their own after a share's draws, and
+# the numbering prefetches its scratch ``_AHEAD`` ids ahead (about the misses a core keeps in flight).
+# False: both as before (the reads among the draws, no prefetch), kept so that
+# bench/training/scale_sampling.py times both in one process.
+MORE_READS_IN_FLIGHT = True
+_AHEAD = 24
+
 
 def uniforms(seed: int, rows: np.ndarray, draws: np.ndarray) -> np.ndarray:
     """Uniform floats in [0, 1): element ``[d, r]`` is draw ``draws[d]`` of destination index ``rows[r]``
@@ -53,7 +61,30 @@ except ImportError:  # the NumPy path runs
 available = numba is not None
 
 if available:
+    from llvmlite import ir
+    from numba.core import cgutils, types
+    from numba.extending import intrinsic
+
     _jit = numba.njit(nogil=True, cache=True)
+
+    @intrinsic
+    def _prefetch(typingctx, array, index):
+        """``_prefetch(array, i)``: ask the CPU to bring ``array[i]``'s cache line in (LLVM's
+        ``llvm.prefetch``, read, all cache levels); no bounds check, nothing returned, never faults."""
+        if not isinstance(array, types.Array) or not isinstance(index, types.Integer):
+            return None
+
+        def codegen(context, builder, signature, args):
+            array_type = signature.args[0]
+            view = context.make_array(array_type)(context, builder, args[0])
+            pointer = cgutils.get_item_pointer(context, builder, array_type, view, [args[1]], wraparound=False)
+            byte_pointer, i32 = ir.IntType(8).as_pointer(), ir.IntType(32)
+            # The unsuffixed name: LLVM gives it the pointer type's suffix itself (LLVM 14 to 22 tested).
+            function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(ir.VoidType(), [byte_pointer, i32, i32, i32]), "llvm.prefetch")
+            builder.call(function, [builder.bitcast(pointer, byte_pointer), ir.Constant(i32, 0), ir.Constant(i32, 3), ir.Constant(i32, 1)])
+            return context.get_dummy_value()
+
+        return types.void(array, index), codegen
 
     @_jit
     def _uniform(seed, row, draw):
@@ -92,9 +123,9 @@ if available:
         return False
 
     @_jit
-    def _pick(indptr, indices, dst, offset, fanout, replace, seed, lo, hi, first, pos, col, src):
+    def _pick(indptr, indices, dst, offset, fanout, replace, seed, lo, hi, first, pos, col, src, apart):
         """Destinations ``lo:hi``: their picks from ``offset[i]`` on, as CSC positions ``pos``, destinations
-        ``col`` (``first + i``) and sources ``src``."""
+        ``col`` (``first + i``) and sources ``src`` (read after all the draws where ``apart``)."""
         taken = np.empty(max(fanout, 1), dtype=np.int64)
         # Floyd's "is t taken" is a scan of the earlier draws for small fanouts, a hash set for large ones.
         size = 1
@@ -135,14 +166,29 @@ if available:
                     pos[o + d] = start + t
             for e in range(o, o + c):
                 col[e] = first + i
-                src[e] = indices[pos[e]]
+                if not apart:
+                    src[e] = indices[pos[e]]
+        if not apart:
+            return
+        # The reads of ``indices`` in a loop of their own: the loop above spends hundreds of instructions
+        # per destination on draws, which fill the CPU's reorder window while one destination's reads are
+        # outstanding; this loop is a few instructions per read, so many cache misses overlap. Past the
+        # last-level cache (papers100M's CSC) that is most of a pick's cost.
+        for e in range(offset[lo], offset[hi]):
+            src[e] = indices[pos[e]]
 
     @_jit
-    def _number(local, ids, count, rows, fresh):
+    def _number(local, ids, count, rows, fresh, ahead):
         """Local ids of ``ids`` into ``rows``, numbering each new id ``count, count + 1, ...`` in order of
-        first occurrence (recorded in ``local`` and listed in ``fresh``); returns how many were new."""
+        first occurrence (recorded in ``local`` and listed in ``fresh``); returns how many were new.
+        Prefetches ``local`` ``ahead`` ids ahead (0: none)."""
         n = 0
-        for e in range(len(ids)):
+        m = len(ids)
+        for e in range(m):
+            # Past the last-level cache each ``local[v]`` is a miss, and the branch below (new or seen,
+            # unpredictable) discards the reads started after it when mispredicted; a prefetch is not.
+            if ahead > 0 and e + ahead < m:
+                _prefetch(local, ids[e + ahead])
             v = ids[e]
             r = local[v]
             if r < 0:
@@ -183,10 +229,10 @@ def pick(
     :func:`count`): the CSC positions :func:`~dgl_zerocopy.sampling.cpu_hops.pick` gives under the same
     ``seed``, ``col = first + (index into dst)`` and ``src = indices[pos]``. Split over :func:`threads`
     threads where the hop is large, in equal shares of edges (degrees are skewed)."""
-    total = int(offset[-1])
+    total, apart = int(offset[-1]), bool(MORE_READS_IN_FLIGHT)
     parts = min(threads(), total // PARALLEL_EDGES)
     if parts <= 1:
-        _pick(indptr, indices, dst, offset, fanout, replace, seed, 0, len(dst), first, pos, col, src)
+        _pick(indptr, indices, dst, offset, fanout, replace, seed, 0, len(dst), first, pos, col, src, apart)
         return
     bounds = np.searchsorted(offset[:-1], np.arange(parts + 1) * (total // parts), side="left")
     bounds[0], bounds[-1] = 0, len(dst)
@@ -197,7 +243,7 @@ def pick(
 
     def share(lo: int, hi: int) -> None:
         try:
-            _pick(indptr, indices, dst, offset, fanout, replace, seed, lo, hi, first, pos, col, src)
+            _pick(indptr, indices, dst, offset, fanout, replace, seed, lo, hi, first, pos, col, src, apart)
         except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
             errors.append(e)
 
@@ -215,4 +261,4 @@ def number(local: np.ndarray, ids: np.ndarray, count: int, rows: np.ndarray, fre
     """The local ids of ``ids`` into ``rows`` under the numbering ``local`` (node-indexed int32, -1 for
     unnumbered), numbering new ids from ``count`` in order of first occurrence and listing them at the
     start of ``fresh`` (``len(ids)`` slots); returns how many were new."""
-    return int(_number(local, ids, count, rows, fresh))
+    return int(_number(local, ids, count, rows, fresh, _AHEAD if MORE_READS_IN_FLIGHT else 0))
