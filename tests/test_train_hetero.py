@@ -60,20 +60,27 @@ def _main(args: list[str], capsys) -> tuple[int, str, str]:
 
 
 def test_the_cli_trains_rgcn_above_the_features_only_baseline_and_as_dgls_loader_does(capsys, one_thread):
-    """Our DataLoader (feature source cpu) and DGL's (dgl), same seed: both well above what a
-    paper's own features give, and within 0.08 of each other (measured, seeds 0-3: ours
-    0.62-0.67, DGL's 0.65-0.69, same-seed pairs at most 0.04 apart; a type's features served
-    wrong brings it back to the features-only figure)."""
-    figures = {}
-    for source in ("cpu", "dgl"):
-        code, out, err = _main(["train", *TINY, "--seed", "0", "--feature-source", source], capsys)
-        assert code == 0, err[-3000:]
-        assert "hetero-synthetic: 1200 author, 64 field, 3000 paper" in out, out[:500]
-        assert f"model rgcn, fanouts [5, 5] per edge type, batch 64, feature source {source}" in out
-        assert "epoch_time" in out and "epoch   5 | loss" in out, "the timing table and a line per epoch"
-        figures[source] = float(re.search(FINAL, out).group(1))
-    assert figures["cpu"] > FEATURES_ONLY + 0.13 and figures["dgl"] > FEATURES_ONLY + 0.13, figures
-    assert abs(figures["cpu"] - figures["dgl"]) < 0.08, figures
+    """Our DataLoader (feature source cpu) and DGL's (dgl), seeds 0-3: every run well above what a
+    paper's own features give (a type's features served wrong brings it back to that figure), and the
+    two loaders' mean accuracies within 0.06 of each other.
+
+    Why four seeds and a mean: one run's figure moves with DGL's sampling threads and the CPU's float
+    paths, so a seed's figure differs between machines (seed 0's DGL run gave 0.73 on a CI machine, 0.67
+    here). Measured here, seeds 0-15: ours 0.61-0.70, DGL's 0.62-0.72; a same-seed pair's difference has
+    a spread (sd) of 0.026, which is the test set's own noise (600 papers at 0.66: binomial sd 0.019 a
+    run). A single pair bounded by 0.08 is a 3-sd bound and failed once in CI (0.087); the mean of four
+    pairs has sd 0.013, so 0.06 is a 4.5-sd bound, and a loader that loses 0.1 still fails it."""
+    figures: dict[str, list[float]] = {"cpu": [], "dgl": []}
+    for seed in range(4):
+        for source in ("cpu", "dgl"):
+            code, out, err = _main(["train", *TINY, "--seed", str(seed), "--feature-source", source], capsys)
+            assert code == 0, err[-3000:]
+            assert "hetero-synthetic: 1200 author, 64 field, 3000 paper" in out, out[:500]
+            assert f"model rgcn, fanouts [5, 5] per edge type, batch 64, feature source {source}" in out
+            assert "epoch_time" in out and "epoch   5 | loss" in out, "the timing table and a line per epoch"
+            figures[source].append(float(re.search(FINAL, out).group(1)))
+    assert min(figures["cpu"] + figures["dgl"]) > FEATURES_ONLY + 0.13, figures
+    assert abs(np.mean(figures["cpu"]) - np.mean(figures["dgl"])) < 0.06, figures
 
 
 def _batches(source, nodes, seed: int = 5) -> list:

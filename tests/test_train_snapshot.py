@@ -158,18 +158,25 @@ def test_a_heterograph_source_refuses_the_snapshot():
 
 
 def test_snapshot_training_reaches_the_accuracy_of_dgls_sampler(small_dataset):
-    """The same run with ``sampler: cpu`` and ``sampler: snapshot`` at its tightest, a snapshot of as
+    """The same runs with ``sampler: cpu`` and ``sampler: snapshot`` at its tightest, a snapshot of as
     many in-edges as the fanout (5: partial for 58 % of the nodes, mean in-degree 9.5) with the default
-    refresh 0.25: test accuracies within 5 points (measured, seeds 0, 1, 2: cpu 0.843, 0.763, 0.873;
-    snapshot 0.823, 0.780, 0.877; DGL's draws vary from run to run)."""
+    refresh 0.25, seeds 0-7: mean test accuracies within 3 points.
+
+    Why eight seeds and a mean: a seed's figure moves with DGL's sampling threads (its draws vary from
+    run to run) and so between machines. Measured here, seeds 0-15 (0.1 s a run): cpu 0.71-0.85,
+    snapshot 0.67-0.86; a same-seed pair's difference has a spread (sd) of 0.019 and reached 0.043, so
+    the old bound on one pair (0.05) was 2.5 sd. The mean of eight pairs has sd 0.007: 0.03 is a
+    4-sd bound, and a snapshot that costs 5 points fails it."""
     common = dict(fanouts=[5, 5], batch_size=128, hidden=32, epochs=5, lr=0.01, device="cpu", prefetch=0)
-    accuracy = {}
-    for sampler, extra in (("cpu", {}), ("snapshot", {"snapshot_size": 5})):
-        history = train(build_config({}, {**common, "sampler": sampler, **extra}), small_dataset, progress=False)
-        accuracy[sampler] = history[-1].test_acc
+    accuracy: dict[str, list[float]] = {"cpu": [], "snapshot": []}
+    for seed in range(8):
+        for sampler, extra in (("cpu", {}), ("snapshot", {"snapshot_size": 5})):
+            config = build_config({}, {**common, "sampler": sampler, "seed": seed, **extra})
+            accuracy[sampler].append(train(config, small_dataset, progress=False)[-1].test_acc)
     chance = 1.0 / small_dataset.num_classes
-    assert accuracy["cpu"] > chance + 0.4, accuracy
-    assert abs(accuracy["snapshot"] - accuracy["cpu"]) <= 0.05, accuracy
+    mean = {sampler: sum(figures) / len(figures) for sampler, figures in accuracy.items()}
+    assert mean["cpu"] > chance + 0.4, accuracy
+    assert abs(mean["snapshot"] - mean["cpu"]) <= 0.03, accuracy
 
 
 def test_train_says_how_it_samples(capsys):
