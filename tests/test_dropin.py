@@ -12,6 +12,7 @@ import subprocess
 import sys
 import warnings
 
+import numpy as np
 import pytest
 import torch
 
@@ -250,12 +251,12 @@ def _variant(tmp_path, *changes) -> tuple:
     return path, changed
 
 
-def _test_accuracies(scripts) -> list[float]:
-    """Run the scripts side by side (seed 0, CPU) and read their test accuracies."""
+def _test_accuracies(scripts, seed: int) -> list[float]:
+    """Run the scripts side by side (CPU) and read their test accuracies."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}  # three processes share the cores
     runs = [
         subprocess.Popen(
-            [sys.executable, str(script), "--num-nodes", "20000", "--seed", "0", "--mode", "cpu"],
+            [sys.executable, str(script), "--num-nodes", "20000", "--seed", str(seed), "--mode", "cpu"],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
@@ -283,11 +284,15 @@ def test_dgls_example_switched_by_one_line_reaches_its_accuracy(tmp_path):
     assert len(changed) == 2, changed  # one line out, one line in
     two_lines, changed = _variant(tmp_path, ONE_LINE, NN_LINE)
     assert len(changed) == 4, changed
-    original, switched, with_our_layers = _test_accuracies([EXAMPLE, one_line, two_lines])
-    assert original > 0.5, original  # 47 classes: chance is about 0.02
-    # Seed to seed, each version's accuracy moves by about 0.015 here.
-    assert abs(switched - original) < 0.05, (original, switched)
-    assert abs(with_our_layers - original) < 0.05, (original, with_our_layers)
+    # Seeds 0-3, the mean of each version. Measured here, seeds 0-13 (13 s a seed, three at a time): the
+    # original 0.66-0.71; a seed's difference from it has a spread (sd) of 0.009 with our DataLoader and
+    # 0.020 with our layers too (reaching 0.044), so one seed bounded by 0.05 was a 2.5-sd bound. The mean
+    # of four seeds has sd 0.010: 0.05 is a 5-sd bound.
+    figures = np.array([_test_accuracies([EXAMPLE, one_line, two_lines], seed) for seed in range(4)])
+    assert figures.min() > 0.5, figures  # 47 classes: chance is about 0.02
+    original, switched, with_our_layers = figures.mean(axis=0)
+    assert abs(switched - original) < 0.05, figures
+    assert abs(with_our_layers - original) < 0.05, figures
 
 
 MULTI = REPO / "examples" / "multi_gpu_node_classification.py"
