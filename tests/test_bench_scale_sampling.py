@@ -75,14 +75,6 @@ def test_numpy_huge_page_advice_is_switched_and_restored():
         scale_sampling._numpy_huge_page_advice(previous)
 
 
-def test_huge_page_copy_holds_the_same_values():
-    import numpy as np
-
-    a = np.arange(100_003, dtype=np.int32) * 7
-    b = scale_sampling._huge_page_copy(a)
-    assert b.dtype == a.dtype and np.array_equal(a, b)
-
-
 def test_last_level_cache_is_read_on_linux():
     size = scale_sampling.last_level_cache_bytes()
     if sys.platform.startswith("linux") and os.path.isdir("/sys/devices/system/cpu/cpu0/cache"):

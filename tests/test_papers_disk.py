@@ -278,3 +278,73 @@ def test_the_generate_command(tmp_path):
     assert graph.meta["spec"]["seed"] == 3 and graph.feature_store(host_cache_bytes=1 << 20).gather(torch.tensor([0])).shape == (1, 128)
     r = subprocess.run([*run, str(tmp_path / "h"), "--fraction", "2"], capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == "dgl-zerocopy: error: fraction must be in (0, 1], but got 2.0" and not (tmp_path / "h").exists()
+
+
+def _vm_flags(address: int) -> list[str]:
+    """The kernel's flags (/proc/self/smaps ``VmFlags``) of the mapping that holds ``address``."""
+    inside = False
+    for line in open("/proc/self/smaps"):
+        head = line.split()
+        if "-" in head[0] and ":" not in head[0]:
+            start, end = (int(x, 16) for x in head[0].split("-"))
+            inside = start <= address < end
+        elif inside and head[0] == "VmFlags:":
+            return head[1:]
+    raise AssertionError(f"no mapping holds {address:#x}")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/smaps"), reason="reads the mappings' flags from Linux's /proc")
+@pytest.mark.parametrize("huge_pages", [True, False])
+def test_in_memory_copies_the_csc_into_anonymous_memory_advised_to_huge_pages(tmp_path, huge_pages):
+    """``in_memory()``: the CSC copied out of the files (equal, read-only, advised to transparent huge
+    pages unless asked not to, where the kernel has them), every other array still the file map; the
+    sampler picks the same edges from the copy as from the files."""
+    graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False))
+    copy = graph.in_memory(huge_pages=huge_pages)
+    for name in ("indptr", "indices"):
+        array, mapped = getattr(copy, name), getattr(graph, name)
+        assert not isinstance(array, np.memmap) and not np.shares_memory(array, mapped), name
+        assert array.dtype == mapped.dtype and np.array_equal(array, mapped) and not array.flags.writeable, name
+        thp = os.path.exists("/sys/kernel/mm/transparent_hugepage/enabled")
+        assert ("hg" in _vm_flags(array.ctypes.data)) == (huge_pages and thp), name
+    assert copy.labels is graph.labels and copy.features_path == graph.features_path and copy.path == graph.path
+    assert isinstance(graph.indices, np.memmap), "the opened graph is left as it was"
+    seeds, fanouts = {"_N": np.arange(0, 6_000, 7)}, {"_E": [15, 10]}
+    ours = hop_sampler(copy).sample(seeds, fanouts, rng=np.random.default_rng(4))
+    theirs = hop_sampler(graph).sample(seeds, fanouts, rng=np.random.default_rng(4))
+    assert np.array_equal(ours.pos["_E"], theirs.pos["_E"]) and np.array_equal(ours.nodes["_N"], theirs.nodes["_N"])
+
+
+def test_in_memory_refuses_a_copy_larger_than_the_memory_left_and_names_the_fix(tmp_path, monkeypatch):
+    import psutil
+
+    graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False))
+    need = graph.indptr.nbytes + graph.indices.nbytes
+    available = int(need / 0.8) - 1  # one byte short of the 80 % rule
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Memory", (), {"available": available})())
+    with pytest.raises(MemoryError, match=r"indptr, indices into memory needs .* GiB, more than 80 % of the .* use populate\(\)"):
+        graph.in_memory()
+    monkeypatch.setattr(psutil, "virtual_memory", lambda: type("Memory", (), {"available": available + 2})())
+    assert np.array_equal(graph.in_memory().indices, graph.indices), "at the rule's edge the copy is made"
+
+
+def test_a_pinned_sampling_graph_registers_an_in_memory_copy_as_it_is(tmp_path, monkeypatch):
+    """The copy is anonymous memory, read-only by NumPy's flag only: registered in place, no copy-on-write
+    map and no warning, even where the GPU cannot pin read-only memory. The registration is stood in for."""
+    import warnings
+
+    import dgl_zerocopy.sampling.graph as sampling_graph_module
+    import dgl_zerocopy.store.pinning as pinning
+
+    graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False)).in_memory()
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "synchronize", lambda device=None: None)
+    monkeypatch.setattr(pinning, "read_only_register_supported", lambda index: False)
+    monkeypatch.setattr(sampling_graph_module, "PinnedRange", _Registered)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sg = sampling_graph(graph, "pinned", "cuda:0")
+    for pin, name in zip(sg._pins, ("indptr", "indices")):
+        array = getattr(graph, name)
+        assert (pin.host_ptr, pin.nbytes, pin.read_only) == (array.ctypes.data, array.nbytes, False), name
+    sg.close()

@@ -13,8 +13,9 @@ For each ``--fractions`` value, on the graph ``bench/training/scale.py`` generat
               graph's pages back meanwhile (major faults per batch);
   scratch 4 KiB  steady, with the sampler's node-indexed scratch in 4 KiB pages (NumPy's huge-page
               advice for large arrays switched off while it is made): what the TLB costs it;
-  CSC huge    (``--csc-huge``, where RAM allows) steady, with ``indptr``/``indices`` copied into an
-              anonymous region advised to transparent huge pages: what the TLB costs the graph's reads.
+  CSC huge    (``--csc-huge``, where RAM allows) steady, with ``indptr``/``indices`` copied into
+              anonymous memory advised to transparent huge pages (``DiskGraph.in_memory()``): what the
+              TLB costs the graph's reads.
 Each row: ns per sampled edge (median and quartiles over the batches), minor and major page faults per
 batch, the bytes the random reads range over (CSC and scratch) beside the CPU's last-level cache, and
 the anonymous huge pages the process held. Rows as CSV/JSON, ns per edge against the graph's edges as a
@@ -28,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import resource
 import subprocess
 import sys
@@ -70,18 +70,6 @@ def _numpy_huge_page_advice(on: bool) -> bool:
     major = int(np.__version__.split(".")[0])
     multiarray = importlib.import_module("numpy._core.multiarray" if major >= 2 else ".".join(("numpy", "core", "multiarray")))  # moved in NumPy 2
     return bool(multiarray._set_madvise_hugepage(on))
-
-
-def _huge_page_copy(array: np.ndarray) -> np.ndarray:
-    """``array`` copied into an anonymous mapping advised to transparent huge pages."""
-    region = mmap.mmap(-1, max(1, array.nbytes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if hasattr(mmap, "MADV_HUGEPAGE"):
-        region.madvise(mmap.MADV_HUGEPAGE)
-    out = np.frombuffer(region, dtype=array.dtype, count=array.shape[0])
-    step = 1 << 26
-    for start in range(0, array.shape[0], step):
-        out[start : start + step] = array[start : start + step]
-    return out
 
 
 def _batch(sampler, batch: np.ndarray, fanouts: list[int], seed: int, i: int) -> tuple[float, int, int, int]:
@@ -166,10 +154,7 @@ def _pass_reads(sampler, batches: list[np.ndarray], fanouts: list[int], seed: in
 
 
 def stage_run(args, fraction: float) -> list[dict]:
-    import psutil
-
     from dgl_zerocopy.data.disk_graph import open_disk_graph
-    from dgl_zerocopy.sampling.cpu_hops import HopSampler, Relation
     from dgl_zerocopy.sampling.disk import hop_sampler
 
     graph = open_disk_graph(args.data_dir / f"papers-{fraction:g}")
@@ -213,11 +198,12 @@ def stage_run(args, fraction: float) -> list[dict]:
         _numpy_huge_page_advice(previous)
     rows.append({**common, "variant": "scratch 4 KiB", **_pass(sampler, next(chunk), fanouts, 4)})
     if args.csc_huge:
-        if csc_bytes > 0.8 * psutil.virtual_memory().available:
+        try:
+            in_memory = graph.in_memory(huge_pages=True)
+        except MemoryError:
             rows.append({**common, "variant": "CSC huge", "status": f"skipped: a copy of the CSC needs {csc_bytes / 1e9:.1f} GB"})
         else:
-            indptr, indices = _huge_page_copy(graph.indptr), _huge_page_copy(graph.indices)
-            sampler = HopSampler({"_E": Relation(indptr, indices, "_N", "_N")}, {"_N": graph.num_nodes})
+            sampler = hop_sampler(in_memory)
             _pass(sampler, batches[-args.batches :], fanouts, 5)
             rows.append({**common, "variant": "CSC huge", **_pass(sampler, batches[-2 * args.batches : -args.batches], fanouts, 6)})
     return rows
