@@ -11,6 +11,10 @@ Routed by default: every node- or edge-level attribute that is a 2-D floating-po
 ``{(node_type, name): table}`` or ``{(edge_type, name): table}`` for ``HeteroData``, where a table is a
 tensor, an array, a ``.npy`` path or a built :class:`dgl_zerocopy.FeatureStore`; ``features=False``
 routes nothing (PyG slices everything).
+
+A tensor that requires grad (a learnt embedding, ``torch.nn.Parameter``) is left to PyG, which slices it
+with its autograd graph, as without us; our stores gather copies. Every routed table is checked, when the
+loader is built, to have one row per node (or edge) of its type (:meth:`FeatureRoute.check_rows`).
 """
 
 from __future__ import annotations
@@ -51,6 +55,19 @@ class FeatureRoute:
             ids = edges if group is None else (edges or {}).get(group)
             if ids is not None:
                 _target(batch, group)[name] = gather(store, ids)
+
+    def check_rows(self, num_nodes: int | Mapping[Any, int], num_edges: int | Mapping[Any, int]) -> None:
+        """Refuse a table whose row count is not its type's node (or edge) count: ``num_nodes`` and
+        ``num_edges`` are counts, or dicts by node and edge type for ``HeteroData``.
+
+        Raises:
+            ValueError: naming the table's key and both counts.
+        """
+        for level, tables, counts in (("node", self.node, num_nodes), ("edge", self.edge, num_edges)):
+            for (group, name), store in tables.items():
+                key = name if group is None else (group, name)
+                count = counts.get(group) if isinstance(counts, Mapping) else counts
+                check_table_rows(key, len(store), count, level, "features", group)
 
     def take(self, table: Any, key: Any) -> TableStore:
         """``table`` as a store on this route's device, remembered as ours when built here."""
@@ -110,16 +127,37 @@ def route_features(data: Any, features: Any, device: torch.device) -> tuple[Any,
 
 
 def as_store(table: Any, device: torch.device, key: Any) -> TableStore:
-    """``table`` as our store on ``device`` (a built store is used as it is)."""
+    """``table`` as our store on ``device`` (a built store is used as it is). Raises TypeError for a tensor
+    that requires grad (a store's rows carry no autograd graph)."""
     if isinstance(table, TableStore):
         return table
+    if isinstance(table, torch.Tensor) and table.requires_grad:
+        raise TypeError(
+            f"features[{key!r}] requires grad, but our stores gather copies with no autograd graph; leave it in the Data "
+            "(PyG slices it with its gradient) or pass a table that does not require grad (.detach())"
+        )
     if isinstance(table, torch.Tensor) and table.device.type != "cpu":
         raise ValueError(f"features[{key!r}] is on {table.device}; our stores gather from host memory: pass the CPU tensor")
     return TableStore(table, device=device)
 
 
+def check_table_rows(key: Any, rows: int, count: int | None, level: str, where: str, group: Any = None) -> None:
+    """Refuse a ``level`` (``"node"``/``"edge"``) table of ``rows`` rows where its type (``group``; None for a
+    homogeneous graph) has ``count`` (None: unknown, nothing checked); ``where`` names the argument or store
+    it came from."""
+    if count is not None and rows != int(count):
+        of = "" if group is None else f" of type {group!r}"
+        article = "an" if level == "edge" else "a"
+        raise ValueError(
+            f"{where}[{key!r}] has {rows} rows, but the graph has {int(count)} {level}s{of}; {article} {level} table needs one row "
+            f"per {level}: pass one of {int(count)} rows"
+        )
+
+
 def _is_feature_table(store: Any, name: str, value: Any) -> bool:
     if not isinstance(value, torch.Tensor) or value.dim() != 2 or not value.is_floating_point() or value.device.type != "cpu":
+        return False
+    if value.requires_grad:  # PyG slices it with its autograd graph (module docstring)
         return False
     if name in ("edge_index", "edge_label_index", "pos"):
         return False

@@ -62,7 +62,22 @@ class _OurRoute:
         runs in our :meth:`filter_fn`, after the features are attached (PyG's would run it on a batch
         without them)."""
         self._transform, self.transform = self.transform, None
+        self._check_table_rows()
         self._edge_index_on_device()
+
+    def _check_table_rows(self) -> None:
+        """Every table we gather has one row per node (or edge) of its type, checked now rather than
+        at the first batch (whose error could name neither the table nor the graph's count)."""
+        sampler = getattr(self, "node_sampler", None) or getattr(self, "link_sampler", None)
+        if not isinstance(sampler, NeighborSampler):
+            return
+        if sampler.is_hetero:
+            num_edges = {edge_type: sampler.row_dict[sampler.to_rel_type[edge_type]].numel() for edge_type in sampler.edge_types}
+        else:
+            num_edges = sampler.row.numel()
+        self.route.check_rows(sampler.num_nodes, num_edges)
+        if isinstance(self.data, tuple) and isinstance(self.data[0], FeatureStore):
+            self.data[0].check_rows(sampler.num_nodes, num_edges)
 
     def _edge_index_on_device(self) -> None:
         """On a GPU, the batch's ``edge_index`` is stacked where the sampler left ``row``/``col``: the shell

@@ -14,7 +14,7 @@ pair.
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any
 
 import torch
@@ -23,7 +23,7 @@ from torch_geometric.data import FeatureStore as PygFeatureStore
 from torch_geometric.data import GraphStore as PygGraphStore
 
 from ..store.feature_store import FeatureStore as TableStore
-from .features import as_store, gather
+from .features import as_store, check_table_rows, gather
 
 _HOMOGENEOUS_EDGES = None  # the edge group of a homogeneous graph
 
@@ -87,6 +87,21 @@ class FeatureStore(PygFeatureStore):
             if target is not None and "e_id" in target:
                 target[name] = self.get_edge_tensor(name, target.e_id, edge_type)
 
+    def check_rows(self, num_nodes: int | Mapping[Any, int], num_edges: int | Mapping[Any, int]) -> None:
+        """Refuse a table whose row count is not its type's node (or edge) count, as a loader over this
+        store is built: ``num_nodes``/``num_edges`` are counts, or dicts by node and edge type. Only
+        tables with a type the graph has are checked (others are never gathered).
+
+        Raises:
+            ValueError: naming the table's key and both counts.
+        """
+        for level, tables, counts in (("node", self._nodes, num_nodes), ("edge", self._edges, num_edges)):
+            for (group, name), value in tables.items():
+                count = counts.get(group) if isinstance(counts, Mapping) else counts
+                if value is not None and hasattr(value, "shape") and len(value.shape) >= 1:
+                    key = name if group is None else (group, name)
+                    check_table_rows(key, value.shape[0], count, level, "FeatureStore", group)
+
     def close(self) -> None:
         """Give back our stores' pinned memory."""
         for value in [*self._nodes.values(), *self._edges.values()]:
@@ -148,10 +163,11 @@ class GraphStore(PygGraphStore):
 
 
 def _held(tensor: Any, device: torch.device, name: str) -> Any:
-    """Our store for a feature table (2-D floating point), the tensor itself for anything else."""
+    """Our store for a feature table (2-D floating point), the tensor itself for anything else (and for a
+    tensor that requires grad, which PyG serves with its autograd graph)."""
     if isinstance(tensor, TableStore):
         return tensor
-    if isinstance(tensor, torch.Tensor) and tensor.dim() == 2 and tensor.is_floating_point() and tensor.device.type == "cpu":
+    if isinstance(tensor, torch.Tensor) and not tensor.requires_grad and tensor.dim() == 2 and tensor.is_floating_point() and tensor.device.type == "cpu":
         return as_store(tensor, device, name)
     return tensor
 
