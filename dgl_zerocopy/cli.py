@@ -10,7 +10,11 @@ A feature file (``--feature-storage``) truncated, rewritten, replaced or removed
 ends the run with one line, code 1 (a job that failed while it ran); under ``--nproc`` a rank's own error
 of these kinds (and a refused config) gives the line and code of one process.
 ``partition``, ``launch-local`` and ``train`` on the DGL route run on DGL: where it is not installed, they print one
-line naming the extra that brings it (``pip install "dgl-zerocopy[dgl]"``) and exit with code 2.
+line naming the extra that brings it (``pip install "dgl-zerocopy[dgl]"``) and exit with code 2; ``train`` says so
+before any dataset is generated, and names the PyG route (``--frontend pyg``) as the other way.
+``train --config`` takes a YAML file or the name of a config shipped with the package (``--config cora-gcn``).
+``generate`` onto a folder holding a graph made with other parameters refuses, naming ``--overwrite``; with the same
+parameters it keeps the graph (one log line).
 """
 
 from __future__ import annotations
@@ -24,9 +28,9 @@ import threading
 from contextlib import contextmanager
 from pathlib import Path
 
-from ._extras import MissingExtraError, import_dgl
+from ._extras import MissingExtraError, import_dgl, install_hint
 from .data import DATASETS, HETERO_DATASETS, DatasetError
-from .training.config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml
+from .training.config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml, shipped_configs
 from .training.models import MODELS
 
 log = logging.getLogger("dgl_zerocopy")
@@ -76,7 +80,10 @@ def _parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     t = sub.add_parser("train", help="train a GNN and print accuracy and a timing breakdown")
-    t.add_argument("--config", help="YAML file with the same keys as these flags (flags override it)")
+    t.add_argument(
+        "--config",
+        help=f"YAML file with the same keys as these flags (flags override it), or a shipped config's name: {', '.join(shipped_configs()) or 'none here'}",
+    )
     t.add_argument(
         "--frontend",
         help="dgl (DGL's samplers and blocks, the default) or pyg (GraphSAGE of PyG's SAGEConv fed by dgl_zerocopy.pyg.NeighborLoader, "
@@ -275,6 +282,8 @@ def _train(args: argparse.Namespace) -> int:
         if args.dist is not None:
             raise ConfigError("train --dist trains on DistDGL's route; drop --frontend pyg")
         import_pyg("dgl-zerocopy train --frontend pyg")  # one line naming the extra, before the dataset loads
+    else:
+        _dgl_route_needs_dgl(dist=args.dist is not None)  # before any dataset is generated or loaded
     if args.dist is not None:
         _homogeneous_only(cfg.dataset, "train --dist")
         if cfg.sampler in ("gpu", "snapshot"):
@@ -284,6 +293,26 @@ def _train(args: argparse.Namespace) -> int:
         return _train_dist(cfg, args)
     with _signals_unwind():
         return _train_local(cfg, args)
+
+
+def _dgl_route_needs_dgl(dist: bool) -> None:
+    """Where DGL is not installed, ``train`` on the DGL route (``--frontend dgl``, the default) stops in one line
+    that says what to do: install the ``[dgl]`` extra, or (not with ``--dist``, which is DistDGL) train on the PyG
+    route, whose extra is named where PyG is missing too."""
+    import importlib.util
+
+    try:
+        import_dgl("train on the DGL route")  # training imports it anyway; a DGL that is there but broken says why
+        return
+    except MissingExtraError:
+        pass
+    if dist:
+        raise MissingExtraError(f"train --dist runs on DistDGL, and DGL is not installed: {install_hint('dgl')}", name="dgl")
+    pyg = "--frontend pyg" if importlib.util.find_spec("torch_geometric") is not None else f"--frontend pyg after {install_hint('pyg')}"
+    raise MissingExtraError(
+        f"train on the DGL route (--frontend dgl, the default) needs DGL, which is not installed: {install_hint('dgl')}, or train on the PyG route with {pyg}",
+        name="dgl",
+    )
 
 
 def _train_local(cfg, args: argparse.Namespace) -> int:
@@ -423,11 +452,19 @@ def _print_epoch(stats) -> None:
 
 def _generate(args: argparse.Namespace) -> int:
     from .data.disk_graph import open_disk_graph
-    from .data.papers_disk import generate_to_disk, papers100m_spec
+    from .data.papers_disk import ExistingGraphError, existing_graph, generate_to_disk, papers100m_spec
 
     try:
         spec = papers100m_spec(args.fraction, seed=args.seed)
-        out = generate_to_disk(args.out, spec, features=args.features, chunk_nodes=args.chunk_nodes, progress=not args.no_progress, overwrite=args.overwrite)
+        if not args.overwrite and existing_graph(args.out, spec, features=args.features) is not None:
+            log.info("%s holds a graph of these parameters already: kept (--overwrite generates it again)", args.out)
+            out = Path(args.out)
+        else:
+            out = generate_to_disk(
+                args.out, spec, features=args.features, chunk_nodes=args.chunk_nodes, progress=not args.no_progress, overwrite=args.overwrite
+            )
+    except ExistingGraphError as e:
+        raise ConfigError(e.message("add --overwrite to replace it")) from None
     except ValueError as e:
         raise ConfigError(str(e)) from None
     graph = open_disk_graph(out)

@@ -49,7 +49,7 @@ from ..store.host_files import replace_dir
 from .disk_graph import FORMAT, META, NpyAppender
 from .synthetic import PAPERS100M, SyntheticSpec
 
-__all__ = ["papers100m_spec", "generate_to_disk", "generate_arrays", "GraphLayout", "FEATURE_FORMATS"]
+__all__ = ["papers100m_spec", "generate_to_disk", "existing_graph", "ExistingGraphError", "generate_arrays", "GraphLayout", "FEATURE_FORMATS"]
 
 log = logging.getLogger(__name__)
 
@@ -246,6 +246,53 @@ def _check_features(features: str) -> None:
         raise ValueError(f"features must be one of {', '.join(FEATURE_FORMATS)}, but got {features!r}")
 
 
+class ExistingGraphError(ValueError):
+    """``out`` holds a finished graph generated with other parameters than asked for.
+
+    Attributes:
+        out: the folder.
+        differences: ``(key, there, asked)`` for each parameter that differs (a key of the spec,
+            ``block_nodes`` or ``feature_format``).
+    """
+
+    def __init__(self, out: Path, differences: list[tuple[str, object, object]]) -> None:
+        self.out = out
+        self.differences = differences
+        super().__init__(self.message("pass overwrite=True to replace it"))
+
+    def message(self, fix: str) -> str:
+        """The error's line with ``fix`` (how the caller's interface replaces a graph: ``overwrite=True``, ``--overwrite``)."""
+
+        def value(key: str, v: object) -> str:
+            share = f" (fraction {v / PAPERS100M['nodes']:.4g})" if key == "num_nodes" and isinstance(v, int) else ""
+            return f"{v:,}{share}" if isinstance(v, int) and not isinstance(v, bool) else f"{v!r}"
+
+        said = "; ".join(f"{key} {value(key, there)} where {value(key, asked)} was asked" for key, there, asked in self.differences)
+        return f"{str(self.out)!r} holds a graph generated with other parameters ({said}); {fix}, or choose another folder"
+
+
+def existing_graph(out: str | os.PathLike, spec: SyntheticSpec, *, features: str = "int8", block_nodes: int = BLOCK_NODES) -> Path | None:
+    """``out`` where it holds a finished graph generated from ``spec`` with ``features`` and ``block_nodes`` (what
+    :func:`generate_to_disk` would write there), ``None`` where it holds no finished graph.
+
+    Raises:
+        ExistingGraphError: ``out`` holds a finished graph of other parameters, or one whose record is unreadable.
+    """
+    out = Path(out)
+    if not (out / META).is_file():
+        return None
+    asked = {**json.loads(json.dumps(asdict(spec))), "block_nodes": block_nodes, "feature_format": features}
+    try:
+        meta = json.loads((out / META).read_text())
+        there = {**meta["spec"], "block_nodes": meta["block_nodes"], "feature_format": meta["feature_format"]}
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ExistingGraphError(out, [(META, f"unreadable ({type(e).__name__})", "a graph's record")]) from None
+    differences = [(key, there.get(key), value) for key, value in asked.items() if there.get(key) != value]
+    if differences:
+        raise ExistingGraphError(out, differences)
+    return out
+
+
 def generate_to_disk(
     out: str | os.PathLike,
     spec: SyntheticSpec,
@@ -258,11 +305,12 @@ def generate_to_disk(
 ) -> Path:
     """Generate ``spec``'s graph into folder ``out`` (layout: :mod:`~dgl_zerocopy.data.disk_graph`) and
     return it. ``chunk_nodes`` (rounded up to whole blocks) bounds the memory; it never changes the graph.
-    A finished ``out`` is kept (returned as it is) unless ``overwrite``; anything else at ``out`` is refused."""
+    A finished ``out`` generated with the same parameters is kept (returned as it is) unless ``overwrite``; one
+    generated with others raises :class:`ExistingGraphError`; anything else at ``out`` is refused."""
     _check_features(features)
     out = Path(out)
-    if (out / META).is_file() and not overwrite:
-        log.info("%s holds a finished graph already; pass overwrite=True to generate it again", out)
+    if not overwrite and existing_graph(out, spec, features=features, block_nodes=block_nodes) is not None:
+        log.info("%s holds a finished graph of these parameters already: kept (overwrite=True generates it again)", out)
         return out
     if out.exists() and not (out / META).is_file() and not (out.is_dir() and not any(out.iterdir())):
         raise ValueError(f"out={str(out)!r} exists and is not a generated graph (or an empty folder); choose a new folder")

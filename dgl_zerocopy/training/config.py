@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import functools
+import importlib.resources
 from pathlib import Path
 from typing import Literal
 
@@ -357,11 +359,56 @@ def parse_cache_size(text, key: str = "feature_cache") -> tuple[str, float | int
         raise ConfigError(f"{key} {text!r} is not a cache size: give a share of {share}, a size (512MiB, 2GB) or a byte count{no_cache}") from None
 
 
+#: The package that holds the shipped configs: the repository's ``configs/``, installed as ``dgl_zerocopy.configs``
+#: (pyproject.toml's package-dir), so that a wheel carries them and a checkout has one copy.
+_CONFIGS_PACKAGE = "dgl_zerocopy.configs"
+_CONFIG_SUFFIXES = (".yaml", ".yml")
+
+
+@functools.cache
+def shipped_configs() -> dict[str, Path]:
+    """The configs that come with the package, by name (the file's stem, e.g. ``"cora-gcn"``), sorted by name.
+
+    Found in the installed package ``dgl_zerocopy.configs``, else (an editable install made before that package
+    existed) in the checkout's ``configs/``; empty where neither exists."""
+    folder = None
+    try:
+        folder = Path(str(importlib.resources.files(_CONFIGS_PACKAGE)))
+    except ModuleNotFoundError:
+        pass
+    if folder is None or not folder.is_dir():
+        folder = Path(__file__).resolve().parents[2] / "configs"  # dgl_zerocopy/training/ -> the checkout
+    if not folder.is_dir():
+        return {}
+    return {p.stem: p for p in sorted(folder.iterdir()) if p.suffix in _CONFIG_SUFFIXES and p.is_file()}
+
+
+def resolve_config(config: str | Path) -> Path:
+    """The YAML file that ``config`` names: a path to a file, or the name of a shipped config (``"cora-gcn"``,
+    ``"cora-gcn.yaml"``; :func:`shipped_configs`). A file at the path wins over a shipped config of that name.
+
+    Raises:
+        ConfigError: ``config`` is neither a file nor a shipped config's name; the message lists the shipped names.
+    """
+    path = Path(config)
+    if path.is_file():
+        return path
+    shipped = shipped_configs()
+    name = path.name[: -len(path.suffix)] if path.suffix in _CONFIG_SUFFIXES else path.name
+    if str(config) == path.name and name in shipped:  # a bare name, not a path to somewhere else
+        return shipped[name]
+    names = ", ".join(shipped) or "none (this installation has no dgl_zerocopy/configs)"
+    if name in shipped:  # e.g. configs/cora-gcn.yaml outside a checkout: the shipped one has that name
+        fix = f"--config {name} uses the shipped config of that name ({str(shipped[name])!r})"
+    else:
+        fix = "pass a path to a YAML file, or the name of a shipped config"
+    raise ConfigError(f"config {str(config)!r} is neither a file nor a shipped config; {fix}; shipped configs: {names}")
+
+
 def read_yaml(path: str | Path) -> dict:
-    """Read a config file into a dict; a missing or malformed file raises ConfigError."""
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"config file {str(path)!r} does not exist; pass a YAML file such as configs/synthetic-sage.yaml")
+    """Read a config file into a dict. ``path`` is a file or a shipped config's name (:func:`resolve_config`);
+    a missing or malformed file raises ConfigError."""
+    path = resolve_config(path)
     try:
         data = yaml.safe_load(path.read_text())
     except yaml.YAMLError as e:
