@@ -210,6 +210,8 @@ def emulate_gather(
     slot_map: np.ndarray | None = None,
     cache_offset: int = 0,
     cache_stride: int | None = None,
+    threads_per_row: int | None = None,
+    threads_per_block: int = 256,
 ) -> np.ndarray | tuple[np.ndarray, Trace]:
     """Gather ``table[ids]`` by running the CUDA kernel on the CPU.
 
@@ -234,6 +236,9 @@ def emulate_gather(
         cache_offset: the cache's first row is placed this many bytes (0..127) past a 128-byte
             boundary.
         cache_stride: bytes between cache rows (default the row's bytes).
+        threads_per_row: aligned variant: lanes per row, as for
+            :func:`~dgl_zerocopy.cuda.gather.launch.plan_gather` (None: the plan's choice).
+        threads_per_block: threads per block, as on the GPU (a multiple of 32, at most 1024).
 
     Returns:
         An array of shape ``(len(ids),) + table.shape[1:]`` and ``table.dtype``; with ``trace``,
@@ -264,8 +269,10 @@ def emulate_gather(
         variant=variant,
         elem_size=table.dtype.itemsize,
         max_blocks=max_blocks,
+        threads_per_block=threads_per_block,
         id_bytes=ids.dtype.itemsize,
         out_address=out_address,
+        threads_per_row=threads_per_row,
         **cache.plan_arguments(),
     )
     args = launch.kernel_arguments(

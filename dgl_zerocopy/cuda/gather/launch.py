@@ -113,11 +113,14 @@ def _widest_load(limit: int, *values: int) -> int:
     return 1
 
 
-def _aligned_geometry(row_bytes: int, vector: int) -> tuple[int, int, int, int]:
+def _aligned_geometry(row_bytes: int, vector: int, threads_per_row: int | None = None) -> tuple[int, int, int, int]:
     """(threads per row, window, align, steps) of the aligned scheme for rows of ``row_bytes``
-    read with ``vector``-byte loads (``kernels/gather.cu`` explains each)."""
-    vectors_per_row = row_bytes // vector
-    threads_per_row = min(WARP_SIZE, 1 << max(vectors_per_row - 1, 0).bit_length())
+    read with ``vector``-byte loads (``kernels/gather.cu`` explains each). ``threads_per_row``
+    None: the fewest lanes that cover the row in one window (at most a warp); a given power of
+    two: that many (fewer lanes per row: more rows per warp and more steps per row in flight)."""
+    if threads_per_row is None:
+        vectors_per_row = row_bytes // vector
+        threads_per_row = min(WARP_SIZE, 1 << max(vectors_per_row - 1, 0).bit_length())
     window = threads_per_row * vector
     if row_bytes <= window:
         align = vector  # one instruction covers the row from its start: no shift
@@ -188,6 +191,7 @@ def plan_gather(
     cache_address: int | None = None,
     cache_stride: int | None = None,
     slot_bytes: int = 4,
+    threads_per_row: int | None = None,
 ) -> GatherPlan:
     """Choose the launch configuration for gathering ``num_ids`` rows of ``row_bytes`` bytes.
 
@@ -211,6 +215,10 @@ def plan_gather(
             ``cache_stride``. Aligned variant only.
         cache_stride: bytes between cache rows (default ``row_bytes``).
         slot_bytes: width of the slot map's entries with a cache: 4 (int32) or 8 (int64).
+        threads_per_row: aligned variant only: lanes that copy one row together, a power of two
+            from 1 to 32 (``32 // threads_per_row`` rows per warp). None (the default): the fewest
+            that cover the row in one window. Fewer lanes give each lane more steps of the row,
+            issued back to back (more loads in flight per lane) and a warp more rows at once.
 
     Returns:
         The plan; ``grid == 0`` means there is nothing to launch.
@@ -233,13 +241,17 @@ def plan_gather(
     _check_int("row_stride", row_stride, row_bytes)
     _check_int("out_stride", out_stride, row_bytes)
     cache_layout = _check_cache(cache_address, cache_stride, slot_bytes, row_bytes, variant)
+    if threads_per_row is not None:
+        _check_int("threads_per_row", threads_per_row, 1)
+        if threads_per_row > WARP_SIZE or threads_per_row & (threads_per_row - 1) or variant != "aligned":
+            raise ValueError(f"threads_per_row must be a power of two from 1 to 32, for the aligned variant only, but got {threads_per_row!r} ({variant})")
 
     layout = (table_address, row_stride, row_bytes, out_address, out_stride, *cache_layout)
     if variant == "aligned":
         # Widest vector that keeps every load naturally aligned and entirely inside or outside
         # a row: it must divide both base addresses, both strides and the row size.
         vector = _widest_load(16, *layout)
-        threads_per_row, window, align, steps = _aligned_geometry(row_bytes, vector)
+        threads_per_row, window, align, steps = _aligned_geometry(row_bytes, vector, threads_per_row)
         work_blocks = _aligned_blocks(num_ids, threads_per_row, threads_per_block)
     else:
         # One element per thread; a smaller load only if the addresses are not element-aligned.

@@ -177,6 +177,8 @@ def launch_gather(
     max_blocks: int | None = None,
     out_stride_bytes: int | None = None,
     cache: DeviceCache | None = None,
+    threads_per_row: int | None = None,
+    threads_per_block: int = 256,
 ) -> launch.GatherPlan:
     """Enqueue ``out[j] = table[ids[j]]`` on ``stream`` (asynchronous; no synchronisation).
 
@@ -204,6 +206,9 @@ def launch_gather(
         cache: hot rows in device memory (aligned variant only): ``out[j]`` is then read from
             ``cache`` row ``slot_map[ids[j]]`` when that is >= 0, else from the table; the
             vector width also suits the cache rows' address and stride.
+        threads_per_row: aligned variant: lanes per row (a power of two up to 32; None: the
+            plan's choice), as for :func:`~dgl_zerocopy.cuda.gather.launch.plan_gather`.
+        threads_per_block: threads per block (a multiple of 32, at most 1024).
 
     Returns:
         The launch plan used (``grid == 0``: nothing was launched).
@@ -225,10 +230,12 @@ def launch_gather(
             elem_size=int(itemsize),
             max_blocks=max_blocks,
             num_sms=num_sms,
+            threads_per_block=threads_per_block,
             id_bytes=id_bytes,
             row_stride=int(row_stride_bytes),
             out_address=out_address,
             out_stride=out_stride,
+            threads_per_row=threads_per_row,
             **cached,
         )
 
