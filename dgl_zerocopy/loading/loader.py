@@ -23,8 +23,12 @@ Slot buffers are reused only after the slot's release event, which the consumer 
 asks for the next batch, when the epoch ends or is left, and before a new epoch starts. Everything
 else the worker hands over (the sampler's output moved to the device, labels, data indexed on the
 host) is ``record_stream``-ed on the consumer's stream before the batch is returned. The ring, its
-side stream and events are :mod:`dgl_zerocopy.loading.ring`, shared with the DistDGL loader. A new
-epoch starts only after the previous epoch's worker has stopped.
+side stream and events are :mod:`dgl_zerocopy.loading.ring`, shared with the DistDGL loader. An
+epoch writes a ring only after that ring's previous worker has stopped.
+
+Iterators: every ``iter(loader)`` is an epoch of its own (:mod:`.epoch`), with its own worker and
+ring, as torch's DataLoader gives every ``iter()`` its own iterator: ``zip(loader, loader)``, nested
+loops and one loop per thread each get a whole epoch, and a loop that runs alone reuses one ring.
 
 Ids: a batch of DGL's own sampler (and, for an edge-prediction wrapper, its inner sampler) holds
 only node and edge ids of the graph, so the gathers skip the range check; the marks of a sampler
@@ -39,6 +43,7 @@ the sampled ids feed the gathers on the device, unchecked.
 
 from __future__ import annotations
 
+import functools
 import logging
 import weakref
 from collections import deque
@@ -50,16 +55,17 @@ import torch
 from .._extras import import_dgl
 from ..store.feature_store import resolve_device
 from . import dgl_options
-from .collate import find_needs, mark_blocks, move, put
+from .collate import find_needs, mark_blocks, move
 from .dgl_options import OTHER_TORCH_KWARGS, WORKER_KWARGS, apply_dgl_options, default_block_kind, dgl_has_cuda, gpu_cache_rows, is_dgl_sampler
+from .epoch import Batch, EpochIterator
 from .feature_sources import Sources
 from .gpu_sampling import DeviceSampling, check_cuda
-from .prefetch import Prefetcher, close_iterator
-from .ring import Fill, Slot, SlotRing
+from .prefetch import close_iterator, wait_stopped
+from .ring import RingPool, SlotRing
 from .seeds import EDGE, PARTITION, EpochOrder, SeedSet, index_kind
 from .timing import StageTimer
 from .worker_dataset import EpochBatches, restore_parent_columns
-from .workers import identity, sampled_batches
+from .workers import identity, sampled_batches, stop_processes
 
 log = logging.getLogger(__name__)
 
@@ -104,6 +110,15 @@ class DataLoader:
     ``SnapshotSampler`` with its snapshot in device memory, on a homogeneous graph; RuntimeError
     without CUDA), the graph's CSC placed by ``graph_placement`` (keyword-only: ``"pinned"``, in
     place, or ``"device"``, a copy in GPU memory), held until :meth:`close`.
+
+    Every ``iter(loader)`` is an epoch of its own (the next epoch number, its own order), with its
+    own worker thread and ring of ``prefetch + 2`` slots, whatever ``prefetch`` is: iterators alive
+    at the same time (``zip(loader, loader)``, nested loops, one per thread) each yield a whole
+    epoch, their feature tensors in buffers of their own, and the batches ``prefetch=0`` gives. A
+    second ring is made only while two iterators are alive at once (and kept for the next time).
+    With persistent worker processes the processes serve one iterator at a time; an iterator made
+    while they are busy gets processes of its own for its epoch. An iterator that is left (``break``)
+    stops when it is freed, or with :meth:`close`.
     """
 
     def __init__(
@@ -209,12 +224,20 @@ class DataLoader:
         dgl_options.warn_frozen_snapshot(graph_sampler, self._worker_kwargs)
         self._workers = None  # the torch DataLoader of the sampling processes (num_workers > 0), made lazily
         self._positions = None  # its shared-memory seed positions, rewritten every epoch
+        # The epoch that uses persistent processes: (its iterator, weakly; its worker thread).
+        self._workers_user: tuple[weakref.ref, object] | None = None
         # use_alternate_streams=False: the worker queues on the default stream, like the step.
-        self._ring = SlotRing(self.device, self.prefetch, side_stream=use_alternate_streams is not False)
-        # A weak reference: leaving the loop drops the epoch's iterator, whose finalizer stops the worker.
-        self._active: weakref.ref | None = None
-        if self._device_sampling is not None:  # the graph is given back after the worker stopped
-            weakref.finalize(self, _close_sampling, self._ring, self._device_sampling)
+        self._rings = RingPool(functools.partial(SlotRing, self.device, self.prefetch, side_stream=use_alternate_streams is not False))
+        _ = self._rings.first  # made now: a loop that runs alone uses it every epoch
+        # Weak references: leaving the loop drops the epoch's iterator, whose finalizer stops the worker.
+        self._live: weakref.WeakSet[EpochIterator] = weakref.WeakSet()
+        if self._device_sampling is not None:  # the graph is given back after the workers stopped
+            weakref.finalize(self, _close_sampling, self._rings, self._device_sampling)
+
+    @property
+    def _ring(self) -> SlotRing:
+        """The ring of a loop that runs alone (iterators alive at the same time take others)."""
+        return self._rings.first
 
     @property
     def sampler(self):
@@ -246,14 +269,22 @@ class DataLoader:
 
     # -- iteration -------------------------------------------------------------------------
     def __iter__(self) -> Iterator:
-        self._end_epoch()  # a new epoch ends an unfinished one (persistent sampling processes go on)
-        # The previous epoch's worker may still be in its last step (close() does not wait for
-        # ever): the new one starts after it has stopped. Then every slot is released after the
-        # work the consumer has queued so far (an epoch left by `break` released nothing).
-        self._ring.begin_epoch()
+        # Another live iterator goes on (torch's semantics): this epoch takes a ring of its own. The
+        # ring's previous worker may still be in its last step (close() does not wait for ever):
+        # this one starts after it has stopped. Then every slot is released after the work the
+        # consumer has queued so far (an epoch left by `break` released nothing).
+        ring = self._rings.take()
+        try:
+            ring.begin_epoch()
+            return self._start_epoch(ring)
+        except BaseException:
+            self._rings.give_back(ring)
+            raise
+
+    def _start_epoch(self, ring: SlotRing) -> EpochIterator:
         if self._device_sampling is not None:
             self._device_sampling.open()  # taken again after close()
-        # Epoch hook (issue 24): a sampler with per-epoch state (SnapshotSampler) updates it here,
+        # Epoch hook: a sampler with per-epoch state (SnapshotSampler) updates it here,
         # after the previous epoch's sampling stopped and before this epoch's workers start; with
         # use_uva=True the GPU sampler does (its snapshot in device memory), never the CPU one.
         hook = self._device_sampling if self._device_sampling is not None else self.graph_sampler
@@ -261,8 +292,9 @@ class DataLoader:
             hook.on_epoch_start(self.graph)
         positions = self._order.next_epoch(self.epoch)  # shuffled here, where DGL's loader shuffles
         self.epoch += 1
+        shared_processes = False
         if self._worker_kwargs.get("num_workers", 0) > 0:
-            tasks = self._sampled_by_workers(positions)
+            tasks, shared_processes = self._sampled_by_workers(positions)
         else:
             # DGL's loader is a torch DataLoader, whose every iterator draws a seed from torch's
             # generator: drawing it too leaves torch's random stream where DGL's loader leaves it.
@@ -270,8 +302,10 @@ class DataLoader:
             tasks = self._seed_batches(positions)
         if self.read_ahead and self._device_sampling is None and self._sources.on_storage():
             tasks = self._read_ahead(tasks)
-        iterator = _EpochIterator(self, tasks)
-        self._active = weakref.ref(iterator)
+        iterator = EpochIterator(self, tasks, self._rings, ring)
+        self._live.add(iterator)
+        if shared_processes:
+            self._workers_user = (weakref.ref(iterator), iterator.thread)
         return iterator
 
     def _seed_batches(self, positions: torch.Tensor) -> Iterator:
@@ -279,48 +313,60 @@ class DataLoader:
         for i in range(len(self)):
             yield i, _Seeds(self.seeds.batch(self._order.batch(positions, i)))
 
-    def _sampled_by_workers(self, positions: torch.Tensor) -> Iterator:
+    def _sampled_by_workers(self, positions: torch.Tensor) -> tuple[Iterator, bool]:
         """(index, sampled output) of the epoch, sampled in worker processes by a torch DataLoader
         (DGL's split and order); the time spent waiting for them counts as ``sample``. Its iterator
-        (the processes' start, and torch's seed draw) is made here, on the calling thread, as DGL's is."""
-        if self._workers is None or not self._worker_kwargs.get("persistent_workers"):
-            self.graph.create_formats_()  # once here, not once per worker
-            self._positions = positions.clone().share_memory_()  # the workers see every epoch's order through it
-            dataset = EpochBatches(self.graph, self.graph_sampler, self.seeds, self._positions, self.batch_size, len(self))
-            self._workers = torch.utils.data.DataLoader(dataset, batch_size=None, collate_fn=identity, **self._worker_kwargs)
-        else:
+        (the processes' start, and torch's seed draw) is made here, on the calling thread, as DGL's is.
+        Returns the tasks and whether they come from the loader's persistent processes: those serve
+        one epoch at a time, so an epoch made while another uses them gets processes of its own."""
+        persistent = bool(self._worker_kwargs.get("persistent_workers"))
+        user = self._workers_user
+        iterator = user[0]() if user is not None else None
+        if persistent and self._workers is not None and (iterator is None or iterator.closed):
+            if user is not None and user[1] is not None:  # torch's iterator is reset below: its last reader must be gone
+                wait_stopped(user[1], "the prefetch worker of the previous epoch")
             self._positions.copy_(positions)
-        return sampled_batches(iter(self._workers), self.timer)  # closing it stops non-persistent processes
+            return sampled_batches(iter(self._workers), self.timer), True
+        self.graph.create_formats_()  # once here, not once per worker
+        shared = positions.clone().share_memory_()  # the workers see every epoch's order through it
+        dataset = EpochBatches(self.graph, self.graph_sampler, self.seeds, shared, self.batch_size, len(self))
+        if persistent and self._workers is None:
+            self._workers, self._positions = torch.utils.data.DataLoader(dataset, batch_size=None, collate_fn=identity, **self._worker_kwargs), shared
+            return sampled_batches(iter(self._workers), self.timer), True
+        kwargs = {**self._worker_kwargs, "persistent_workers": False}  # this epoch's own: they stop when it ends
+        workers = torch.utils.data.DataLoader(dataset, batch_size=None, collate_fn=identity, **kwargs)
+        return sampled_batches(iter(workers), self.timer), False  # closing it stops the processes
 
     def close(self) -> None:
-        """Stop the background worker of the current epoch, if any, and the sampling processes
-        (``num_workers > 0``, persistent ones too; iterating again starts new ones). Idempotent. A
-        worker inside a step (sampling or gathering a batch) is not interrupted: close() waits for it
-        a few seconds (:data:`dgl_zerocopy.loading.prefetch.JOIN_TIMEOUT`) and goes on; the next epoch
-        waits for it to end, and the processes stop when it does. With ``use_uva=True`` it waits for
-        the worker to end its step, then gives back the graph (the last user unpins it)."""
-        self._end_epoch()
-        self._workers = self._positions = None  # torch stops its processes when its iterator is freed
-        if self._device_sampling is not None:
-            _close_sampling(self._ring, self._device_sampling)
-
-    def _end_epoch(self) -> None:
-        iterator = self._active() if self._active is not None else None
-        if iterator is not None:
+        """End every live iterator of this loader (their next batch is StopIteration) with its
+        background worker, and stop the sampling processes (``num_workers > 0``, persistent ones
+        too, gone when close() returns; iterating again starts new ones). Idempotent. A worker
+        inside a step (sampling or gathering a batch) is not interrupted: close() waits for it a few
+        seconds (:data:`dgl_zerocopy.loading.prefetch.JOIN_TIMEOUT`) and goes on; the next epoch on
+        its ring waits for it to end, and persistent processes it reads from stop when it does.
+        With ``use_uva=True`` it waits for the workers to end their step, then gives back the graph
+        (the last user unpins it)."""
+        for iterator in list(self._live):
             iterator.close()
-        self._active = None
+        workers, user = self._workers, self._workers_user
+        self._workers = self._positions = self._workers_user = None
+        thread = user[1] if user is not None else None
+        if workers is not None and (thread is None or not thread.is_alive()):
+            stop_processes(workers)  # no thread reads them: now, whoever else holds torch's iterator
+        if self._device_sampling is not None:
+            _close_sampling(self._rings, self._device_sampling)
 
-    def _produce(self, task) -> _Batch:
+    def _produce(self, task) -> Batch:
         """Sample (unless a worker process did), move to the device and gather one batch into its
-        ring slot (runs on the worker thread when prefetching). ``task``: (index, _Seeds) or
-        (index, the sampler's output from a worker process)."""
-        index, work = task
+        ring slot (runs on the worker thread when prefetching). ``task``: (index, _Seeds, ring) or
+        (index, the sampler's output from a worker process, ring), ``ring`` the epoch's."""
+        index, work, ring = task
         timer = self.timer
         if self._device_sampling is not None:
-            return self._produce_on_device(index, work.ids)
+            return self._produce_on_device(ring, index, work.ids)
         sampled = work if isinstance(work, _Sampled) else self._sample(work)
         try:
-            with self._ring.fill(index) as fill:  # on the side stream, after the slot's release
+            with ring.fill(index) as fill:  # on the side stream, after the slot's release
                 # Device stages are timed with events on the stream that runs them (no host sync).
                 timed_on = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
                 with timer.stage("transfer", stream=timed_on):
@@ -329,7 +375,7 @@ class DataLoader:
                     served = [self._sources.serve(need, fill, self._trusted, sampled.ahead.get(i)) for i, need in enumerate(sampled.needs)]
         finally:  # a batch that failed before its gathers gives its reads ahead back (idempotent)
             _release(sampled.ahead)
-        return _Batch(output, graphs, sampled.needs, served, fill)
+        return Batch(output, graphs, sampled.needs, served, fill)
 
     def _sample(self, work) -> _Sampled:
         """Sample a batch (unless a worker process did: ``work`` is then its output) and find its needs."""
@@ -345,7 +391,7 @@ class DataLoader:
 
     def _read_ahead(self, tasks: Iterator) -> Iterator:
         """The epoch's tasks, each sampled ``max(1, prefetch)`` batches before it is gathered, with the
-        storage reads of its rows started as soon as it is sampled (issue 25: features left in their
+        storage reads of its rows started as soon as it is sampled (features left in their
         file, ``FeatureStore(path, host_cache_bytes=N)``): they fill the host buffer while earlier
         batches gather and train, and their rows stay reserved until their own gather. Runs on the
         thread that samples; closing it (after the last batch it gave was produced, or dropped: the
@@ -368,22 +414,22 @@ class DataLoader:
                 _release(sampled.ahead)
             close_iterator(tasks)
 
-    def _produce_on_device(self, index: int, seeds) -> _Batch:
+    def _produce_on_device(self, ring: SlotRing, index: int, seeds) -> Batch:
         """Sample on the device and gather, both inside the slot's fill (on the side stream); the
         ids stay on the device and are gathered unchecked (the sampler made them)."""
-        with self._ring.fill(index) as fill:
+        with ring.fill(index) as fill:
             with self.timer.stage("sample"):  # wall time: it holds the per-layer size reads
                 output, needs, pending = self._device_sampling.sample(seeds, list(self._sources.features), list(self._sources.labels))
             _name_slots(needs)
             timed_on = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None
             with self.timer.stage("gather", stream=timed_on):
                 served = [self._sources.serve(need, fill, True) for need in needs]
-        return _Batch(output, output[2], needs, served, fill, pending)
+        return Batch(output, output[2], needs, served, fill, pending)
 
 
-def _close_sampling(ring: SlotRing, sampling: DeviceSampling) -> None:
-    """Give back the GPU sampling's graph once the ring's worker has stopped (its kernels read it)."""
-    ring.stop_writer("the prefetch worker, before the graph it samples is unpinned")
+def _close_sampling(rings: RingPool, sampling: DeviceSampling) -> None:
+    """Give back the GPU sampling's graph once the rings' workers have stopped (their kernels read it)."""
+    rings.stop_writers("the prefetch worker, before the graph it samples is unpinned")
     sampling.close()
 
 
@@ -415,82 +461,3 @@ def _name_slots(needs: list) -> None:
         counts[need.key] = counts.get(need.key, 0) + 1
     for need in needs:
         need.slot = need.key if counts[need.key] == 1 else need.slot_name
-
-
-class _Batch(NamedTuple):
-    """What the worker hands over: the sampler's output on the device (marks still in place), its
-    graphs in walk order, the needs and their values with whether each lives in ``fill``'s slot."""
-
-    output: object
-    graphs: list
-    needs: list
-    served: list
-    fill: Fill
-    pending: list = []  # GPU sampling: tensors the blocks' pending edge ids will read (record_stream-ed too)
-
-
-class _EpochIterator:
-    def __init__(self, loader: DataLoader, tasks: Iterator) -> None:
-        self._loader = loader
-        self._held: Slot | None = None
-        self._closed = False  # closed: by its end, or by the next epoch (it writes the ring no more)
-        if loader.prefetch > 0:
-            # The worker must not keep the loader alive, or it could never be collected and stopped.
-            produce = weakref.WeakMethod(loader._produce)
-            self._source = Prefetcher(tasks, lambda task: _call(produce, task), depth=loader.prefetch)
-            loader._ring.set_writer(self._source)  # the next epoch waits for this worker's end
-        else:
-            self._source = map(loader._produce, tasks)
-        self._tasks = None if loader.prefetch > 0 else tasks  # the worker thread closes its own
-
-    def __iter__(self) -> _EpochIterator:
-        return self
-
-    def __next__(self):
-        loader = self._loader
-        if self._closed:
-            raise StopIteration
-        # Release the slot of the previous batch before taking the next one: the worker may reuse
-        # it as soon as the queue has room (on CUDA, only after the work queued so far finishes).
-        self._release_held()
-        try:
-            batch = next(self._source)
-        except StopIteration:
-            self.close()
-            # The host waits here anyway: the range checks of device ids (a store's deferred errors)
-            # are read now, so a bad id of this epoch is raised before the next one starts.
-            for store in loader._sources.stores():
-                store.raise_deferred_errors()
-            raise
-        except BaseException:  # an error ends the epoch: its sampling source is released now
-            self.close()
-            raise
-        values = [value for value, _ in batch.served]
-        # Everything not in the slot is record_stream-ed on the consumer's stream (the protocol).
-        loose = (batch.output, [value for value, in_slot in batch.served if not in_slot], batch.pending)
-        self._held = loader._ring.hand_over(batch.fill, [value for value, in_slot in batch.served if in_slot], loose, loader.timer)
-        return put(batch.output, batch.graphs, batch.needs, values)
-
-    def _release_held(self) -> None:
-        if self._held is not None:
-            self._loader._ring.release([self._held])
-            self._held = None
-
-    def close(self) -> None:
-        """Stop the worker and release the slot of the batch last handed out (idempotent)."""
-        self._closed = True
-        if isinstance(self._source, Prefetcher):
-            self._source.close()
-        close_iterator(self._tasks)
-        self._release_held()
-
-    @property
-    def worker_alive(self) -> bool:
-        return isinstance(self._source, Prefetcher) and self._source.alive
-
-
-def _call(method: weakref.WeakMethod, task):
-    fn = method()
-    if fn is None:
-        raise RuntimeError("the DataLoader was garbage-collected during its epoch")
-    return fn(task)

@@ -64,6 +64,7 @@ class Prefetcher(Generic[R]):
             raise ValueError(f"depth must be at least 1, but got {depth}")
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
+        self._poll = poll
         self._thread = threading.Thread(target=_work, args=(iter(tasks), produce, self._queue, self._stop, poll), name=name, daemon=True)
         self._finalizer = weakref.finalize(self, _shutdown, self._stop, self._queue, self._thread, join_timeout)
         self._thread.start()
@@ -76,13 +77,10 @@ class Prefetcher(Generic[R]):
 
     def next(self, timeout: float | None = None) -> R:
         """The next item, as ``next(prefetcher)``; with ``timeout`` (seconds), ``TimeoutError`` when
-        none is ready by then (the worker keeps running: call again to go on waiting)."""
-        if not self._finalizer.alive:
-            raise StopIteration
-        try:
-            item = self._queue.get(timeout=timeout)
-        except queue.Empty:
-            raise TimeoutError(f"no item from the prefetch worker within {timeout} s") from None
+        none is ready by then (the worker keeps running: call again to go on waiting).
+        ``StopIteration`` once :meth:`close` was called, also when another thread calls it while
+        this one waits (it wakes within ``poll`` seconds)."""
+        item = self._take(timeout)
         if item is _DONE:
             self.close()
             raise StopIteration
@@ -98,6 +96,26 @@ class Prefetcher(Generic[R]):
                 # frees, and with it everything the worker's frames hold (its task source).
                 del error
         return item
+
+    def _take(self, timeout: float | None):
+        """The next queued item, waiting at most ``timeout`` seconds (None: until one comes), in
+        waits of ``poll`` seconds: a close from another thread (whose shutdown drops what is
+        queued and ends the worker, so that nothing more would come) ends the wait."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if self._stop.is_set():  # closed, here or on another thread: nothing more comes
+                raise StopIteration
+            wait = self._poll if deadline is None else min(self._poll, max(deadline - time.monotonic(), 0.0))
+            try:
+                item = self._queue.get(timeout=wait)
+            except queue.Empty:
+                if deadline is not None and time.monotonic() >= deadline:
+                    raise TimeoutError(f"no item from the prefetch worker within {timeout} s") from None
+                continue
+            if self._stop.is_set():  # closed while it was taken: dropped, as close() drops the rest
+                del item
+                raise StopIteration
+            return item
 
     @property
     def alive(self) -> bool:

@@ -18,6 +18,11 @@ One mechanism for both loaders (:class:`dgl_zerocopy.DataLoader` and
   has stopped, however long its last step takes (:func:`~dgl_zerocopy.loading.prefetch.wait_stopped` warns
   while it waits). The worker also shares the sampler (and DGL's RPC client for DistDGL), so a
   guard on the slots alone would not be enough.
+- Iterators alive at the same time (``zip(loader, loader)``, nested loops, two threads) each take a
+  ring of their own from the loader's :class:`RingPool`: a ring is lent to one iterator at a time
+  and given back when that iterator ends (its end, ``break``, an error, ``close()``, garbage
+  collection); the next iterator that takes it begins its epoch as above, after the last writer
+  stopped. A loop that runs alone always gets the first ring, so buffers are made once.
 
 Without a side stream (a CPU device, ``prefetch=0``, or ``use_alternate_streams=False``) no event is
 used: the worker's work is queued on the stream current on its thread, which for the CPU and for
@@ -29,7 +34,7 @@ from __future__ import annotations
 import threading
 import warnings
 import weakref
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -172,6 +177,72 @@ class SlotRing:
             f"to keep a batch's features, keep x.clone()",
             stacklevel=4,
         )
+
+
+class RingPool:
+    """The rings of one loader: :meth:`take` lends the first free ring (made by ``make`` when none
+    is free) to one iterator, :meth:`give_back` returns it. One iterator at a time keeps using the
+    first ring; each iterator alive beside it holds another (``prefetch + 2`` more slots, made on
+    its first batches and kept for the next time). Thread-safe."""
+
+    def __init__(self, make: Callable[[], SlotRing]) -> None:
+        self._make = make
+        self._rings: list[SlotRing] = []
+        self._lent: set[int] = set()  # indices in _rings
+        self._lock = threading.Lock()
+
+    @property
+    def rings(self) -> list[SlotRing]:
+        """Every ring made so far, the first one first."""
+        with self._lock:
+            return list(self._rings)
+
+    @property
+    def first(self) -> SlotRing:
+        """The ring a loop that runs alone gets (made now if none is)."""
+        with self._lock:
+            if not self._rings:
+                self._rings.append(self._make())
+            return self._rings[0]
+
+    @first.setter
+    def first(self, ring: SlotRing) -> None:
+        with self._lock:
+            if 0 in self._lent:
+                raise RuntimeError("the first ring is lent to a live iterator: it cannot be replaced now")
+            self._rings[:1] = [ring]
+
+    def take(self) -> SlotRing:
+        """Lend a ring: the first free one, or a new one when every ring is lent. The caller begins
+        its epoch on it (:meth:`SlotRing.begin_epoch`) and gives it back when its iterator ends."""
+        with self._lock:
+            if not self._rings:
+                self._rings.append(self._make())
+            index = next((i for i in range(len(self._rings)) if i not in self._lent), None)
+            if index is None:
+                index = len(self._rings)
+                self._rings.append(self._make())
+            self._lent.add(index)
+            return self._rings[index]
+
+    def give_back(self, ring: SlotRing) -> None:
+        """Return ``ring`` to the pool (idempotent); its worker may still be ending its step: the
+        next taker waits for that in :meth:`SlotRing.begin_epoch`."""
+        with self._lock:
+            for i, known in enumerate(self._rings):
+                if known is ring:
+                    self._lent.discard(i)
+
+    @property
+    def lent(self) -> int:
+        """How many rings are lent now (live iterators that prefetch)."""
+        with self._lock:
+            return len(self._lent)
+
+    def stop_writers(self, what: str = "the prefetch worker") -> None:
+        """Stop the worker of every ring and wait until each has stopped (:meth:`SlotRing.stop_writer`)."""
+        for ring in self.rings:
+            ring.stop_writer(what)
 
 
 def record_stream(obj, stream: torch.cuda.Stream) -> None:

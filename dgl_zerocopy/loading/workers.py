@@ -15,7 +15,8 @@ freed, and keeps persistent ones in its DataLoader until that is freed):
   are cleared (:func:`traceback.clear_frames`; the traceback still prints, with the process's
   own traceback in the message) before the error goes on, so the processes stop before the
   consumer sees it, whether or not it keeps the exception.
-- Persistent workers live in the torch DataLoader that the loader keeps until its ``close()``.
+- Persistent workers live in the torch DataLoader that the loader keeps until its ``close()``,
+  which shuts them down there (:func:`stop_processes`), whoever else still holds torch's iterator.
 """
 
 from __future__ import annotations
@@ -61,3 +62,19 @@ def _clear_finished_frames(error: BaseException) -> None:
         seen.add(id(item))
         traceback.clear_frames(item.__traceback__)
         pending += [item.__cause__, item.__context__]
+
+
+def stop_processes(workers) -> None:
+    """Shut down the processes of ``workers`` (a torch DataLoader) now and drop its persistent
+    iterator: they are gone when this returns, even while something else (a loop left with
+    ``break``, an exception's traceback) still holds that iterator. Call it once no thread reads
+    the iterator. A DataLoader without processes, or whose iterator is gone, is left as it is."""
+    iterator = getattr(workers, "_iterator", None)
+    if iterator is None:
+        return
+    workers._iterator = None
+    # torch's own clean-up (what its iterator's __del__ runs): tell the processes to end, join
+    # them, and terminate any that do not end within its timeout. Idempotent.
+    shutdown = getattr(iterator, "_shutdown_workers", None)
+    if callable(shutdown):
+        shutdown()

@@ -8,7 +8,10 @@ Both are PyG's own classes (every argument, every batch field, PyG's order) with
   the step trains, on a side CUDA stream, handed over on the ring's stream protocol
   (:mod:`dgl_zerocopy.loading.ring`): the consumer's stream waits for a batch's event, and every CUDA
   tensor of the batch is ``record_stream``-ed there. A batch owns its tensors: it stays valid for as
-  long as it is referenced. With ``num_workers > 0`` the workers prefetch, as in PyG.
+  long as it is referenced. With ``num_workers > 0`` the workers prefetch, as in PyG. Every ``iter()``
+  gets its own worker thread and ring, as torch's DataLoader gives every ``iter()`` its own iterator:
+  iterators alive at the same time (``zip(loader, loader)``, nested loops, one per thread) each give a
+  whole epoch.
 
 Extra keyword arguments (all optional): ``device`` (``None``/``"cpu"``, or ``"cuda"``/``"cuda:N"``: sample
 and gather there), ``graph_placement`` (``"pinned"``/``"device"``: where the GPU reads the CSC),
@@ -17,6 +20,7 @@ and gather there), ``graph_placement`` (``"pinned"``/``"device"``: where the GPU
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator
 from typing import Any
@@ -27,8 +31,9 @@ from torch_geometric.loader import LinkNeighborLoader as PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as PygNeighborLoader
 
 from ..loading.prefetch import Prefetcher
-from ..loading.ring import SlotRing
+from ..loading.ring import RingPool, SlotRing
 from ..loading.timing import StageTimer
+from ..loading.workers import stop_processes
 from .features import FeatureRoute, check_mapping, node_and_edge_ids, route_features
 from .sampler import NeighborSampler, refuse_unsupported
 from .stores import FeatureStore
@@ -40,7 +45,7 @@ class _OurRoute:
     route: FeatureRoute
     device: torch.device
     prefetch: int
-    _ring: SlotRing | None
+    _rings: RingPool
 
     def _take_over(self, data: Any, device: Any, features: Any, prefetch: int | None) -> Any:
         check_mapping(features)
@@ -52,7 +57,8 @@ class _OurRoute:
         if not isinstance(prefetch, int) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, but got {prefetch!r}")
         self.prefetch = prefetch
-        self._ring = None
+        # A ring per live prefetching iterator, made on its first use (none without prefetching).
+        self._rings = RingPool(functools.partial(SlotRing, self.device, prefetch))
         shell, self.route = route_features(data, features, self.device)
         self._had_num_nodes = _explicit_num_nodes(data)
         return shell
@@ -107,18 +113,33 @@ class _OurRoute:
             _drop_added_num_nodes(batch, self._had_num_nodes)
         return batch if self._transform is None else self._transform(batch)
 
+    @property
+    def _ring(self) -> SlotRing | None:
+        """The ring of a prefetching loop that runs alone (None before the first one); iterators
+        alive at the same time take others from the pool."""
+        rings = self._rings.rings
+        return rings[0] if rings else None
+
+    @_ring.setter
+    def _ring(self, ring: SlotRing) -> None:
+        self._rings.first = ring
+
     def _get_iterator(self) -> Iterator:
         if self.prefetch == 0 or self.num_workers > 0:
             return super()._get_iterator()
-        if self._ring is None:
-            self._ring = SlotRing(self.device, self.prefetch)
-        return _prefetched(self, self._ring)
+        # torch's iterator draws its workers' base seed when it is made, so this one does too: the
+        # same torch.manual_seed gives the batches of prefetch=0, with several iterators alive too.
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
+        return _prefetched(self, self._rings)
 
     def close(self) -> None:
-        """Give back what the loader holds: pinned tables and the GPU sampler's CSC, once the prefetch
-        worker of the current epoch, which reads them, has stopped."""
-        if self._ring is not None:
-            self._ring.stop_writer()
+        """Give back what the loader holds: every live prefetching iterator ends (its next batch is
+        StopIteration) once its worker has stopped, persistent worker processes (``num_workers > 0,
+        persistent_workers=True``) are shut down (gone when close() returns; iterating again starts
+        new ones), then the pinned tables and the GPU sampler's CSC, which the workers read, are
+        given back. Idempotent."""
+        self._rings.stop_writers()
+        stop_processes(self)
         self.route.close()
         sampler = getattr(self, "neighbor_sampler", None) or getattr(self, "node_sampler", None) or getattr(self, "link_sampler", None)
         if isinstance(sampler, NeighborSampler):
@@ -141,14 +162,26 @@ def _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorte
     )
 
 
-def _prefetched(loader: Any, ring: SlotRing) -> Iterator:
-    """The epoch's batches, ``loader.prefetch`` ahead on a worker thread (module docstring)."""
-    ring.begin_epoch()
-    timer = StageTimer()
+def _prefetched(loader: Any, rings: RingPool) -> Iterator:
+    """The epoch's batches, ``loader.prefetch`` ahead on a worker thread with a ring lent by ``rings``
+    for the epoch (module docstring). Starts at the first batch asked for, as torch's iterator does."""
     batches = iter(loader.batch_sampler)
-    # The draw torch's DataLoader iterator makes for its workers' base seed: without it, the same
-    # torch.manual_seed would give other batches than prefetch=0.
-    torch.empty((), dtype=torch.int64).random_(generator=loader.generator)
+    # The first seeds are drawn here, on the consumer's thread (a shuffled order is drawn with them),
+    # where torch's iterator draws them, and not on the worker, beside other iterators' draws.
+    first = next(batches, None)
+    if first is None:
+        return
+    ring = rings.take()
+    try:
+        ring.begin_epoch()  # after the ring's previous worker has stopped
+        yield from _prefetch_on(loader, ring, itertools.chain([first], batches))
+    finally:
+        rings.give_back(ring)
+
+
+def _prefetch_on(loader: Any, ring: SlotRing, batches: Iterator) -> Iterator:
+    """The batches of ``batches`` (seed index lists), produced on a worker thread into ``ring``."""
+    timer = StageTimer()
 
     def produce(task: tuple[int, list[int]]) -> Any:
         index, indices = task
