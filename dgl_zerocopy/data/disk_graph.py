@@ -13,7 +13,9 @@ Layout (every array a plain ``.npy``, memory-mapped read-only on open)::
 
 A folder is written under a temporary name (:func:`~dgl_zerocopy.store.cache_files.partial_prefix`) and
 renamed into place when whole, so a folder named ``DIR`` with a ``graph.json`` is a finished graph;
-:func:`open_disk_graph` still checks each array's dtype and length against ``graph.json``.
+:func:`open_disk_graph` still checks each array's dtype and length against ``graph.json``, and the CSC's values
+(ids in the graph, offsets from 0 and never decreasing) by one pass or by the verdict recorded for these
+files (:mod:`~dgl_zerocopy.data.disk_check`); the mapped CSC files are guarded against truncation while open.
 
 Opening copies nothing: :attr:`DiskGraph.indptr`/``indices`` are the file mappings, handed as they are
 to :class:`~dgl_zerocopy.sampling.cpu_hops.HopSampler` (:func:`dgl_zerocopy.sampling.disk.hop_sampler`) and, as tensors
@@ -33,6 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from .base import DatasetError
+from .disk_check import CSC_FILES, CscFiles, verify_csc
 
 __all__ = ["DiskGraph", "open_disk_graph", "NpyAppender", "META", "FORMAT"]
 
@@ -94,6 +97,11 @@ class DiskGraph:
     val_idx: np.ndarray
     test_idx: np.ndarray
     features_path: Path
+    #: The mapped CSC files, checked before each batch (:meth:`check_files`); None for a CSC held in memory.
+    csc_files: CscFiles | None = None
+    #: True when ``indptr``/``indices`` passed :func:`~dgl_zerocopy.data.graph_check.check_csc` (at open, or by a
+    #: verdict recorded for these files): the samplers of :mod:`dgl_zerocopy.sampling.disk` then skip their pass.
+    checked: bool = False
 
     @property
     def num_nodes(self) -> int:
@@ -139,7 +147,9 @@ class DiskGraph:
         instead of 46, docs/benchmarks.md). The cost is RAM: the copy is anonymous memory that the kernel
         cannot drop as it drops clean file pages. Refused with :class:`MemoryError` (nothing allocated)
         when the copy would take more than 80 % of the memory available now, so that the feature cache
-        and the sampler's scratch keep room; :meth:`populate` is then the way to keep the pages resident."""
+        and the sampler's scratch keep room; :meth:`populate` is then the way to keep the pages resident.
+        The files are checked (:meth:`check_files`) before the copy and after it, so the copies are the bytes
+        checked at open; a graph not checked (:attr:`checked` False) stays unchecked, and its samplers check it."""
         import psutil
 
         need = sum(getattr(self, name).nbytes for name in names)
@@ -149,7 +159,25 @@ class DiskGraph:
                 f"copying {', '.join(names)} into memory needs {need / 2**30:.2f} GiB, more than 80 % of the "
                 f"{available / 2**30:.2f} GiB available now: use populate() to keep the file pages resident instead"
             )
-        return replace(self, **{name: _anonymous_copy(getattr(self, name), huge_pages) for name in names})
+        self.check_files()  # the copy reads every page of the maps: a file cut short would kill it
+        copies = {name: _anonymous_copy(getattr(self, name), huge_pages) for name in names}
+        # The copies hold the checked bytes when the files still are those checked (check_files compares their stamps).
+        self.check_files()
+        files = None if set(CSC_FILES) <= set(names) else self.csc_files
+        return replace(self, **copies, csc_files=files)
+
+    def check_files(self) -> None:
+        """Raise where a mapped CSC file was cut short or written to since it was checked: one ``fstat`` per file,
+        run by the samplers of :mod:`dgl_zerocopy.sampling.disk` before each batch. A read of a mapped file past
+        its new end would kill the process (SIGBUS); ids written after the check could send a sampler outside
+        the graph. A change between this check and the batch's reads is not caught: the check narrows the
+        window, it cannot close it.
+
+        Raises:
+            StorageChangedError: naming the file and the fix.
+        """
+        if self.csc_files is not None:
+            self.csc_files.check()
 
     def feature_store(self, host_cache_bytes: int, backend: str = "cpu", device=None, **options):
         """``FeatureStore(features, host_cache_bytes=...)``: rows stay in their file, at most
@@ -201,8 +229,22 @@ def is_disk_graph(path: str | os.PathLike) -> bool:
 
 
 def open_disk_graph(path: str | os.PathLike) -> DiskGraph:
-    """The graph in folder ``path``, its arrays memory-mapped read-only; a folder that is not a whole
-    generated graph raises :class:`~dgl_zerocopy.data.base.DatasetError` naming the file and the fix."""
+    """The graph in folder ``path``, its arrays memory-mapped read-only, its CSC checked
+    (:func:`~dgl_zerocopy.data.disk_check.verify_csc`: one pass over ``indptr.npy`` and ``indices.npy``, unless a
+    verdict is recorded for these files as they are now; a graph generated by this version has one).
+
+    Args:
+        path: the folder :func:`~dgl_zerocopy.data.papers_disk.generate_to_disk` wrote.
+
+    Returns:
+        The :class:`DiskGraph`, ``checked`` True.
+
+    Raises:
+        DatasetError: a folder that is not a whole generated graph (a file missing, of another dtype or length),
+            naming the file and the fix.
+        IndexError: an id in ``indices.npy`` outside ``[0, num_nodes)``, naming the file, the position and the value.
+        ValueError: an ``indptr.npy`` that does not start at 0 or decreases, naming the file and the position.
+    """
     path = Path(path)
     try:
         meta = json.loads((path / META).read_text())
@@ -234,4 +276,6 @@ def open_disk_graph(path: str | os.PathLike) -> DiskGraph:
             )
     if int(arrays["indptr"][-1]) != e:
         raise DatasetError(f"{str(path / 'indptr.npy')!r} ends at {int(arrays['indptr'][-1])}, not at the {e} edges of indices.npy; generate the graph again")
-    return DiskGraph(path=path, meta=meta, features_path=path / meta["features"], **arrays)
+    files = CscFiles(path, arrays)
+    verify_csc(path, meta, arrays["indptr"], arrays["indices"], files)
+    return DiskGraph(path=path, meta=meta, features_path=path / meta["features"], csc_files=files, checked=True, **arrays)

@@ -46,6 +46,7 @@ import numpy as np
 from ..store.cache_files import partial_prefix, sweep_partials
 from ..store.compression.encode import encode_int8, int8_params
 from ..store.host_files import replace_dir
+from .disk_check import record_generated
 from .disk_graph import FORMAT, META, NpyAppender
 from .synthetic import PAPERS100M, SyntheticSpec
 
@@ -323,6 +324,7 @@ def generate_to_disk(
     tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(out.name), dir=out.parent))
     try:
         meta = _write(tmp, layout, features, per_chunk, progress)
+        record_generated(tmp, meta)  # one check_csc pass over the files written; open_disk_graph then skips it
         (tmp / META).write_text(json.dumps(meta, indent=1) + "\n")  # written last
         if out.is_dir() and not any(out.iterdir()):
             out.rmdir()

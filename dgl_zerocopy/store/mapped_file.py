@@ -20,15 +20,22 @@ import numpy as np
 
 from .storage.direct_reader import StorageChangedError
 
+_STORE_FIX = (
+    "the store stops: make a new store over the whole file (write a new file and rename it into place, never rewrite one in "
+    "use), or read it with FeatureStore(path, host_cache_bytes=N), which reads the file with checks instead of mapping it"
+)
+
 
 class MappedFile:
     """The file that ``(filename, offset, dtype, shape, mode)`` maps, open read-only; :meth:`check`
-    raises :class:`StorageChangedError` when it no longer holds the mapped bytes."""
+    raises :class:`StorageChangedError` when it no longer holds the mapped bytes. ``what``, ``holder``
+    and ``fix`` word its error: what the file is, who maps it, and what the user should do."""
 
-    def __init__(self, file: tuple, address: int) -> None:
+    def __init__(self, file: tuple, address: int, *, what: str = "the feature file", holder: str = "a FeatureStore", fix: str = _STORE_FIX) -> None:
         filename, offset, dtype, shape, _ = file
         self.path = Path(filename)
         self.end = int(offset) + math.prod(shape) * np.dtype(dtype).itemsize  # the bytes a gather may read
+        self._what, self._holder, self._fix = what, holder, fix  # the error's words: what the file is, who maps it, the fix
         self._fd = _open_mapping(address, self.path)
 
     def check(self) -> None:
@@ -37,11 +44,13 @@ class MappedFile:
         size = os.fstat(self._fd).st_size
         if size < self.end:
             raise StorageChangedError(
-                f"the feature file {str(self.path)!r} was cut short to {size:,} bytes while a FeatureStore maps it (the table "
-                f"needs {self.end:,}); reading a mapped file past its end kills the process (SIGBUS), so the store stops: make a "
-                "new store over the whole file (write a new file and rename it into place, never rewrite one in use), or read "
-                "it with FeatureStore(path, host_cache_bytes=N), which reads the file with checks instead of mapping it"
+                f"{self._what} {str(self.path)!r} was cut short to {size:,} bytes while {self._holder} maps it (the table "
+                f"needs {self.end:,}); reading a mapped file past its end kills the process (SIGBUS), so {self._fix}"
             )
+
+    def stat(self) -> os.stat_result | None:
+        """``os.fstat`` of the very file mapped, or None where it could not be opened (no check then)."""
+        return os.fstat(self._fd) if self._fd >= 0 else None
 
     def close(self) -> None:
         if self._fd >= 0:
