@@ -124,7 +124,7 @@ BAD = {
     "zero fanout": (["--fanouts", "15,0"], "positive integers"),
     "batch size zero": (["--batch-size", "0"], "batch_size: Input should be greater than 0, but got 0"),
     "batch size negative": (["--batch-size", "-5"], "greater than 0"),
-    "missing config": (["--config", "/no/such.yaml"], "does not exist"),
+    "missing config": (["--config", "/no/such.yaml"], "config '/no/such.yaml' is neither a file nor a shipped config"),
     "unknown feature source": (["--feature-source", "magic"], "'dgl', 'dgl-storage', 'cpu', 'zerocopy' or 'gpu'"),
     "negative prefetch": (["--prefetch", "-1"], "prefetch must be >= 0"),
     "zerocopy without a GPU": (["--feature-source", "zerocopy", "--device", "cpu"], "needs a CUDA GPU"),
