@@ -1,0 +1,238 @@
+"""Where bench/gathering/link_experiment.py runs its cells: the GPU (:class:`GpuDevice`) or, for a dry run,
+the CPU with the kernels emulated (:class:`CpuEmulator`). Both give the same four operations:
+
+- ``open_table(nbytes, memory, need_device_copy)``: a host table of random int32 words in
+  ``HostTable`` memory of the kind asked (registered in place on the GPU), and a copy in device
+  memory where a cell needs one; its ``report`` says what pages it got and what the set-up took;
+- ``gather(table, row_bytes, ids, shape, on_device)``: (one gather as a zero-argument callable
+  returning its output, the output, ``table[ids]``, the launch facts) for our kernel in ``shape``;
+- ``pinned_copy(table, nbytes)``: the same for a copy of the table's first ``nbytes``;
+- ``check(gather, out, reference)``: the output set to the reference's complement, one gather,
+  AssertionError unless it equals the reference.
+
+The kernel launches are planned once per cell (``launch.plan_gather``, the plan the emulator runs
+too), so a timed gather is one kernel launch and nothing else on the host.
+"""
+
+from __future__ import annotations
+
+import gc
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+
+from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.store.huge_pages import HostTable
+
+#: SMs the dry run plans for (an H100/H200); the grid shapes scale with it.
+DRY_SMS = 132
+_CHUNK_WORDS = 1 << 26  # the fill writes 256 MB at a time
+
+
+def shape_options(shape: dict, sms: int) -> dict:
+    """A shape of ``link_plan.SHAPES`` as ``plan_gather`` keywords for a device of ``sms`` SMs."""
+    return {
+        "variant": shape.get("variant", "aligned"),
+        "threads_per_row": 32 // shape["rows_per_warp"] if "rows_per_warp" in shape else None,
+        "max_blocks": shape["blocks_per_sm"] * sms if "blocks_per_sm" in shape else None,
+        "threads_per_block": shape.get("block", 256),
+    }
+
+
+def _facts(plan: launch.GatherPlan) -> dict:
+    return {"kernel": plan.kernel, "threads_per_row": plan.threads_per_row, "grid": plan.grid, "block": plan.block}
+
+
+def _host_room(nbytes: int, meminfo: str = "/proc/meminfo") -> None:
+    """Refuse a table that would not fit in the host's available memory with room to spare: the
+    kernel would kill the process while it registers the pages, losing every result."""
+    try:
+        available = next(int(line.split()[1]) * 1024 for line in Path(meminfo).read_text().splitlines() if line.startswith("MemAvailable:"))
+    except (OSError, StopIteration, ValueError):
+        return
+    if nbytes > 0.85 * available - (2 << 30):
+        raise MemoryError(
+            f"a {nbytes / 1e9:.1f} GB table does not fit in this host's {available / 1e9:.1f} GB of available memory (MemAvailable) with room to spare; use --tables without it"
+        )
+
+
+class _Table:
+    """One set-up table: the HostTable, its words as the device's array type, what it got."""
+
+    def __init__(self, host: HostTable, words, report: dict, pinned=None, device_words=None) -> None:
+        self.host, self.words, self.report, self.pinned, self.device_words = host, words, report, pinned, device_words
+        self.nbytes = host.nbytes
+
+    def close(self) -> None:
+        """Unpin and unmap; views made by the cells are gone by now (each cell's are its locals)."""
+        self.words = self.device_words = None
+        try:
+            self.host.close()
+        except RuntimeError:  # a view in a reference cycle (a failed cell's traceback): collect, then again
+            gc.collect()
+            try:
+                self.host.close()
+            except RuntimeError as e:  # still alive somewhere: unmapped when it goes; the run goes on
+                warnings.warn(str(e), ResourceWarning, stacklevel=2)
+
+
+def _report(host: HostTable, **seconds: float) -> dict:
+    pages = host.report()
+    return {
+        "pages": pages.method,
+        "huge_share": round(pages.huge_share, 4),
+        "fallback": pages.fallback or "",
+        "kernel_page_bytes": pages.kernel_page_bytes,
+        "vm_flags": " ".join(pages.vm_flags),
+        **{k: round(v, 3) for k, v in seconds.items()},
+    }
+
+
+def _differences(same_rows: np.ndarray, total: int) -> str:
+    bad = np.flatnonzero(~same_rows)
+    return f"wrong result: {bad.size} of {total} rows differ from table[ids], the first at position {int(bad[0])}"
+
+
+class CpuEmulator:
+    """The dry run: tiny tables in real HostTable memory (not registered: no GPU), our kernels run
+    by the CPU emulator with the launch plan the GPU would use, references by NumPy."""
+
+    name = "cpu (dry run: kernels emulated, no GPU figures)"
+    sms = DRY_SMS
+
+    def open_table(self, nbytes: int, memory: str, need_device_copy: bool) -> _Table:
+        begun = time.perf_counter()
+        host = HostTable((nbytes // 4,), np.int32, pages=memory)
+        allocated = time.perf_counter()
+        rng = np.random.default_rng(nbytes)
+        words = host.array
+        for start in range(0, words.size, _CHUNK_WORDS):
+            words[start : start + _CHUNK_WORDS] = rng.integers(-(2**30), 2**30, min(_CHUNK_WORDS, words.size - start), dtype=np.int32)
+        filled = time.perf_counter()
+        return _Table(host, words, _report(host, alloc_s=allocated - begun, pin_s=0.0, fill_s=filled - allocated, device_copy_s=0.0))
+
+    def gather(self, table: _Table, row_bytes: int, ids: np.ndarray, shape: dict, on_device: bool):
+        from dgl_zerocopy.cuda.gather.emulator import emulate_gather
+
+        rows, cols = table.nbytes // row_bytes, row_bytes // 4
+        view = table.words[: rows * cols].reshape(rows, cols)
+        reference = view[ids]
+        out = np.empty_like(reference)
+        if on_device:  # the CPU stands in for a gather from device memory
+            return (lambda: np.take(view, ids, axis=0, out=out)), out, reference, {"kernel": "np.take (dry run)"}
+        options = shape_options(shape, self.sms)
+        plan = launch.plan_gather(row_bytes, int(view.ctypes.data), ids.size, elem_size=4, num_sms=self.sms, out_address=int(out.ctypes.data), **options)
+        emulated = {"max_blocks": options["max_blocks"], "threads_per_row": options["threads_per_row"], "threads_per_block": options["threads_per_block"]}
+
+        def gather() -> np.ndarray:
+            np.copyto(out, emulate_gather(view, ids, variant=options["variant"], **emulated))
+            return out
+
+        return gather, out, reference, _facts(plan)
+
+    def pinned_copy(self, table: _Table, nbytes: int):
+        src = table.words[: nbytes // 4]
+        out = np.empty_like(src)
+        return (lambda: np.copyto(out, src)), out, src.copy(), {"kernel": "contiguous copy (dry run)"}
+
+    def check(self, gather, out: np.ndarray, reference: np.ndarray) -> None:
+        np.invert(reference, out=out)
+        gather()
+        same = (out == reference).reshape(len(reference), -1).all(axis=1)
+        if not same.all():
+            raise AssertionError(_differences(same, len(reference)))
+
+
+class GpuDevice:
+    """The GPU run: tables registered in place (``HostTable.pin``), filled from the device, our
+    kernels launched through CuPy on torch's current stream, references ``table[ids]`` computed by
+    torch on the host and copied to the device."""
+
+    def __init__(self) -> None:
+        import torch
+
+        if not torch.cuda.is_available():
+            raise SystemExit("link_experiment: no CUDA GPU here (torch.cuda.is_available() is False); run it with --dry-run to check the plan on the CPU")
+        self.torch = torch
+        self.index = torch.cuda.current_device()
+        self.device = torch.device("cuda", self.index)
+        self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count
+        self.name = torch.cuda.get_device_name(self.device)
+
+    def open_table(self, nbytes: int, memory: str, need_device_copy: bool) -> _Table:
+        torch = self.torch
+        _host_room(nbytes)
+        begun = time.perf_counter()
+        host = HostTable((nbytes // 4,), np.int32, pages=memory)
+        try:
+            allocated = time.perf_counter()
+            pinned = host.pin()  # the driver faults in and locks every page
+            registered = time.perf_counter()
+            words = host.tensor()
+            gen = torch.Generator(device=self.device).manual_seed(nbytes)
+            for start in range(0, words.numel(), _CHUNK_WORDS):
+                stop = min(start + _CHUNK_WORDS, words.numel())
+                words[start:stop].copy_(torch.randint(-(2**30), 2**30, (stop - start,), dtype=torch.int32, device=self.device, generator=gen))
+            torch.cuda.synchronize(self.device)
+            filled = time.perf_counter()
+            device_words = words.to(self.device) if need_device_copy else None
+            torch.cuda.synchronize(self.device)
+            copied = time.perf_counter()
+        except BaseException:
+            host.close()  # unpins what pin() registered; nothing stays pinned after a failed set-up
+            raise
+        seconds = {"alloc_s": allocated - begun, "pin_s": registered - allocated, "fill_s": filled - registered, "device_copy_s": copied - filled}
+        return _Table(host, words, _report(host, **seconds), pinned, device_words)
+
+    def gather(self, table: _Table, row_bytes: int, ids: np.ndarray, shape: dict, on_device: bool):
+        import cupy
+
+        from dgl_zerocopy.cuda.gather.launcher import compile_gather_module, cupy_stream
+
+        torch = self.torch
+        rows, cols = table.nbytes // row_bytes, row_bytes // 4
+        host_ids = torch.from_numpy(ids)
+        reference = table.words[: rows * cols].view(rows, cols)[host_ids].to(self.device)
+        ids_on_device = host_ids.to(self.device)
+        out = torch.empty_like(reference)
+        base = table.device_words.data_ptr() if on_device else table.pinned.device_ptr
+        plan = launch.plan_gather(
+            row_bytes, base, ids.size, elem_size=4, num_sms=self.sms, row_stride=row_bytes, out_address=out.data_ptr(), **shape_options(shape, self.sms)
+        )
+        kernel = compile_gather_module(self.index, (plan.kernel,)).get_function(plan.kernel)
+        types = {"ptr": np.uint64, "i64": np.int64, "i32": np.int32}
+        args = launch.kernel_arguments(
+            plan,
+            table_address=base,
+            row_stride=row_bytes,
+            ids_address=ids_on_device.data_ptr(),
+            perm_address=0,
+            out_address=out.data_ptr(),
+            out_stride=row_bytes,
+        )
+        args = tuple(types[kind](value) for kind, value in args)
+        stream = cupy_stream(cupy, torch.cuda.current_stream(self.device), self.index)
+
+        def gather(keep=(ids_on_device, table)):  # keep: what the launch reads stays alive while it can run
+            with stream:
+                kernel((plan.grid,), (plan.block,), args)
+            return out
+
+        return gather, out, reference, _facts(plan)
+
+    def pinned_copy(self, table: _Table, nbytes: int):
+        src = table.words[: nbytes // 4]
+        out = self.torch.empty(src.shape, dtype=src.dtype, device=self.device)
+        kind = "pinned" if src.is_pinned() else "pageable (not pinned)"
+        return (lambda: out.copy_(src, non_blocking=True)), out, src.to(self.device), {"kernel": f"copy_ from {kind} host memory"}
+
+    def check(self, gather, out, reference) -> None:
+        torch = self.torch
+        out.copy_(torch.bitwise_not(reference))
+        gather()
+        torch.cuda.synchronize(self.device)
+        same = (out == reference).reshape(len(reference), -1).all(dim=1)
+        if not bool(same.all()):
+            raise AssertionError(_differences(same.cpu().numpy(), len(reference)))
