@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import threading
 import weakref
 from collections import deque
 from collections.abc import Iterator, Mapping
@@ -231,6 +232,9 @@ class DataLoader:
         _ = self._rings.first  # made now: a loop that runs alone uses it every epoch
         # Weak references: leaving the loop drops the epoch's iterator, whose finalizer stops the worker.
         self._live: weakref.WeakSet[EpochIterator] = weakref.WeakSet()
+        # The sampler samples one batch at a time, whichever iterator asks: DGL's keep state between
+        # calls (the fused NeighborSampler's node mapping), which two threads at once corrupt.
+        self._sampling = threading.Lock()
         if self._device_sampling is not None:  # the graph is given back after the workers stopped
             weakref.finalize(self, _close_sampling, self._rings, self._device_sampling)
 
@@ -289,7 +293,8 @@ class DataLoader:
         # use_uva=True the GPU sampler does (its snapshot in device memory), never the CPU one.
         hook = self._device_sampling if self._device_sampling is not None else self.graph_sampler
         if callable(getattr(hook, "on_epoch_start", None)):
-            hook.on_epoch_start(self.graph)
+            with self._sampling:  # not while another live iterator samples
+                hook.on_epoch_start(self.graph)
         positions = self._order.next_epoch(self.epoch)  # shuffled here, where DGL's loader shuffles
         self.epoch += 1
         shared_processes = False
@@ -380,7 +385,7 @@ class DataLoader:
     def _sample(self, work) -> _Sampled:
         """Sample a batch (unless a worker process did: ``work`` is then its output) and find its needs."""
         if isinstance(work, _Seeds):
-            with self.timer.stage("sample"):
+            with self.timer.stage("sample"), self._sampling:
                 output = self.graph_sampler.sample(self.graph, work.ids)
         else:
             output = restore_parent_columns(work, self.graph)
@@ -418,7 +423,7 @@ class DataLoader:
         """Sample on the device and gather, both inside the slot's fill (on the side stream); the
         ids stay on the device and are gathered unchecked (the sampler made them)."""
         with ring.fill(index) as fill:
-            with self.timer.stage("sample"):  # wall time: it holds the per-layer size reads
+            with self.timer.stage("sample"), self._sampling:  # wall time: it holds the per-layer size reads
                 output, needs, pending = self._device_sampling.sample(seeds, list(self._sources.features), list(self._sources.labels))
             _name_slots(needs)
             timed_on = torch.cuda.current_stream(self.device) if self.device.type == "cuda" else None

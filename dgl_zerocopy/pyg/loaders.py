@@ -135,9 +135,8 @@ class _OurRoute:
     def close(self) -> None:
         """Give back what the loader holds: every live prefetching iterator ends (its next batch is
         StopIteration) once its worker has stopped, persistent worker processes (``num_workers > 0,
-        persistent_workers=True``) are shut down (gone when close() returns; iterating again starts
-        new ones), then the pinned tables and the GPU sampler's CSC, which the workers read, are
-        given back. Idempotent."""
+        persistent_workers=True``) are shut down (gone when close() returns), then the pinned tables
+        and the GPU sampler's CSC, which the workers read, are given back. Idempotent."""
         self._rings.stop_writers()
         stop_processes(self)
         self.route.close()
