@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-__all__ = ["check_csc", "check_edge_index", "forget_checks"]
+__all__ = ["check_csc", "check_edge_index", "check_ids", "forget_checks"]
 
 #: Elements per chunk of a pass: 64 Mi int64 is 512 MB, small beside the graphs this matters for.
 _CHUNK = 1 << 26
@@ -50,11 +50,8 @@ def check_csc(indptr: Any, indices: Any, num_src_nodes: int, *, name: str = "gra
             ``num_dst_nodes`` that disagrees.
         IndexError: an index outside ``[0, num_src_nodes)``.
     """
-    # A verdict holds for the pair: each array's key names the other's length.
-    ptr_key, idx_key = ("csc", int(num_src_nodes), num_dst_nodes, len(indices)), ("csc", int(num_src_nodes), len(indptr))
-    if _known_good(indptr, ptr_key) and _known_good(indices, idx_key):
-        return
     hint = fix or "rebuild the graph from valid edges"
+    # The checks of shapes and dtypes cost nothing and run every time; the passes over the values run once.
     _check_integer(indptr, f"{name}'s indptr")
     _check_integer(indices, f"{name}'s indices")
     if indptr.ndim != 1 or indices.ndim != 1:
@@ -63,6 +60,11 @@ def check_csc(indptr: Any, indices: Any, num_src_nodes: int, *, name: str = "gra
         raise ValueError(f"{name}'s indptr is empty; it needs num_nodes + 1 offsets starting at 0; {hint}")
     if num_dst_nodes is not None and len(indptr) != num_dst_nodes + 1:
         raise ValueError(f"{name}'s indptr has {len(indptr)} offsets for {num_dst_nodes} nodes (it needs {num_dst_nodes + 1}); {hint}")
+    # A verdict holds for the pair: each array's key names the other's length (its own is in its stamp), so
+    # that callers who do and do not pass num_dst_nodes share one verdict.
+    ptr_key, idx_key = ("csc", int(num_src_nodes), len(indices)), ("csc", int(num_src_nodes), len(indptr))
+    if _known_good(indptr, ptr_key) and _known_good(indices, idx_key):
+        return
     first, last = int(indptr[0]), int(indptr[-1])
     if first != 0:
         raise ValueError(f"{name}'s indptr starts at {first}, not 0; {hint}")
@@ -94,6 +96,30 @@ def check_edge_index(edge_index: Any, num_src_nodes: int, num_dst_nodes: int | N
     _check_range(edge_index[0], int(num_src_nodes), f"{name}[0] (sources)", hint)
     _check_range(edge_index[1], int(num_dst_nodes), f"{name}[1] (destinations)", hint)
     _remember(edge_index, key)
+
+
+def check_ids(ids: Any, num_nodes: int, *, name: str = "ids", fix: str = "") -> None:
+    """Refuse a 1-D array of node ids (one side of a COO, seeds) with an id outside ``[0, num_nodes)``.
+
+    Args:
+        ids: 1-D integer ids (NumPy or torch).
+        num_nodes: how many nodes they may name.
+        name: what the user calls them, named by the error.
+        fix: what the user should do, appended to the error (default: a generic hint).
+
+    Raises:
+        TypeError: not of an integer dtype.
+        ValueError: not 1-D.
+        IndexError: an id out of range, named with its position and value.
+    """
+    _check_integer(ids, name)
+    if ids.ndim != 1:
+        raise ValueError(f"{name} must be 1-D, but got shape {tuple(ids.shape)}")
+    key = ("ids", int(num_nodes))
+    if _known_good(ids, key):
+        return
+    _check_range(ids, int(num_nodes), name, fix or "drop or renumber those ids, or pass the right num_nodes")
+    _remember(ids, key)
 
 
 def forget_checks() -> None:

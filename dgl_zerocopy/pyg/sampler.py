@@ -19,7 +19,13 @@ hop, seeds first; ``num_sampled_edges`` per hop.
 
 Refused when the sampler is built, with one clear error: temporal sampling (``time_attr``,
 ``input_time``), weighted sampling (``weight_attr``), backward sampling, ``disjoint`` with induced
-subgraphs (which PyG refuses too).
+subgraphs (which PyG refuses too); a ``num_neighbors`` value that is not an int in ``[-1, 2**31 - 1]``
+(``ValueError`` naming it); an ``edge_index`` with an id outside its node type's range (``IndexError``
+naming the edge type, the row, the position and the value), checked before PyG builds its CSC from it (a
+bad destination breaks that conversion too) and remembered for the tensor until it is written, so a second
+loader over the same data costs no second pass. A CSC that PyG did not sort from a checked ``edge_index``
+(``is_sorted=True``, ``adj_t``, a remote ``GraphStore``) is checked by the hop sampler when it is built.
+Seeds outside the graph are refused (``IndexError``) before any kernel reads them.
 """
 
 from __future__ import annotations
@@ -30,11 +36,14 @@ from typing import Any
 
 import numpy as np
 import torch
+from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from torch_geometric.sampler import NeighborSampler as PygNeighborSampler
 from torch_geometric.sampler.base import SubgraphType
 
+from ..data.graph_check import check_edge_index
 from ..sampling.cpu_hops import HopSampler, Relation, torch_generator_rng
+from ..sampling.fanout import check_num_neighbors
 
 log = logging.getLogger(__name__)
 
@@ -71,6 +80,9 @@ class NeighborSampler(PygNeighborSampler):
         if disjoint and (not directed or SubgraphType(subgraph_type) == SubgraphType.induced):
             # Induced edges are found among distinct nodes: a node in two trees would join them.
             raise ValueError("disjoint=True with subgraph_type='induced' is not supported (nor by PyG); use 'directional' or 'bidirectional'")
+        check_num_neighbors(num_neighbors)
+        # Whether the CSC PyG builds is known good: sorted by PyG itself from edge indices checked here.
+        csc_checked = check_edge_indices(data) and not is_sorted
         with warnings.catch_warnings():
             # PyG warns that sampling without pyg-lib is deprecated: it is what this class is for.
             warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation.*")
@@ -87,6 +99,7 @@ class NeighborSampler(PygNeighborSampler):
             )
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.graph_placement = graph_placement
+        self._csc_checked = csc_checked
         self._hops: HopSampler | None = None
         self._gpu: Any = None
         self._gpu_graph: Any = None
@@ -112,10 +125,10 @@ class NeighborSampler(PygNeighborSampler):
                 for edge_type in self.edge_types:
                     rel = self.to_rel_type[edge_type]
                     relations[edge_type] = Relation(_numpy(self.colptr_dict[rel]), _numpy(self.row_dict[rel]), edge_type[0], edge_type[-1])
-                self._hops = HopSampler(relations, dict(self.num_nodes))
+                self._hops = HopSampler(relations, dict(self.num_nodes), checked=self._csc_checked)
             else:
                 relation = Relation(_numpy(self.colptr), _numpy(self.row), _HOMOGENEOUS, _HOMOGENEOUS)
-                self._hops = HopSampler({_HOMOGENEOUS: relation}, {_HOMOGENEOUS: int(self.num_nodes)})
+                self._hops = HopSampler({_HOMOGENEOUS: relation}, {_HOMOGENEOUS: int(self.num_nodes)}, checked=self._csc_checked)
         return self._hops
 
     def _sample_homogeneous(self, seed: torch.Tensor) -> SamplerOutput:
@@ -195,7 +208,7 @@ class NeighborSampler(PygNeighborSampler):
             from ..sampling.graph import SamplingGraph
 
             # PyG's perm as the graph's edge ids: the blocks' EID are PyG's edge ids, read on the device.
-            self._gpu_graph = SamplingGraph(self.colptr, self.row, self.perm, placement=self.graph_placement, device=self.device)
+            self._gpu_graph = SamplingGraph(self.colptr, self.row, self.perm, placement=self.graph_placement, device=self.device, checked=self._csc_checked)
         return self._gpu_graph
 
     def close(self) -> None:
@@ -251,6 +264,35 @@ def sample_with_blocks(block_sampler: Any, graph: Any, seed: torch.Tensor, fanou
         num_sampled_nodes=per_hop,
         num_sampled_edges=counts,
     )
+
+
+def check_edge_indices(data: Any) -> bool:
+    """Refuse a ``Data``/``HeteroData`` whose ``edge_index`` names a node outside its type's range, before PyG
+    converts it (its conversion writes counts at the destinations' ids). Returns True when every edge type's
+    structure is an ``edge_index`` and was checked here; False where some is not (``adj_t``, a remote
+    backend, a node type without a count): then the CSC is checked when the hop sampler is built.
+
+    Raises:
+        IndexError: an id outside ``[0, num_nodes)`` of its type, named with the edge type, row, position and value.
+        ValueError / TypeError: an ``edge_index`` not of shape ``[2, num_edges]`` or not of an integer dtype.
+    """
+    if isinstance(data, Data):
+        stores = [(None, data._store, data.num_nodes, data.num_nodes)]
+    elif isinstance(data, HeteroData):
+        stores = [(edge_type, data[edge_type], data[edge_type[0]].num_nodes, data[edge_type[-1]].num_nodes) for edge_type in data.edge_types]
+    else:
+        return False
+    complete = True
+    for edge_type, store, num_src, num_dst in stores:
+        edge_index = store.get("edge_index") if "adj" not in store and "adj_t" not in store else None
+        if edge_index is None or num_src is None or num_dst is None or type(edge_index) is not torch.Tensor:
+            complete = False  # another structure (or a subclass PyG converts its own way): checked as a CSC
+            continue
+        name = "edge_index" if edge_type is None else f"data[{edge_type!r}].edge_index"
+        sizes = f"num_nodes={num_src}" if edge_type is None else f"{num_src} {edge_type[0]!r} and {num_dst} {edge_type[-1]!r} nodes"
+        fix = f"drop or renumber those edges, or give the right node count ({sizes} now)"
+        check_edge_index(edge_index, int(num_src), int(num_dst), name=name, fix=fix)
+    return complete
 
 
 def refuse_unsupported(*, time_attr: Any = None, weight_attr: Any = None, sample_direction: str = "forward", input_time: Any = None) -> None:

@@ -6,7 +6,8 @@
   (:meth:`FeatureStore.put_edge_tensor`) and reach the batch by its ``e_id`` through our loaders, which
   PyG's own filtering of a remote backend cannot do (pyg-team/pytorch_geometric#9566).
 - :class:`GraphStore`: ``torch_geometric.data.GraphStore`` holding each edge type's index as given
-  (COO, CSR or CSC); PyG's ``csc()`` converts once, when the sampler is built.
+  (COO, CSR or CSC), checked when it is put (ids within the ``size`` given, offsets from 0, never
+  decreasing, ending at the number of edges); PyG's ``csc()`` converts once, when the sampler is built.
 
 ``FeatureStore.from_data(data)`` and ``GraphStore.from_data(data)`` split a ``Data``/``HeteroData`` into the
 pair.
@@ -22,6 +23,7 @@ from torch_geometric.data import Data, EdgeAttr, HeteroData, TensorAttr
 from torch_geometric.data import FeatureStore as PygFeatureStore
 from torch_geometric.data import GraphStore as PygGraphStore
 
+from ..data.graph_check import check_csc, check_ids
 from ..store.feature_store import FeatureStore as TableStore
 from .features import as_store, check_table_rows, gather
 
@@ -128,13 +130,21 @@ class FeatureStore(PygFeatureStore):
 
 
 class GraphStore(PygGraphStore):
-    """Edge indices by edge type (``None`` for a homogeneous graph), in the layout given."""
+    """Edge indices by edge type (``None`` for a homogeneous graph), in the layout given.
+
+    A put is refused, naming the edge type, the array, the first bad position and its value, when a sampling
+    kernel could not read what it describes: ``IndexError`` for an id outside ``size`` (``[0, size[0])``
+    for sources, ``[0, size[1])`` for destinations; only negative ids without a ``size``), ``ValueError``
+    for offsets (CSR's row pointer, CSC's column pointer) that do not start at 0, decrease, or end elsewhere
+    than at the number of edges, or arrays of different lengths, ``TypeError`` for a non-integer dtype.
+    """
 
     def __init__(self) -> None:
         super().__init__()
         self._indices: dict[tuple, Any] = {}
 
     def _put_edge_index(self, edge_index: Any, edge_attr: EdgeAttr) -> bool:
+        check_put(edge_index, edge_attr)
         self._indices[(edge_attr.edge_type, edge_attr.layout.value, edge_attr.is_sorted, edge_attr.size)] = edge_index
         return True
 
@@ -160,6 +170,32 @@ class GraphStore(PygGraphStore):
                 size = (data[src].num_nodes, data[dst].num_nodes)
                 store.put_edge_index((edge_index[0], edge_index[1]), edge_type=edge_type, layout="coo", size=size)
         return store
+
+
+def check_put(edge_index: Any, edge_attr: EdgeAttr) -> None:
+    """Refuse an ``edge_index`` put under ``edge_attr`` that does not describe a graph of ``edge_attr.size``
+    (the errors of :class:`GraphStore`): a pair ``(row, col)`` (COO), ``(rowptr, col)`` (CSR) or
+    ``(row, colptr)`` (CSC)."""
+    layout, size = edge_attr.layout.value, edge_attr.size
+    name = f"the {layout.upper()} edge_index put for edge type {edge_attr.edge_type!r}"
+    if not isinstance(edge_index, tuple | list) or len(edge_index) != 2:
+        raise ValueError(f"{name} must be a pair of 1-D tensors ({_PARTS[layout]}), but got {type(edge_index).__name__}")
+    first, second = edge_index
+    num_src, num_dst = (int(size[0]), int(size[1])) if size is not None else (_UNBOUNDED, _UNBOUNDED)
+    fix = f"drop or renumber those edges, or put it with the right size (now {size})" if size is not None else "drop or renumber those edges"
+    if layout == "coo":
+        check_ids(first, num_src, name=f"{name}: row (sources)", fix=fix)
+        check_ids(second, num_dst, name=f"{name}: col (destinations)", fix=fix)
+        if len(first) != len(second):
+            raise ValueError(f"{name}: row holds {len(first)} ids but col {len(second)}; give one source and one destination per edge")
+    elif layout == "csr":
+        check_csc(first, second, num_dst, name=name, num_dst_nodes=None if size is None else num_src, fix=fix)
+    else:
+        check_csc(second, first, num_src, name=name, num_dst_nodes=None if size is None else num_dst, fix=fix)
+
+
+_PARTS = {"coo": "row, col", "csr": "rowptr, col", "csc": "row, colptr"}
+_UNBOUNDED = 2**63 - 1  # no size given: ids are only required to be >= 0
 
 
 def _held(tensor: Any, device: torch.device, name: str) -> Any:

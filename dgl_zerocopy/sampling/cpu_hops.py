@@ -37,7 +37,9 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
+from ..data.graph_check import check_csc
 from . import hop_kernels
+from .fanout import check_fanout
 
 
 @dataclass(frozen=True)
@@ -285,9 +287,23 @@ class HopSampler:
     """Multi-hop sampling over ``relations`` (key -> :class:`Relation`), node counts ``num_nodes``
     (type -> int). Thread-safe: each thread has its own scratch arrays. ``compiled``: pick and number
     with :mod:`hop_kernels` (numba; the default where it is installed) or with NumPy alone; both give
-    the same batch."""
+    the same batch.
 
-    def __init__(self, relations: Mapping[Hashable, Relation], num_nodes: Mapping[Hashable, int], *, compiled: bool | None = None) -> None:
+    Every relation's CSC is checked here, once (:func:`~dgl_zerocopy.data.graph_check.check_csc`: ``indptr``
+    from 0, never decreasing, ending at ``len(indices)``; every source in ``[0, num_nodes[src_type])``), because
+    the kernels index without bounds checks: nothing is checked per batch but the seeds and fanouts.
+    ``checked=True`` skips that pass, for a caller that has verified these very arrays (a graph file checked
+    when it was opened, a CSC built by trusted code from a checked ``edge_index``).
+
+    Raises:
+        ValueError: a relation naming a node type without a count, or a malformed CSC (named by its key).
+        IndexError: a relation's source id outside its type's range (its position and value named).
+        TypeError: a CSC array that is not of an integer dtype.
+    """
+
+    def __init__(
+        self, relations: Mapping[Hashable, Relation], num_nodes: Mapping[Hashable, int], *, compiled: bool | None = None, checked: bool = False
+    ) -> None:
         if compiled and not hop_kernels.available:
             raise ImportError("HopSampler(compiled=True) needs numba: pip install numba (or dgl-zerocopy[pyg])")
         self.compiled = hop_kernels.available if compiled is None else bool(compiled)
@@ -301,6 +317,9 @@ class HopSampler:
                 raise ValueError(
                     f"relation {key!r}: indptr has {len(rel.indptr)} entries, expected num_nodes[{rel.dst_type!r}] + 1 = {self.num_nodes[rel.dst_type] + 1}"
                 )
+            if not checked:
+                fix = f"build the CSC from edges whose sources lie in [0, num_nodes[{rel.src_type!r}]), or pass the right num_nodes"
+                check_csc(rel.indptr, rel.indices, self.num_nodes[rel.src_type], name=f"relation {key!r} ({rel.src_type!r} -> {rel.dst_type!r})", fix=fix)
         self._local = threading.local()
 
     def _scratch(self, node_type: Hashable | None = None) -> np.ndarray | _Scratch:
@@ -324,8 +343,10 @@ class HopSampler:
         rng: np.random.Generator | None = None,
     ) -> Sampled:
         """Sample ``len(fanouts[r])`` hops (the same for every relation ``r``) from ``seeds`` (type ->
-        global ids). Raises IndexError for a seed outside its type's range."""
+        global ids). Raises IndexError for a seed outside its type's range, ValueError for a fanout that
+        :func:`~.fanout.check_fanout` refuses (not an int, below -1, or past 2**31 - 1)."""
         rng = torch_generator_rng() if rng is None else rng
+        fanouts = {key: [check_fanout(f, f"fanouts[{key!r}][{hop}]") for hop, f in enumerate(values)] for key, values in fanouts.items()}
         hops = {len(f) for f in fanouts.values()}
         if len(hops) > 1:
             raise ValueError(f"every relation needs the same number of hops; got fanout lists of lengths {sorted(hops)}")

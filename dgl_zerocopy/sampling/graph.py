@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from ..data.graph_check import check_csc
 from ..store.pinning import PinnedRange
 
 log = logging.getLogger(__name__)
@@ -54,8 +55,12 @@ class SamplingGraph:
     decreasing) and ``indices`` (the source node of each CSC position; int32 or int64, the graph's
     id dtype :attr:`idtype`) are 1-D CPU tensors; ``eids`` is the graph's edge id of each position,
     or None (or empty) when the positions are the edge ids; :meth:`edge_ids` returns them in
-    :attr:`edge_idtype` (:func:`edge_id_dtype`: int64 past 2**31 edges, whatever :attr:`idtype`). Values
-    are trusted (they come from DGL).
+    :attr:`edge_idtype` (:func:`edge_id_dtype`: int64 past 2**31 edges, whatever :attr:`idtype`). The values
+    are checked once, here (:func:`~dgl_zerocopy.data.graph_check.check_csc`: ``indptr`` from 0, never
+    decreasing, ending at ``len(indices)``; every index in ``[0, num_nodes)``), since the CUDA kernels and
+    their CPU twins index without bounds checks; the verdict is remembered for these tensors until they are
+    written (their version), so a second SamplingGraph over them costs no second pass. ``checked=True`` skips
+    the pass, for a caller that verified these very tensors (a graph file checked when it was opened).
     ``placement`` is one of :data:`PLACEMENTS`; ``device`` the CUDA device of ``"pinned"`` and
     ``"device"`` (default: the current one). ``"pinned"`` keeps the given tensors alive and reads
     them in place (same ``data_ptr``); a range page-locked already (``pin_memory()``) is used as it
@@ -74,8 +79,11 @@ class SamplingGraph:
         placement: str = "host",
         device: Any = None,
         read_only: bool = False,
+        checked: bool = False,
     ) -> None:
         _check_csc(indptr, indices, eids)
+        if not checked:
+            check_csc(indptr, indices, indptr.numel() - 1, name="SamplingGraph", fix="build the CSC from valid edges (ids in [0, num_nodes))")
         if placement not in PLACEMENTS:
             raise ValueError(f"placement must be one of {PLACEMENTS}, but got {placement!r}")
         self.placement = placement

@@ -41,6 +41,9 @@ PARALLEL_EDGES = 32768
 MORE_READS_IN_FLIGHT = True
 _AHEAD = 24
 
+# Up to this fanout the picks' scratch is sized by the fanout; past it, by the hop's largest pick count.
+_SMALL_WIDTH = 1024
+
 
 def uniforms(seed: int, rows: np.ndarray, draws: np.ndarray) -> np.ndarray:
     """Uniform floats in [0, 1): element ``[d, r]`` is draw ``draws[d]`` of destination index ``rows[r]``
@@ -123,13 +126,14 @@ if available:
         return False
 
     @_jit
-    def _pick(indptr, indices, dst, offset, fanout, replace, seed, lo, hi, first, pos, col, src, apart):
+    def _pick(indptr, indices, dst, offset, fanout, replace, seed, lo, hi, first, pos, col, src, apart, width):
         """Destinations ``lo:hi``: their picks from ``offset[i]`` on, as CSC positions ``pos``, destinations
-        ``col`` (``first + i``) and sources ``src`` (read after all the draws where ``apart``)."""
-        taken = np.empty(max(fanout, 1), dtype=np.int64)
+        ``col`` (``first + i``) and sources ``src`` (read after all the draws where ``apart``). ``width``: the
+        most draws Floyd's algorithm makes for one destination (sizes its scratch)."""
+        taken = np.empty(max(width, 1), dtype=np.int64)
         # Floyd's "is t taken" is a scan of the earlier draws for small fanouts, a hash set for large ones.
         size = 1
-        while size < 2 * fanout:
+        while size < 2 * width:
             size *= 2
         table = np.empty(size if fanout > 32 else 1, dtype=np.int64)
         for i in range(lo, hi):
@@ -230,9 +234,12 @@ def pick(
     ``seed``, ``col = first + (index into dst)`` and ``src = indices[pos]``. Split over :func:`threads`
     threads where the hop is large, in equal shares of edges (degrees are skewed)."""
     total, apart = int(offset[-1]), bool(MORE_READS_IN_FLIGHT)
+    # Floyd draws ``fanout`` offsets only for a destination of more in-edges than that, so its scratch never
+    # needs more than the largest pick count: a fanout of 2**31 - 1 then costs what -1 costs, not 16 GB.
+    width = 0 if replace else fanout if fanout <= _SMALL_WIDTH else int(np.max(np.diff(offset), initial=0))
     parts = min(threads(), total // PARALLEL_EDGES)
     if parts <= 1:
-        _pick(indptr, indices, dst, offset, fanout, replace, seed, 0, len(dst), first, pos, col, src, apart)
+        _pick(indptr, indices, dst, offset, fanout, replace, seed, 0, len(dst), first, pos, col, src, apart, width)
         return
     bounds = np.searchsorted(offset[:-1], np.arange(parts + 1) * (total // parts), side="left")
     bounds[0], bounds[-1] = 0, len(dst)
@@ -243,7 +250,7 @@ def pick(
 
     def share(lo: int, hi: int) -> None:
         try:
-            _pick(indptr, indices, dst, offset, fanout, replace, seed, lo, hi, first, pos, col, src, apart)
+            _pick(indptr, indices, dst, offset, fanout, replace, seed, lo, hi, first, pos, col, src, apart, width)
         except BaseException as e:  # noqa: BLE001 - raised below, in the caller's thread
             errors.append(e)
 

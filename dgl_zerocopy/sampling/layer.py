@@ -1,5 +1,5 @@
 """One layer of neighbour sampling on a :class:`~.graph.SamplingGraph`: the checks every entry point
-shares (device, fanout, seeds, RNG key) and the call of the kernel layer's ``sample_csc``.
+shares (device, seeds, RNG key; the fanout's is :func:`.fanout.check_fanout`) and the call of the kernel layer's ``sample_csc``.
 
 Devices (``device=``): ``"cuda"`` (or ``"cuda:N"``, a ``torch.device``): the CUDA kernel on that
 GPU; ``"emulator"``: the same kernel source compiled for the CPU by the gather emulator's build;
@@ -52,13 +52,6 @@ def resolve_device(device: Any) -> tuple[str, torch.device]:
             f"use device='emulator' (the same kernel on the CPU) or DGL's CPU sampler"
         )
     return "cuda", torch.device("cuda", resolved.index if resolved.index is not None else torch.cuda.current_device())
-
-
-def check_fanout(fanout: Any, where: str = "fanout") -> int:
-    """``fanout`` as an int: >= 0 picks per seed, or -1 for every in-edge."""
-    if isinstance(fanout, bool) or not isinstance(fanout, int | np.integer) or fanout < -1:
-        raise ValueError(f"{where} must be an int >= 0, or -1 for every in-edge, but got {fanout!r}")
-    return int(fanout)
 
 
 def check_seed(seed: Any) -> int:

@@ -33,19 +33,9 @@ from ..cuda.sampling.launch import bad_seed_error
 from ..store.transfer import to_device
 from . import relabel
 from .blocks import EID, NID, DeviceBlock
+from .fanout import check_fanout
 from .graph import SamplingGraph, check_homogeneous, release, shared_graph
-from .layer import (
-    as_seeds,
-    check_fanout,
-    check_placement,
-    check_seed,
-    draw_seed,
-    given_seed_error,
-    plan_every_edge,
-    resolve_device,
-    sample_layer,
-    sample_layer_deferred,
-)
+from .layer import as_seeds, check_placement, check_seed, draw_seed, given_seed_error, plan_every_edge, resolve_device, sample_layer, sample_layer_deferred
 from .lazy import LazyData
 from .relabel import relabel_deferred
 

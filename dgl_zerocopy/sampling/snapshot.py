@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from .fanout import MAX_FANOUT
 from .graph import GraphStamp, dgl_csc
 from .snapshot_csc import PickTables, RefreshOrder, Relabel, Snapshot, build_snapshot, fill, side_by_side
 
@@ -93,8 +94,8 @@ def _check_fanouts(fanouts: Any) -> list[int]:
         raise ValueError(f"fanouts must be a non-empty list of ints, one per layer, but got {fanouts!r}")
     checked = []
     for i, f in enumerate(fanouts):
-        if isinstance(f, bool) or not isinstance(f, int | np.integer) or f < -1:
-            raise ValueError(f"fanouts[{i}] must be an int >= 0, but got {f!r}")
+        if isinstance(f, bool) or not isinstance(f, int | np.integer) or not -1 <= f <= MAX_FANOUT:
+            raise ValueError(f"fanouts[{i}] must be an int >= 0, but got {f!r}; the largest fanout is {MAX_FANOUT} (2**31 - 1)")
         if f == -1:
             raise ValueError(
                 f"fanouts[{i}] is -1 (every in-edge), which a snapshot of a few in-edges per node cannot give; "
