@@ -7,10 +7,11 @@ every :func:`~dgl_zerocopy.data.disk_graph.open_disk_graph`:
 - where a verdict is recorded for these very files (each one's size, modification time in ns and inode,
   as the caches of :mod:`~dgl_zerocopy.store.cache_files` record a file last hashed whole), the graph
   opens with no pass over it: a ``stat`` per file;
-- otherwise one :func:`~dgl_zerocopy.data.graph_check.check_csc` pass over both files (about a second per
-  GB read), refusing a damaged graph with the file, the first bad position and value and the fix; when it
-  passes, its verdict is recorded (:data:`RECORD` in the folder, or under the package's cache folder
-  where the graph's folder is read-only) with a log line, so the next open costs nothing.
+- otherwise one :func:`~dgl_zerocopy.data.graph_check.check_csc` pass over both files (4-7 GB/s from the
+  page cache on a 2-core machine, docs/benchmarks.md), refusing a damaged graph with the file, the first bad
+  position and value and the fix; when it passes, its verdict is recorded (:data:`RECORD` in the folder, or
+  under the package's cache folder where the graph's folder is read-only) with a log line, so that the next
+  open costs no pass.
 
 :func:`~dgl_zerocopy.data.papers_disk.generate_to_disk` checks the files it wrote the same way and records
 the verdict before the folder is renamed into place.
@@ -20,15 +21,15 @@ modification time (a truncation or extension its size too; a file copied or rena
 another inode), so all of those get the full pass again. It cannot tell bytes changed while the
 modification time was set back (``os.utime``, ``touch -d``, ``cp -p`` onto the same inode), nor bits
 rotted on the disk, nor a write whose time falls in the same clock tick as the check that recorded it
-(the verdict of an existing graph is recorded only for files last written :data:`~dgl_zerocopy.store.
-cache_files.RACY_NS` before the pass began; the generator's files are its own until renamed into place,
-so their verdict is recorded at once). It is a record of a check, not a hash of the bytes: a content
-hash of a 26 GB file would be a full pass at every open, which the check itself costs.
+(so the verdict of an existing graph is recorded only for files last written
+:data:`~dgl_zerocopy.store.cache_files.RACY_NS` before the pass began; the generator's files are its own
+until renamed into place, so their verdict is recorded at once). It is a record of a check, not a hash of
+the bytes: hashing a 26 GB file at every open would cost a full pass, as much as the check it would spare.
 
-:class:`CscFiles` holds a descriptor of each mapped file (:class:`~dgl_zerocopy.store.mapped_file.
-MappedFile`); :meth:`CscFiles.check`, one ``fstat`` per file before each batch, raises
-:class:`~dgl_zerocopy.store.storage.StorageChangedError` for a file cut short (a read past its end
-would be SIGBUS) or written since it was checked (its ids are no longer the ones checked).
+:class:`CscFiles` holds a descriptor of each mapped file (:class:`~dgl_zerocopy.store.mapped_file.MappedFile`);
+:meth:`CscFiles.check`, one ``fstat`` per file before each batch, raises
+:class:`~dgl_zerocopy.store.storage.StorageChangedError` for a file cut short (a read past its end would be
+SIGBUS) or written since it was checked (its ids are no longer the ones checked).
 """
 
 from __future__ import annotations
@@ -82,6 +83,11 @@ class CscFiles:
             self.files[name] = MappedFile(ref, root.ctypes.data, what="the graph file", holder=holder, fix=f"sampling stops: {_FIX}")
         weakref.finalize(self, _close_all, list(self.files.values()))  # the descriptors live as long as the maps' users
 
+    def __reduce__(self):
+        # A descriptor means nothing in another process, and a DiskGraph's maps arrive there as copies in memory
+        # (NumPy pickles a memmap's values): the receiver's copy checks no file.
+        return (_no_files, (str(self.folder),))
+
     def stamps(self) -> dict[str, list[int]]:
         """Each file's stamp (size, modification time in ns, inode): the mapped file's where it is open,
         else the path's."""
@@ -106,6 +112,10 @@ class CscFiles:
                     f"{_stamp(st)}, checked at {self.checked[name]}), while a DiskGraph maps it: its ids may no longer lie in the "
                     f"graph, so sampling stops: open the graph again (it is checked again), or {_FIX}"
                 )
+
+
+def _no_files(folder: str) -> CscFiles:
+    return CscFiles(Path(folder), {name: np.empty(0, np.int64) for name in CSC_FILES})
 
 
 def _close_all(files: list[MappedFile]) -> None:

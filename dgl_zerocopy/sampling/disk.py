@@ -48,15 +48,19 @@ def hop_sampler(graph: DiskGraph, **options: Any) -> DiskHopSampler:
 
 class DiskSamplingGraph(SamplingGraph):
     """A :class:`SamplingGraph` over a :class:`DiskGraph`'s files whose ``indptr``/``indices`` check the files
-    (:meth:`DiskGraph.check_files`) each time a sampler takes them, so before each layer's reads."""
+    (:meth:`DiskGraph.check_files`) each time a sampler takes them, so before each layer's reads (not where
+    the CSC was copied to the device: the files are not read again)."""
 
     def __init__(self, graph: DiskGraph, *args: Any, **kwargs: Any) -> None:
         self.graph = graph
+        self._guarded = False  # the base class sets indptr/indices: no file read before that
         super().__init__(*args, checked=graph.checked, **kwargs)
+        self._guarded = self.placement != "device"  # a device copy reads the files no more
 
     @property
     def indptr(self) -> torch.Tensor:
-        self.graph.check_files()
+        if self._guarded:
+            self.graph.check_files()
         return self._indptr
 
     @indptr.setter
@@ -65,7 +69,8 @@ class DiskSamplingGraph(SamplingGraph):
 
     @property
     def indices(self) -> torch.Tensor:
-        self.graph.check_files()
+        if self._guarded:
+            self.graph.check_files()
         return self._indices
 
     @indices.setter
