@@ -134,7 +134,7 @@ def verify_csc(folder: Path, meta: dict, indptr: np.ndarray, indices: np.ndarray
         StorageChangedError: a file written to while it was checked.
     """
     stamps = files.stamps()
-    if _read_record(folder, meta) == stamps:
+    if stamps in _recorded(folder, meta):
         files.checked = stamps
         return False
     started = time.time_ns()
@@ -211,8 +211,10 @@ def _identity(meta: dict) -> dict:
     return {"num_nodes": int(meta["num_nodes"]), "num_edges": int(meta["num_edges"]), "index_dtype": str(meta["index_dtype"])}
 
 
-def _read_record(folder: Path, meta: dict) -> dict[str, list[int]] | None:
-    """The stamps of the recorded verdict for this graph (in the folder, else in the cache), or None."""
+def _recorded(folder: Path, meta: dict) -> list[dict[str, list[int]]]:
+    """The stamps of each verdict recorded for this graph: the folder's, and the cache's (a read-only folder's
+    record of files changed since the folder's own was written)."""
+    found = []
     for target in (folder / RECORD, _cache_record(folder)):
         try:
             record = json.loads(target.read_text())
@@ -226,8 +228,8 @@ def _read_record(folder: Path, meta: dict) -> dict[str, list[int]] | None:
             continue
         files = record.get("files")
         if isinstance(files, dict):
-            return {k: files.get(f"{k}.npy") for k in CSC_FILES}
-    return None
+            found.append({k: files.get(f"{k}.npy") for k in CSC_FILES})
+    return found
 
 
 def _cache_record(folder: Path) -> Path:
