@@ -10,8 +10,9 @@ the CPU with the kernels emulated (:class:`CpuEmulator`). Both give the same fou
 - ``check(gather, out, reference)``: the output set to the reference's complement, one gather,
   AssertionError unless it equals the reference.
 
-The kernel launches are planned once per cell (``launch.plan_gather``, the plan the emulator runs
-too), so a timed gather is one kernel launch and nothing else on the host.
+Each cell's launch is planned once (:func:`plan_launch`: the plan and the kernel arguments, from the
+buffers' own addresses), so a timed gather is one kernel launch and nothing else on the host; the dry
+run hands the same plan and arguments to the emulator (``run_plan``) over the same kind of buffers.
 """
 
 from __future__ import annotations
@@ -41,6 +42,18 @@ def shape_options(shape: dict, sms: int) -> dict:
     }
 
 
+def plan_launch(row_bytes: int, table_address: int, ids_address: int, num_ids: int, out_address: int, shape: dict, sms: int):
+    """(plan, kernel arguments) of one gather of ``num_ids`` int64 ids into a contiguous output:
+    what the GPU launches and the dry run emulates, from the same addresses' alignment."""
+    plan = launch.plan_gather(
+        row_bytes, table_address, num_ids, elem_size=4, num_sms=sms, row_stride=row_bytes, out_address=out_address, **shape_options(shape, sms)
+    )
+    args = launch.kernel_arguments(
+        plan, table_address=table_address, row_stride=row_bytes, ids_address=ids_address, perm_address=0, out_address=out_address, out_stride=row_bytes
+    )
+    return plan, args
+
+
 def _facts(plan: launch.GatherPlan) -> dict:
     return {"kernel": plan.kernel, "threads_per_row": plan.threads_per_row, "grid": plan.grid, "block": plan.block}
 
@@ -61,13 +74,19 @@ def _host_room(nbytes: int, meminfo: str = "/proc/meminfo") -> None:
 class _Table:
     """One set-up table: the HostTable, its words as the device's array type, what it got."""
 
-    def __init__(self, host: HostTable, words, report: dict, pinned=None, device_words=None) -> None:
+    def __init__(self, host: HostTable, words, report: dict, pinned=None, device_words=None, settle=None) -> None:
         self.host, self.words, self.report, self.pinned, self.device_words = host, words, report, pinned, device_words
         self.nbytes = host.nbytes
+        self._settle = settle
 
     def close(self) -> None:
-        """Unpin and unmap; views made by the cells are gone by now (each cell's are its locals)."""
+        """Wait for the device (``settle``: nothing may still read the table), free the device copy,
+        unpin and unmap; views made by the cells are gone by now (each cell's are its locals)."""
+        if self._settle is not None:
+            self._settle()
         self.words = self.device_words = None
+        if self._settle is not None:
+            self._settle(free=True)
         try:
             self.host.close()
         except RuntimeError:  # a view in a reference cycle (a failed cell's traceback): collect, then again
@@ -97,7 +116,8 @@ def _differences(same_rows: np.ndarray, total: int) -> str:
 
 class CpuEmulator:
     """The dry run: tiny tables in real HostTable memory (not registered: no GPU), our kernels run
-    by the CPU emulator with the launch plan the GPU would use, references by NumPy."""
+    by the CPU emulator on the plan and arguments the GPU would launch (over a second copy of the
+    table for the device-memory gather), references by NumPy."""
 
     name = "cpu (dry run: kernels emulated, no GPU figures)"
     sms = DRY_SMS
@@ -111,23 +131,23 @@ class CpuEmulator:
         for start in range(0, words.size, _CHUNK_WORDS):
             words[start : start + _CHUNK_WORDS] = rng.integers(-(2**30), 2**30, min(_CHUNK_WORDS, words.size - start), dtype=np.int32)
         filled = time.perf_counter()
-        return _Table(host, words, _report(host, alloc_s=allocated - begun, pin_s=0.0, fill_s=filled - allocated, device_copy_s=0.0))
+        device_words = words.copy() if need_device_copy else None
+        copied = time.perf_counter()
+        seconds = {"alloc_s": allocated - begun, "pin_s": 0.0, "fill_s": filled - allocated, "device_copy_s": copied - filled}
+        return _Table(host, words, _report(host, **seconds), device_words=device_words)
 
     def gather(self, table: _Table, row_bytes: int, ids: np.ndarray, shape: dict, on_device: bool):
-        from dgl_zerocopy.cuda.gather.emulator import emulate_gather
+        from dgl_zerocopy.cuda.gather.emulator import run_plan
 
         rows, cols = table.nbytes // row_bytes, row_bytes // 4
-        view = table.words[: rows * cols].reshape(rows, cols)
-        reference = view[ids]
+        reference = table.words[: rows * cols].reshape(rows, cols)[ids]
         out = np.empty_like(reference)
-        if on_device:  # the CPU stands in for a gather from device memory
-            return (lambda: np.take(view, ids, axis=0, out=out)), out, reference, {"kernel": "np.take (dry run)"}
-        options = shape_options(shape, self.sms)
-        plan = launch.plan_gather(row_bytes, int(view.ctypes.data), ids.size, elem_size=4, num_sms=self.sms, out_address=int(out.ctypes.data), **options)
-        emulated = {"max_blocks": options["max_blocks"], "threads_per_row": options["threads_per_row"], "threads_per_block": options["threads_per_block"]}
+        ids = np.ascontiguousarray(ids, dtype=np.int64)
+        base = table.device_words if on_device else table.words  # a copy stands for device memory
+        plan, args = plan_launch(row_bytes, int(base.ctypes.data), int(ids.ctypes.data), ids.size, int(out.ctypes.data), shape, self.sms)
 
-        def gather() -> np.ndarray:
-            np.copyto(out, emulate_gather(view, ids, variant=options["variant"], **emulated))
+        def gather(keep=(ids, base)) -> np.ndarray:  # keep: the buffers the kernel reads stay alive
+            run_plan(plan, args)
             return out
 
         return gather, out, reference, _facts(plan)
@@ -166,6 +186,7 @@ class GpuDevice:
         _host_room(nbytes)
         begun = time.perf_counter()
         host = HostTable((nbytes // 4,), np.int32, pages=memory)
+        words = device_words = None
         try:
             allocated = time.perf_counter()
             pinned = host.pin()  # the driver faults in and locks every page
@@ -181,10 +202,21 @@ class GpuDevice:
             torch.cuda.synchronize(self.device)
             copied = time.perf_counter()
         except BaseException:
-            host.close()  # unpins what pin() registered; nothing stays pinned after a failed set-up
+            words = device_words = None  # noqa: F841 - our views go before the unmap
+            try:
+                host.close()  # unpins what pin() registered: nothing stays pinned after a failed set-up
+            except RuntimeError:  # a view in the traceback: unpinned already, unmapped when it goes
+                pass
             raise
         seconds = {"alloc_s": allocated - begun, "pin_s": registered - allocated, "fill_s": filled - registered, "device_copy_s": copied - filled}
-        return _Table(host, words, _report(host, **seconds), pinned, device_words)
+        return _Table(host, words, _report(host, **seconds), pinned, device_words, settle=self._settle)
+
+    def _settle(self, free: bool = False) -> None:
+        """Wait for the device's work (before a table is unpinned); ``free``: give the cached
+        device memory back (the next table's device copy needs it)."""
+        self.torch.cuda.synchronize(self.device)
+        if free:
+            self.torch.cuda.empty_cache()
 
     def gather(self, table: _Table, row_bytes: int, ids: np.ndarray, shape: dict, on_device: bool):
         import cupy
@@ -198,20 +230,10 @@ class GpuDevice:
         ids_on_device = host_ids.to(self.device)
         out = torch.empty_like(reference)
         base = table.device_words.data_ptr() if on_device else table.pinned.device_ptr
-        plan = launch.plan_gather(
-            row_bytes, base, ids.size, elem_size=4, num_sms=self.sms, row_stride=row_bytes, out_address=out.data_ptr(), **shape_options(shape, self.sms)
-        )
-        kernel = compile_gather_module(self.index, (plan.kernel,)).get_function(plan.kernel)
+        plan, args = plan_launch(row_bytes, base, ids_on_device.data_ptr(), ids.size, out.data_ptr(), shape, self.sms)
+        with cupy.cuda.Device(self.index):
+            kernel = compile_gather_module(self.index, (plan.kernel,)).get_function(plan.kernel)
         types = {"ptr": np.uint64, "i64": np.int64, "i32": np.int32}
-        args = launch.kernel_arguments(
-            plan,
-            table_address=base,
-            row_stride=row_bytes,
-            ids_address=ids_on_device.data_ptr(),
-            perm_address=0,
-            out_address=out.data_ptr(),
-            out_stride=row_bytes,
-        )
         args = tuple(types[kind](value) for kind, value in args)
         stream = cupy_stream(cupy, torch.cuda.current_stream(self.device), self.index)
 

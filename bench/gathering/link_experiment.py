@@ -20,9 +20,9 @@ The rows also count the distinct 4 KiB and 2 MB pages the batch touches (the tra
 needs). Results: STEM.csv/.json (with each table's set-up seconds and pages, and the command) and
 STEM.png. A cell that fails becomes a row naming the error and the exit code is 1.
 
-``--dry-run``: the same plan on the CPU at tiny sizes (tables / 4096, batches / 256), the kernels
-run by the emulator (dgl_zerocopy.cuda.gather.emulator) with the same launch plans, the pinned copy
-and the device gather replaced by their CPU equivalents (a contiguous copy, ``np.take``); the whole
+``--dry-run``: the same plan on the CPU at tiny sizes (tables / 16384, batches / 256), the kernels
+run by the emulator (dgl_zerocopy.cuda.gather.emulator) on the same launch plans and arguments, the
+pinned copy a contiguous copy on the CPU and device memory a second copy of the table; the whole
 pipeline runs (plan, check, time, write, plot) and every row and the plot say ``dry run``.
 
     python bench/gathering/link_experiment.py [--budget 150] [--repeats 10] [--dry-run]
@@ -31,6 +31,7 @@ pipeline runs (plan, check, time, write, plot) and every row and the plot say ``
 from __future__ import annotations
 
 import argparse
+import shlex
 import sys
 import time
 from pathlib import Path
@@ -42,8 +43,8 @@ import link_plan  # noqa: E402
 from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, summarize, time_cuda_events, time_repeated, write_results  # noqa: E402
 from link_devices import CpuEmulator, GpuDevice  # noqa: E402
 
-#: The dry run's sizes: tables and batches divided by these (56 GB -> 13.7 MB, 262,144 ids -> 1,024).
-DRY_TABLE_SCALE = 4096
+#: The dry run's sizes: tables and batches divided by these (56 GB -> 3.4 MB, 262,144 ids -> 1,024).
+DRY_TABLE_SCALE = 16384
 DRY_BATCH_SCALE = 256
 FIELDS = (
     "dry_run",
@@ -298,7 +299,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     device = CpuEmulator() if args.dry_run else GpuDevice()
     meta = {
-        "command": command_line(),
+        "command": command_line() if argv is None else " ".join(["python", "bench/gathering/link_experiment.py", *map(shlex.quote, argv)]),
         "dry_run": args.dry_run,
         "device": device.name,
         "machine": machine(),

@@ -43,7 +43,9 @@ its own time limit (docs/gpu.md sizes them), output echoed as it comes:
    generated to the machine's disk (1 % of its nodes, 10 % with ``--full``), its CSC pinned in place, sampled
    by our GPU sampler and checked against the files, the rows gathered zero-copy onto the GPU, GraphSAGE
    steps there; it starts no stage after its own limit; its row goes into the summary;
-8. ``dgl-zerocopy train --nproc N`` on all N GPUs where ``torch.cuda.device_count() > 1``.
+8. ``dgl-zerocopy train --nproc N`` on all N GPUs where ``torch.cuda.device_count() > 1``;
+9. only when ``--parts`` names it (not beside gather or epoch: 8 files come back), ``link``:
+   bench/gathering/link_experiment.py (bench/gpu_check/gpu_check_link.py), about 150 s.
 
 Statuses: ok; partial (the time limit left something out, and everything that ran passed);
 failed; skipped (could not run, e.g. no DGL); not run (not asked for, or one GPU for DDP).
@@ -79,6 +81,7 @@ BENCH = HERE.parent
 REPO = BENCH.parent
 sys.path[:0] = [str(HERE), str(BENCH)]  # bench/: common.py
 from common import command_line  # noqa: E402
+from gpu_check_link import LINK_EXCLUSIVE, LINK_FILES, LINK_LIMIT, link_part  # noqa: E402
 from gpu_check_pyg import judge_pyg, pyg_figures, pyg_part  # noqa: E402,F401
 from gpu_check_pytest import LOG_VARIABLE, Progress, read_progress  # noqa: E402
 from gpu_check_report import SAFE_NAME, TRANSFER, end_to_end, epoch_figures, gather_figures, render_markdown, transfer_problems, write_summary  # noqa: E402,F401
@@ -93,6 +96,8 @@ GATHER_SCRIPT = BENCH / "gathering" / "gather.py"
 EPOCH_SCRIPT = BENCH / "training" / "epoch.py"
 DEFAULT_SITE = Path("/tmp/dgl-zerocopy-site")
 PARTS = ("pytest", "gather", "sampling", "storage", "epoch", "pyg", "scale", "ddp")
+#: Steps run only when --parts names them: ``link`` (bench/gathering/link_experiment.py, LINK_LIMIT s; docs/gpu.md).
+OPTIONAL_PARTS = ("link",)
 PASSING = ("ok", "partial", "not run")
 #: The whole check's seconds. A lent GPU gives 15 minutes of device time for all tries together, and a
 #: machine's start costs a minute or more: the default pass (correctness first: the ``gpu`` tests, then one
@@ -501,12 +506,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--probe", action="store_true", help="print the one line that says why this machine cannot run the check, or nothing; exit 0")
     args = parser.parse_args(argv)
     chosen = [p.strip() for p in args.parts.split(",") if p.strip()]
-    if unknown := [p for p in chosen if p not in PARTS]:
-        parser.error(f"unknown part {unknown[0]!r}; choose from {', '.join(PARTS)}")
+    if unknown := [p for p in chosen if p not in PARTS + OPTIONAL_PARTS]:
+        parser.error(f"unknown part {unknown[0]!r}; choose from {', '.join(PARTS + OPTIONAL_PARTS)}")
+    if "link" in chosen and (beside := [p for p in LINK_EXCLUSIVE if p in chosen]):
+        parser.error(
+            f"--parts link writes 3 result files of its own: run it without {' and '.join(beside)} (at most 8 files come back), e.g. --parts pytest,link"
+        )
     if args.full and args.quick:
         parser.error("--full and --quick exclude each other; --quick is the default pass")
     mode = "full" if args.full else "quick"
     step_limits = FULL_LIMITS if args.full else LIMITS  # read at call time: tests patch them
+    if "link" in chosen:
+        step_limits = {**step_limits, "link": LINK_LIMIT}
     if args.time_limit is None:
         args.time_limit = FULL_TOTAL_LIMIT if args.full else TOTAL_LIMIT
     began = time.monotonic()  # the interpreter's start before this is inside the 60 s left of the 10 minutes
@@ -524,7 +535,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now().astimezone()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for name in RESULT_FILES:  # results of an earlier run must not pass for this one's
+    for name in RESULT_FILES + LINK_FILES:  # results of an earlier run must not pass for this one's
         (out / name).unlink(missing_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     given_cache = os.environ.get("CUPY_CACHE_DIR")
@@ -538,7 +549,7 @@ def main(argv: list[str] | None = None) -> int:
         sys.path.insert(0, str(REPO))
     env = child_env(site if setup.details.get("wheels") else None, kernel_cache)
     gpus = torch.cuda.device_count() if cuda else 0
-    steps = [name for name in PARTS if name in chosen and not (name == "ddp" and gpus < 2)]
+    steps = [name for name in PARTS + OPTIONAL_PARTS if name in chosen and not (name == "ddp" and gpus < 2)]
     limits: dict[str, float | str] = {name: step_limits[name] for name in steps}
     if "ddp" in chosen and "ddp" not in steps:
         limits["ddp"] = f"not run ({gpus} GPU)"
@@ -548,7 +559,9 @@ def main(argv: list[str] | None = None) -> int:
     header = header_lines(setup, environment_, limits, environment_["kernel_cache"], mode, out, args.time_limit)
     print("\n".join(header), flush=True)
 
-    parts = {name: Part(name) if name in chosen else Part(name, "not run", "not in --parts") for name in PARTS}
+    parts = {
+        name: Part(name) if name in chosen else Part(name, "not run", "not in --parts") for name in PARTS + tuple(p for p in OPTIONAL_PARTS if p in chosen)
+    }
     if "ddp" in chosen and "ddp" not in steps:
         parts["ddp"] = Part("ddp", "not run", f"skipped: {gpus} CUDA GPU(s) here; the multi-GPU DDP run needs 2 or more")
     summary = {
@@ -617,6 +630,8 @@ def main(argv: list[str] | None = None) -> int:
                 parts[name], logs[name] = scale_part(env, limit, workdir, mode, cuda)
             elif name == "ddp":
                 parts[name], logs[name] = ddp_part(env, limit, mode, gpus)
+            elif name == "link":
+                parts[name], logs[name] = link_part(env, limit, out, cuda)
             else:
                 parts[name], logs[name], environment_["dgl"] = epoch_part(env, limit, out, mode, *epoch_sources(cuda))
         except Exception as e:  # noqa: BLE001 - an error of the check itself fails this step; the others still run

@@ -26,7 +26,7 @@ import numpy as np
 from dgl_zerocopy.cuda.gather import instantiations, launch
 from dgl_zerocopy.cuda.gather.emulator_build import RECORD_DTYPE, entry_symbol, library
 
-__all__ = ["Trace", "emulate_decode", "emulate_gather"]
+__all__ = ["Trace", "emulate_decode", "emulate_gather", "run_plan"]
 
 logger = logging.getLogger(__name__)
 
@@ -290,6 +290,13 @@ def emulate_gather(
     if not trace:
         return out
     return out, _trace(records, plan, table_address, num_ids, table.nbytes, ((table_address, table_address + table.nbytes),), cache.hits)
+
+
+def run_plan(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...]) -> None:
+    """Run ``plan``'s kernel on the CPU with ``args`` (:func:`~dgl_zerocopy.cuda.gather.launch.kernel_arguments`)
+    over buffers the caller placed: the CPU twin of launching the same plan and arguments on a GPU.
+    The caller keeps every buffer alive and every id in range (the kernel checks none)."""
+    _run(plan, args, trace=False)
 
 
 def _run(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...], trace: bool) -> np.ndarray:

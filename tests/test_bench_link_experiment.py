@@ -1,0 +1,206 @@
+"""bench/gathering/link_experiment.py: its plan (link_plan.py) holds every axis of the experiment within the
+GPU budget, and its dry run goes through the whole pipeline on the CPU (plan, check, time, write, plot),
+labelled as a dry run, into a temporary folder."""
+
+from __future__ import annotations
+
+import json
+import sys
+
+import numpy as np
+import pytest
+from conftest import REPO
+
+sys.path.insert(0, str(REPO / "bench" / "gathering"))
+import link_devices  # noqa: E402
+import link_experiment  # noqa: E402
+import link_plan  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    stem = tmp_path_factory.mktemp("link") / "link"
+    code = link_experiment.main(["--dry-run", "--out", str(stem)])
+    payload = json.loads(stem.with_suffix(".json").read_text())
+    return code, stem, payload["meta"], payload["rows"], payload["tables"]
+
+
+def test_the_dry_run_writes_every_output_and_checks_every_cell(dry_run):
+    code, stem, meta, rows, _ = dry_run
+    assert code == 0
+    for suffix in (".csv", ".json", ".png"):
+        assert stem.with_suffix(suffix).stat().st_size > 0, suffix
+    assert len(rows) == meta["cells"] == len(link_plan.prune(link_plan.plan(), meta["budget_s"] - link_plan.STARTUP_S, 10, 3)[0])
+    assert all(r["status"] == "ok" and r["checked"] is True for r in rows), [r for r in rows if r["status"] != "ok" or not r["checked"]][:2]
+    assert all(r["gbps_median"] > 0 and r["gbps_q1"] <= r["gbps_median"] <= r["gbps_q3"] for r in rows)
+    assert "link_experiment.py --dry-run" in meta["command"]
+
+
+def test_the_dry_run_says_so_everywhere(dry_run):
+    _, stem, meta, rows, _ = dry_run
+    assert meta["dry_run"] is True and "dry run" in meta["device"] and "dry run" in meta["sizes"]
+    assert all(r["dry_run"] is True for r in rows)
+    assert "# dry_run: True" in stem.with_suffix(".csv").read_text()
+
+
+def test_the_plan_fits_the_gpu_budget(dry_run):
+    _, _, meta, _, _ = dry_run
+    assert meta["budget_s"] == 150 and 0 < meta["gpu_estimate_s"] <= meta["budget_s"]
+    assert meta["pruned"] == 0  # the whole plan fits: nothing of the issue's grid is left out by default
+
+
+def test_every_axis_is_measured(dry_run):
+    rows = dry_run[3]
+    zerocopy = [r for r in rows if r["method"] == "zerocopy"]
+    assert {r["table_gb"] for r in zerocopy} == set(link_plan.TABLE_GB)
+    assert {r["memory"] for r in zerocopy} == set(link_plan.MEMORY)
+    assert {r["order"] for r in zerocopy} == set(link_plan.ORDERS)
+    assert {r["row_bytes"] for r in zerocopy} == set(link_plan.ROW_BYTES)
+    assert {r["batch"] * link_experiment.DRY_BATCH_SCALE for r in zerocopy} == set(link_plan.BATCHES)
+    assert {r["shape"] for r in zerocopy} == set(link_plan.SHAPES)
+    assert {r["method"] for r in rows} == set(link_plan.METHODS)
+    shapes = {r["shape"]: r for r in zerocopy if r["row_bytes"] == 512 and r["question"] == "kernel shape"}
+    assert shapes["rows/warp=4"]["threads_per_row"] == 8 and shapes["naive"]["kernel"].startswith("gather_naive<")
+    assert shapes["grid=1/SM"]["grid"] <= link_devices.DRY_SMS and shapes["block=1024"]["block"] == 1024
+
+
+def test_shapes_become_launch_options_scaled_by_the_sm_count():
+    options = {name: link_devices.shape_options(shape, 132) for name, shape in link_plan.SHAPES.items()}
+    assert options["default"] == {"variant": "aligned", "threads_per_row": None, "max_blocks": None, "threads_per_block": 256}
+    assert options["rows/warp=2"]["threads_per_row"] == 16 and options["grid=4/SM"]["max_blocks"] == 528
+    plan = link_devices.launch.plan_gather(512, 0, 262144, elem_size=4, num_sms=132, **options["grid=1/SM"])
+    assert plan.grid == 132  # at the GPU batch the cap binds (the dry run's batch is smaller than one wave)
+
+
+def test_each_table_reports_its_pages_and_set_up(dry_run):
+    tables = dry_run[4]
+    assert {(t["table_gb"], t["memory"]) for t in tables} == {(g, m) for g in link_plan.TABLE_GB for m in link_plan.MEMORY}
+    for t in tables:
+        assert t["status"] == "ok" and t["table_bytes"] == int(t["table_gb"] * 1e9) // link_experiment.DRY_TABLE_SCALE
+        assert {"alloc_s", "pin_s", "fill_s", "huge_share", "fallback", "vm_flags"} <= set(t)
+        if t["memory"] == "small":
+            assert t["pages"] == "small" and t["huge_share"] == 0
+        else:
+            assert t["pages"] in ("hugetlb", "thp", "small") and (t["pages"] == "hugetlb" or "MAP_HUGETLB" in t["fallback"])
+
+
+def test_pruning_keeps_the_first_cells_within_the_budget_and_counts_a_table_once():
+    cells = link_plan.plan()
+    kept, pruned, estimate = link_plan.prune(cells, 30, 10, 3)
+    assert kept and pruned and estimate <= 30 and kept[0] == cells[0]
+    assert len(kept) + len(pruned) == len(cells)
+    one, two = cells[0], cells[1]  # the same table and memory
+    assert (one.table_gb, one.memory) == (two.table_gb, two.memory)
+    expected = link_plan.table_seconds(one.table_gb) + link_plan.cell_seconds(one, 10, 3) + link_plan.cell_seconds(two, 10, 3)
+    assert link_plan.prune([one, two], 1e9, 10, 3)[2] == pytest.approx(expected)
+
+
+def test_cells_run_one_table_at_a_time():
+    order = link_plan.run_order(link_plan.plan())
+    seen, last = set(), None
+    for cell in order:
+        table = (cell.table_gb, cell.memory)
+        assert table == last or table not in seen, f"{table} set up twice"
+        seen.add(table)
+        last = table
+
+
+def test_a_gather_that_writes_nothing_fails_its_check_and_the_run_exits_1(tmp_path, monkeypatch):
+    real = link_devices.CpuEmulator.gather
+
+    def broken(self, table, row_bytes, ids, shape, on_device):
+        gather, out, reference, facts = real(self, table, row_bytes, ids, shape, on_device)
+        return ((lambda: out) if shape.get("rows_per_warp") == 2 else gather), out, reference, facts
+
+    monkeypatch.setattr(link_devices.CpuEmulator, "gather", broken)
+    stem = tmp_path / "broken"
+    assert link_experiment.main(["--dry-run", "--tables", "32", "--out", str(stem)]) == 1
+    rows = json.loads(stem.with_suffix(".json").read_text())["rows"]
+    bad = [r for r in rows if r["status"] != "ok"]
+    assert {r["shape"] for r in bad} == {"rows/warp=2"} and len(bad) == 4  # 2 row sizes x 2 memory kinds
+    assert all(r["status"].startswith("failed: AssertionError: wrong result:") and r["checked"] is False for r in bad)
+    assert all(r["gbps_median"] != r["gbps_median"] for r in bad)  # NaN: nothing timed
+
+
+def test_a_time_limit_skips_what_it_leaves_out_and_is_no_failure(tmp_path):
+    stem = tmp_path / "short"
+    assert link_experiment.main(["--dry-run", "--tables", "1,8", "--time-limit", "1e-9", "--out", str(stem)]) == 0
+    rows = json.loads(stem.with_suffix(".json").read_text())["rows"]
+    assert rows and all(r["status"] == "skipped: time limit" for r in rows)
+
+
+def test_plan_only_prints_the_plan_and_measures_nothing(tmp_path, capsys):
+    assert link_experiment.main(["--plan-only", "--budget", "60", "--out", str(tmp_path / "x")]) == 0
+    text = capsys.readouterr().out
+    assert "estimated" in text and "(budget 60 s)" in text and "pruned" in text
+    assert not list(tmp_path.iterdir())
+
+
+def test_ids_of_each_order_and_the_pages_they_touch():
+    rng = np.random.default_rng(0)
+    run = link_experiment.make_ids(rng, "contiguous", 1000, 100)
+    assert np.array_equal(np.diff(run), np.ones(99)) and run.dtype == np.int64
+    assert np.all(np.diff(link_experiment.make_ids(rng, "sorted", 1000, 100)) >= 0)
+    assert link_experiment.distinct_pages(np.array([0, 1, 7]), 512, 4096) == 1  # rows 0..7 of 512 B: one page
+    assert link_experiment.distinct_pages(np.array([7, 8]), 512, 4096) == 2
+    assert link_experiment.distinct_pages(np.array([2]), 1536, 4096) == 2  # a row across a page boundary counts both
+
+
+def test_bad_table_sizes_are_refused_by_name(capsys):
+    with pytest.raises(SystemExit):
+        link_experiment.main(["--tables", "1,big", "--plan-only"])
+    assert "--tables must be whole GB, comma separated, but got '1,big'" in capsys.readouterr().err
+
+
+# -- the GPU check's link step (bench/gpu_check/gpu_check_link.py) ---------------------------------
+
+sys.path[:0] = [str(REPO / "bench" / "gpu_check"), str(REPO / "bench")]
+import gpu_check_link  # noqa: E402
+import gpu_check_main  # noqa: E402
+from gpu_check_setup import Run  # noqa: E402
+
+
+def test_the_link_step_is_not_in_the_default_pass_and_not_beside_gather_or_epoch(capsys):
+    assert "link" not in gpu_check_main.PARTS and "link" in gpu_check_main.OPTIONAL_PARTS
+    assert gpu_check_link.LINK_LIMIT - gpu_check_link.LINK_RESERVE >= 150  # the plan's budget fits the step
+    for parts in ("gather,link", "link,epoch"):
+        with pytest.raises(SystemExit):
+            gpu_check_main.main(["--parts", parts, "--probe"])
+        assert "--parts link writes 3 result files of its own: run it without" in capsys.readouterr().err
+
+
+def test_the_link_step_runs_the_dry_run_without_cuda_and_its_files_come_back(tmp_path, monkeypatch):
+    monkeypatch.setenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "1")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    out = tmp_path / "out"
+    assert gpu_check_main.main(["--out", str(out), "--wheels", str(tmp_path / "none"), "--parts", "link"]) == 0
+    summary = json.loads((out / "summary.json").read_text())
+    link = next(p for p in summary["parts"] if p["name"] == "link")
+    assert link["status"] == "ok" and "dry run: no GPU figures" in link["reason"] and "--dry-run" in link["details"]["command"]
+    assert link["details"]["failed"] == 0 and link["details"]["measured"] == link["details"]["cells"] > 0
+    assert {p.name for p in out.iterdir()} >= set(gpu_check_link.LINK_FILES) and gpu_check_main.transfer_problems(out) == []
+    assert all(p["status"] == "not run" for p in summary["parts"] if p["name"] not in ("link", "wheels"))
+
+
+def _rows(*statuses: str) -> list[dict]:
+    return [{"status": s, "method": "zerocopy", "row_bytes": 512, "dry_run": False} for s in statuses]
+
+
+@pytest.mark.parametrize(
+    "run, rows, status, reason",
+    [
+        (Run(0, "", 100.0), _rows("ok", "ok"), "ok", "2 cells, each equal to table[ids] before timing"),
+        (
+            Run(1, "", 100.0),
+            _rows("ok", "failed: AssertionError: wrong result: 3 of 9 rows differ"),
+            "failed",
+            "1 of 2 cells failed: zerocopy at 512 B: failed: AssertionError",
+        ),
+        (Run(0, "", 100.0), _rows("ok", "skipped: time limit"), "partial", "1 cells, each equal to table[ids] before timing; 1 skipped: time limit"),
+        (Run(None, "link: 32 GB small", 180.0), [], "failed", "killed at its time limit (180 s) before it wrote its results"),
+        (Run(1, "Traceback\nRuntimeError: boom", 5.0), [], "failed", "boom"),
+    ],
+)
+def test_the_link_step_is_judged_from_its_rows(run, rows, status, reason):
+    part = gpu_check_link.judge_link(run, rows, 180.0)
+    assert part.status == status and reason in part.reason, part.reason
