@@ -204,3 +204,26 @@ def _rows(*statuses: str) -> list[dict]:
 def test_the_link_step_is_judged_from_its_rows(run, rows, status, reason):
     part = gpu_check_link.judge_link(run, rows, 180.0)
     assert part.status == status and reason in part.reason, part.reason
+
+
+def test_the_experiments_cuda_calls_are_scanned_and_resolve():
+    """The GPU half of the experiment runs nowhere here: every CuPy and torch.cuda name it takes must
+    be found by the API-surface scan (tests/api_surface.py) and exist in the installed libraries."""
+    pytest.importorskip("cupy", reason="needs CuPy to check the names against")
+    sys.path.insert(0, str(REPO / "tests"))
+    from api_surface import problems, scan_tree
+
+    refs = [r for r in scan_tree(REPO, ["bench/gathering", "bench/gpu_check"]) if "/link_" in r.path or r.path.endswith("gpu_check_link.py")]
+    chains = {r.chain for r in refs}
+    expected = {
+        "torch.cuda.is_available",
+        "torch.cuda.current_device",
+        "torch.cuda.get_device_properties",
+        "torch.cuda.get_device_name",
+        "torch.cuda.synchronize",
+        "torch.cuda.empty_cache",
+        "torch.cuda.current_stream",
+        "cupy.cuda.Device",
+    }
+    assert expected <= chains, sorted(expected - chains)
+    assert not problems(refs, {}), problems(refs, {})

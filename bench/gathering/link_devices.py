@@ -23,6 +23,7 @@ import warnings
 from pathlib import Path
 
 import numpy as np
+import torch
 
 from dgl_zerocopy.cuda.gather import launch
 from dgl_zerocopy.store.huge_pages import HostTable
@@ -171,18 +172,14 @@ class GpuDevice:
     torch on the host and copied to the device."""
 
     def __init__(self) -> None:
-        import torch
-
         if not torch.cuda.is_available():
             raise SystemExit("link_experiment: no CUDA GPU here (torch.cuda.is_available() is False); run it with --dry-run to check the plan on the CPU")
-        self.torch = torch
         self.index = torch.cuda.current_device()
         self.device = torch.device("cuda", self.index)
         self.sms = torch.cuda.get_device_properties(self.device).multi_processor_count
         self.name = torch.cuda.get_device_name(self.device)
 
     def open_table(self, nbytes: int, memory: str, need_device_copy: bool) -> _Table:
-        torch = self.torch
         _host_room(nbytes)
         begun = time.perf_counter()
         host = HostTable((nbytes // 4,), np.int32, pages=memory)
@@ -214,16 +211,15 @@ class GpuDevice:
     def _settle(self, free: bool = False) -> None:
         """Wait for the device's work (before a table is unpinned); ``free``: give the cached
         device memory back (the next table's device copy needs it)."""
-        self.torch.cuda.synchronize(self.device)
+        torch.cuda.synchronize(self.device)
         if free:
-            self.torch.cuda.empty_cache()
+            torch.cuda.empty_cache()
 
     def gather(self, table: _Table, row_bytes: int, ids: np.ndarray, shape: dict, on_device: bool):
         import cupy
 
         from dgl_zerocopy.cuda.gather.launcher import compile_gather_module, cupy_stream
 
-        torch = self.torch
         rows, cols = table.nbytes // row_bytes, row_bytes // 4
         host_ids = torch.from_numpy(ids)
         reference = table.words[: rows * cols].view(rows, cols)[host_ids].to(self.device)
@@ -246,12 +242,11 @@ class GpuDevice:
 
     def pinned_copy(self, table: _Table, nbytes: int):
         src = table.words[: nbytes // 4]
-        out = self.torch.empty(src.shape, dtype=src.dtype, device=self.device)
+        out = torch.empty(src.shape, dtype=src.dtype, device=self.device)
         kind = "pinned" if src.is_pinned() else "pageable (not pinned)"
         return (lambda: out.copy_(src, non_blocking=True)), out, src.to(self.device), {"kernel": f"copy_ from {kind} host memory"}
 
     def check(self, gather, out, reference) -> None:
-        torch = self.torch
         out.copy_(torch.bitwise_not(reference))
         gather()
         torch.cuda.synchronize(self.device)
