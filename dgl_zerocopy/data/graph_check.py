@@ -17,6 +17,7 @@ tensors on any device.
 from __future__ import annotations
 
 import threading
+import warnings
 import weakref
 from typing import Any
 
@@ -25,8 +26,13 @@ import torch
 
 __all__ = ["check_csc", "check_edge_index", "check_ids", "forget_checks"]
 
+_TORCH_DTYPES = {np.dtype(t) for t in (np.int8, np.uint8, np.int16, np.int32, np.int64)}
+
 #: Elements per chunk of a pass: 64 Mi int64 is 512 MB, small beside the graphs this matters for.
 _CHUNK = 1 << 26
+
+#: Offsets per chunk of the monotonicity pass (its temporary: one bool per offset).
+_COMPARE_CHUNK = 1 << 20
 
 _lock = threading.Lock()
 #: id(array) -> (a weak reference to it, its stamp, the check's key); an entry dies with its array.
@@ -142,16 +148,36 @@ def _check_integer(array: Any, what: str) -> None:
         raise TypeError(f"{what} must be a torch tensor or a NumPy array, but got {type(array).__name__}")
 
 
-def _chunks(n: int):
-    for start in range(0, n, _CHUNK):
-        yield start, min(n, start + _CHUNK)
+def _chunks(n: int, size: int | None = None):
+    size = size or _CHUNK
+    for start in range(0, n, size):
+        yield start, min(n, start + size)
 
 
 def _minmax(part: Any) -> tuple[int, int]:
-    if isinstance(part, torch.Tensor):
-        lo, hi = torch.aminmax(part)
-        return int(lo), int(hi)
-    return int(part.min()), int(part.max())
+    # torch's aminmax reads the chunk once, on every intra-op thread: 1.2x NumPy's min() and max() on int64,
+    # 2x on int32 (measured on 64 Mi ids); a NumPy array (a file's map too) is viewed as a tensor, no copy.
+    tensor = part if isinstance(part, torch.Tensor) else _as_tensor(part)
+    if tensor is None:
+        return int(part.min()), int(part.max())
+    lo, hi = torch.aminmax(tensor)
+    return int(lo), int(hi)
+
+
+def _as_tensor(array: np.ndarray) -> torch.Tensor | None:
+    """A tensor viewing ``array`` (read only here), or None for a dtype torch does not hold."""
+    if array.dtype.byteorder not in "=|" or array.dtype not in _TORCH_DTYPES:
+        return None
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "not writable": the view is only read
+        return torch.from_numpy(array)
+
+
+def _as_array(part: Any) -> Any:
+    """A CPU tensor as a NumPy view (NumPy compares neighbours 4-6x faster than torch); anything else as it is."""
+    if isinstance(part, torch.Tensor) and part.device.type == "cpu" and part.dtype in (torch.int32, torch.int64):
+        return part.numpy()
+    return part
 
 
 def _first(mask: Any) -> int:
@@ -173,9 +199,11 @@ def _check_range(values: Any, bound: int, what: str, hint: str) -> None:
 
 def _check_monotone(indptr: Any, name: str, hint: str) -> None:
     n = len(indptr)
-    # Chunks overlap by one offset, so that a decrease across a chunk boundary is seen.
-    for start, stop in _chunks(max(n - 1, 0)):
-        part = indptr[start : stop + 1]
+    # Chunks overlap by one offset, so that a decrease across a chunk boundary is seen. They are smaller than the
+    # range pass's: the comparison's temporary then stays in the cache and in the heap (a 64 MB one is mapped
+    # afresh by malloc, page by page: the first pass ran at a fifth of the speed).
+    for start, stop in _chunks(max(n - 1, 0), min(_CHUNK, _COMPARE_CHUNK)):
+        part = _as_array(indptr[start : stop + 1])
         drops = part[1:] < part[:-1]
         if bool(drops.any()):
             at = start + _first(drops) + 1
