@@ -4,6 +4,7 @@ labelled as a dry run, into a temporary folder."""
 
 from __future__ import annotations
 
+import csv
 import json
 import sys
 
@@ -72,37 +73,59 @@ def test_shapes_become_launch_options_scaled_by_the_sm_count():
     assert plan.grid == 132  # at the GPU batch the cap binds (the dry run's batch is smaller than one wave)
 
 
-def test_each_table_reports_its_pages_and_set_up(dry_run):
-    tables = dry_run[4]
-    assert {(t["table_gb"], t["memory"]) for t in tables} == {(g, m) for g in link_plan.TABLE_GB for m in link_plan.MEMORY}
+def test_each_memory_kind_has_one_table_of_the_largest_size_that_reports_its_pages(dry_run):
+    tables, rows = dry_run[4], dry_run[3]
+    big = int(max(link_plan.TABLE_GB) * 1e9) // link_experiment.DRY_TABLE_SCALE
+    assert [(t["memory"], t["table_bytes"]) for t in tables] == [(m, big) for m in link_plan.MEMORY]
     for t in tables:
-        assert t["status"] == "ok" and t["table_bytes"] == int(t["table_gb"] * 1e9) // link_experiment.DRY_TABLE_SCALE
-        assert {"alloc_s", "pin_s", "fill_s", "huge_share", "fallback", "vm_flags"} <= set(t)
+        assert t["status"] == "ok" and {"alloc_s", "pin_s", "fill_s", "device_copy_s", "huge_share", "fallback", "vm_flags"} <= set(t)
         if t["memory"] == "small":
             assert t["pages"] == "small" and t["huge_share"] == 0
         else:
             assert t["pages"] in ("hugetlb", "thp", "small") and (t["pages"] == "hugetlb" or "MAP_HUGETLB" in t["fallback"])
+    # a smaller table is the span its ids fall in: its first table_bytes
+    for r in rows:
+        assert r["table_bytes"] == int(r["table_gb"] * 1e9) // link_experiment.DRY_TABLE_SCALE
+        assert r["pages"] == next(t["pages"] for t in tables if t["memory"] == r["memory"])
+
+
+def test_ids_stay_inside_the_span_of_their_table(monkeypatch):
+    seen = []
+    real = link_experiment.make_ids
+    monkeypatch.setattr(link_experiment, "make_ids", lambda rng, order, rows, batch: seen.append(rows) or real(rng, order, rows, batch))
+    device = link_devices.CpuEmulator()
+    table = device.open_table(1 << 20, "small", need_device_copy=False)
+    try:
+        cell = link_plan.Cell("q", 1, "small", 512, "random", 64)
+        facts, seconds = link_experiment.measure_cell(device, table, cell, 64 * 512, 64, np.random.default_rng(0), lambda fn, n: [1.0] * n, 2)
+    finally:
+        table.close()
+    assert seen == [64] and facts["checked"] is True and facts["pages_4k"] <= 8
 
 
 def test_pruning_keeps_the_first_cells_within_the_budget_and_counts_a_table_once():
+    """One table per memory kind, of the largest size of the cells, is counted with its first cell."""
     cells = link_plan.plan()
-    kept, pruned, estimate = link_plan.prune(cells, 30, 10, 3)
-    assert kept and pruned and estimate <= 30 and kept[0] == cells[0]
+    kept, pruned, estimate = link_plan.prune(cells, 60, 10, 3)
+    assert kept and pruned and estimate <= 60 and kept[0] == cells[0]
     assert len(kept) + len(pruned) == len(cells)
     one, two = cells[0], cells[1]  # the same table and memory
     assert (one.table_gb, one.memory) == (two.table_gb, two.memory)
     expected = link_plan.table_seconds(one.table_gb) + link_plan.cell_seconds(one, 10, 3) + link_plan.cell_seconds(two, 10, 3)
     assert link_plan.prune([one, two], 1e9, 10, 3)[2] == pytest.approx(expected)
+    big = link_plan.Cell("q", 56, one.memory, 512, "random", 1024)
+    other = link_plan.Cell("q", 1, "huge" if one.memory == "small" else "small", 512, "random", 1024)
+    expected = 2 * link_plan.table_seconds(56) + sum(link_plan.cell_seconds(c, 10, 3) for c in (one, big, other))
+    assert link_plan.prune([one, big, other], 1e9, 10, 3)[2] == pytest.approx(expected)
 
 
-def test_cells_run_one_table_at_a_time():
-    order = link_plan.run_order(link_plan.plan())
-    seen, last = set(), None
-    for cell in order:
-        table = (cell.table_gb, cell.memory)
-        assert table == last or table not in seen, f"{table} set up twice"
-        seen.add(table)
-        last = table
+def test_cells_run_one_table_at_a_time_in_plan_order():
+    cells = link_plan.plan()
+    order = link_plan.run_order(cells)
+    kinds = [c.memory for c in order]
+    assert kinds == sorted(kinds, key=link_plan.MEMORY.index)  # each kind's table is set up once
+    for memory in link_plan.MEMORY:
+        assert [c for c in order if c.memory == memory] == [c for c in cells if c.memory == memory]
 
 
 def test_a_gather_that_writes_nothing_fails_its_check_and_the_run_exits_1(tmp_path, monkeypatch):
@@ -197,7 +220,8 @@ def _rows(*statuses: str) -> list[dict]:
             "1 of 2 cells failed: zerocopy at 512 B: failed: AssertionError",
         ),
         (Run(0, "", 100.0), _rows("ok", "skipped: time limit"), "partial", "1 cells, each equal to table[ids] before timing; 1 skipped: time limit"),
-        (Run(None, "link: 32 GB small", 180.0), [], "failed", "killed at its time limit (180 s) before it wrote its results"),
+        (Run(None, "link: 32 GB small", 180.0), [], "failed", "killed at its time limit (180 s) after 0 cells"),
+        (Run(None, "link: 32 GB small", 180.0), _rows("ok"), "failed", "killed at its time limit (180 s) after 1 cells (the CSV keeps them)"),
         (Run(1, "Traceback\nRuntimeError: boom", 5.0), [], "failed", "boom"),
     ],
 )
@@ -227,3 +251,18 @@ def test_the_experiments_cuda_calls_are_scanned_and_resolve():
     }
     assert expected <= chains, sorted(expected - chains)
     assert not problems(refs, {}), problems(refs, {})
+
+
+def test_each_cell_reaches_the_csv_as_it_is_measured(tmp_path, monkeypatch):
+    """A run stopped before its end (here: at the final write) keeps the rows measured so far."""
+
+    def stopped(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(link_experiment, "write_results", stopped)
+    stem = tmp_path / "stopped"
+    with pytest.raises(KeyboardInterrupt):
+        link_experiment.main(["--dry-run", "--tables", "1", "--out", str(stem)])
+    lines = [ln for ln in stem.with_suffix(".csv").read_text().splitlines() if not ln.startswith("#")]
+    rows = list(csv.DictReader(lines))
+    assert len(rows) == len(link_plan.plan((1,))) and {r["status"] for r in rows} == {"ok"} and {r["checked"] for r in rows} == {"True"}

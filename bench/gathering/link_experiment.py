@@ -8,7 +8,9 @@ So one run measures, over the plan of ``link_plan.py`` (printed with its estimat
 
 - tables of 1, 8, 32 and 56 GB, in 4 KiB pages and in 2 MB pages (``HostTable``:
   ``MAP_HUGETLB`` where the pool allows, else transparent huge pages; which one it got, and the
-  share of the table smaps shows in huge pages, go in the results), registered in place;
+  share of the table smaps shows in huge pages, go in the results), registered in place. One
+  table per page size, of the largest size: a smaller table is its first GB, the span of the
+  ids (what is translated), which saves six set-ups (link_plan.py says why);
 - ids contiguous (the SM-read ceiling), random and sorted; rows of 128, 400, 512 and 1024 B;
   batches of 16k, 262k and 1M ids; kernel shapes (rows per warp, grid, block, the naive kernel);
 - the pinned copy of the same bytes from the same memory (``h2d``) and our kernel over a copy of
@@ -31,6 +33,7 @@ pipeline runs (plan, check, time, write, plot) and every row and the plot say ``
 from __future__ import annotations
 
 import argparse
+import csv
 import shlex
 import sys
 import time
@@ -98,12 +101,11 @@ def failure_text(error: BaseException) -> str:
     return f"failed: {type(error).__name__}: {lines[0] if lines else ''}"[:300]
 
 
-def measure_cell(device, table, cell: link_plan.Cell, batch: int, rng: np.random.Generator, timer, repeats: int) -> tuple[dict, list[float]]:
-    """Check then time one cell on ``table`` (a set-up table of ``device``); returns the row's
-    facts and the timed seconds. Raises what the gather raises, or AssertionError when its output
-    differs from ``table[ids]``."""
-    rows = table.nbytes // cell.row_bytes
-    ids = make_ids(rng, cell.order, rows, batch)
+def measure_cell(device, table, cell: link_plan.Cell, span: int, batch: int, rng: np.random.Generator, timer, repeats: int) -> tuple[dict, list[float]]:
+    """Check then time one cell on the first ``span`` bytes of ``table`` (a set-up table of
+    ``device``); returns the row's facts and the timed seconds. Raises what the gather raises, or
+    AssertionError when its output differs from ``table[ids]``."""
+    ids = make_ids(rng, cell.order, span // cell.row_bytes, batch)
     facts = {"pages_4k": distinct_pages(ids, cell.row_bytes, 4096), "pages_2m": distinct_pages(ids, cell.row_bytes, 2 << 20)}
     if cell.method == "h2d":
         gather, out, reference, launch = device.pinned_copy(table, batch * cell.row_bytes)
@@ -116,45 +118,57 @@ def measure_cell(device, table, cell: link_plan.Cell, batch: int, rng: np.random
 
 
 def run(args: argparse.Namespace, device, kept: list[link_plan.Cell], meta: dict, stem: Path) -> int:
-    """Measure ``kept`` (in run order, one table at a time), then write the results; the exit code."""
+    """Measure ``kept`` (in run order: one table per memory kind, of the largest size, set up once;
+    a smaller table is its first GB), then write the results; the exit code. Each cell's row is
+    appended to the CSV as it is measured, so that a run stopped from outside keeps them."""
     rng = np.random.default_rng(0)
     if args.dry_run:
         timer = lambda fn, n: time_repeated(fn, n, warmup=args.warmup)  # noqa: E731
     else:
         timer = lambda fn, n: time_cuda_events(fn, n, warmup=args.warmup)  # noqa: E731
+    size = lambda gb: int(gb * 1e9) // (DRY_TABLE_SCALE if args.dry_run else 1)  # noqa: E731
+    scale = DRY_BATCH_SCALE if args.dry_run else 1
     rows: list[dict] = []
     tables: list[dict] = []
+    csv_path = stem.parent / f"{stem.name}.csv"
+    _begin_csv(csv_path, meta)
     started = time.perf_counter()
-    order = link_plan.run_order(kept)
-    scale = DRY_BATCH_SCALE if args.dry_run else 1
-    for (table_gb, memory), group in _grouped(order):
-        nbytes = int(table_gb * 1e9) // (DRY_TABLE_SCALE if args.dry_run else 1)
-        base = {"dry_run": args.dry_run, "table_gb": table_gb, "table_bytes": nbytes, "memory": memory}
-        if args.time_limit and time.perf_counter() - started > args.time_limit:
-            rows += [_row(base, c, max(1, c.batch // scale), {}, [], TIME_LIMIT_STATUS, 0.0) for c in group]
+    out_of_time = lambda: args.time_limit and time.perf_counter() - started > args.time_limit  # noqa: E731
+    big = max(c.table_gb for c in kept)
+
+    def record(row: dict) -> None:
+        rows.append(row)
+        _append_csv(csv_path, row)
+        print(f"link: {_label(row)}", flush=True)
+
+    for memory, group in _grouped(link_plan.run_order(kept)):
+        base = {"dry_run": args.dry_run, "memory": memory}
+        if out_of_time():
+            for c in group:
+                record(_row({**base, "table_gb": c.table_gb, "table_bytes": size(c.table_gb)}, c, max(1, c.batch // scale), {}, [], TIME_LIMIT_STATUS, 0.0))
             continue
         try:
-            table = device.open_table(nbytes, memory, need_device_copy=any(c.method == "device" for c in group))
-        except Exception as e:  # noqa: BLE001 - e.g. not enough host memory: its cells fail, the other tables still run
-            rows += [_row(base, c, max(1, c.batch // scale), {}, [], failure_text(e), 0.0) for c in group]
-            tables.append({**base, "status": failure_text(e)})
+            table = device.open_table(size(big), memory, need_device_copy=any(c.method == "device" for c in group))
+        except Exception as e:  # noqa: BLE001 - e.g. not enough host memory: its cells fail, the other kind still runs
+            tables.append({**base, "table_gb": big, "table_bytes": size(big), "status": failure_text(e)})
+            for c in group:
+                record(_row({**base, "table_gb": c.table_gb, "table_bytes": size(c.table_gb)}, c, max(1, c.batch // scale), {}, [], failure_text(e), 0.0))
             continue
         base.update(pages=table.report["pages"], huge_share=table.report["huge_share"])
-        tables.append({**base, **table.report, "status": "ok"})
+        tables.append({**base, "table_gb": big, "table_bytes": size(big), **table.report, "status": "ok"})
         try:
             for cell in group:
-                batch = max(1, cell.batch // scale)
-                if args.time_limit and time.perf_counter() - started > args.time_limit:
-                    rows.append(_row(base, cell, batch, {}, [], TIME_LIMIT_STATUS, 0.0))
+                batch, where = max(1, cell.batch // scale), {**base, "table_gb": cell.table_gb, "table_bytes": size(cell.table_gb)}
+                if out_of_time():
+                    record(_row(where, cell, batch, {}, [], TIME_LIMIT_STATUS, 0.0))
                     continue
                 begun = time.perf_counter()
                 try:
-                    facts, seconds = measure_cell(device, table, cell, batch, rng, timer, args.repeats)
+                    facts, seconds = measure_cell(device, table, cell, size(cell.table_gb), batch, rng, timer, args.repeats)
                     status = "ok"
                 except Exception as e:  # noqa: BLE001 - a failure row; the other cells still run
                     facts, seconds, status = {"checked": False}, [], failure_text(e)
-                rows.append(_row(base, cell, batch, facts, seconds, status, time.perf_counter() - begun))
-                print(f"link: {_label(rows[-1])}", flush=True)
+                record(_row(where, cell, batch, facts, seconds, status, time.perf_counter() - begun))
         finally:
             table.close()
     _ratios(rows)
@@ -163,14 +177,27 @@ def run(args: argparse.Namespace, device, kept: list[link_plan.Cell], meta: dict
     if any(r["status"] == "ok" for r in rows):
         _plot(rows, meta, stem.parent / f"{stem.name}.png")
     failed = [r for r in rows if r["status"] not in ("ok", TIME_LIMIT_STATUS)]
-    print(f"link: {sum(r['status'] == 'ok' for r in rows)} cells measured, {len(failed)} failed, results in {stem}.csv", flush=True)
+    print(f"link: {sum(r['status'] == 'ok' for r in rows)} cells measured, {len(failed)} failed, results in {csv_path}", flush=True)
     return 1 if failed else 0
 
 
-def _grouped(cells: list[link_plan.Cell]) -> list[tuple[tuple[int, str], list[link_plan.Cell]]]:
-    groups: dict[tuple[int, str], list[link_plan.Cell]] = {}
+def _begin_csv(path: Path, meta: dict) -> None:
+    """Start ``path`` as ``common.write_results`` writes it (``# key: value`` lines, the header)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        f.writelines(f"# {k}: {v}\n" for k, v in meta.items())
+        csv.writer(f, lineterminator="\n").writerow(FIELDS)
+
+
+def _append_csv(path: Path, row: dict) -> None:
+    with path.open("a", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerow([f"{row[k]:.6g}" if isinstance(row[k], float) else str(row[k]) for k in FIELDS])
+
+
+def _grouped(cells: list[link_plan.Cell]) -> list[tuple[str, list[link_plan.Cell]]]:
+    groups: dict[str, list[link_plan.Cell]] = {}
     for cell in cells:
-        groups.setdefault((cell.table_gb, cell.memory), []).append(cell)
+        groups.setdefault(cell.memory, []).append(cell)
     return list(groups.items())
 
 

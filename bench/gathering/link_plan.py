@@ -8,6 +8,11 @@ the default kernel), in the order they matter. :func:`prune` keeps cells, questi
 the estimated GPU time stays within the budget; a cell whose table is not set up yet also pays that
 table's set-up. The estimate's rates (:data:`RATES`) are assumptions, written down here; each run
 records the seconds it really took, per cell and per table, for the next plan to use.
+
+One table per memory kind, of the largest size: a table of S GB is its first S GB (the cell's ids
+fall in it). What a random row costs over the link depends on the span its batch's ids cover (the
+pages the GPU and the IOMMU translate), which a prefix of a larger registration spans as a table of
+its own would; it saves the set-up (registration faults in and locks every page) of six tables.
 """
 
 from __future__ import annotations
@@ -45,7 +50,7 @@ RATES = {
     "h2d_gbps": 40.0,
     "device_gbps": 500.0,
     "reference_gbps": 2.0,  # table[ids] on the host (16 threads, random rows), then to the device
-    "register_gbps": 5.0,  # cudaHostRegister: the driver faults in and locks every page
+    "register_gbps": 2.0,  # cudaHostRegister: the driver faults in and locks every page (1-2 GB/s reported)
     "fill_gbps": 10.0,  # the table written from the device (pinned) in chunks
     "device_copy_gbps": 20.0,  # a table copied into device memory
     "cell_overhead_s": 0.05,  # ids, events, launch glue, the check's compare
@@ -63,7 +68,8 @@ class Cell:
 
     Attributes:
         question: what the cell helps answer (a key of :func:`questions`).
-        table_gb: the table's nominal size in GB (the dry run scales it down).
+        table_gb: the table's size in GB (the dry run scales it down): the span of the table
+            (of the largest size, one per memory kind) that the ids fall in.
         memory: ``small`` (4 KiB pages) or ``huge`` (2 MB pages).
         row_bytes: bytes per row.
         order: ``contiguous`` (one run of ids), ``random`` (uniform) or ``sorted`` (random, sorted).
@@ -143,7 +149,7 @@ def cell_seconds(cell: Cell, repeats: int, warmup: int, rates: dict = RATES) -> 
 
 
 def table_seconds(table_gb: int, rates: dict = RATES) -> float:
-    """Estimated seconds to set up one host table: register (fault in and lock) and fill it."""
+    """Estimated seconds to set up one host table of ``table_gb``: register (fault in and lock) and fill it."""
     return table_gb / rates["register_gbps"] + table_gb / rates["fill_gbps"]
 
 
@@ -153,34 +159,35 @@ def device_copy_seconds(table_gb: int, rates: dict = RATES) -> float:
 
 
 def prune(cells: list[Cell], budget_s: float, repeats: int, warmup: int, rates: dict = RATES) -> tuple[list[Cell], list[Cell], float]:
-    """(kept, pruned, estimated seconds of the kept): cells kept in order while the estimate,
-    each table's set-up and device copy counted once when its first cell is kept, stays within
-    ``budget_s``. A cell that would pass it is pruned and later, cheaper cells may still fit."""
+    """(kept, pruned, estimated seconds of the kept): cells kept in order while the estimate stays
+    within ``budget_s``; the table of each memory kind (of the largest size) and the device copy
+    are counted once, with the first cell that needs them. A cell that would pass the budget is
+    pruned, and later, cheaper cells may still fit."""
+    big = max((c.table_gb for c in cells), default=0)
     kept, pruned = [], []
-    tables: set[tuple] = set()
-    device: set[int] = set()
+    tables: set[str] = set()
+    device = False
     total = 0.0
     for cell in cells:
         cost = cell_seconds(cell, repeats, warmup, rates)
-        if (cell.table_gb, cell.memory) not in tables:
-            cost += table_seconds(cell.table_gb, rates)
-        if cell.method == "device" and cell.table_gb not in device:
-            cost += device_copy_seconds(cell.table_gb, rates)
+        if cell.memory not in tables:
+            cost += table_seconds(big, rates)
+        if cell.method == "device" and not device:
+            cost += device_copy_seconds(big, rates)
         if total + cost > budget_s:
             pruned.append(cell)
             continue
         total += cost
         kept.append(cell)
-        tables.add((cell.table_gb, cell.memory))
-        if cell.method == "device":
-            device.add(cell.table_gb)
+        tables.add(cell.memory)
+        device = device or cell.method == "device"
     return kept, pruned, total
 
 
 def run_order(cells: list[Cell]) -> list[Cell]:
-    """The kept cells grouped so that each table is set up once: by table size, memory kind (the
-    order of :data:`MEMORY`), then row size and batch (a reference reused by the shapes)."""
-    return sorted(cells, key=lambda c: (c.table_gb, MEMORY.index(c.memory), c.row_bytes, c.batch, c.order, METHODS.index(c.method)))
+    """The kept cells grouped so that each memory kind's table is set up once (in the order of
+    :data:`MEMORY`), in plan order within it: a time limit then leaves out the least telling."""
+    return sorted(cells, key=lambda c: MEMORY.index(c.memory))
 
 
 def describe(kept: list[Cell], pruned: list[Cell], estimate_s: float, budget_s: float) -> str:
@@ -190,6 +197,7 @@ def describe(kept: list[Cell], pruned: list[Cell], estimate_s: float, budget_s: 
         mine = [c for c in kept if c.question == name]
         gone = sum(c.question == name for c in pruned)
         lines.append(f"  {name}: {len(mine)} cells" + (f" ({gone} pruned)" if gone else ""))
-    tables = sorted({(c.table_gb, c.memory) for c in kept}, key=lambda t: (t[0], MEMORY.index(t[1])))
-    lines.append("  tables: " + ", ".join(f"{t} GB {m}" for t, m in tables))
+    big, spans = max((c.table_gb for c in kept), default=0), sorted({c.table_gb for c in kept})
+    kinds = [m for m in MEMORY if any(c.memory == m for c in kept)]
+    lines.append(f"  tables: {big} GB in {' and '.join(f'{m} pages' for m in kinds)}; ids spanning its first {', '.join(map(str, spans))} GB")
     return "\n".join(lines)

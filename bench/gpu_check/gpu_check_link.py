@@ -42,17 +42,19 @@ def link_part(env: dict, limit: float, out: Path, cuda: bool) -> tuple[Part, str
 
 
 def judge_link(run: Run, rows: list[dict], limit: float) -> Part:
-    """The step's outcome: a failed cell (a wrong result among them) fails it; cells its time limit
-    left out make it partial; killed at its limit with no rows written, it failed."""
+    """The step's outcome: a failed cell (a wrong result among them) fails it, and so does being
+    killed at its limit (the rows it appended so far are kept); cells its time limit left out make
+    it partial."""
     part = Part("link", seconds=run.seconds, limit=limit)
     ok, failed, for_time, _ = split_rows(rows)
     part.details = {"cells": len(rows), "measured": len(ok), "failed": len(failed), "skipped_for_time": len(for_time)}
     dry = " (dry run: no GPU figures)" if any(r.get("dry_run") in (True, "True") for r in rows) else ""
     if failed:
         part.status, part.reason = "failed", f"{len(failed)} of {len(rows)} cells failed: " + failure_digest(failed, "method")
-    elif run.returncode is None and not rows:
-        part.status, part.reason = "failed", f"killed at its time limit ({limit:.0f} s) before it wrote its results: {last_line(run.output)}"
-    elif run.returncode not in (0, None) or not rows:
+    elif run.returncode is None:  # it starts nothing after its budget: a table's set-up or a cell outran the reserve
+        part.status = "failed"
+        part.reason = f"killed at its time limit ({limit:.0f} s) after {len(ok)} cells (the CSV keeps them): {last_line(run.output)}"
+    elif run.returncode != 0 or not rows:
         part.status, part.reason = "failed", last_line(run.output, run.returncode)
     elif for_time:
         part.status, part.reason = "partial", f"{len(ok)} cells, each equal to table[ids] before timing; {len(for_time)} skipped: time limit{dry}"
