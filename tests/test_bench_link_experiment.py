@@ -169,6 +169,12 @@ def test_ids_of_each_order_and_the_pages_they_touch():
     assert link_experiment.distinct_pages(np.array([2]), 1536, 4096) == 2  # a row across a page boundary counts both
 
 
+def test_a_budget_that_holds_no_cell_is_refused_with_the_fix(capsys):
+    with pytest.raises(SystemExit):
+        link_experiment.main(["--budget", "30", "--plan-only"])
+    assert "--budget 30 holds no cell of the plan" in capsys.readouterr().err
+
+
 def test_bad_table_sizes_are_refused_by_name(capsys):
     with pytest.raises(SystemExit):
         link_experiment.main(["--tables", "1,big", "--plan-only"])

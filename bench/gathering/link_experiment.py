@@ -322,6 +322,8 @@ def main(argv: list[str] | None = None) -> int:
     kept, pruned, estimate = link_plan.prune(link_plan.plan(tables), args.budget - link_plan.STARTUP_S, args.repeats if not args.dry_run else 10, 3)
     estimate += link_plan.STARTUP_S
     print(link_plan.describe(kept, pruned, estimate, args.budget), flush=True)
+    if not kept:
+        parser.error(f"--budget {args.budget:g} holds no cell of the plan (a table's set-up alone takes longer); raise it, or use --tables with smaller sizes")
     if args.plan_only:
         return 0
     device = CpuEmulator() if args.dry_run else GpuDevice()
