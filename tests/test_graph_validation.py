@@ -249,6 +249,23 @@ def test_a_graph_store_refuses_bad_compressed_layouts():
     store.put_edge_index((torch.tensor([0, 4]), torch.tensor([0, 1])), edge_type=edge_type, layout="coo")  # no size: ids >= 0 only
 
 
+def test_a_remote_graph_without_sizes_is_checked_against_the_feature_store_node_counts():
+    # Without a size a put can only refuse negative ids; the sampler checks PyG's CSC against the node counts.
+    child = run_child(
+        """
+        from dgl_zerocopy.pyg import FeatureStore, GraphStore, NeighborLoader
+        features, graph = FeatureStore(), GraphStore()
+        features.put_tensor(torch.randn(50, 4), group_name="paper", attr_name="x", index=None)
+        features.put_tensor(torch.randn(20, 4), group_name="author", attr_name="x", index=None)
+        src, dst = torch.randint(0, 20, (200,)), torch.arange(200) % 50
+        src[17] = 25  # past the 20 authors
+        graph.put_edge_index((src, dst), edge_type=("author", "writes", "paper"), layout="coo")
+        next(iter(NeighborLoader((features, graph), num_neighbors=[3], batch_size=8, input_nodes=("paper", torch.arange(50)))))
+        """
+    )
+    assert_refused(child, "IndexError", "the CSC of edge type ('author', 'writes', 'paper') (built by PyG)'s indices: id 25", "for 20 nodes")
+
+
 # -- one pass per graph, none per batch ---------------------------------------------------------------------------
 
 

@@ -24,7 +24,8 @@ subgraphs (which PyG refuses too); a ``num_neighbors`` value that is not an int 
 naming the edge type, the row, the position and the value), checked before PyG builds its CSC from it (a
 bad destination breaks that conversion too) and remembered for the tensor until it is written, so a second
 loader over the same data costs no second pass. A CSC that PyG did not sort from a checked ``edge_index``
-(``is_sorted=True``, ``adj_t``, a remote ``GraphStore``) is checked by the hop sampler when it is built.
+(``is_sorted=True``, ``adj_t``, a remote ``GraphStore``) is checked when the sampler is built, naming the edge
+type.
 Seeds outside the graph are refused (``IndexError``) before any kernel reads them.
 """
 
@@ -41,7 +42,7 @@ from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from torch_geometric.sampler import NeighborSampler as PygNeighborSampler
 from torch_geometric.sampler.base import SubgraphType
 
-from ..data.graph_check import check_edge_index
+from ..data.graph_check import check_csc, check_edge_index
 from ..sampling.cpu_hops import HopSampler, Relation, torch_generator_rng
 from ..sampling.fanout import check_num_neighbors
 
@@ -99,10 +100,28 @@ class NeighborSampler(PygNeighborSampler):
             )
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self.graph_placement = graph_placement
-        self._csc_checked = csc_checked
+        if not csc_checked:
+            # Here, in the process that builds the loader, so that its workers inherit the verdict.
+            self._check_csc()
         self._hops: HopSampler | None = None
         self._gpu: Any = None
         self._gpu_graph: Any = None
+
+    def _check_csc(self) -> None:
+        """Check the CSC PyG built (from an ``adj_t``, an unsorted ``edge_index`` marked sorted, a remote
+        ``GraphStore``) against the node counts, naming the edge type: the samplers built later are told so."""
+        fix = "check the graph's edges and node counts (a GraphStore's size, is_sorted=True only for edges sorted by destination)"
+        if not self.is_hetero:
+            num_nodes = int(self.num_nodes)
+            check_csc(self.colptr, self.row, num_nodes, name="the graph's CSC (built by PyG)", num_dst_nodes=num_nodes, fix=fix)
+            return
+        for edge_type in self.edge_types:
+            rel = self.to_rel_type[edge_type]
+            if edge_type[0] not in self.num_nodes or edge_type[-1] not in self.num_nodes:
+                continue  # a node type without a count: HopSampler refuses the relation, naming it
+            num_src, num_dst = int(self.num_nodes[edge_type[0]]), int(self.num_nodes[edge_type[-1]])
+            name = f"the CSC of edge type {edge_type!r} (built by PyG)"
+            check_csc(self.colptr_dict[rel], self.row_dict[rel], num_src, name=name, num_dst_nodes=num_dst, fix=fix)
 
     # -- PyG's one native call -------------------------------------------------------------------
 
@@ -125,10 +144,10 @@ class NeighborSampler(PygNeighborSampler):
                 for edge_type in self.edge_types:
                     rel = self.to_rel_type[edge_type]
                     relations[edge_type] = Relation(_numpy(self.colptr_dict[rel]), _numpy(self.row_dict[rel]), edge_type[0], edge_type[-1])
-                self._hops = HopSampler(relations, dict(self.num_nodes), checked=self._csc_checked)
+                self._hops = HopSampler(relations, dict(self.num_nodes), checked=True)
             else:
                 relation = Relation(_numpy(self.colptr), _numpy(self.row), _HOMOGENEOUS, _HOMOGENEOUS)
-                self._hops = HopSampler({_HOMOGENEOUS: relation}, {_HOMOGENEOUS: int(self.num_nodes)}, checked=self._csc_checked)
+                self._hops = HopSampler({_HOMOGENEOUS: relation}, {_HOMOGENEOUS: int(self.num_nodes)}, checked=True)
         return self._hops
 
     def _sample_homogeneous(self, seed: torch.Tensor) -> SamplerOutput:
@@ -208,7 +227,7 @@ class NeighborSampler(PygNeighborSampler):
             from ..sampling.graph import SamplingGraph
 
             # PyG's perm as the graph's edge ids: the blocks' EID are PyG's edge ids, read on the device.
-            self._gpu_graph = SamplingGraph(self.colptr, self.row, self.perm, placement=self.graph_placement, device=self.device, checked=self._csc_checked)
+            self._gpu_graph = SamplingGraph(self.colptr, self.row, self.perm, placement=self.graph_placement, device=self.device, checked=True)
         return self._gpu_graph
 
     def close(self) -> None:
