@@ -63,6 +63,10 @@ def test_every_axis_is_measured(dry_run):
     shapes = {r["shape"]: r for r in zerocopy if r["row_bytes"] == 512 and r["question"] == "kernel shape"}
     assert shapes["rows/warp=4"]["threads_per_row"] == 8 and shapes["naive"]["kernel"].startswith("gather_naive<")
     assert shapes["grid=1/SM"]["grid"] <= link_devices.DRY_SMS and shapes["block=1024"]["block"] == 1024
+    # the PCIe model beside each measured shape: four lines of a 512 B row, one request each, for the aligned shapes
+    assert {name: r["model_requests_per_row"] for name, r in shapes.items() if name != "naive"} == dict.fromkeys(set(shapes) - {"naive"}, 4.0)
+    assert shapes["naive"]["model_requests_per_row"] >= 4.0 and all(0 < r["model_link_efficiency"] <= 1 for r in zerocopy)
+    assert all(r["model_requests_per_row"] == "" for r in rows if r["method"] != "zerocopy")
 
 
 def test_shapes_become_launch_options_scaled_by_the_sm_count():

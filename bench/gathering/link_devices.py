@@ -17,15 +17,19 @@ run hands the same plan and arguments to the emulator (``run_plan``) over the sa
 
 from __future__ import annotations
 
+import functools
 import gc
 import time
 import warnings
 from pathlib import Path
 
+import link_plan
 import numpy as np
 import torch
 
 from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.gather.emulator import emulate_gather, run_plan
+from dgl_zerocopy.cuda.gather.pcie_model import analyze
 from dgl_zerocopy.store.huge_pages import HostTable
 
 #: SMs the dry run plans for (an H100/H200); the grid shapes scale with it.
@@ -34,7 +38,7 @@ _CHUNK_WORDS = 1 << 26  # the fill writes 256 MB at a time
 
 
 def shape_options(shape: dict, sms: int) -> dict:
-    """A shape of ``link_plan.SHAPES`` as ``plan_gather`` keywords for a device of ``sms`` SMs."""
+    """A shape of :data:`link_plan.SHAPES` as ``plan_gather`` keywords for a device of ``sms`` SMs."""
     return {
         "variant": shape.get("variant", "aligned"),
         "threads_per_row": 32 // shape["rows_per_warp"] if "rows_per_warp" in shape else None,
@@ -53,6 +57,22 @@ def plan_launch(row_bytes: int, table_address: int, ids_address: int, num_ids: i
         plan, table_address=table_address, row_stride=row_bytes, ids_address=ids_address, perm_address=0, out_address=out_address, out_stride=row_bytes
     )
     return plan, args
+
+
+@functools.cache
+def model_metrics(row_bytes: int, shape: str, sms: int) -> dict:
+    """The PCIe request model's figures for ``shape`` at ``row_bytes`` (dgl_zerocopy.cuda.gather.pcie_model,
+    over the emulator's trace of 512 distinct random rows of a small table starting on a 128-byte line,
+    as ours does): PCIe read requests per row and the link efficiency (useful over link bytes)."""
+    rng = np.random.default_rng(row_bytes)
+    table = rng.integers(0, 2**30, (4096, row_bytes // 4), dtype=np.int32)
+    ids = rng.permutation(len(table))[:512]
+    options = shape_options(link_plan.SHAPES[shape], sms)
+    out, trace = emulate_gather(table, ids, variant=options.pop("variant"), trace=True, **options)
+    if not np.array_equal(out, table[ids]):
+        raise AssertionError(f"the emulated {shape} gather of {row_bytes} B rows differs from table[ids]")
+    metrics = analyze(trace)
+    return {"model_requests_per_row": metrics.requests_per_row, "model_link_efficiency": round(metrics.link_efficiency, 4)}
 
 
 def _facts(plan: launch.GatherPlan) -> dict:
@@ -138,8 +158,6 @@ class CpuEmulator:
         return _Table(host, words, _report(host, **seconds), device_words=device_words)
 
     def gather(self, table: _Table, row_bytes: int, ids: np.ndarray, shape: dict, on_device: bool):
-        from dgl_zerocopy.cuda.gather.emulator import run_plan
-
         rows, cols = table.nbytes // row_bytes, row_bytes // 4
         reference = table.words[: rows * cols].reshape(rows, cols)[ids]
         out = np.empty_like(reference)

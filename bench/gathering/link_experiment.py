@@ -19,8 +19,10 @@ So one run measures, over the plan of ``link_plan.py`` (printed with its estimat
 Every cell's output is checked equal to ``table[ids]`` (the output first set to its complement)
 before it is timed with CUDA events: the median and spread of ``--repeats`` gathers after warm-ups.
 The rows also count the distinct 4 KiB and 2 MB pages the batch touches (the translations it
-needs). Results: STEM.csv/.json (with each table's set-up seconds and pages, and the command) and
-STEM.png. A cell that fails becomes a row naming the error and the exit code is 1.
+needs) and, for our kernel, the PCIe request model's requests per row and link efficiency for its
+shape (dgl_zerocopy.cuda.gather.pcie_model on the emulator's trace). Results: STEM.csv/.json (with
+each table's set-up seconds and pages, and the command) and STEM.png. A cell that fails becomes a
+row naming the error, and the exit code is 1.
 
 ``--dry-run``: the same plan on the CPU at tiny sizes (tables / 16384, batches / 256), the kernels
 run by the emulator (dgl_zerocopy.cuda.gather.emulator) on the same launch plans and arguments, the
@@ -44,7 +46,7 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 import link_plan  # noqa: E402
 from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, summarize, time_cuda_events, time_repeated, write_results  # noqa: E402
-from link_devices import CpuEmulator, GpuDevice  # noqa: E402
+from link_devices import CpuEmulator, GpuDevice, model_metrics  # noqa: E402
 
 #: The dry run's sizes: tables and batches divided by these (56 GB -> 3.4 MB, 262,144 ids -> 1,024).
 DRY_TABLE_SCALE = 16384
@@ -68,6 +70,8 @@ FIELDS = (
     "block",
     "pages_4k",
     "pages_2m",
+    "model_requests_per_row",
+    "model_link_efficiency",
     "checked",
     "gbps_median",
     "gbps_q1",
@@ -111,6 +115,8 @@ def measure_cell(device, table, cell: link_plan.Cell, span: int, batch: int, rng
         gather, out, reference, launch = device.pinned_copy(table, batch * cell.row_bytes)
     else:
         gather, out, reference, launch = device.gather(table, cell.row_bytes, ids, link_plan.SHAPES[cell.shape], cell.method == "device")
+        if cell.method == "zerocopy":  # what the model says this shape asks of the link
+            facts.update(model_metrics(cell.row_bytes, cell.shape, device.sms))
     facts.update(launch)
     device.check(gather, out, reference)  # raises AssertionError naming the rows that differ
     facts["checked"] = True
