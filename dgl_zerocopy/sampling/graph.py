@@ -68,6 +68,13 @@ class SamplingGraph:
     file map needs (the caller checks :func:`~dgl_zerocopy.store.pinning.read_only_register_supported`;
     :func:`dgl_zerocopy.sampling.disk.sampling_graph` does). :meth:`close` (idempotent; also ``with``)
     waits for the device, then unregisters what this object registered and drops device copies.
+
+    Raises:
+        TypeError: an array that is not a 1-D int32/int64 torch tensor.
+        ValueError: an array not on the CPU or not contiguous; a malformed ``indptr`` (named with its first bad
+            position and value); an unknown placement.
+        IndexError: an index outside ``[0, num_nodes)``, named with its position and value (before anything is
+            pinned or copied).
     """
 
     def __init__(
