@@ -289,7 +289,7 @@ def check_edge_indices(data: Any) -> bool:
     """Refuse a ``Data``/``HeteroData`` whose ``edge_index`` names a node outside its type's range, before PyG
     converts it (its conversion writes counts at the destinations' ids). Returns True when every edge type's
     structure is an ``edge_index`` and was checked here; False where some is not (``adj_t``, a remote
-    backend, a node type without a count): then the CSC is checked when the hop sampler is built.
+    backend, a node type without a count): then the CSC PyG builds is checked when the sampler is built.
 
     Raises:
         IndexError: an id outside ``[0, num_nodes)`` of its type, named with the edge type, row, position and value.
