@@ -294,3 +294,35 @@ def test_a_child_killed_by_sigkill_leaves_no_huge_pages_taken():
     child.communicate(timeout=30)  # waits for the pid: its memory is the kernel's again
     assert child.returncode == -signal.SIGKILL and not Path(f"/proc/{child.pid}").exists()
     assert huge_pages._free_hugetlb_pages() == free_before
+
+
+def test_smaps_totals_count_the_mappings_of_the_range_and_hugetlb_pages(tmp_path):
+    """The hugetlb branch on a machine without a pool: a smaps text as the kernel writes it."""
+    smaps = tmp_path / "smaps"
+    smaps.write_text(
+        textwrap.dedent("""\
+        7f0000000000-7f0000400000 rw-p 00000000 00:0f 12345                      /anon_hugepage (deleted)
+        Size:               4096 kB
+        KernelPageSize:     2048 kB
+        Rss:                   0 kB
+        AnonHugePages:         0 kB
+        Shared_Hugetlb:        0 kB
+        Private_Hugetlb:    4096 kB
+        VmFlags: rd wr mr mw me de ht
+        7f0000400000-7f0000600000 rw-p 00000000 00:00 0
+        Size:               2048 kB
+        KernelPageSize:        4 kB
+        Rss:                2048 kB
+        AnonHugePages:      2048 kB
+        VmFlags: rd wr mr mw me ac hg
+        7f0000600000-7f0000601000 rw-p 00000000 00:00 0
+        Rss:                   4 kB
+        VmFlags: rd wr mr mw me ac
+        """)
+    )
+    start = 0x7F0000000000
+    assert huge_pages._smaps_totals(start, start + (4 << 20), str(smaps)) == (4 << 20, 4 << 20, 2 << 20, ("rd", "wr", "mr", "mw", "me", "de", "ht"))
+    rss, huge, page, flags = huge_pages._smaps_totals(start, start + (6 << 20), str(smaps))
+    assert (rss, huge, page) == (6 << 20, 6 << 20, 2 << 20) and {"ht", "hg"} <= set(flags)
+    assert huge_pages._smaps_totals(0, 4096, str(smaps)) == (0, 0, 0, ())
+    assert huge_pages._smaps_totals(0, 4096, str(tmp_path / "missing")) == (0, 0, 0, ())

@@ -29,6 +29,7 @@ process killed by a signal leaves nothing behind.
 from __future__ import annotations
 
 import mmap
+import platform
 import sys
 import warnings
 from dataclasses import dataclass
@@ -50,7 +51,7 @@ __all__ = ["HUGE_PAGE_BYTES", "PAGE_KINDS", "HostTable", "PageReport"]
 HUGE_PAGE_BYTES = 2 << 20
 #: What :class:`HostTable` may be asked for.
 PAGE_KINDS = ("huge", "small")
-#: Linux's mmap flag (not in Python's mmap module); the same value on x86-64 and arm64.
+#: Linux's mmap flag (not in Python's mmap module), on x86-64 and arm64 (other architectures: not tried).
 _MAP_HUGETLB = 0x40000
 _MADV_HUGEPAGE = getattr(mmap, "MADV_HUGEPAGE", 14)
 _MADV_NOHUGEPAGE = getattr(mmap, "MADV_NOHUGEPAGE", 15)
@@ -67,7 +68,7 @@ class PageReport:
         method: how the pages were asked for: ``"hugetlb"``, ``"thp"`` (advised) or ``"small"``.
         fallback: why the first choice was not had (None: it was).
         rss_bytes: resident bytes of those mappings (pages touched so far).
-        huge_bytes: of them, bytes in huge pages (``AnonHugePages``, or all of a hugetlb mapping).
+        huge_bytes: of them, bytes in huge pages (``AnonHugePages``, ``Private_Hugetlb`` and ``Shared_Hugetlb``).
         kernel_page_bytes: the mappings' base page size (``KernelPageSize``: 2 MiB for hugetlb).
         vm_flags: their ``VmFlags`` (``hg``: advised huge, ``nh``: advised not, ``ht``: hugetlb).
     """
@@ -135,7 +136,7 @@ class HostTable:
         plain pages; returns the method and sets :attr:`fallback` to why the first was not had."""
         free = _free_hugetlb_pages()
         needed = self.mapped_bytes // HUGE_PAGE_BYTES
-        if sys.platform.startswith("linux") and free >= needed:
+        if sys.platform.startswith("linux") and platform.machine() in ("x86_64", "aarch64") and free >= needed:
             try:
                 self._mmap, self._offset = mmap.mmap(-1, self.mapped_bytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_HUGETLB), 0
                 return "hugetlb"
@@ -213,8 +214,6 @@ class HostTable:
         huge pages come at the first write of each 2 MB extent, so report after filling."""
         start = int(self.array.ctypes.data) - self._offset
         rss, huge, page, flags = _smaps_totals(start, start + len(self._mmap))
-        if self.method == "hugetlb":
-            huge = rss = max(rss, huge)  # hugetlb pages are not AnonHugePages: the whole mapping is huge
         return PageReport(self.method, self.fallback, rss, huge, page, flags)
 
     def pin(self, read_only: bool = False) -> PinnedRange:
@@ -311,14 +310,15 @@ def _smaps_totals(start: int, end: int, smaps: str = _SMAPS) -> tuple[int, int, 
         if "-" in head and ":" not in head:  # a mapping's first line: "start-end perms offset dev inode path"
             low, high = (int(x, 16) for x in head.split("-"))
             inside = low < end and start < high
-        elif inside and head in ("Rss:", "AnonHugePages:", "KernelPageSize:"):
+        elif inside and head in ("Rss:", "AnonHugePages:", "KernelPageSize:", "Private_Hugetlb:", "Shared_Hugetlb:"):
             value = int(line.split()[1]) * 1024
             if head == "Rss:":
                 rss += value
-            elif head == "AnonHugePages:":
-                huge += value
-            else:
+            elif head == "KernelPageSize:":
                 page = max(page, value)
+            else:  # hugetlb pages are not in Rss; transparent ones are in both
+                huge += value
+                rss += value if head.endswith("Hugetlb:") else 0
         elif inside and head == "VmFlags:":
             flags += [f for f in line.split()[1:] if f not in flags]
     return rss, huge, page, tuple(flags)
