@@ -148,11 +148,14 @@ def test_dgl_two_threads_each_get_a_whole_epoch():
         feat = torch.randn({N}, 8, generator=gen)
         loader = DataLoader(g, torch.arange({N}), dgl.dataloading.MultiLayerFullNeighborSampler(2), features={{"feat": feat}},
                             device="cpu", batch_size={BATCH}, prefetch=2, seed=0, shuffle=True)
-        both = threading.Barrier(2, timeout=60)
+        first_batch, both = threading.Event(), threading.Barrier(2, timeout=60)
         results = {{}}
         def run(name):
+            if name == "b":
+                first_batch.wait(60)  # b's epoch starts while a's runs
             seen, it = [], iter(loader)
             for i, (input_nodes, output_nodes, blocks) in enumerate(it):
+                first_batch.set()
                 if i == 1:
                     both.wait()  # both iterators are alive here
                 assert torch.equal(blocks[0].srcdata["feat"], feat[input_nodes]), name
@@ -276,11 +279,14 @@ def test_pyg_two_threads_each_get_a_whole_epoch():
         gen = torch.Generator().manual_seed(0)
         data = Data(x=torch.randn({N}, 8, generator=gen), edge_index=torch.randint(0, {N}, (2, 6000), generator=gen))
         loader = NeighborLoader(data, num_neighbors=[3, 2], batch_size={BATCH}, prefetch=2)
-        both = threading.Barrier(2, timeout=60)
+        first_batch, both = threading.Event(), threading.Barrier(2, timeout=60)
         results = {{}}
         def run(name):
+            if name == "b":
+                first_batch.wait(60)  # b's epoch starts while a's runs
             seen = []
             for i, batch in enumerate(loader):
+                first_batch.set()
                 if i == 1:
                     both.wait()  # both iterators are alive here
                 assert torch.equal(batch.x, data.x[batch.n_id]), name
