@@ -24,8 +24,7 @@ Contracts: CSCs are NumPy arrays (``indptr`` int64 ``[num_dst + 1]``, ``indices`
 ``[num_edges]``, memory-mapped allowed); every output is int64 NumPy. The seeds come from a NumPy
 generator the caller passes (seeded from torch's by :func:`torch_generator_rng`, so
 ``torch.manual_seed`` reproduces a batch). A sampler keeps, per thread, one node-indexed int32 scratch
-array per type (all -1 between calls; int32 halves it on a graph of 10^8 nodes) and the buffers a batch
-is written into (handed over with the batch).
+array per type (all -1 between calls) and the buffers a batch is written into (handed over with it).
 """
 
 from __future__ import annotations
@@ -289,16 +288,13 @@ class HopSampler:
     with :mod:`hop_kernels` (numba; the default where it is installed) or with NumPy alone; both give
     the same batch.
 
-    Every relation's CSC is checked here, once (:func:`~dgl_zerocopy.data.graph_check.check_csc`: ``indptr``
-    from 0, never decreasing, ending at ``len(indices)``; every source in ``[0, num_nodes[src_type])``), because
-    the kernels index without bounds checks: nothing is checked per batch but the seeds and fanouts.
-    ``checked=True`` skips that pass, for a caller that has verified these very arrays (a graph file checked
-    when it was opened, a CSC built by trusted code from a checked ``edge_index``).
+    Every relation's CSC is checked here, once (:func:`~dgl_zerocopy.data.graph_check.check_csc`), since the
+    kernels index without bounds checks; per batch only the seeds and fanouts are. ``checked=True`` skips the
+    pass for a caller that verified these very arrays (a graph file checked when it was opened).
 
     Raises:
-        ValueError: a relation naming a node type without a count, or a malformed CSC (named by its key).
-        IndexError: a relation's source id outside its type's range (its position and value named).
-        TypeError: a CSC array that is not of an integer dtype.
+        ValueError, IndexError, TypeError: a malformed CSC, a source id out of its type's range (position and
+            value named), a non-integer array; ValueError also for a node type without a count.
     """
 
     def __init__(
