@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+import torch
 from conftest import REPO
 
 sys.path.insert(0, str(REPO / "bench" / "gathering"))
@@ -276,3 +277,20 @@ def test_each_cell_reaches_the_csv_as_it_is_measured(tmp_path, monkeypatch):
     lines = [ln for ln in stem.with_suffix(".csv").read_text().splitlines() if not ln.startswith("#")]
     rows = list(csv.DictReader(lines))
     assert len(rows) == len(link_plan.plan((1,))) and {r["status"] for r in rows} == {"ok"} and {r["checked"] for r in rows} == {"True"}
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the machine without a GPU")
+def test_without_a_gpu_the_run_says_to_use_the_dry_run(tmp_path, capsys):
+    with pytest.raises(SystemExit, match=r"no CUDA GPU here .*run it with --dry-run"):
+        link_experiment.main(["--tables", "1", "--out", str(tmp_path / "x")])
+    assert "estimated" in capsys.readouterr().out  # the plan is printed first
+    assert not list(tmp_path.iterdir())
+
+
+def test_a_table_past_the_hosts_available_memory_is_refused_before_it_is_touched(tmp_path):
+    meminfo = tmp_path / "meminfo"
+    meminfo.write_text("MemTotal:       131072000 kB\nMemAvailable:    50000000 kB\n")
+    with pytest.raises(MemoryError, match=r"a 56.0 GB table does not fit in this host's 51.2 GB of available memory \(MemAvailable\).*--tables"):
+        link_devices._host_room(56 * 10**9, str(meminfo))
+    link_devices._host_room(32 * 10**9, str(meminfo))  # fits with room to spare
+    link_devices._host_room(56 * 10**9, str(tmp_path / "missing"))  # unknown: not refused
