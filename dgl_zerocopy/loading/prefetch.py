@@ -12,6 +12,8 @@ worker within about ``poll`` seconds when it is blocked on a full queue; a worke
 (``produce`` or the next task) is never interrupted: it stops when that step ends. ``close`` waits
 for that up to ``join_timeout`` seconds and goes on; whoever must not run beside the old worker
 (a new epoch that reuses its buffers) waits with :func:`wait_stopped`, which says when it waits long.
+A consumer waiting in :meth:`Prefetcher.next` when another thread closes the worker wakes within
+``poll`` seconds with StopIteration (nothing more would come).
 """
 
 from __future__ import annotations
