@@ -10,6 +10,7 @@ iterator stopped would block the process for ever.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import sys
 import textwrap
@@ -19,6 +20,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from conftest import requires_cuda
 
 REPO = Path(__file__).resolve().parents[1]
 N, BATCH = 1100, 100  # 11 batches
@@ -205,6 +207,72 @@ def test_dgl_close_ends_every_live_iterator(dgl_setup):
     assert sum(1 for _ in loader) == len(loader), "the loader iterates again after close()"
 
 
+def test_dgl_two_live_iterators_keep_the_stream_protocol_each_on_its_own_ring(dgl_setup, monkeypatch):
+    """On the CPU model of CUDA streams (tests/stream_model.py): each iterator's worker fills its own
+    ring on its own side stream, reuses a slot only after its release, and every tensor handed over
+    outside a slot is record_stream-ed on the consumer's stream."""
+    import dgl
+    from stream_model import CudaModel, ModelStream
+
+    from dgl_zerocopy import FeatureStore
+    from dgl_zerocopy.loading.loader import DataLoader
+
+    model = CudaModel().install(monkeypatch)
+    graph, feat, label = dgl_setup
+    store = FeatureStore(feat, backend="cpu", device="cpu")
+    sampler = dgl.dataloading.NeighborSampler([4, 2])
+    loader = DataLoader(graph, torch.arange(N), sampler, features={"feat": store}, labels={"label": label}, device="cpu", batch_size=BATCH, seed=0)
+    rings = [loader._rings.take(), loader._rings.take()]  # two rings made now, each with the side stream a GPU gives
+    for i, ring in enumerate(rings):
+        ring.side = ModelStream(f"side{i}", model)
+        loader._rings.give_back(ring)
+    a, b = iter(loader), iter(loader)
+    taken = 0
+    for it, ring in itertools.cycle([(a, rings[0]), (b, rings[1])]):  # zip's order, checked at each hand-over
+        try:
+            input_nodes, output_nodes, blocks = next(it)
+        except StopIteration:
+            break
+        model.take(ring, [blocks[0].srcdata["feat"]], [input_nodes, output_nodes, *blocks, blocks[-1].dstdata["label"]])
+        assert torch.equal(blocks[0].srcdata["feat"], feat[input_nodes])
+        taken += 1
+    b.close()
+    assert taken == 2 * len(loader) and model.violations == []
+    waits = {stream for stream, event in model.waits if any(event is slot.released for ring in rings for slot in ring.slots)}
+    assert waits == {"side0", "side1"}, "each worker waits on its own ring's slots, on its own stream"
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_dgl_zip_on_a_gpu_keeps_each_iterators_features(dgl_setup):
+    import dgl
+
+    from dgl_zerocopy.loading.dgl_options import dgl_has_cuda
+    from dgl_zerocopy.loading.loader import DataLoader
+
+    graph, feat, _ = dgl_setup
+    feat = feat.clone()  # a copy of its own: no other test's store has pinned this memory
+    loader = DataLoader(
+        graph,
+        torch.arange(N),
+        dgl.dataloading.MultiLayerFullNeighborSampler(2),
+        features={"feat": feat},
+        device="cuda",
+        batch_size=BATCH,
+        prefetch=2,
+        seed=0,
+        blocks="dgl" if dgl_has_cuda() else "device",
+    )
+    count = 0
+    for a, b in zip(loader, loader):
+        torch.cuda._sleep(50_000_000)  # the step still runs while both workers fill their rings
+        for input_nodes, _, blocks in (a, b):
+            assert torch.equal(blocks[0].srcdata["feat"].cpu(), feat[input_nodes.cpu()])
+        count += 1
+    assert count == len(loader)
+    loader.close()
+
+
 # -- the PyG route -------------------------------------------------------------------------------------
 
 
@@ -331,6 +399,23 @@ def test_pyg_close_ends_every_live_iterator():
     for it in (a, b):
         with pytest.raises(StopIteration):
             next(it)
+
+
+@pytest.mark.gpu
+@requires_cuda
+def test_pyg_zip_on_a_gpu_keeps_each_iterators_features():
+    from dgl_zerocopy.pyg import NeighborLoader
+
+    data = _pyg_data()
+    loader = NeighborLoader(data, num_neighbors=[4, 2], batch_size=BATCH, device="cuda", prefetch=2)
+    count = 0
+    for a, b in zip(loader, loader):
+        torch.cuda._sleep(50_000_000)  # the step still runs while both workers fill their rings
+        for batch in (a, b):
+            assert torch.equal(batch.x.cpu(), data.x[batch.n_id.cpu()])
+        count += 1
+    assert count == len(loader)
+    loader.close()
 
 
 # -- the worker itself ---------------------------------------------------------------------------------
