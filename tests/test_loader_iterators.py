@@ -31,10 +31,11 @@ def _prefetch_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name in THREADS]
 
 
-def _children() -> list:
+def _children(besides: frozenset[int] = frozenset()) -> list:
+    """This process's children but those of ``besides`` (pids): what earlier tests left running is not ours."""
     import psutil
 
-    return psutil.Process().children(recursive=True)
+    return [p for p in psutil.Process().children(recursive=True) if p.pid not in besides]
 
 
 def _wait_gone(processes: list, within: float = 30.0) -> list:
@@ -176,6 +177,7 @@ def test_dgl_two_threads_each_get_a_whole_epoch():
 
 def test_dgl_zip_over_persistent_workers_and_close_ends_them(dgl_setup):
     pytest.importorskip("psutil")
+    earlier = frozenset(p.pid for p in _children())
     loader = _dgl_loader(dgl_setup, 2, num_workers=2, persistent_workers=True)
     try:
         first, second = [], []
@@ -185,7 +187,7 @@ def test_dgl_zip_over_persistent_workers_and_close_ends_them(dgl_setup):
         want = _dgl_serial_epochs(dgl_setup, 2, num_workers=2)  # the processes' order of batches, DGL's
         _same(first, want[0])
         _same(second, want[1])
-        running = _children()
+        running = _children(earlier)
         assert running, "persistent processes outlive the epoch"
         loader.close()
         assert not _wait_gone(running), "close() ends the persistent processes"
@@ -374,10 +376,11 @@ def test_pyg_two_threads_each_get_a_whole_epoch():
 def test_pyg_close_ends_persistent_workers():
     pytest.importorskip("psutil")
     data = _pyg_data()
+    earlier = frozenset(p.pid for p in _children())
     loader = _pyg_loader("node", data, 0, num_workers=2, persistent_workers=True)
     try:
         assert sum(1 for _ in loader) == len(loader)
-        running = _children()
+        running = _children(earlier)
         assert len(running) >= 2, "persistent processes outlive the epoch"
         loader.close()
         assert not _wait_gone(running), "close() ends the persistent processes"
