@@ -88,6 +88,21 @@ def machine() -> str:
     return f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python {platform.python_version()}"
 
 
+def begin_csv(path: Path, meta: dict, fields: list[str]) -> None:
+    """Start ``path`` as :func:`write_results` writes it (``# key: value`` lines, then the header ``fields``),
+    for :func:`append_csv_row` to fill as results come."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as f:
+        f.writelines(f"# {k}: {v}\n" for k, v in meta.items())
+        csv.writer(f, lineterminator="\n").writerow(fields)
+
+
+def append_csv_row(path: Path, row: dict, fields: list[str]) -> None:
+    """Append one row (its ``fields``) to ``path`` and close it, so that a killed run keeps it."""
+    with path.open("a", newline="") as f:
+        csv.writer(f, lineterminator="\n").writerow([f"{row[k]:.6g}" if isinstance(row[k], float) else str(row[k]) for k in fields])
+
+
 def write_results(stem: str, rows: list[dict], meta: dict, folder: str | Path = RESULTS, extra: dict | None = None) -> tuple[Path, Path]:
     """Write ``rows`` as CSV (``# key: value`` header lines first) and JSON under ``folder``
     (default bench/results/; tests pass a temporary one so the committed results stay).

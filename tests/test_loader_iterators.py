@@ -57,6 +57,31 @@ def _wait_gone(processes: list, within: float = 30.0) -> list:
         time.sleep(0.05)
 
 
+#: Two threads, each one epoch of ``loader``: ``b`` starts once ``a`` has a batch and both are alive at their
+#: second batch; ``checked_batches()`` (defined by the test's code) yields (features right, seed ids) per batch.
+TWO_THREADS = """
+first_batch, both = threading.Event(), threading.Barrier(2, timeout=60)
+results = {}
+def run(name):
+    if name == "b":
+        first_batch.wait(60)  # b's epoch starts while a's runs
+    seen = []
+    for i, (right, seeds) in enumerate(checked_batches()):
+        first_batch.set()
+        if i == 1:
+            both.wait()  # both iterators are alive here
+        assert right, name
+        seen.append(seeds)
+    results[name] = torch.sort(torch.cat(seen)).values
+threads = [threading.Thread(target=run, args=(n,)) for n in "ab"]
+[t.start() for t in threads]
+[t.join() for t in threads]
+assert sorted(results) == ["a", "b"], results
+assert all(torch.equal(v, torch.arange(N)) for v in results.values()), "each thread a whole epoch"
+print("ok", len(loader))
+"""
+
+
 def _run_child(code: str, timeout: float = 120) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=REPO, capture_output=True, text=True, encoding="utf-8", timeout=timeout)
 
@@ -143,7 +168,8 @@ def test_dgl_nested_loops_give_every_inner_epoch(dgl_setup, prefetch):
 
 def test_dgl_two_threads_each_get_a_whole_epoch():
     result = _run_child(
-        f"""
+        textwrap.dedent(
+            f"""
         import threading, torch, dgl
         from dgl_zerocopy.loading.loader import DataLoader
         gen = torch.Generator().manual_seed(0)
@@ -151,26 +177,13 @@ def test_dgl_two_threads_each_get_a_whole_epoch():
         feat = torch.randn({N}, 8, generator=gen)
         loader = DataLoader(g, torch.arange({N}), dgl.dataloading.MultiLayerFullNeighborSampler(2), features={{"feat": feat}},
                             device="cpu", batch_size={BATCH}, prefetch=2, seed=0, shuffle=True)
-        first_batch, both = threading.Event(), threading.Barrier(2, timeout=60)
-        results = {{}}
-        def run(name):
-            if name == "b":
-                first_batch.wait(60)  # b's epoch starts while a's runs
-            seen, it = [], iter(loader)
-            for i, (input_nodes, output_nodes, blocks) in enumerate(it):
-                first_batch.set()
-                if i == 1:
-                    both.wait()  # both iterators are alive here
-                assert torch.equal(blocks[0].srcdata["feat"], feat[input_nodes]), name
-                seen.append(output_nodes)
-            results[name] = torch.sort(torch.cat(seen)).values
-        threads = [threading.Thread(target=run, args=(n,)) for n in "ab"]
-        [t.start() for t in threads]
-        [t.join() for t in threads]
-        assert sorted(results) == ["a", "b"], results
-        assert all(torch.equal(v, torch.arange({N})) for v in results.values()), "each thread a whole epoch"
-        print("ok", len(loader))
+        N = {N}
+        def checked_batches():
+            for input_nodes, output_nodes, blocks in loader:
+                yield torch.equal(blocks[0].srcdata["feat"], feat[input_nodes]), output_nodes
         """
+        )
+        + TWO_THREADS
     )
     assert result.returncode == 0 and "ok 11" in result.stdout, result.stdout + result.stderr
 
@@ -342,33 +355,21 @@ def test_pyg_nested_loops_give_every_inner_epoch():
 def test_pyg_two_threads_each_get_a_whole_epoch():
     pytest.importorskip("torch_geometric")
     result = _run_child(
-        f"""
+        textwrap.dedent(
+            f"""
         import threading, torch
         from torch_geometric.data import Data
         from dgl_zerocopy.pyg import NeighborLoader
         gen = torch.Generator().manual_seed(0)
         data = Data(x=torch.randn({N}, 8, generator=gen), edge_index=torch.randint(0, {N}, (2, 6000), generator=gen))
         loader = NeighborLoader(data, num_neighbors=[3, 2], batch_size={BATCH}, prefetch=2)
-        first_batch, both = threading.Event(), threading.Barrier(2, timeout=60)
-        results = {{}}
-        def run(name):
-            if name == "b":
-                first_batch.wait(60)  # b's epoch starts while a's runs
-            seen = []
-            for i, batch in enumerate(loader):
-                first_batch.set()
-                if i == 1:
-                    both.wait()  # both iterators are alive here
-                assert torch.equal(batch.x, data.x[batch.n_id]), name
-                seen.append(batch.n_id[: batch.batch_size])
-            results[name] = torch.sort(torch.cat(seen)).values
-        threads = [threading.Thread(target=run, args=(n,)) for n in "ab"]
-        [t.start() for t in threads]
-        [t.join() for t in threads]
-        assert sorted(results) == ["a", "b"], results
-        assert all(torch.equal(v, torch.arange({N})) for v in results.values()), "each thread a whole epoch"
-        print("ok", len(loader))
+        N = {N}
+        def checked_batches():
+            for batch in loader:
+                yield torch.equal(batch.x, data.x[batch.n_id]), batch.n_id[: batch.batch_size]
         """
+        )
+        + TWO_THREADS
     )
     assert result.returncode == 0 and "ok 11" in result.stdout, result.stdout + result.stderr
 

@@ -39,7 +39,6 @@ A line per configuration on stdout says how far the sweep got.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 import time
 from collections.abc import Callable
@@ -49,7 +48,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, summarize, time_cuda_events, time_repeated, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, append_csv_row, begin_csv, command_line, machine, summarize, time_cuda_events, time_repeated, write_results  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
 GPU_METHODS = ("h2d", "zerocopy", "zerocopy-naive", "cpu", "gpu")
@@ -243,21 +242,6 @@ def time_method(
         close()
 
 
-def begin_csv(path: Path, meta: dict) -> None:
-    """Start ``path`` as :func:`common.write_results` writes it (``# key: value`` lines, then the
-    header of :data:`SUMMARY_FIELDS`), for :func:`append_csv_row` to fill as results come."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        f.writelines(f"# {k}: {v}\n" for k, v in meta.items())
-        csv.writer(f, lineterminator="\n").writerow(SUMMARY_FIELDS)
-
-
-def append_csv_row(path: Path, row: dict) -> None:
-    """Append one summary row to ``path`` and close it, so that a killed run keeps it."""
-    with path.open("a", newline="") as f:
-        csv.writer(f, lineterminator="\n").writerow([f"{row[k]:.6g}" if isinstance(row[k], float) else str(row[k]) for k in SUMMARY_FIELDS])
-
-
 def failure_text(error: BaseException) -> str:
     """``failed: Type: first line of the message`` (short enough for a table cell)."""
     lines = str(error).strip().splitlines()
@@ -326,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     }
     stem = Path(args.out) if Path(args.out).is_absolute() else RESULTS / args.out
     csv_path = stem.parent / f"{stem.name}.csv"
-    begin_csv(csv_path, meta)
+    begin_csv(csv_path, meta, SUMMARY_FIELDS)
     rng = np.random.default_rng(0)
     raw, failures, walls = [], [], {}
     started = time.perf_counter()
@@ -346,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
             walls,
         )
         row = next(r for r in rows if r["method"] == name)
-        append_csv_row(csv_path, row)
+        append_csv_row(csv_path, row, SUMMARY_FIELDS)
         done = f"{row['gbps_median']:.2f} GB/s" if row["status"] == "ok" else row["status"]
         print(f"gather: {key['dtype']} {key['dim']} cols, batch {batch}, {name}: {done} ({seconds:.1f} s)", flush=True)
 

@@ -35,7 +35,6 @@ pipeline runs (plan, check, time, write, plot) and every row and the plot say ``
 from __future__ import annotations
 
 import argparse
-import csv
 import shlex
 import sys
 import time
@@ -45,7 +44,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 import link_plan  # noqa: E402
-from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, summarize, time_cuda_events, time_repeated, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, append_csv_row, begin_csv, command_line, machine, summarize, time_cuda_events, time_repeated, write_results  # noqa: E402
 from link_devices import CpuEmulator, GpuDevice, model_metrics  # noqa: E402
 
 #: The dry run's sizes: tables and batches divided by these (56 GB -> 3.4 MB, 262,144 ids -> 1,024).
@@ -137,14 +136,14 @@ def run(args: argparse.Namespace, device, kept: list[link_plan.Cell], meta: dict
     rows: list[dict] = []
     tables: list[dict] = []
     csv_path = stem.parent / f"{stem.name}.csv"
-    _begin_csv(csv_path, meta)
+    begin_csv(csv_path, meta, FIELDS)
     started = time.perf_counter()
     out_of_time = lambda: args.time_limit and time.perf_counter() - started > args.time_limit  # noqa: E731
     big = max(c.table_gb for c in kept)
 
     def record(row: dict) -> None:
         rows.append(row)
-        _append_csv(csv_path, row)
+        append_csv_row(csv_path, row, FIELDS)
         print(f"link: {_label(row)}", flush=True)
 
     for memory, group in _grouped(link_plan.run_order(kept)):
@@ -185,19 +184,6 @@ def run(args: argparse.Namespace, device, kept: list[link_plan.Cell], meta: dict
     failed = [r for r in rows if r["status"] not in ("ok", TIME_LIMIT_STATUS)]
     print(f"link: {sum(r['status'] == 'ok' for r in rows)} cells measured, {len(failed)} failed, results in {csv_path}", flush=True)
     return 1 if failed else 0
-
-
-def _begin_csv(path: Path, meta: dict) -> None:
-    """Start ``path`` as ``common.write_results`` writes it (``# key: value`` lines, the header)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("w", newline="") as f:
-        f.writelines(f"# {k}: {v}\n" for k, v in meta.items())
-        csv.writer(f, lineterminator="\n").writerow(FIELDS)
-
-
-def _append_csv(path: Path, row: dict) -> None:
-    with path.open("a", newline="") as f:
-        csv.writer(f, lineterminator="\n").writerow([f"{row[k]:.6g}" if isinstance(row[k], float) else str(row[k]) for k in FIELDS])
 
 
 def _grouped(cells: list[link_plan.Cell]) -> list[tuple[str, list[link_plan.Cell]]]:
