@@ -105,3 +105,40 @@ def test_batches_sampled_in_worker_processes_are_read_ahead_too(setup):
         stats = store.storage_stats()
         assert stats["read_ahead_rows"] > 0 and stats["read_ahead_hits"] > 0, stats
         assert _pins(store) == 0
+
+
+@pytest.mark.parametrize("prefetch", [0, 2])
+def test_a_new_epoch_ends_an_unfinished_one_whose_reads_ahead_are_given_back(setup, prefetch):
+    """``it = iter(loader)`` each epoch, leaving each after a few batches: the old epoch is still referenced
+    when the new one starts, and its reservations must not starve the new one of host-buffer slots."""
+    graph, path, expect = setup
+    with _store(path, rows=700) as store:
+        loader = _loader(graph, store, prefetch=prefetch)
+        it = iter(loader)
+        for _epoch in range(4):
+            for _ in range(3):
+                input_nodes, _, blocks = next(it)
+                assert torch.equal(blocks[0].srcdata["feat"], torch.from_numpy(expect[input_nodes.numpy()]))
+            old, it = it, iter(loader)
+            assert old.closed and not old.worker_alive, "the unfinished epoch's worker stopped before the new one began"
+            if prefetch == 0:
+                assert _pins(store) == 0, "its reads ahead given back (the new epoch has read nothing yet)"
+            with pytest.raises(RuntimeError, match="ended by a newer iter.*read_ahead=False"):
+                next(old)
+        loader.close()
+        assert _pins(store) == 0
+
+
+def test_two_live_epochs_reading_ahead_are_an_error_never_a_short_epoch(setup):
+    graph, path, _ = setup
+    with _store(path) as store:
+        loader = _loader(graph, store)
+        with pytest.raises(RuntimeError, match="serves one epoch at a time"):
+            for _pair in zip(loader, loader):
+                pass
+        loader.close()
+        assert _pins(store) == 0
+        with _store(path) as other:  # read_ahead=False: each iter() is an epoch of its own
+            free = _loader(graph, other, read_ahead=False)
+            assert sum(1 for _ in zip(free, free)) == len(free)
+            free.close()

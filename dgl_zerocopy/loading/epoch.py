@@ -43,6 +43,7 @@ class EpochIterator:
         self._ring = ring
         self._held: Slot | None = None
         self._closed = False  # closed: by its end, an error, close() (it writes the ring no more)
+        self._superseded = False  # ended by a newer epoch of a loader that reads ahead (see supersede())
         # Freed without close() (a `break`): the ring goes back; the worker's own finalizer stops it.
         self._give_back = weakref.finalize(self, pool.give_back, ring)
         tasks = _with_ring(tasks, ring)
@@ -61,6 +62,12 @@ class EpochIterator:
     def __next__(self):
         loader = self._loader
         if self._closed:
+            if self._superseded:
+                raise RuntimeError(
+                    "this epoch was ended by a newer iter(loader): a loader that reads features ahead from storage "
+                    "serves one epoch at a time, since each epoch's reads ahead reserve slots of the store's one host "
+                    "buffer; finish or leave one epoch before starting the next, or pass read_ahead=False"
+                )
             raise StopIteration
         # Release the slot of the previous batch before taking the next one: the worker may reuse
         # it as soon as the queue has room (on CUDA, only after the work queued so far finishes).
@@ -97,6 +104,15 @@ class EpochIterator:
         close_iterator(self._tasks)
         self._release_held()
         self._give_back()
+
+    def supersede(self) -> None:
+        """End this epoch for a newer one (the loader reads ahead from storage): :meth:`close`, then wait
+        until the worker has stopped, its reservations in the host buffer released; the next
+        :func:`next` raises RuntimeError saying why."""
+        ring = self._ring
+        self._superseded = True
+        self.close()
+        ring.stop_writer("the prefetch worker of the epoch a newer one ends")
 
     @property
     def closed(self) -> bool:

@@ -105,7 +105,10 @@ class DataLoader:
     FeatureStores the loader makes), ``read_ahead`` (default True: for stores whose rows stay in
     their file, ``FeatureStore(path, host_cache_bytes=N)``, each batch is sampled ``max(1,
     prefetch)`` batches before its gather and its rows are read from storage meanwhile, reserved
-    in the host buffer until that gather; docs/storage.md).
+    in the host buffer until that gather; docs/storage.md). Such a loader serves one epoch at a time:
+    a new ``iter()`` ends an unfinished epoch, whose next ``next()`` raises RuntimeError (two live
+    epochs would starve each other of host-buffer slots); every other loader gives each ``iter()``
+    an epoch of its own.
 
     ``use_uva=True`` samples on the GPU (:mod:`.gpu_sampling`: DGL's ``NeighborSampler``, or our
     ``SnapshotSampler`` with its snapshot in device memory, on a homogeneous graph; RuntimeError
@@ -277,6 +280,12 @@ class DataLoader:
         # ring's previous worker may still be in its last step (close() does not wait for ever):
         # this one starts after it has stopped. Then every slot is released after the work the
         # consumer has queued so far (an epoch left by `break` released nothing).
+        if self._reads_ahead():
+            # Live epochs would share the store's one host buffer, each reserving slots for the batches it
+            # sampled ahead, and starve each other (a gather then finds the buffer full): one at a time.
+            for iterator in list(self._live):
+                if not iterator.closed:
+                    iterator.supersede()
         ring = self._rings.take()
         try:
             ring.begin_epoch()
@@ -305,13 +314,17 @@ class DataLoader:
             # generator: drawing it too leaves torch's random stream where DGL's loader leaves it.
             torch.empty((), dtype=torch.int64).random_(generator=self._worker_kwargs.get("generator"))
             tasks = self._seed_batches(positions)
-        if self.read_ahead and self._device_sampling is None and self._sources.on_storage():
+        if self._reads_ahead():
             tasks = self._read_ahead(tasks)
         iterator = EpochIterator(self, tasks, self._rings, ring)
         self._live.add(iterator)
         if shared_processes:
             self._workers_user = (weakref.ref(iterator), iterator.thread)
         return iterator
+
+    def _reads_ahead(self) -> bool:
+        """Whether an epoch reads its batches' rows ahead from storage (``read_ahead``, a store on storage)."""
+        return self.read_ahead and self._device_sampling is None and self._sources.on_storage()
 
     def _seed_batches(self, positions: torch.Tensor) -> Iterator:
         """(index, _Seeds) of the epoch, made on the thread that samples."""
