@@ -229,14 +229,14 @@ def test_a_read_only_folder_records_its_verdict_in_the_cache(tmp_path, passes, m
     for name in ("indptr.npy", "indices.npy"):
         _old(out / name)  # changed since the generator's record (which stays): checked, and recorded in the cache
     monkeypatch.setenv("DGL_ZEROCOPY_CACHE", str(tmp_path / "cache"))
-    real = disk_check._write_atomic
+    real = disk_check.write_json_atomic
 
     def read_only(target, record):  # the folder refuses writes, as a read-only mount would (the tests run as root)
         if target.parent == out:
             raise PermissionError(13, "Read-only file system", str(target))
         real(target, record)
 
-    monkeypatch.setattr(disk_check, "_write_atomic", read_only)
+    monkeypatch.setattr(disk_check, "write_json_atomic", read_only)
     before = passes[0]
     open_disk_graph(out)
     assert len(list((tmp_path / "cache" / "graph-checks").iterdir())) == 1

@@ -38,14 +38,13 @@ import hashlib
 import json
 import logging
 import os
-import tempfile
 import time
 import weakref
 from pathlib import Path
 
 import numpy as np
 
-from ..store.cache_files import RACY_NS, _stamp, partial_prefix  # the caches' stamp of a file (size, mtime_ns, inode)
+from ..store.cache_files import RACY_NS, file_stamp, write_json_atomic
 from ..store.host_files import mapped_file
 from ..store.mapped_file import MappedFile
 from ..store.storage.direct_reader import StorageChangedError
@@ -94,7 +93,7 @@ class CscFiles:
         out = {}
         for name in CSC_FILES:
             st = self.files[name].stat() if name in self.files else None
-            out[name] = _stamp(st if st is not None else os.stat(self.folder / f"{name}.npy"))
+            out[name] = file_stamp(st if st is not None else os.stat(self.folder / f"{name}.npy"))
         return out
 
     def check(self) -> None:
@@ -106,10 +105,10 @@ class CscFiles:
         for name, mapped in self.files.items():
             mapped.check()
             st = mapped.stat()
-            if self.checked is not None and st is not None and _stamp(st) != self.checked[name]:
+            if self.checked is not None and st is not None and file_stamp(st) != self.checked[name]:
                 raise StorageChangedError(
                     f"the graph file {str(mapped.path)!r} was written to after it was checked (size, modification time or inode "
-                    f"{_stamp(st)}, checked at {self.checked[name]}), while a DiskGraph maps it: its ids may no longer lie in the "
+                    f"{file_stamp(st)}, checked at {self.checked[name]}), while a DiskGraph maps it: its ids may no longer lie in the "
                     f"graph, so sampling stops: open the graph again (it is checked again), or {_FIX}"
                 )
 
@@ -181,12 +180,12 @@ def record_generated(folder: Path, meta: dict) -> None:
     arrays = {name: np.load(folder / f"{name}.npy", mmap_mode="r") for name in CSC_FILES}
     check_files(folder, meta, arrays["indptr"], arrays["indices"])
     stamps = file_stamps(folder)
-    _write_atomic(folder / RECORD, _record(meta, stamps))
+    write_json_atomic(folder / RECORD, _record(meta, stamps))
 
 
 def file_stamps(folder: Path) -> dict[str, list[int]]:
     """The stamp (size, modification time in ns, inode) of each CSC file in ``folder``, by its path."""
-    return {name: _stamp(os.stat(Path(folder) / f"{name}.npy")) for name in CSC_FILES}
+    return {name: file_stamp(os.stat(Path(folder) / f"{name}.npy")) for name in CSC_FILES}
 
 
 def record_verdict(folder: Path, meta: dict, stamps: dict[str, list[int]]) -> Path | None:
@@ -196,7 +195,7 @@ def record_verdict(folder: Path, meta: dict, stamps: dict[str, list[int]]) -> Pa
     for target in (folder / RECORD, _cache_record(folder)):
         try:
             target.parent.mkdir(parents=True, exist_ok=True)
-            _write_atomic(target, {**record, "folder": str(folder.resolve())} if target.parent != folder else record)
+            write_json_atomic(target, {**record, "folder": str(folder.resolve())} if target.parent != folder else record)
             return target
         except OSError:
             continue
@@ -237,14 +236,3 @@ def _cache_record(folder: Path) -> Path:
 
     key = hashlib.blake2b(str(folder.resolve()).encode(), digest_size=8).hexdigest()
     return cache_dir() / "graph-checks" / f"{key}.json"
-
-
-def _write_atomic(target: Path, record: dict) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=partial_prefix(target.name), dir=target.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(json.dumps(record, indent=1) + "\n")
-        os.replace(tmp, target)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise

@@ -46,36 +46,36 @@ def hop_sampler(graph: DiskGraph, **options: Any) -> DiskHopSampler:
     return DiskHopSampler(graph, **options)
 
 
+class _CheckedTensor:
+    """A tensor attribute of :class:`DiskSamplingGraph` whose every read checks the graph's files first."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self._slot = f"_{name}"
+
+    def __get__(self, graph: Any, owner: type | None = None) -> Any:
+        if graph is None:
+            return self
+        if graph._guarded:
+            graph.graph.check_files()
+        return getattr(graph, self._slot)
+
+    def __set__(self, graph: Any, value: torch.Tensor) -> None:
+        setattr(graph, self._slot, value)
+
+
 class DiskSamplingGraph(SamplingGraph):
     """A :class:`SamplingGraph` over a :class:`DiskGraph`'s files whose ``indptr``/``indices`` check the files
     (:meth:`DiskGraph.check_files`) each time a sampler takes them, so before each layer's reads (not where
     the CSC was copied to the device: the files are not read again)."""
+
+    indptr = _CheckedTensor()
+    indices = _CheckedTensor()
 
     def __init__(self, graph: DiskGraph, *args: Any, **kwargs: Any) -> None:
         self.graph = graph
         self._guarded = False  # the base class sets indptr/indices: no file read before that
         super().__init__(*args, checked=graph.checked, **kwargs)
         self._guarded = self.placement != "device"  # a device copy reads the files no more
-
-    @property
-    def indptr(self) -> torch.Tensor:
-        if self._guarded:
-            self.graph.check_files()
-        return self._indptr
-
-    @indptr.setter
-    def indptr(self, value: torch.Tensor) -> None:
-        self._indptr = value
-
-    @property
-    def indices(self) -> torch.Tensor:
-        if self._guarded:
-            self.graph.check_files()
-        return self._indices
-
-    @indices.setter
-    def indices(self, value: torch.Tensor) -> None:
-        self._indices = value
 
 
 def sampling_graph(graph: DiskGraph, placement: str = "host", device: Any = None) -> SamplingGraph:

@@ -100,11 +100,11 @@ def check_digests(folder: Path, manifest: Path | None = None) -> None:
             raise DamagedFile(path, "missing") from None
         if before.st_size != entry["size"]:
             raise DamagedFile(path, f"{before.st_size:,} bytes, {entry['size']:,} when it was written")
-        if entry.get("checked") == _stamp(before):
+        if entry.get("checked") == file_stamp(before):
             continue  # unchanged since it was last hashed whole
         started = time.time_ns()
         digest = file_digest(path)
-        if _stamp(os.stat(path)) != _stamp(before):
+        if file_stamp(os.stat(path)) != file_stamp(before):
             raise DamagedFile(path, "written to while its digest was checked")
         if digest != entry["digest"]:
             raise DamagedFile(path, f"its bytes are not those written: their {HASH} digest differs from the one {manifest.name} recorded")
@@ -118,14 +118,15 @@ def check_digests(folder: Path, manifest: Path | None = None) -> None:
             pass  # a read-only cache: hashed again at its next open
 
 
-def _stamp(stat: os.stat_result) -> list[int]:
+def file_stamp(stat: os.stat_result) -> list[int]:
+    """A file's stamp, what a recorded verdict about it holds for: ``[size, mtime_ns, inode]``."""
     return [stat.st_size, stat.st_mtime_ns, stat.st_ino]
 
 
 def _trusted_stamp(stat: os.stat_result, hashed_from_ns: int) -> list[int] | None:
     """The stamp to record for a file hashed from ``hashed_from_ns`` on, or None when it was last
     written so recently that a later write could keep its modification time."""
-    return _stamp(stat) if hashed_from_ns - stat.st_mtime_ns > RACY_NS else None
+    return file_stamp(stat) if hashed_from_ns - stat.st_mtime_ns > RACY_NS else None
 
 
 def _read_manifest(manifest: Path) -> dict:
@@ -146,12 +147,18 @@ def _read_manifest(manifest: Path) -> dict:
 
 
 def _write_manifest(manifest: Path, files: dict) -> None:
-    text = json.dumps({"format": _FORMAT, "hash": HASH, "files": files}, indent=1) + "\n"
-    fd, tmp = tempfile.mkstemp(prefix=partial_prefix(manifest.name), dir=manifest.parent)
+    write_json_atomic(manifest, {"format": _FORMAT, "hash": HASH, "files": files})
+
+
+def write_json_atomic(target: Path, data: dict) -> None:
+    """Write ``data`` as JSON to ``target`` whole or not at all: into a partial file beside it
+    (:func:`partial_prefix`), then renamed over it."""
+    text = json.dumps(data, indent=1) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=partial_prefix(target.name), dir=target.parent)
     try:
         with os.fdopen(fd, "w") as f:
             f.write(text)
-        os.replace(tmp, manifest)
+        os.replace(tmp, target)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
