@@ -62,8 +62,8 @@ format: $(STAMP)
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-# `make gpu-check` on a lent GPU machine checks the whole GPU path: the default pass in at most 300 s (twice in one
-# 15-minute lease), `GPU_CHECK_ARGS=--full` the whole benchmark set in 540 s (docs/gpu.md).
+# `make gpu-check` on a GPU machine checks the whole GPU path: the default pass in at most 300 s,
+# `GPU_CHECK_ARGS=--full` the whole benchmark set in 540 s (docs/gpu.md).
 # It is `python3 bench/gpu_check.py` with the image's own python3, torch and CuPy, never the venv
 # above (its torch would replace the image's); the script installs the wheels of .whl/ offline
 # into /tmp/dgl-zerocopy-site and finds the checkout itself. Without CUDA, make stops with the

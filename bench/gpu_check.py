@@ -1,7 +1,7 @@
 """``make gpu-check`` and ``python3 bench/gpu_check.py``: the whole GPU path checked in one command.
 
 The check lives in bench/gpu_check/ (gpu_check_main.py says what it runs, docs/gpu.md how to run it
-on a lent GPU); this file only puts that folder on the path and runs it, so that the command is the
+on a GPU machine); this file only puts that folder on the path and runs it, so that the command is the
 one the Makefile and the docs show.
 """
 
