@@ -125,3 +125,24 @@ def test_the_readme_counts_no_tests_that_go_stale():
     tiers = readme[readme.index("`make test` (") : readme.index("`make lint`")]
     assert not re.search(r"\d[\d,]* tests", tiers), tiers
     assert "--collect-only -q | tail -1" in tiers
+
+
+def test_the_docs_extra_builds_the_api_reference():
+    """``make docs`` renders the docstrings with Sphinx: the docs extra declares it, ``make install`` installs
+    that extra, both stacks pin it, and the build treats a warning as an error (CI runs it)."""
+    import re
+    import tomllib
+
+    project = tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))["project"]
+    docs = project["optional-dependencies"]["docs"]
+    assert any(re.match(r"sphinx\b", req, re.IGNORECASE) for req in docs), docs
+    makefile = (REPO / "Makefile").read_text(encoding="utf-8")
+    assert re.search(r'PIP_INSTALL\) -e "\.\[[^]]*\bdocs\b', makefile), "make install leaves out the docs extra"
+    build = re.search(r"^docs: .*\n\t(.*)$", makefile, re.MULTILINE)
+    assert build and "sphinx-build" in build.group(1) and "-W" in build.group(1).split(), build
+    for stack in ("newest", "oldest"):
+        pins = (REPO / "constraints" / f"{stack}.txt").read_text(encoding="utf-8").lower()
+        assert re.search(r"^sphinx==", pins, re.MULTILINE), f"constraints/{stack}.txt pins no Sphinx"
+    conf = (REPO / "docs" / "conf.py").read_text(encoding="utf-8")
+    assert '"sphinx.ext.autodoc"' in conf and '"sphinx.ext.napoleon"' in conf
+    assert "make docs" in (REPO / ".ci" / "run").read_text(encoding="utf-8")

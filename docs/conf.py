@@ -1,0 +1,44 @@
+"""Sphinx configuration of the API reference: ``make docs`` builds it into build/docs/ (warnings are errors).
+
+The pages are the .rst files here (index.rst, reference/); the guides beside them stay Markdown, read as they
+are on the repository's site, and are not part of this build. Each reference page renders the docstrings
+(autodoc, with napoleon for the Args / Returns / Raises sections), importing the installed package.
+"""
+
+import os
+import sys
+import warnings
+
+# The checkout's package, also when Sphinx runs from an environment where it is not installed editable.
+sys.path.insert(0, os.path.abspath(".."))
+
+project = "dgl-zerocopy"
+author = "dgl-zerocopy authors"
+copyright = "dgl-zerocopy authors"
+version = release = "0.1.0"
+
+# cli_help (docs/_ext/cli_help.py): the ``cli-help`` directive, each command's --help as the parser prints it.
+sys.path.insert(0, os.path.abspath("_ext"))
+extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode", "cli_help"]
+
+# Importing the package imports torch, whose own modules warn about their own deprecations: not ours to fix here.
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\..*")
+
+# The guides (*.md) are read on the repository, not built here; reference pages only.
+source_suffix = {".rst": "restructuredtext"}
+exclude_patterns = ["_build"]
+root_doc = "index"
+
+# Every documented name carries a role; a role naming something outside this reference (torch.Tensor,
+# DGL's classes) has no target to link to, and Sphinx reports unresolved roles only when nitpicky is on.
+nitpicky = False
+autodoc_default_options = {"members": True, "show-inheritance": True}
+autodoc_member_order = "bysource"
+autodoc_typehints = "description"
+autodoc_class_signature = "separated"
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+napoleon_use_rtype = False
+
+html_theme = "alabaster"
+html_title = "dgl-zerocopy API reference"
