@@ -537,7 +537,8 @@ def test_feature_tables_route_through_our_store_by_default():
     loader = NeighborLoader(data, [3], batch_size=8)
     assert set(loader.route.node) == {(None, "x")} and set(loader.route.edge) == {(None, "edge_attr")}
     assert all(isinstance(s, TableStore) for s in [*loader.route.node.values(), *loader.route.edge.values()])
-    assert "x" not in loader.data and "x" in data, "the user's data keeps its tables"
+    assert loader.data is data and "x" in loader.data, "loader.data is the user's data, tables and all, as in PyG"
+    assert loader.route.node[(None, "x")]._table.data_ptr() == data.x.data_ptr(), "the store serves the data's own memory"
     batch = one_batch(loader)
     check_homogeneous(data, batch, torch.arange(8))
     assert "num_nodes" not in batch._store, "no num_nodes the in-memory batch would not have"
@@ -584,20 +585,21 @@ def test_hetero_features_by_type():
 
 
 def test_the_gpu_routes_edge_index_handling_on_the_cpu():
-    """On a GPU the shell loses its edge_index (the batch's is stacked from the sampler's row/col): PyG must
-    still tell edge attributes from node attributes (``w``, 1-D, sliced by e_id), homogeneous and hetero."""
+    """On a GPU the shell's edge_index is a placeholder on the device (PyG stacks the batch's there, from the
+    sampler's row/col): PyG must still tell edge attributes from node attributes (``w``, 1-D, sliced by e_id),
+    homogeneous and hetero. The placeholder is made on the loader's device, the CPU here."""
     data = make_data()
     loader = NeighborLoader(data, [3, 2], batch_size=8, features=False)
-    loader.device = torch.device("cuda")  # what _edge_index_on_device reads; nothing here runs on CUDA
-    loader._edge_index_on_device()
-    assert "edge_index" not in loader.data
+    loader._own_edge_index = True  # what a CUDA device sets; nothing here runs on CUDA
+    shell, _ = loader.route.view(data, loader.device)
+    assert shell.edge_index.shape == data.edge_index.shape and shell.edge_index.stride() == (0, 0), "a placeholder, no memory"
+    assert loader.data.edge_index is data.edge_index, "the user's data keeps its edge_index"
     check_homogeneous(data, one_batch(loader), torch.arange(8))
     h = make_hetero()
     et = ("author", "writes", "paper")
     h[et].weight = torch.rand(h[et].num_edges)
     loader = NeighborLoader(h, [3, 2], input_nodes=("paper", torch.arange(8)), batch_size=8)
-    loader.device = torch.device("cuda")
-    loader._edge_index_on_device()
+    loader._own_edge_index = True
     batch = one_batch(loader)
     check_hetero(h, batch, "paper", torch.arange(8))
     assert torch.equal(batch[et].weight, h[et].weight[batch[et].e_id])

@@ -12,6 +12,18 @@ Routed by default: every node- or edge-level attribute that is a 2-D floating-po
 tensor, an array, a ``.npy`` path or a built :class:`dgl_zerocopy.FeatureStore`; ``features=False``
 routes nothing (PyG slices everything).
 
+The loader keeps the user's data as ``loader.data``, features and all (PyG's code reads ``loader.data.x``);
+our stores are built over those same tensors, never a second copy. Each batch follows the data as PyG's does
+(:meth:`FeatureRoute.view`): a table routed by default is gathered by our store while the data still holds
+that very tensor; set a new one (``data.x = new``) and PyG slices the new one, as with PyG's loader (one
+warning says our store no longer serves it); delete it and the batch has none. A table given in ``features=``
+is always ours.
+
+For worker processes started by ``spawn`` or ``forkserver`` (:func:`shareable`), a table in private memory
+is moved into shared memory in place before its store is made (what torch does to any tensor it sends to a
+worker), a table that maps a file is reopened from the file, and a table whose memory torch does not own (a
+NumPy array's) is copied into shared memory once, with one warning naming its size.
+
 A tensor that requires grad (a learnt embedding, ``torch.nn.Parameter``) is left to PyG, which slices it
 with its autograd graph, as without us; our stores gather copies. Every routed table is checked, when the
 loader is built, to have one row per node (or edge) of its type (:meth:`FeatureRoute.check_rows`).
@@ -20,14 +32,18 @@ loader is built, to have one row per node (or edge) of its type (:meth:`FeatureR
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+import numpy as np
 import torch
 from torch_geometric.data import Data, HeteroData
 
 from ..store.feature_store import FeatureStore as TableStore
+from ..store.host_files import mapped_file
+from ..store.table_input import human_size
 
 
 @dataclass
@@ -40,21 +56,62 @@ class FeatureRoute:
     device: torch.device = torch.device("cpu")
     #: ids of the stores this route built (the others were passed in built, and their owner closes them)
     owned: set[int] = field(default_factory=set)
+    #: the data's tensor each table routed by default was built from (a table given in features= has none: always ours)
+    sources: dict[tuple[Hashable, str], torch.Tensor] = field(default_factory=dict)
+    #: tables the data no longer holds as built, already warned about
+    warned: set[tuple[Hashable, str]] = field(default_factory=set)
 
     def __bool__(self) -> bool:
         return bool(self.node or self.edge)
 
-    def attach(self, batch: Any, nodes: Any, edges: Any) -> None:
+    def attach(self, batch: Any, nodes: Any, edges: Any, ours: set | None = None) -> None:
         """Add each table's rows to ``batch``: ``nodes``/``edges`` are the batch's ``n_id``/``e_id`` (a tensor,
-        or a dict by type for ``HeteroData``)."""
+        or a dict by type for ``HeteroData``); ``ours``: the keys to gather (from :meth:`view`; None: all)."""
         for (group, name), store in self.node.items():
             ids = nodes if group is None else nodes.get(group)
-            if ids is not None:
+            if ids is not None and (ours is None or (group, name) in ours):
                 _target(batch, group)[name] = gather(store, ids)
         for (group, name), store in self.edge.items():
             ids = edges if group is None else (edges or {}).get(group)
-            if ids is not None:
+            if ids is not None and (ours is None or (group, name) in ours):
                 _target(batch, group)[name] = gather(store, ids)
+
+    def view(self, data: Any, edge_index_device: torch.device | None = None) -> tuple[Any, set]:
+        """``(shell, ours)``: a shallow copy of ``data`` for PyG to slice, without the tables our stores serve
+        now (``ours``): every table given in ``features=``, and each table routed by default that ``data``
+        still holds as the very tensor its store was built from (module docstring). With
+        ``edge_index_device``, each ``edge_index`` of the shell is a placeholder of its shape there (no
+        memory: stride 0), so that PyG stacks the batch's ``row``/``col`` where the sampler left them."""
+        shell = copy.copy(data)
+        ours = set()
+        for level, tables in (("node", self.node), ("edge", self.edge)):
+            for key in tables:
+                group, name = key
+                held, shell_store = _held_value(data, group, name), _store_of(shell, group)
+                source = self.sources.get(key)
+                if source is None or held is source:
+                    ours.add(key)
+                    if held is not None:
+                        if level == "node" and "num_nodes" not in shell_store:
+                            shell_store.num_nodes = _store_of(data, group).num_nodes  # PyG counts nodes by their features otherwise
+                        del shell_store[name]
+                elif held is not None and key not in self.warned:
+                    self.warned.add(key)
+                    warnings.warn(
+                        f"{_name(key)} was replaced after the loader was built: PyG slices the new tensor for each batch, as PyG's "
+                        "loader does, and our store no longer serves it; build a new loader to gather it with our store",
+                        stacklevel=4,
+                    )
+        if edge_index_device is not None:
+            for store in shell.edge_stores:
+                if "edge_index" in store:
+                    store.edge_index = torch.zeros((), dtype=torch.long, device=edge_index_device).expand(*store.edge_index.shape)
+        return shell, ours
+
+    def fixed(self, ours: set) -> FeatureRoute:
+        """This route serving ``ours`` only, with no tie to the data's tensors: what a worker process is
+        sent, beside the shell of :meth:`view` (the tensors stay in this process)."""
+        return FeatureRoute(node={k: v for k, v in self.node.items() if k in ours}, edge={k: v for k, v in self.edge.items() if k in ours}, device=self.device)
 
     def check_rows(self, num_nodes: int | Mapping[Any, int], num_edges: int | Mapping[Any, int]) -> None:
         """Refuse a table whose row count is not its type's node (or edge) count: ``num_nodes`` and
@@ -92,38 +149,89 @@ def gather(store: TableStore, ids: torch.Tensor) -> torch.Tensor:
     return out
 
 
-def route_features(data: Any, features: Any, device: torch.device) -> tuple[Any, FeatureRoute]:
-    """``(shell, route)``: what PyG is given in place of ``data``, and the tables our stores gather
-    (module docstring). ``data`` that is neither ``Data`` nor ``HeteroData`` (a ``(FeatureStore,
-    GraphStore)`` pair) is returned as it is, with an empty route."""
+def route_features(data: Any, features: Any, device: torch.device, *, share: bool = False) -> FeatureRoute:
+    """The tables our stores gather for ``data`` (module docstring), each store built over the data's own
+    tensor; ``share``: worker processes will be started by ``spawn`` or ``forkserver`` (:func:`shareable`).
+    ``data`` that is neither ``Data`` nor ``HeteroData`` (a ``(FeatureStore, GraphStore)`` pair) gives an
+    empty route."""
     route = FeatureRoute(device=device)
-    if not isinstance(data, (Data, HeteroData)):
-        return data, route
-    shell = copy.copy(data)  # never the user's object: a GPU loader takes edge_index out of it
-    if features is False:
-        return shell, route
+    if not isinstance(data, (Data, HeteroData)) or features is False:
+        return route
     given = dict(features or {})
     if isinstance(data, Data):
-        stores = [(None, data._store, shell._store)]
+        stores = [(None, data._store)]
     else:
-        stores = [(store._key, store, shell[store._key]) for store in data.stores if store._key is not None]
-    for group, store, shell_store in stores:
+        stores = [(store._key, store) for store in data.stores if store._key is not None]
+    for group, store in stores:
         for name, value in list(store.items()):
             key = name if group is None else (group, name)
             table = given.pop(key, None)
             if table is None and not _is_feature_table(store, name, value):
                 continue
-            table = value if table is None else table
+            default = table is None
+            table = value if default else table
             level = "node" if (group is None and store.is_node_attr(name)) or (group is not None and isinstance(group, str)) else "edge"
-            getattr(route, level)[(group, name)] = route.take(table, key)
-            if level == "node" and "num_nodes" not in shell_store:
-                shell_store.num_nodes = store.num_nodes  # PyG counts nodes by their features otherwise
-            del shell_store[name]
+            getattr(route, level)[(group, name)] = route.take(shareable(table, key) if share else table, key)
+            if default:
+                route.sources[(group, name)] = value
     for key, table in given.items():  # tables the data does not hold
         group, name = (None, key) if isinstance(data, Data) else _split_key(key)
         level = "node" if group is None or isinstance(group, str) else "edge"
-        getattr(route, level)[(group, name)] = route.take(table, key)
-    return shell, route
+        getattr(route, level)[(group, name)] = route.take(shareable(table, key) if share else table, key)
+    return route
+
+
+def shareable(table: Any, key: Any) -> Any:
+    """``table`` ready to be sent to a worker process without a copy per worker: a CPU tensor in private
+    memory is moved into shared memory in place (``share_memory_()``: the tensor, ``data.x`` itself, then
+    lives there), one that views a mapped file is reopened from the file (a ``np.memmap``), and one whose
+    memory torch does not own (from ``torch.from_numpy``) is copied into shared memory, with one warning
+    naming its size; so is a NumPy array in private memory. Anything else (a path, a built store, a shared
+    tensor, a memory map) is returned as it is."""
+    if isinstance(table, np.ndarray) and mapped_file(table) is None and table.flags.writeable:
+        table = torch.from_numpy(np.ascontiguousarray(table))
+    if not isinstance(table, torch.Tensor) or table.device.type != "cpu" or table.is_shared() or table.requires_grad:
+        return table
+    mapped = file_behind(table)
+    if mapped is not None:
+        return mapped
+    if not table.untyped_storage().resizable():
+        warnings.warn(
+            f"the table {key!r} is in memory that torch does not own (a NumPy array's): it is copied once into shared memory "
+            f"({human_size(table.untyped_storage().nbytes())}) for the worker processes; build it with torch, or pass a .npy "
+            "path or a NumPy memory map, to avoid the copy",
+            stacklevel=5,
+        )
+    return table.share_memory_()
+
+
+def file_behind(table: torch.Tensor) -> np.memmap | None:
+    """A read-only ``np.memmap`` over the same file bytes as ``table`` when ``table`` views a file mapped
+    into this process (``torch.from_numpy(np.load(path, mmap_mode="r"))``), found in ``/proc/self/maps``;
+    None for anonymous or shared memory, or where that file cannot be read."""
+    start = table.data_ptr()
+    nbytes = table.numel() * table.element_size()
+    try:
+        with open("/proc/self/maps") as maps:
+            lines = maps.readlines()
+    except OSError:
+        return None
+    for line in lines:
+        parts = line.split(maxsplit=5)
+        low, high = (int(part, 16) for part in parts[0].split("-"))
+        if low <= start < high:
+            path = parts[5].strip() if len(parts) == 6 else ""
+            if not path.startswith("/") or path.startswith("/dev/") or path.endswith("(deleted)") or start + nbytes > high:
+                return None
+            offset = int(parts[2], 16) + start - low
+            try:
+                return np.memmap(path, dtype=_NUMPY_DTYPES[table.dtype], mode="r", offset=offset, shape=tuple(table.shape))
+            except (OSError, ValueError, KeyError):
+                return None
+    return None
+
+
+_NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.float16: np.float16, torch.int8: np.int8, torch.uint8: np.uint8}
 
 
 def as_store(table: Any, device: torch.device, key: Any) -> TableStore:
@@ -172,6 +280,23 @@ def _split_key(key: Any) -> tuple[Any, str]:
 
 def _target(batch: Any, group: Any) -> Any:
     return batch if group is None else batch[group]
+
+
+def _store_of(data: Any, group: Any) -> Any:
+    """The storage of ``group`` in ``data`` (None when a ``HeteroData`` has no such type), never adding one."""
+    if group is None:
+        return data._store
+    return data._node_store_dict.get(group) if isinstance(group, str) else data._edge_store_dict.get(group)
+
+
+def _held_value(data: Any, group: Any, name: str) -> Any:
+    store = _store_of(data, group)
+    return None if store is None else store.get(name)
+
+
+def _name(key: tuple[Hashable, str]) -> str:
+    group, name = key
+    return f"data.{name}" if group is None else f"data[{group!r}].{name}"
 
 
 def node_and_edge_ids(batch: Any) -> tuple[Any, Any]:

@@ -20,15 +20,20 @@ and gather there), ``graph_placement`` (``"pinned"``/``"device"``: where the GPU
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import itertools
+import multiprocessing
+import threading
 from collections.abc import Iterator
 from typing import Any
 
 import torch
-from torch_geometric.data import Data, HeteroData
+from torch_geometric.data import Data, GraphStore, HeteroData
+from torch_geometric.data import FeatureStore as TorchFeatureStore
 from torch_geometric.loader import LinkNeighborLoader as PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as PygNeighborLoader
+from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 
 from ..loading.prefetch import Prefetcher
 from ..loading.ring import RingPool, SlotRing
@@ -40,36 +45,62 @@ from .stores import FeatureStore
 
 
 class _OurRoute:
-    """What both loaders add to PyG's: the feature route, the device, the prefetching iterator."""
+    """What both loaders add to PyG's: the feature route, the device, the prefetching iterator.
+
+    ``loader.data`` is the ``Data``/``HeteroData`` the user passed in, features and all, as in PyG. PyG's
+    ``filter_fn`` slices ``self.data``; while it runs for a batch, ``self.data`` on that thread is the
+    route's shell of the data instead (:meth:`FeatureRoute.view`: without the tables our stores gather), so
+    that PyG slices the rest and never the tables."""
 
     route: FeatureRoute
     device: torch.device
     prefetch: int
     _rings: RingPool
+    _data: Data | HeteroData | tuple[TorchFeatureStore, GraphStore]
 
-    def _take_over(self, data: Any, device: Any, features: Any, prefetch: int | None) -> Any:
+    @property
+    def data(self) -> Data | HeteroData | tuple[TorchFeatureStore, GraphStore]:
+        if getattr(_FILTERING, "loader", None) is self:
+            return _FILTERING.shell
+        return self._data
+
+    @data.setter
+    def data(self, data: Data | HeteroData | tuple[TorchFeatureStore, GraphStore]) -> None:
+        self._data = data
+
+    def _take_over(self, data: Any, device: Any, features: Any, prefetch: int | None, kwargs: dict) -> None:
         check_mapping(features)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(f"device={device!r} but CUDA is not available here; pass device=None to sample and gather on the CPU")
         if prefetch is None:
             prefetch = 1 if self.device.type == "cuda" else 0
-        if not isinstance(prefetch, int) or prefetch < 0:
+        if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, but got {prefetch!r}")
         self.prefetch = prefetch
         # A ring per live prefetching iterator, made on its first use (none without prefetching).
         self._rings = RingPool(functools.partial(SlotRing, self.device, prefetch))
-        shell, self.route = route_features(data, features, self.device)
+        self.route = route_features(data, features, self.device, share=workers_are_sent_data(kwargs))
         self._had_num_nodes = _explicit_num_nodes(data)
-        return shell
 
     def _after_pyg_init(self) -> None:
-        """After PyG's constructor (which may read the shell's ``edge_index``): the user's ``transform``
-        runs in our :meth:`filter_fn`, after the features are attached (PyG's would run it on a batch
-        without them)."""
+        """After PyG's constructor: the user's ``transform`` runs in our :meth:`filter_fn`, after the
+        features are attached (PyG's would run it on a batch without them)."""
         self._transform, self.transform = self.transform, None
         self._check_table_rows()
-        self._edge_index_on_device()
+        # On a GPU, PyG stacks the batch's edge_index where the sampler left row/col (the shell's edge_index
+        # is a placeholder there), never on the host.
+        self._own_edge_index = self.device.type == "cuda" and isinstance(self._data, (Data, HeteroData))
+
+    def __getstate__(self) -> dict:
+        """What a worker process started by ``spawn``/``forkserver`` is sent: the data's shell and the route
+        of the tables served now (the tables themselves travel as our stores do: by reference to shared
+        memory or their file, never copied); PyG's loader sends all of ``data``."""
+        state = self.__dict__.copy()
+        if self.route and isinstance(self._data, (Data, HeteroData)):
+            shell, ours = self.route.view(self._data)
+            state["_data"], state["route"] = shell, self.route.fixed(ours)
+        return state
 
     def _check_table_rows(self) -> None:
         """Every table we gather has one row per node (or edge) of its type, checked now rather than
@@ -85,31 +116,17 @@ class _OurRoute:
         if isinstance(self.data, tuple) and isinstance(self.data[0], FeatureStore):
             self.data[0].check_rows(sampler.num_nodes, num_edges)
 
-    def _edge_index_on_device(self) -> None:
-        """On a GPU, the batch's ``edge_index`` is stacked where the sampler left ``row``/``col``: the shell
-        keeps none for PyG to copy to the host."""
-        self._own_edge_index = self.device.type == "cuda" and isinstance(self.data, (Data, HeteroData))
-        if self._own_edge_index:
-            for store in self.data.edge_stores:
-                if "edge_index" in store:
-                    for name in store.keys():
-                        # PyG tells edge attributes by edge_index's length (cached): told now, before it goes.
-                        store.is_edge_attr(name)
-                    del store["edge_index"]
-
-    def filter_fn(self, out: Any) -> Any:
-        batch = super().filter_fn(out)
-        if getattr(self, "_own_edge_index", False):
-            if isinstance(out.row, dict):
-                for edge_type, row in out.row.items():
-                    batch[edge_type].edge_index = torch.stack([row, out.col[edge_type]])
-            else:
-                batch.edge_index = torch.stack([out.row, out.col])
-        if isinstance(self.data, tuple) and isinstance(self.data[0], FeatureStore):
-            self.data[0].attach_edge_features(batch)
+    def filter_fn(self, out: SamplerOutput | HeteroSamplerOutput) -> Data | HeteroData:
+        shell, ours = self._data, None
+        if isinstance(self._data, (Data, HeteroData)) and (self.route or self._own_edge_index):
+            shell, ours = self.route.view(self._data, self.device if self._own_edge_index else None)
+        with _filtering(self, shell):
+            batch = super().filter_fn(out)
+        if isinstance(self._data, tuple) and isinstance(self._data[0], FeatureStore):
+            self._data[0].attach_edge_features(batch)
         if self.route:
             nodes, edges = node_and_edge_ids(batch)
-            self.route.attach(batch, nodes, edges)
+            self.route.attach(batch, nodes, edges, ours)
             _drop_added_num_nodes(batch, self._had_num_nodes)
         return batch if self._transform is None else self._transform(batch)
 
@@ -143,6 +160,33 @@ class _OurRoute:
         sampler = getattr(self, "neighbor_sampler", None) or getattr(self, "node_sampler", None) or getattr(self, "link_sampler", None)
         if isinstance(sampler, NeighborSampler):
             sampler.close()
+
+
+_FILTERING = threading.local()  # .loader, .shell: the loader whose filter_fn runs on this thread, and its data's shell
+
+
+@contextlib.contextmanager
+def _filtering(loader: Any, shell: Any) -> Iterator[None]:
+    """``loader.data`` is ``shell`` on this thread for the block (PyG's ``filter_fn`` slices it)."""
+    before = getattr(_FILTERING, "loader", None), getattr(_FILTERING, "shell", None)
+    _FILTERING.loader, _FILTERING.shell = loader, shell
+    try:
+        yield
+    finally:
+        _FILTERING.loader, _FILTERING.shell = before
+
+
+def workers_are_sent_data(kwargs: dict) -> bool:
+    """True when ``kwargs`` (torch ``DataLoader`` keywords) start worker processes that are sent the loader
+    by pickling (``spawn``, ``forkserver``: Python 3.14's default on Linux), False for none or ``fork``."""
+    if kwargs.get("num_workers", 0) <= 0:
+        return False
+    context = kwargs.get("multiprocessing_context")
+    if context is None:
+        method = multiprocessing.get_start_method(allow_none=True) or multiprocessing.get_all_start_methods()[0]
+    else:
+        method = context if isinstance(context, str) else context.get_start_method()
+    return method != "fork"
 
 
 def _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs) -> NeighborSampler:
@@ -255,9 +299,9 @@ class NeighborLoader(_OurRoute, PygNeighborLoader):
         refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=input_time)
         if neighbor_sampler is None:
             neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs)
-        shell = self._take_over(data, device, features, prefetch)
+        self._take_over(data, device, features, prefetch, kwargs)
         super().__init__(
-            shell,
+            data,
             num_neighbors=num_neighbors,
             input_nodes=input_nodes,
             replace=replace,
@@ -310,9 +354,9 @@ class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
         refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=edge_label_time)
         if neighbor_sampler is None:
             neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs)
-        shell = self._take_over(data, device, features, prefetch)
+        self._take_over(data, device, features, prefetch, kwargs)
         super().__init__(
-            shell,
+            data,
             num_neighbors=num_neighbors,
             edge_label_index=edge_label_index,
             edge_label=edge_label,
