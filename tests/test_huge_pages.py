@@ -53,6 +53,12 @@ class FakeRuntime:
         return attributes
 
 
+@pytest.fixture(autouse=True)
+def fresh_warnings(monkeypatch):
+    """Each test meets the once-per-process warnings afresh."""
+    monkeypatch.setattr(huge_pages, "_warned", set())
+
+
 @pytest.fixture
 def runtime(monkeypatch) -> FakeRuntime:
     fake = FakeRuntime()
@@ -139,11 +145,15 @@ def test_an_empty_pool_is_not_tried_and_says_how_to_fill_it(monkeypatch):
 def test_without_transparent_huge_pages_4k_pages_come_with_a_warning(monkeypatch):
     monkeypatch.setattr(huge_pages, "_free_hugetlb_pages", lambda: 0)
     monkeypatch.setattr(huge_pages, "_thp_mode", lambda: "never")
-    with pytest.warns(UserWarning, match=r"has 4 KiB pages, not 2 MB ones: MAP_HUGETLB not tried.*\(never\)"):
+    with pytest.warns(UserWarning, match=r"get 4 KiB pages, not 2 MB ones.*MAP_HUGETLB not tried.*\(never\).*DGL_ZEROCOPY_HUGE_PAGES=0"):
         table = HostTable((1024,), np.float32)
-    with table:
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # once per process and reason: a second table says nothing
+        second = HostTable((4096,), np.float32)
+    with table, second:
         table.array[:] = 1
-        assert table.method == "small" and "hg" not in table.report().vm_flags
+        assert table.method == second.method == "small" and "hg" not in table.report().vm_flags
+        assert second.fallback == table.fallback.replace("4.0 KiB", "16.0 KiB")
 
 
 def test_the_pool_is_read_from_meminfo(tmp_path):

@@ -14,6 +14,7 @@ from pathlib import Path
 import numpy as np
 
 from ..store.cache_files import MANIFEST, DamagedFile, check_digests, partial_prefix, record_digests, sweep_partials
+from ..store.host_memory import load_npy
 from . import feature_file
 from .base import DatasetError, GraphDataset
 from .feature_file import FeatureFile
@@ -171,7 +172,7 @@ def _read_synthetic(folder: Path, spec: SyntheticSpec) -> GraphDataset:
     for k in _ARRAYS:
         path = folder / f"{k}.npy"
         try:
-            arrays[k] = np.load(path)
+            arrays[k] = load_npy(path) if k == "features" else np.load(path)  # the table in 2 MB pages by default
         except (OSError, ValueError, EOFError) as e:
             raise _DamagedCache(path, str(e) or type(e).__name__) from None
     expected = {"indptr": (n + 1,), "features": (n, spec.feat_dim), "labels": (n,), "indices": (int(arrays["indptr"][-1]),)}

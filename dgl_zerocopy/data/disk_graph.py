@@ -34,6 +34,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..store.host_memory import host_copy
 from .base import DatasetError
 from .disk_check import CSC_FILES, CscFiles, verify_csc
 
@@ -137,9 +138,10 @@ class DiskGraph:
             for start in range(0, array.shape[0], 1 << 28):  # a bounded strided view at a time
                 int(np.asarray(array[start : start + (1 << 28) : step]).sum())
 
-    def in_memory(self, names: tuple[str, ...] = ("indptr", "indices"), huge_pages: bool = True) -> DiskGraph:
-        """The same graph with the named arrays copied into anonymous memory, advised to transparent huge
-        pages (``madvise(MADV_HUGEPAGE)``) unless ``huge_pages=False``; the other arrays stay the file maps.
+    def in_memory(self, names: tuple[str, ...] = ("indptr", "indices"), huge_pages: bool | None = None) -> DiskGraph:
+        """The same graph with the named arrays copied into anonymous memory in 2 MB pages (``MAP_HUGETLB``
+        or transparent huge pages; 4 KiB ones with a warning where neither is available) unless
+        ``huge_pages=False`` (default: on, unless ``DGL_ZEROCOPY_HUGE_PAGES=0``); the other arrays stay the file maps.
         The copies are read-only, as the maps are, and equal to the files element for element.
 
         Why: a sampler's reads of the CSC land on random pages, and in the file's 4 KiB pages each costs
@@ -206,21 +208,11 @@ class DiskGraph:
         )
 
 
-def _anonymous_copy(array: np.ndarray, huge_pages: bool) -> np.ndarray:
-    """``array`` (1-D) copied into a private anonymous mapping (advised to transparent huge pages when
-    asked and the platform has the advice), read-only once filled; copied a bounded slice at a time."""
-    region = mmap.mmap(-1, max(1, array.nbytes), flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS)
-    if huge_pages and hasattr(mmap, "MADV_HUGEPAGE"):
-        try:
-            region.madvise(mmap.MADV_HUGEPAGE)  # before the first write, so that the pages come huge
-        except OSError:  # EINVAL: a kernel built without transparent huge pages; 4 KiB pages then
-            pass
-    out = np.frombuffer(region, dtype=array.dtype, count=array.shape[0])
-    step = 1 << 26
-    for start in range(0, array.shape[0], step):
-        out[start : start + step] = array[start : start + step]
-    out.flags.writeable = False
-    return out
+def _anonymous_copy(array: np.ndarray, huge_pages: bool | None) -> np.ndarray:
+    """``array`` (1-D) copied into a private anonymous mapping, a bounded slice at a time, read-only once
+    filled: 2 MB pages unless ``huge_pages`` is False (:func:`~dgl_zerocopy.store.host_memory.host_copy`:
+    ``MAP_HUGETLB`` or transparent huge pages, else 4 KiB pages with one warning)."""
+    return host_copy(array, huge_pages=huge_pages, read_only=True)
 
 
 def is_disk_graph(path: str | os.PathLike) -> bool:

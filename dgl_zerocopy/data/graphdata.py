@@ -14,6 +14,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ..store.host_memory import host_array
 from .base import DatasetError, GraphDataset, symmetric_csc
 
 __all__ = ["load_graphdata", "GRAPHDATA_FILES", "TRAIN_PER_CLASS", "VAL_PER_CLASS", "per_class_split"]
@@ -92,7 +93,7 @@ def _dense_features(indptr: np.ndarray, indices: np.ndarray, data: np.ndarray, s
     its one full-size buffer (Coauthor Physics is 1.16 GB: no dense temporary beside it).
     Duplicate entries add up."""
     rows, cols = (int(s) for s in shape)
-    out = np.zeros((rows, cols), dtype=np.float32)
+    out = host_array((rows, cols), np.float32)  # zero-filled, 2 MB pages by default
     row_of = np.repeat(np.arange(rows, dtype=np.int64), np.diff(indptr.astype(np.int64, copy=False)))
     flat = row_of * cols + indices.astype(np.int64, copy=False)
     data = data.astype(np.float32, copy=False)

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .._extras import import_dgl
+from ..store.host_memory import host_copy
 
 CanonicalEtype = tuple[str, str, str]
 NTYPES = ("author", "field", "paper")
@@ -136,7 +137,9 @@ def generate_hetero(spec: HeteroSpec | None = None) -> HeteroGraphDataset:
         edges[(stype, etype, dtype)] = (src, dst)
         edges[(dtype, reverse, stype)] = (dst, src)
     scale = 1.0 / np.sqrt(1.0 + spec.noise**2)  # unit variance per entry
-    features = {t: ((centres[classes[t]] + spec.noise * rng.standard_normal((len(classes[t]), spec.feat_dim))) * scale).astype(np.float32) for t in NTYPES}
+    features = {
+        t: host_copy(((centres[classes[t]] + spec.noise * rng.standard_normal((len(classes[t]), spec.feat_dim))) * scale).astype(np.float32)) for t in NTYPES
+    }
     order = rng.permutation(spec.num_papers)
     bounds = np.cumsum([int(spec.train_frac * spec.num_papers), int(spec.val_frac * spec.num_papers), int(spec.test_frac * spec.num_papers)])
     train, val, test = (np.sort(part).astype(np.int64) for part in np.split(order[: bounds[2]], bounds[:2]))

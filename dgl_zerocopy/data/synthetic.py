@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from ..store.host_memory import host_array
 from .base import GraphDataset, symmetric_csc
 
 log = logging.getLogger(__name__)
@@ -125,7 +126,7 @@ def _noisy_centroids(rng: np.random.Generator, centroids: np.ndarray, labels: np
     built in place chunk by chunk: the generator fills the rows in order whatever the chunk size,
     and ``noise * z + centroid`` rounds as ``centroid + noise * z`` does."""
     n, dim = labels.shape[0], centroids.shape[1]
-    features = np.empty((n, dim), dtype=np.float32)
+    features = host_array((n, dim), np.float32)  # 2 MB pages by default (store/host_memory.py)
     for start in range(0, n, chunk_rows):
         rows = features[start : start + chunk_rows]
         rng.standard_normal(out=rows, dtype=np.float32)

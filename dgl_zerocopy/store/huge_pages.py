@@ -14,7 +14,7 @@ How the pages are asked for, in order (``pages="huge"``):
    advised ``madvise(MADV_HUGEPAGE)`` before the first write (as ``DiskGraph.in_memory()`` does),
    where ``/sys/kernel/mm/transparent_hugepage/enabled`` is not ``never``; the kernel then backs
    each aligned 2 MB extent with one huge page when it can (fragmented memory gives 4 KiB ones);
-3. else 4 KiB pages, with a warning naming why.
+3. else 4 KiB pages, with a warning naming why (once per process and reason: :func:`warn_once`).
 
 ``pages="small"`` asks for 4 KiB pages and advises ``MADV_NOHUGEPAGE``, so that a machine whose
 transparent huge pages are ``always`` does not hand out huge ones anyway: the comparison point.
@@ -31,6 +31,7 @@ from __future__ import annotations
 import mmap
 import platform
 import sys
+import threading
 import warnings
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,7 +46,7 @@ if TYPE_CHECKING:
 
     from .pinning import PinnedRange
 
-__all__ = ["HUGE_PAGE_BYTES", "PAGE_KINDS", "HostTable", "PageReport"]
+__all__ = ["HUGE_PAGE_BYTES", "PAGE_KINDS", "HostTable", "PageReport", "check_table_args", "huge_page_support", "warn_once"]
 
 #: The huge page size these tables are aligned to (x86-64 and arm64 with 4 KiB base pages).
 HUGE_PAGE_BYTES = 2 << 20
@@ -58,6 +59,8 @@ _MADV_NOHUGEPAGE = getattr(mmap, "MADV_NOHUGEPAGE", 15)
 _MEMINFO = "/proc/meminfo"
 _THP_ENABLED = "/sys/kernel/mm/transparent_hugepage/enabled"
 _SMAPS = "/proc/self/smaps"
+_warned: set[str] = set()  # the reasons warned about in this process (warn_once)
+_warned_lock = threading.Lock()
 
 
 @dataclass(frozen=True)
@@ -108,26 +111,26 @@ class HostTable:
         self._mmap: mmap.mmap | None = None
         self._array: np.ndarray | None = None
         self._pinned: PinnedRange | None = None
-        shape = tuple(shape)
-        if not shape or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in shape):
-            raise ValueError(f"shape must be non-negative integers, rows first, but got {shape!r}")
-        dtype = np.dtype(dtype)
-        if dtype.hasobject:
-            raise TypeError(f"a host table holds plain values, but got dtype {dtype}; use a numeric dtype such as float32")
+        shape, dtype = check_table_args(shape, dtype)
         if pages not in PAGE_KINDS:
             raise ValueError(f"pages must be one of {PAGE_KINDS}, but got {pages!r}")
-        self.shape, self.dtype, self.pages = tuple(int(n) for n in shape), dtype, pages
+        self.shape, self.dtype, self.pages = shape, dtype, pages
         self.nbytes = int(np.prod(self.shape, dtype=np.int64)) * dtype.itemsize
         #: bytes mapped for the table: its size rounded up to whole 2 MB pages (at least one)
         self.mapped_bytes = max(1, -(-self.nbytes // HUGE_PAGE_BYTES)) * HUGE_PAGE_BYTES
         self.fallback: str | None = None
-        if pages == "huge":
-            self.method = self._map_huge()
-        else:
-            self._map_anonymous(advice=_MADV_NOHUGEPAGE)
-            self.method = "small"
-        count = int(np.prod(self.shape, dtype=np.int64))
-        self._array = np.frombuffer(self._mmap, dtype=dtype, count=count, offset=self._offset).reshape(self.shape)
+        try:
+            if pages == "huge":
+                self.method = self._map_huge()
+            else:
+                self._map_anonymous(advice=_MADV_NOHUGEPAGE)
+                self.method = "small"
+            count = int(np.prod(self.shape, dtype=np.int64))
+            self._array = np.frombuffer(self._mmap, dtype=dtype, count=count, offset=self._offset).reshape(self.shape)
+        except BaseException:  # nothing stays mapped after a failure half-way
+            self._array = None
+            self._close_mapping()
+            raise
 
     # ------------------------------------------------------------------ mapping
 
@@ -158,10 +161,10 @@ class HostTable:
                 thp = f"madvise(MADV_HUGEPAGE) failed: {e.strerror or e}"
         self._map_anonymous(advice=None)
         self.fallback = f"{why}; and no transparent huge pages ({thp}): 4 KiB pages instead"
-        warnings.warn(
-            f"the {human_size(self.nbytes)} host table has 4 KiB pages, not 2 MB ones: {self.fallback}. "
-            f"For huge pages, set /sys/kernel/mm/transparent_hugepage/enabled to madvise, or reserve pages in /proc/sys/vm/nr_hugepages",
-            stacklevel=3,
+        warn_once(
+            f"no transparent huge pages ({thp})",
+            f"host tables get 4 KiB pages, not 2 MB ones (first: {human_size(self.nbytes)}): {self.fallback}. {_HOW_TO_GET_THEM}",
+            stacklevel=4,
         )
         return "small"
 
@@ -266,6 +269,49 @@ class HostTable:
     def __repr__(self) -> str:
         state = "closed" if self.closed else f"at 0x{self.address:x}"
         return f"HostTable(shape={self.shape}, dtype={self.dtype}, pages={self.pages!r}: {self.method}, {state})"
+
+
+_HOW_TO_GET_THEM = (
+    "For huge pages, set /sys/kernel/mm/transparent_hugepage/enabled to madvise (or reserve pages in "
+    "/proc/sys/vm/nr_hugepages); to choose 4 KiB pages and silence this, set DGL_ZEROCOPY_HUGE_PAGES=0"
+)
+
+
+def check_table_args(shape, dtype) -> tuple[tuple[int, ...], np.dtype]:
+    """``(shape, dtype)`` of a host table, checked: ValueError for a shape that is not non-negative
+    integers (rows first), TypeError for a dtype that is not of plain values."""
+    shape = tuple(shape)
+    if not shape or any(isinstance(n, bool) or not isinstance(n, (int, np.integer)) or n < 0 for n in shape):
+        raise ValueError(f"shape must be non-negative integers, rows first, but got {shape!r}")
+    dtype = np.dtype(dtype)
+    if dtype.hasobject:
+        raise TypeError(f"a host table holds plain values, but got dtype {dtype}; use a numeric dtype such as float32")
+    return tuple(int(n) for n in shape), dtype
+
+
+def huge_page_support(nbytes: int = HUGE_PAGE_BYTES) -> str | None:
+    """None when a :class:`HostTable` of ``nbytes`` can ask for 2 MB pages here (a hugetlb pool with room for
+    it, or transparent huge pages not ``never``), else why not, in words. Reads ``/proc``; maps nothing."""
+    needed = max(1, -(-int(nbytes) // HUGE_PAGE_BYTES))
+    if not sys.platform.startswith("linux"):
+        return f"huge pages are asked for on Linux only, and this is {sys.platform}"
+    if platform.machine() in ("x86_64", "aarch64") and _free_hugetlb_pages() >= needed:
+        return None
+    thp = _thp_mode()
+    if thp in ("always", "madvise") and hasattr(mmap.mmap, "madvise"):
+        return None
+    return f"no transparent huge pages ({thp}) and no room in the hugetlb pool (HugePages_Free in {_MEMINFO})"
+
+
+def warn_once(reason: str, message: str, stacklevel: int = 2) -> bool:
+    """``warnings.warn(message)`` the first time this process meets ``reason`` (a key without sizes, so
+    that a thousand tables give one line); True when it warned."""
+    with _warned_lock:
+        if reason in _warned:
+            return False
+        _warned.add(reason)
+    warnings.warn(message, stacklevel=stacklevel + 1)
+    return True
 
 
 def _free_hugetlb_pages(meminfo: str = _MEMINFO) -> int:

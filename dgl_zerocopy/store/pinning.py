@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .host_files import file_ref, is_shared_file_map, tensor_view
+from .host_memory import huge_file_copy
 from .table_input import human_size
 
 if TYPE_CHECKING:
@@ -60,15 +61,22 @@ def pinnable_table(table: torch.Tensor, array: np.ndarray, read_only_supported: 
     """The table to pin for ``array`` (memory the store must not write, which ``table`` views), and
     whether to pin it read-only.
 
-    Where the device supports read-only registration, the pages are pinned read-only as they are:
-    the driver neither writes nor dirties them. Elsewhere a shared file map (``mmap_mode`` ``"r"``,
-    ``"r+"``, ``"w+"``) is mapped again copy-on-write: a ``"r"`` map cannot be pinned writable at
-    all, and pinning a writable shared map would dirty its pages, which the kernel writes back to
-    the file (its modification time changes) when they are unpinned. Any other read-only array is
-    read-only only by NumPy's flag: its pages are registered as they are (registration never writes)."""
+    A shared file map (``mmap_mode`` ``"r"``, ``"r+"``, ``"w+"``, a ``.npy`` path) is read into memory in
+    2 MB pages (:func:`~dgl_zerocopy.store.host_memory.huge_file_copy`) and that copy is pinned: by default,
+    where huge pages are available (``DGL_ZEROCOPY_HUGE_PAGES=0`` turns it off). Otherwise, where the device
+    supports read-only registration, the pages are pinned read-only as they are: the driver neither writes
+    nor dirties them. Elsewhere a shared file map is mapped again copy-on-write: a ``"r"`` map cannot be
+    pinned writable at all, and pinning a writable shared map would dirty its pages, which the kernel
+    writes back to the file (its modification time changes) when they are unpinned. Any other read-only
+    array is read-only only by NumPy's flag: its pages are registered as they are (registration never
+    writes). The file is never written on any of these paths."""
+    ref = file_ref(array, table) if is_shared_file_map(array) else None
+    if ref is not None:
+        copy = huge_file_copy(table, ref[0])
+        if copy is not None:
+            return copy, False
     if read_only_supported:
         return table, True
-    ref = file_ref(array, table) if is_shared_file_map(array) else None
     if ref is not None:
         filename, offset, dtype, shape, _ = ref
         private = np.memmap(filename, dtype=np.dtype(dtype), mode="c", offset=offset, shape=shape)

@@ -1,7 +1,8 @@
 """The host buffer: at most a budget's worth of a file's rows in memory, found by a row -> slot map.
 
-``rows`` is one ``(capacity, dim)`` tensor over an anonymous page-aligned ``mmap``: the table the
-gather backends read with slot ids. Resident memory depends on the backend (docs/storage.md):
+``rows`` is one ``(capacity, dim)`` tensor over an anonymous page-aligned mapping, in 2 MB pages by
+default (:func:`~dgl_zerocopy.store.host_memory.host_array`; ``DGL_ZEROCOPY_HUGE_PAGES=0`` for 4 KiB ones):
+the table the gather backends read with slot ids. Resident memory depends on the backend (docs/storage.md):
 with ``cpu`` a page becomes resident when a slot on it is first filled, so resident memory grows
 to the buffer's size and no further; ``zerocopy`` pins the whole buffer in place when the store
 binds (``cudaHostRegister``, as it pins any table), which makes every page resident and locked at
@@ -22,12 +23,12 @@ never evicted).
 
 from __future__ import annotations
 
-import mmap
 import threading
 
 import numpy as np
 import torch
 
+from ..host_memory import host_array
 from .direct_reader import DirectReader
 from .eviction import Eviction
 from .stats import StorageStats
@@ -68,8 +69,10 @@ class HostBuffer:
         self.reader, self.num_rows, self.capacity = reader, num_rows, capacity
         self.eviction, self.stats = eviction, stats
         item = torch.empty((), dtype=dtype).element_size()
-        self._memory = mmap.mmap(-1, max(1, capacity * dim * item))  # page-aligned; resident once written, or all at once when pinned
-        flat = torch.frombuffer(self._memory, dtype=torch.uint8, count=capacity * dim * item) if capacity * dim * item else torch.empty(0, dtype=torch.uint8)
+        # Page-aligned (direct reads need it), in 2 MB pages by default (store/host_memory.py); resident once
+        # written, or all at once when pinned; unmapped with the last view of it.
+        self._memory = host_array((max(1, capacity * dim * item),), np.uint8)
+        flat = torch.from_numpy(self._memory[: capacity * dim * item])
         self.rows = flat.view(dtype).view(capacity, dim)
         self._bytes = flat.numpy().reshape(capacity, dim * item)
         self.slot_of = np.full(num_rows, -1, dtype=np.int32 if capacity < 2**31 - 2 else np.int64)
