@@ -4,8 +4,11 @@ copied into device memory.
 Placements (``placement=``):
 
 - ``"host"``: the CSC as it is, on the CPU, for the CPU backends (``emulator``, ``reference``).
-- ``"pinned"``: the CSC's own pages registered with ``cudaHostRegister`` (the store's pinning:
-  never a second copy) so that GPU threads read it over PCIe; unregistered by :meth:`close`.
+- ``"pinned"``: the CSC registered with ``cudaHostRegister`` so that GPU threads read it over PCIe;
+  unregistered by :meth:`close`. Tensors a caller hands in are registered in place (never a second
+  copy) unless ``huge_pages=True``; a CSC this package builds (:meth:`SamplingGraph.from_dgl` of a graph
+  without its own CSC) is copied into 2 MB pages first by default, since each sampled neighbour is a
+  4-8 B read on a random page, the worst case for the GPU's address translation.
 - ``"device"``: ``indptr`` and ``indices`` copied into device memory: the upper bound, as the
   ``gpu`` feature backend is for rows.
 
@@ -32,6 +35,7 @@ from typing import Any
 import torch
 
 from ..data.graph_check import check_csc
+from ..store.host_memory import huge_page_copy, huge_pages_wanted
 from ..store.pinning import PinnedRange
 
 log = logging.getLogger(__name__)
@@ -66,8 +70,12 @@ class SamplingGraph:
     them in place (same ``data_ptr``); a range page-locked already (``pin_memory()``) is used as it
     is and never unregistered. ``read_only`` pins with ``cudaHostRegisterReadOnly``: what a read-only
     file map needs (the caller checks :func:`~dgl_zerocopy.store.pinning.read_only_register_supported`;
-    :func:`dgl_zerocopy.sampling.disk.sampling_graph` does). :meth:`close` (idempotent; also ``with``)
-    waits for the device, then unregisters what this object registered and drops device copies.
+    :func:`dgl_zerocopy.sampling.disk.sampling_graph` does). ``huge_pages=True`` (``"pinned"`` only) copies
+    ``indptr`` and ``indices`` into 2 MB pages (:func:`~dgl_zerocopy.store.host_memory.huge_page_copy`: their
+    size again in RAM) and pins the copies instead; where huge pages are unavailable, or under
+    ``DGL_ZEROCOPY_HUGE_PAGES=0``, the given tensors are pinned in place (with one warning when
+    unavailable). :meth:`close` (idempotent; also ``with``) waits for the device, then unregisters what
+    this object registered and drops device copies and 2 MB-page copies.
 
     Raises:
         TypeError: an array that is not a 1-D int32/int64 torch tensor.
@@ -87,6 +95,7 @@ class SamplingGraph:
         device: Any = None,
         read_only: bool = False,
         checked: bool = False,
+        huge_pages: bool = False,
     ) -> None:
         _check_csc(indptr, indices, eids)
         if not checked:
@@ -99,12 +108,19 @@ class SamplingGraph:
         self.num_edges = indices.numel()
         self.idtype = indices.dtype
         self.edge_idtype = edge_id_dtype(self.num_edges, indices.dtype, eids)
-        self._host = (indptr, indices)  # kept alive while pinned
         self._eids = eids if eids is not None and eids.numel() > 0 else None
         self._pins: list[PinnedRange] = []
         self._eid_source: Any = None  # made on the first edge_ids(): a FeatureStore or a device tensor
         self._lock = threading.Lock()
         self.closed = False
+        self.huge_page_copies = False  # True: indptr and indices are copies of ours in 2 MB pages
+        if placement == "pinned" and huge_pages:
+            copies = [huge_page_copy(t, f"the CSC's {name}") for name, t in (("indptr", indptr), ("indices", indices))]
+            if all(c is not None for c in copies):  # both or neither: under 2 MB, indptr alone stays as it is
+                (indptr, indices), self.huge_page_copies = copies, True
+            elif copies[1] is not None:
+                indices, self.huge_page_copies = copies[1], True
+        self._host = (indptr, indices)  # kept alive while pinned
         if placement == "pinned":
             try:
                 for t in (indptr, indices):
@@ -118,13 +134,18 @@ class SamplingGraph:
             self.indptr, self.indices = indptr, indices
 
     @classmethod
-    def from_dgl(cls, g: Any, placement: str = "host", device: Any = None) -> SamplingGraph:
+    def from_dgl(cls, g: Any, placement: str = "host", device: Any = None, huge_pages: bool | None = None) -> SamplingGraph:
         """The in-edge CSC of the homogeneous DGL graph ``g`` (on the CPU), placed as asked. The
         tensors are the graph's own CSC (``g.adj_tensors("csc")``, built by DGL once and kept in the
-        graph); a graph restricted to other sparse formats gets a CSC sorted from its COO edges.
+        graph), pinned in place unless ``huge_pages=True``; a graph restricted to other sparse formats gets
+        a CSC sorted from its COO edges, ours, which ``"pinned"`` copies into 2 MB pages unless
+        ``huge_pages=False`` (or ``DGL_ZEROCOPY_HUGE_PAGES=0``).
         Raises TypeError for a non-DGL object and ValueError for a heterograph or a graph not on the CPU."""
         check_homogeneous(g)
-        return cls(*dgl_csc(g), placement=placement, device=device)
+        indptr, indices, eids = dgl_csc(g)
+        if huge_pages is None:
+            huge_pages = huge_pages_wanted() and not dgl_has_csc(g)
+        return cls(indptr, indices, eids, placement=placement, device=device, huge_pages=huge_pages)
 
     @classmethod
     def placed(cls, indptr: torch.Tensor, indices: torch.Tensor, eids: torch.Tensor | None = None, *, edge_idtype: torch.dtype | None = None) -> SamplingGraph:
@@ -200,8 +221,8 @@ class SamplingGraph:
             self._eid_source.close()
         self._eid_source = None
         self._unpin()
-        if self.placement == "device":
-            self.indptr = self.indices = None  # the device copies are freed with their last reference
+        if self.placement == "device" or self.huge_page_copies:
+            self.indptr = self.indices = self._host = None  # our copies are freed (unmapped) with their last reference
 
     def _unpin(self) -> None:
         for pin in self._pins:
@@ -243,10 +264,15 @@ def check_homogeneous(g: Any) -> None:
         raise ValueError(f"the graph is on {g.device}; GPU sampling reads a graph on the CPU (pinned in place): pass g.to('cpu')")
 
 
+def dgl_has_csc(g: Any) -> bool:
+    """Whether DGL keeps a CSC of ``g`` itself (made or allowed), so that :func:`dgl_csc` returns DGL's tensors."""
+    formats = g.formats()
+    return "csc" in formats["created"] + formats["not created"]
+
+
 def dgl_csc(g: Any) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """``(indptr, indices, eids)`` of ``g``'s in-edges; ``eids`` None when the CSC positions are the edge ids."""
-    formats = g.formats()
-    if "csc" in formats["created"] + formats["not created"]:
+    if dgl_has_csc(g):
         indptr, indices, eids = g.adj_tensors("csc")
     else:
         # DGL refuses to build CSC for a graph restricted to other formats: sort the COO edges by destination.

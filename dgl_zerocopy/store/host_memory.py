@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
-__all__ = ["HUGE_PAGES_ENV", "huge_pages_wanted", "host_array", "host_copy", "huge_file_copy", "load_npy", "page_report"]
+__all__ = ["HUGE_PAGES_ENV", "huge_pages_wanted", "host_array", "host_copy", "huge_page_copy", "load_npy", "page_report"]
 
 #: The environment variable that turns the 2 MB-page default off (``0``, ``off``, ``false``, ``no``).
 HUGE_PAGES_ENV = "DGL_ZEROCOPY_HUGE_PAGES"
@@ -117,11 +117,11 @@ def load_npy(path: str | os.PathLike, huge_pages: bool | None = None) -> np.ndar
         del mapped
 
 
-def huge_file_copy(table: torch.Tensor, filename: str) -> torch.Tensor | None:
-    """``table`` (a CPU tensor over a file map of ``filename``) copied into 2 MB pages, for pinning the
-    copy rather than the file's pages; None, and the file map is pinned as before, where huge pages are
-    not wanted (:func:`huge_pages_wanted`) or not available (with one warning then) or the table is
-    under 2 MB. The copy costs the table's size in RAM, as a pinned copy-on-write map of the file does."""
+def huge_page_copy(table: torch.Tensor, what: str) -> torch.Tensor | None:
+    """``table`` (a contiguous CPU tensor) copied into 2 MB pages, for pinning the copy rather than its own
+    pages; None (pin ``table`` as it is) where huge pages are not wanted (:func:`huge_pages_wanted`) or
+    not available (with one warning then), or ``table`` is under 2 MB. The copy costs ``table``'s size in
+    RAM; ``what`` names it in the log."""
     nbytes = table.numel() * table.element_size()
     if nbytes < HUGE_PAGE_BYTES or not huge_pages_wanted():
         return None
@@ -133,7 +133,7 @@ def huge_file_copy(table: torch.Tensor, filename: str) -> torch.Tensor | None:
 
     copy = torch.from_numpy(host_array((nbytes,), np.uint8, huge_pages=True)).view(table.dtype).view(table.shape)
     copy.copy_(table)
-    log.info("read %s of %r into 2 MB pages to pin them there (%s=0 pins the file's own pages)", human_size(nbytes), filename, HUGE_PAGES_ENV)
+    log.info("copied %s (%s) into 2 MB pages to pin it there (%s=0 pins its own pages)", what, human_size(nbytes), HUGE_PAGES_ENV)
     return copy
 
 

@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from .host_files import file_ref, is_shared_file_map, tensor_view
-from .host_memory import huge_file_copy
+from .host_memory import huge_page_copy
 from .table_input import human_size
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ def pinnable_table(table: torch.Tensor, array: np.ndarray, read_only_supported: 
     whether to pin it read-only.
 
     A shared file map (``mmap_mode`` ``"r"``, ``"r+"``, ``"w+"``, a ``.npy`` path) is read into memory in
-    2 MB pages (:func:`~dgl_zerocopy.store.host_memory.huge_file_copy`) and that copy is pinned: by default,
+    2 MB pages (:func:`~dgl_zerocopy.store.host_memory.huge_page_copy`) and that copy is pinned: by default,
     where huge pages are available (``DGL_ZEROCOPY_HUGE_PAGES=0`` turns it off). Otherwise, where the device
     supports read-only registration, the pages are pinned read-only as they are: the driver neither writes
     nor dirties them. Elsewhere a shared file map is mapped again copy-on-write: a ``"r"`` map cannot be
@@ -72,7 +72,7 @@ def pinnable_table(table: torch.Tensor, array: np.ndarray, read_only_supported: 
     writes). The file is never written on any of these paths."""
     ref = file_ref(array, table) if is_shared_file_map(array) else None
     if ref is not None:
-        copy = huge_file_copy(table, ref[0])
+        copy = huge_page_copy(table, f"the file map of {ref[0]!r}")
         if copy is not None:
             return copy, False
     if read_only_supported:
