@@ -128,7 +128,7 @@ def test_trace_loads_every_useful_byte_once_inside_the_table(variant):
 
 def test_aligned_trace_groups_one_warp_instruction_per_row_step():
     table = make_table(4, 512, "float32")
-    _, trace = emulate_gather(table, np.array([1]), trace=True)
+    _, trace = emulate_gather(table, np.array([1]), trace=True, threads_per_row=32)
     assert trace.plan.vector_bytes == 16 and trace.plan.threads_per_row == 32
     assert np.unique(trace.warp).tolist() == [0]
     assert np.unique(trace.slot).tolist() == [0]  # one instruction: 32 lanes x 16 B

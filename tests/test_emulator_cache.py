@@ -175,13 +175,13 @@ def test_all_hits_cost_no_request_and_all_misses_cost_what_the_uncached_kernel_d
 
 
 def test_rows_of_a_warp_each_pay_their_own_requests():
-    """512-byte rows: one warp per row, so a mix costs exactly the uncached gather of its misses."""
+    """512-byte rows, one warp per row (32 lanes): a mix costs exactly the uncached gather of its misses."""
     table = make_table(256, 512, "uint8", seed=1)
     slot_map = make_cache(256, list(range(0, 256, 4)), np.int32)
     cache = dict(cache_rows=cache_rows_for(table, slot_map, faithful=True), slot_map=slot_map)
     ids = np.random.default_rng(1).integers(0, 256, 300)
-    _, trace = emulate_gather(table, ids, trace=True, **cache)
-    _, misses_only = emulate_gather(table, ids[slot_map[ids] < 0], trace=True)
+    _, trace = emulate_gather(table, ids, trace=True, threads_per_row=32, **cache)
+    _, misses_only = emulate_gather(table, ids[slot_map[ids] < 0], trace=True, threads_per_row=32)
     cached, plain = analyze(trace), analyze(misses_only)
     assert (cached.requests, cached.fetched_bytes) == (plain.requests, plain.fetched_bytes) == (4 * plain.num_ids, 512 * plain.num_ids)
     assert cached.useful_bytes == plain.useful_bytes and cached.link_efficiency == plain.link_efficiency

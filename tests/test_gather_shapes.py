@@ -34,9 +34,10 @@ def test_the_plan_takes_the_lanes_per_row_it_is_given():
     assert (plan.threads_per_row, plan.vector_bytes, plan.window_bytes, plan.align_bytes) == (8, 16, 128, 128)
     assert plan.steps_per_row == 5  # (128 - 16 + 512) / 128, rounded up: the worst row alignment
     default = launch.plan_gather(512, 0, 1000, elem_size=4)
-    assert default.threads_per_row == 32 and launch.plan_gather(512, 0, 1000, elem_size=4, threads_per_row=None) == default
+    assert default == plan and launch.plan_gather(512, 0, 1000, elem_size=4, threads_per_row=None) == default  # 8: the small-row default
+    one_per_warp = launch.plan_gather(512, 0, 1000, elem_size=4, threads_per_row=32)
     # 4 rows per warp: a block of 256 threads covers 32 rows, so 1000 rows need 32 blocks (not 125)
-    assert plan.grid == 32 and default.grid == 125
+    assert plan.grid == 32 and one_per_warp.grid == 125
 
 
 @pytest.mark.parametrize("bad", [0, 3, 64, 12, True, 2.0])

@@ -46,7 +46,10 @@ def test_short_rows_use_a_sub_warp_from_the_row_start():
     assert (plan.vector_bytes, plan.threads_per_row, plan.steps_per_row) == (16, 1, 1)
     plan = aligned(48)  # 3 vectors -> 4 lanes
     assert (plan.threads_per_row, plan.window_bytes, plan.align_bytes) == (4, 64, 16)
-    assert aligned(256).threads_per_row == 16
+    assert aligned(128).threads_per_row == 8  # one line: one window of 8 lanes
+    # rows of 129-512 B: a window of one line (4 rows per warp), not one window per row
+    assert [aligned(w).threads_per_row for w in (144, 256, 400, 512, 528)] == [8, 8, 8, 8, 32]
+    assert aligned(200).vector_bytes == 8 and aligned(200).threads_per_row == 16  # 8-byte vectors: 16 lanes make a line
 
 
 def test_long_rows_use_line_aligned_windows():
@@ -59,8 +62,10 @@ def test_long_rows_use_line_aligned_windows():
 
 
 def test_row_that_fits_one_window_is_not_shifted():
-    plan = aligned(400)
+    plan = aligned(400, threads_per_row=32)
     assert (plan.window_bytes, plan.align_bytes, plan.steps_per_row) == (512, 16, 1)
+    plan = aligned(400)  # the default line windows: shifted to the line, (112 + 400) / 128 steps
+    assert (plan.window_bytes, plan.align_bytes, plan.steps_per_row) == (128, 128, 4)
 
 
 @pytest.mark.parametrize("row_bytes", [1, 2, 3, 7, 12, 48, 100, 127, 128, 129, 400, 512, 528, 4096, 4099])
@@ -88,7 +93,8 @@ def test_naive_loads_one_element_unless_misaligned():
 
 def test_grid_covers_the_work_up_to_one_wave():
     assert aligned(400, num_ids=1).grid == 1
-    assert aligned(400, num_ids=9).grid == 2  # 8 warps of 256 threads, one row each
+    assert aligned(400, num_ids=33).grid == 2  # 8 warps of 256 threads, 4 rows each
+    assert aligned(528, num_ids=9).grid == 2  # past 512 B: one row per warp
     assert aligned(16, num_ids=256).grid == 1  # one lane per row: 256 rows per block
     assert aligned(400, num_ids=10**7, num_sms=132).grid == 132 * 8
     assert aligned(400, num_ids=10**7, num_sms=10, threads_per_block=1024).grid == 20

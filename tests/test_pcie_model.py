@@ -22,7 +22,7 @@ def test_512_byte_row_on_a_line_takes_four_requests():
         assert metrics.requests == 4, variant
         assert metrics.fetched_bytes == 512
         assert metrics.bytes_per_useful_byte == 1.0
-    assert one_row(512, 0, "aligned").instructions == 1  # 32 lanes x 16 B
+    assert one_row(512, 0, "aligned").instructions == 4  # the default: 8 lanes x 16 B, one line a step
     assert one_row(512, 0, "naive").instructions == 4  # 32 lanes x 4 B, four times
 
 

@@ -17,11 +17,26 @@ from dataclasses import dataclass
 
 from .instantiations import CODE_FORMATS, ID_TYPES, IDENTITY, LOAD_TYPES, OUT_FORMATS, VARIANTS, decode_name_expression, name_expression
 
-__all__ = ["GatherPlan", "KernelArg", "LINE_BYTES", "WARP_SIZE", "AFFINE_AXES", "SLOT_BYTES", "kernel_arguments", "plan_decode", "plan_gather"]
+__all__ = [
+    "AFFINE_AXES",
+    "GatherPlan",
+    "KernelArg",
+    "LINE_BYTES",
+    "SLOT_BYTES",
+    "SMALL_ROW_BYTES",
+    "WARP_SIZE",
+    "default_threads_per_row",
+    "kernel_arguments",
+    "plan_decode",
+    "plan_gather",
+]
 
 WARP_SIZE = 32
 #: Bytes of one memory line: a warp-wide load becomes one request per line it touches.
 LINE_BYTES = 128
+#: Rows up to this many bytes (and over one line) get line-sized windows by default
+#: (:func:`default_threads_per_row`).
+SMALL_ROW_BYTES = 512
 #: Resident threads per SM on sm_70 .. sm_90: one full wave of a grid-stride kernel.
 MAX_THREADS_PER_SM = 2048
 
@@ -113,14 +128,29 @@ def _widest_load(limit: int, *values: int) -> int:
     return 1
 
 
+def default_threads_per_row(row_bytes: int, vector: int) -> int:
+    """Lanes per row of the default aligned shape: the fewest that cover the row in one window
+    (at most a warp); for rows over one line up to :data:`SMALL_ROW_BYTES`, a window of one line.
+
+    Why: in the link model fitted to the H200 figures (:mod:`~dgl_zerocopy.cuda.gather.link_model`)
+    a warp's bytes in flight set the rate of random small rows. One window per row holds at most
+    512 B in flight per warp; line windows hold 4 rows of up to ``ZC_STEPS_IN_FLIGHT`` lines each
+    (16-byte vectors: 8 lanes), and still request each line once. Narrower windows would split
+    lines into more requests, which the fitted figures cannot price.
+    """
+    vectors_per_row = row_bytes // vector
+    fewest = min(WARP_SIZE, 1 << max(vectors_per_row - 1, 0).bit_length())
+    if LINE_BYTES < row_bytes <= SMALL_ROW_BYTES:
+        return min(fewest, max(1, LINE_BYTES // vector))
+    return fewest
+
+
 def _aligned_geometry(row_bytes: int, vector: int, threads_per_row: int | None = None) -> tuple[int, int, int, int]:
     """(threads per row, window, align, steps) of the aligned scheme for rows of ``row_bytes``
     read with ``vector``-byte loads (``kernels/gather.cu`` explains each). ``threads_per_row``
-    None: the fewest lanes that cover the row in one window (at most a warp); a given power of
-    two: that many (fewer lanes per row: more rows per warp and more steps per row in flight)."""
+    None: :func:`default_threads_per_row`; a given power of two: that many (fewer lanes per row: more rows per warp and more steps per row in flight)."""
     if threads_per_row is None:
-        vectors_per_row = row_bytes // vector
-        threads_per_row = min(WARP_SIZE, 1 << max(vectors_per_row - 1, 0).bit_length())
+        threads_per_row = default_threads_per_row(row_bytes, vector)
     window = threads_per_row * vector
     if row_bytes <= window:
         align = vector  # one instruction covers the row from its start: no shift
@@ -216,8 +246,9 @@ def plan_gather(
         cache_stride: bytes between cache rows (default ``row_bytes``).
         slot_bytes: width of the slot map's entries with a cache: 4 (int32) or 8 (int64).
         threads_per_row: aligned variant only: lanes that copy one row together, a power of two
-            from 1 to 32 (``32 // threads_per_row`` rows per warp). None (the default): the fewest
-            that cover the row in one window. Fewer lanes give each lane more steps of the row,
+            from 1 to 32 (``32 // threads_per_row`` rows per warp). None (the default):
+            :func:`default_threads_per_row` (one window per row, but a window of one line for
+            rows of 129-512 B). Fewer lanes give each lane more steps of the row,
             issued back to back (more loads in flight per lane) and a warp more rows at once.
 
     Returns:
