@@ -97,10 +97,15 @@ class _OurRoute:
         of the tables served now (the tables themselves travel as our stores do: by reference to shared
         memory or their file, never copied); PyG's loader sends all of ``data``."""
         state = self.__dict__.copy()
+        del state["_rings"]  # this process's prefetching threads; a worker makes its own
         if self.route and isinstance(self._data, (Data, HeteroData)):
             shell, ours = self.route.view(self._data)
             state["_data"], state["route"] = shell, self.route.fixed(ours)
         return state
+
+    def __setstate__(self, state: dict) -> None:
+        self.__dict__.update(state)
+        self._rings = RingPool(functools.partial(SlotRing, self.device, self.prefetch))
 
     def _check_table_rows(self) -> None:
         """Every table we gather has one row per node (or edge) of its type, checked now rather than
@@ -189,14 +194,20 @@ def workers_are_sent_data(kwargs: dict) -> bool:
     return method != "fork"
 
 
-def _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs) -> NeighborSampler:
-    """Our sampler for a loader's arguments (its CSC in shared memory when workers will read it)."""
+def _our_sampler(
+    data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs, temporal=("uniform", None, None)
+) -> NeighborSampler:
+    """Our sampler for a loader's arguments (its CSC in shared memory when workers will read it);
+    ``temporal``: ``(temporal_strategy, time_attr, weight_attr)``."""
     return NeighborSampler(
         data,
         num_neighbors=num_neighbors,
         replace=replace,
         subgraph_type=subgraph_type,
         disjoint=disjoint,
+        temporal_strategy=temporal[0],
+        time_attr=temporal[1],
+        weight_attr=temporal[2],
         is_sorted=is_sorted,
         share_memory=kwargs.get("num_workers", 0) > 0,
         directed=directed,
@@ -298,12 +309,26 @@ class NeighborLoader(_OurRoute, PygNeighborLoader):
     ) -> None:
         refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=input_time)
         if neighbor_sampler is None:
-            neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs)
+            neighbor_sampler = _our_sampler(
+                data,
+                num_neighbors,
+                replace,
+                subgraph_type,
+                disjoint,
+                is_sorted,
+                directed,
+                device,
+                graph_placement,
+                kwargs,
+                (temporal_strategy, time_attr, weight_attr),
+            )
         self._take_over(data, device, features, prefetch, kwargs)
         super().__init__(
             data,
             num_neighbors=num_neighbors,
             input_nodes=input_nodes,
+            input_time=input_time,
+            time_attr=time_attr,
             replace=replace,
             subgraph_type=subgraph_type,
             disjoint=disjoint,
@@ -353,13 +378,27 @@ class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
     ) -> None:
         refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=edge_label_time)
         if neighbor_sampler is None:
-            neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs)
+            neighbor_sampler = _our_sampler(
+                data,
+                num_neighbors,
+                replace,
+                subgraph_type,
+                disjoint,
+                is_sorted,
+                directed,
+                device,
+                graph_placement,
+                kwargs,
+                (temporal_strategy, time_attr, weight_attr),
+            )
         self._take_over(data, device, features, prefetch, kwargs)
         super().__init__(
             data,
             num_neighbors=num_neighbors,
             edge_label_index=edge_label_index,
             edge_label=edge_label,
+            edge_label_time=edge_label_time,
+            time_attr=time_attr,
             replace=replace,
             subgraph_type=subgraph_type,
             disjoint=disjoint,
