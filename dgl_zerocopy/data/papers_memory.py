@@ -10,12 +10,12 @@ Where the arrays live:
 - the float32 feature table in a :class:`~dgl_zerocopy.store.huge_pages.HostTable` (2 MB pages where the
   kernel gives them: a GPU reading its rows zero-copy translates fewer pages), each block's rows written
   into their place by the worker that drew them;
-- the in-edge CSC (int64 ``indptr``, ``indices`` in the narrowest dtype holding the node ids), labels and
-  splits as NumPy arrays. Each block's sources are kept until all blocks are drawn, then copied into one
+- the in-edge CSC (int64 ``indptr`` and ``indices``: :class:`~dgl_zerocopy.data.GraphDataset`'s contract, one
+  dtype for both as DGL requires), labels and splits as NumPy arrays. Each block's sources are kept until all blocks are drawn, then copied into one
   ``indices`` array: the peak is twice the edge array, never the features twice.
 
-At 25 % of papers100M (27.8 M nodes, about 0.8 B edges, 128 columns): 14.2 GB of features, 3.2 GB of
-int32 indices.
+At 25 % of papers100M (27.8 M nodes, about 0.8 B edges, 128 columns): 14.2 GB of features, 6.5 GB of
+indices.
 """
 
 from __future__ import annotations
@@ -89,8 +89,9 @@ def generate_in_memory(spec: SyntheticSpec, *, block_nodes: int = BLOCK_NODES, w
         pages: the feature table's pages, ``"huge"`` or ``"small"`` (:class:`~dgl_zerocopy.store.huge_pages.HostTable`).
 
     Returns:
-        A :class:`PapersInMemory`: the dataset (CSC in int64 ``indptr``, sorted distinct sources per column),
-        equal to :func:`~dgl_zerocopy.data.papers_disk.generate_arrays` of the same spec and ``block_nodes``.
+        A :class:`PapersInMemory`: the dataset (int64 CSC, sorted distinct sources per column), equal to
+        :func:`~dgl_zerocopy.data.papers_disk.generate_arrays` of the same spec and ``block_nodes`` (whose
+        ``indices`` are the narrowest dtype holding the ids: the same values).
 
     Raises:
         ValueError: ``workers`` below 1, or what :class:`~dgl_zerocopy.data.papers_disk.GraphLayout` and
@@ -127,7 +128,7 @@ def _fill(layout: GraphLayout, features: np.ndarray, workers: int) -> GraphDatas
         degree = np.concatenate([p[0] for p in parts])
         indptr = np.zeros(len(degree) + 1, np.int64)
         np.cumsum(degree, out=indptr[1:])
-        indices = np.empty(int(indptr[-1]), layout.index_dtype)
+        indices = np.empty(int(indptr[-1]), np.int64)
         starts = indptr[np.arange(layout.num_blocks) * layout.block_nodes]
 
         def place(b: int) -> None:
