@@ -416,9 +416,11 @@ def test_hetero_link_loader(neg):
 @pytest.mark.parametrize(
     "kwargs, match",
     [
-        (dict(time_attr="time"), "temporal sampling"),
-        (dict(input_time=torch.zeros(N)), "temporal sampling"),
-        (dict(weight_attr="w"), "weighted sampling"),
+        (dict(time_attr="nope"), "time_attr='nope' names no attribute of the data"),
+        (dict(weight_attr="nope"), "weight_attr='nope' names no attribute of the data"),
+        (dict(input_time=torch.zeros(N)), "conflicting 'input_time' and 'time_attr'"),
+        (dict(time_attr="w", temporal_strategy="latest"), "temporal_strategy must be one of"),
+        (dict(time_attr="w", weight_attr="w"), "by time and by weight at once"),
         (dict(prefetch=-1), "prefetch must be an int >= 0"),
         (dict(prefetch=1.5), "prefetch must be an int >= 0"),
         (dict(graph_placement="host"), "graph_placement must be"),
@@ -432,10 +434,10 @@ def test_refusals_when_built(kwargs, match):
 
 def test_link_loader_refusals():
     data = make_data()
-    with pytest.raises(ValueError, match="temporal sampling"):
+    with pytest.raises(ValueError, match="conflicting 'edge_label_time' and 'time_attr'"):
         LinkNeighborLoader(data, [2], batch_size=4, edge_label_time=torch.zeros(E))
-    with pytest.raises(ValueError, match="weighted sampling"):
-        LinkNeighborLoader(data, [2], batch_size=4, weight_attr="w")
+    with pytest.raises(ValueError, match="subgraph_type='induced' is not supported"):
+        LinkNeighborLoader(data, [2], batch_size=4, time_attr="w", edge_label_time=torch.zeros(E), subgraph_type="induced")
     with pytest.raises(TypeError, match="features must be a dict"):
         LinkNeighborLoader(data, [2], batch_size=4, features=["x"])
 

@@ -195,19 +195,19 @@ def workers_are_sent_data(kwargs: dict) -> bool:
 
 
 def _our_sampler(
-    data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs, temporal=("uniform", None, None)
+    data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs, picks=("uniform", None, None)
 ) -> NeighborSampler:
     """Our sampler for a loader's arguments (its CSC in shared memory when workers will read it);
-    ``temporal``: ``(temporal_strategy, time_attr, weight_attr)``."""
+    ``picks``: ``(temporal_strategy, time_attr, weight_attr)``."""
     return NeighborSampler(
         data,
         num_neighbors=num_neighbors,
         replace=replace,
         subgraph_type=subgraph_type,
         disjoint=disjoint,
-        temporal_strategy=temporal[0],
-        time_attr=temporal[1],
-        weight_attr=temporal[2],
+        temporal_strategy=picks[0],
+        time_attr=picks[1],
+        weight_attr=picks[2],
         is_sorted=is_sorted,
         share_memory=kwargs.get("num_workers", 0) > 0,
         directed=directed,
@@ -309,19 +309,8 @@ class NeighborLoader(_OurRoute, PygNeighborLoader):
     ) -> None:
         refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=input_time)
         if neighbor_sampler is None:
-            neighbor_sampler = _our_sampler(
-                data,
-                num_neighbors,
-                replace,
-                subgraph_type,
-                disjoint,
-                is_sorted,
-                directed,
-                device,
-                graph_placement,
-                kwargs,
-                (temporal_strategy, time_attr, weight_attr),
-            )
+            picks = (temporal_strategy, time_attr, weight_attr)
+            neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs, picks)
         self._take_over(data, device, features, prefetch, kwargs)
         super().__init__(
             data,
@@ -378,19 +367,8 @@ class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
     ) -> None:
         refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=edge_label_time)
         if neighbor_sampler is None:
-            neighbor_sampler = _our_sampler(
-                data,
-                num_neighbors,
-                replace,
-                subgraph_type,
-                disjoint,
-                is_sorted,
-                directed,
-                device,
-                graph_placement,
-                kwargs,
-                (temporal_strategy, time_attr, weight_attr),
-            )
+            picks = (temporal_strategy, time_attr, weight_attr)
+            neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs, picks)
         self._take_over(data, device, features, prefetch, kwargs)
         super().__init__(
             data,

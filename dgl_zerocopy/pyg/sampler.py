@@ -5,7 +5,9 @@ sampling and bidirectional subgraphs) with its one native call, ``_sample``, ans
 
 - on the CPU by :class:`dgl_zerocopy.sampling.cpu_hops.HopSampler` (numba's kernels, or NumPy alone where
   numba is missing; no pyg-lib, no torch-sparse, no compiler): homogeneous and heterogeneous graphs, ``replace``, ``disjoint``, ``subgraph_type``
-  directional, bidirectional and induced;
+  directional, bidirectional and induced; temporal sampling (``time_attr`` node- or edge-level, seed times
+  from ``input_time``/``edge_label_time`` or the seeds' own times, ``temporal_strategy`` ``'uniform'`` or
+  ``'last'``, disjoint trees) and weighted sampling (``weight_attr``), both with pyg-lib's semantics;
 - on a GPU (``device="cuda"``) by our kernels (:class:`dgl_zerocopy.sampling.GpuNeighborSampler`) from the
   CSC pinned in host memory (``graph_placement="pinned"``, the default) or in device memory
   (``"device"``), for homogeneous graphs with directional or bidirectional subgraphs; the batch's
@@ -17,9 +19,10 @@ in PyG's CSC (PyG maps them to edge ids with ``edge_permutation``) on the CPU, t
 (mapped there: PyG's map is a host tensor; ``edge_permutation`` is then None); ``num_sampled_nodes`` per
 hop, seeds first; ``num_sampled_edges`` per hop.
 
-Refused when the sampler is built, with one clear error: temporal sampling (``time_attr``,
-``input_time``), weighted sampling (``weight_attr``), backward sampling, ``disjoint`` with induced
-subgraphs (which PyG refuses too); a ``num_neighbors`` value that is not an int in ``[-1, 2**31 - 1]``
+Refused when the sampler is built, with one clear error: backward sampling, ``disjoint`` or temporal
+sampling with induced subgraphs (which PyG refuses too), time and weight together (as pyg-lib), an
+unknown ``temporal_strategy``, times not sorted within a neighbourhood (``is_sorted=True``), weights
+negative or not finite; a ``num_neighbors`` value that is not an int in ``[-1, 2**31 - 1]``
 (``ValueError`` naming it); an ``edge_index`` with an id outside its node type's range (``IndexError``
 naming the edge type, the row, the position and the value), checked before PyG builds its CSC from it (a
 bad destination breaks that conversion too) and remembered for the tensor until it is written, so a second
@@ -31,12 +34,15 @@ Seeds outside the graph are refused (``IndexError``) before any kernel reads the
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 import torch
+import torch_geometric.typing as pyg_typing
 from torch_geometric.data import Data, HeteroData
 from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
 from torch_geometric.sampler import NeighborSampler as PygNeighborSampler
@@ -45,6 +51,7 @@ from torch_geometric.sampler.base import SubgraphType
 from ..data.graph_check import check_csc, check_edge_index
 from ..sampling.cpu_hops import HopSampler, Relation, torch_generator_rng
 from ..sampling.fanout import check_num_neighbors
+from ..sampling.picks import TEMPORAL_STRATEGIES
 
 log = logging.getLogger(__name__)
 
@@ -78,13 +85,25 @@ class NeighborSampler(PygNeighborSampler):
         refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, sample_direction=sample_direction)
         if graph_placement not in ("pinned", "device"):
             raise ValueError(f"graph_placement must be 'pinned' or 'device', but got {graph_placement!r}")
-        if disjoint and (not directed or SubgraphType(subgraph_type) == SubgraphType.induced):
+        if (disjoint or time_attr is not None) and (not directed or SubgraphType(subgraph_type) == SubgraphType.induced):
             # Induced edges are found among distinct nodes: a node in two trees would join them.
-            raise ValueError("disjoint=True with subgraph_type='induced' is not supported (nor by PyG); use 'directional' or 'bidirectional'")
+            raise ValueError(
+                "disjoint=True or temporal sampling (time_attr) with subgraph_type='induced' is not supported (nor by PyG); "
+                "use 'directional' or 'bidirectional'"
+            )
+        if temporal_strategy not in TEMPORAL_STRATEGIES:
+            raise ValueError(f"temporal_strategy must be one of {TEMPORAL_STRATEGIES}, but got {temporal_strategy!r}")
+        if time_attr is not None and weight_attr is not None:
+            raise ValueError(
+                f"time_attr={time_attr!r} with weight_attr={weight_attr!r}: sampling by time and by weight at once is not supported (nor by pyg-lib)"
+            )
+        for role, attr in (("time_attr", time_attr), ("weight_attr", weight_attr)):
+            if attr is not None and isinstance(data, Data) and attr not in data:
+                raise ValueError(f"{role}={attr!r} names no attribute of the data (it has {sorted(data.keys())}); give an attribute's name")
         check_num_neighbors(num_neighbors)
         # Whether the CSC PyG builds is known good: sorted by PyG itself from edge indices checked here.
         csc_checked = check_edge_indices(data) and not is_sorted
-        with warnings.catch_warnings():
+        with warnings.catch_warnings(), _pyg_lib_modes():
             # PyG warns that sampling without pyg-lib is deprecated: it is what this class is for.
             warnings.filterwarnings("ignore", message=".*without a 'pyg-lib' installation.*")
             super().__init__(
@@ -94,6 +113,8 @@ class NeighborSampler(PygNeighborSampler):
                 replace=replace,
                 disjoint=disjoint,
                 temporal_strategy=temporal_strategy,
+                time_attr=time_attr,
+                weight_attr=weight_attr,
                 is_sorted=is_sorted,
                 share_memory=share_memory,
                 directed=directed,
@@ -106,6 +127,8 @@ class NeighborSampler(PygNeighborSampler):
         self._hops: HopSampler | None = None
         self._gpu: Any = None
         self._gpu_graph: Any = None
+        if self.is_temporal or self.edge_weight is not None:
+            self._hop_sampler()  # the times' order and the weights are checked here, when the loader is built
 
     def _check_csc(self) -> None:
         """Check the CSC PyG built (from an ``adj_t``, an unsorted ``edge_index`` marked sorted, a remote
@@ -126,13 +149,26 @@ class NeighborSampler(PygNeighborSampler):
     # -- PyG's one native call -------------------------------------------------------------------
 
     def _sample(self, seed: Any, seed_time: Any = None, **kwargs: Any) -> SamplerOutput | HeteroSamplerOutput:
-        if seed_time is not None:
-            raise ValueError("temporal sampling (seed times) is not supported by dgl_zerocopy.pyg; drop time_attr/input_time")
         if isinstance(seed, dict):
-            return self._sample_hetero(seed)
+            return self._sample_hetero(seed, self._seed_times(seed, seed_time))
         if self._gpu_route():
             return self._sample_on_gpu(seed)
-        return self._sample_homogeneous(seed)
+        return self._sample_homogeneous(seed, self._seed_times({_HOMOGENEOUS: seed}, {_HOMOGENEOUS: seed_time} if seed_time is not None else None))
+
+    def _seed_times(self, seeds: dict, seed_time: dict | None) -> dict | None:
+        """Each seed's time, as pyg-lib takes it: the given ``seed_time`` (``input_time``,
+        ``edge_label_time``), else the seeds' own node times; None where nothing samples by time."""
+        if not self.is_temporal:
+            return None
+        if seed_time is not None:
+            return {t: _numpy(times) for t, times in seed_time.items()}
+        if self.node_time is None:
+            raise ValueError("edge-level temporal sampling needs a time per seed: pass input_time (NeighborLoader) or edge_label_time (LinkNeighborLoader)")
+        node_time = self.node_time if self.is_hetero else {_HOMOGENEOUS: self.node_time}
+        missing = [t for t, ids in seeds.items() if t not in node_time and len(ids)]
+        if missing:
+            raise ValueError(f"node type(s) {missing} have no {'time'!r} attribute for their seeds' times; pass input_time")
+        return {t: _numpy(node_time[t])[_numpy(ids)] for t, ids in seeds.items() if t in node_time}
 
     # -- CPU ---------------------------------------------------------------------------------------
 
@@ -143,18 +179,51 @@ class NeighborSampler(PygNeighborSampler):
                 relations = {}
                 for edge_type in self.edge_types:
                     rel = self.to_rel_type[edge_type]
-                    relations[edge_type] = Relation(_numpy(self.colptr_dict[rel]), _numpy(self.row_dict[rel]), edge_type[0], edge_type[-1])
+                    row = _numpy(self.row_dict[rel])
+                    times, weights = self._per_position(rel, edge_type[0], row)
+                    relations[edge_type] = Relation(_numpy(self.colptr_dict[rel]), row, edge_type[0], edge_type[-1], times, weights)
                 self._hops = HopSampler(relations, dict(self.num_nodes), checked=True)
             else:
-                relation = Relation(_numpy(self.colptr), _numpy(self.row), _HOMOGENEOUS, _HOMOGENEOUS)
+                row = _numpy(self.row)
+                times, weights = self._per_position(None, None, row)
+                relation = Relation(_numpy(self.colptr), row, _HOMOGENEOUS, _HOMOGENEOUS, times, weights)
                 self._hops = HopSampler({_HOMOGENEOUS: relation}, {_HOMOGENEOUS: int(self.num_nodes)}, checked=True)
         return self._hops
 
-    def _sample_homogeneous(self, seed: torch.Tensor) -> SamplerOutput:
+    def _per_position(self, rel: str | None, src_type: Any, row: np.ndarray) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """A relation's times and weights, one per CSC position (PyG sorted its CSC by them and permuted
+        the edge-level ones): a node-level time is its source's, read once here so that it travels with
+        the CSC and a cut-off is a binary search over contiguous memory."""
+
+        def of_relation(values: Any) -> Any:  # PyG keys its edge-level dicts by relation name
+            return values if values is None or rel is None else values.get(rel)
+
+        times = None
+        if self.node_time is not None:
+            node_time = self.node_time if rel is None else self.node_time.get(src_type)
+            times = None if node_time is None else _numpy(node_time)[row]
+        elif self.edge_time is not None:
+            edge_time = of_relation(self.edge_time)
+            times = None if edge_time is None else _numpy(edge_time)
+        weights = of_relation(self.edge_weight)
+        return times, None if weights is None else _numpy(weights)
+
+    def _sample_hops(self, seeds: dict, fanouts: dict, seed_times: dict | None) -> Any:
+        return self._hop_sampler().sample(
+            seeds,
+            fanouts,
+            replace=self.replace,
+            disjoint=self.disjoint,
+            rng=torch_generator_rng(),
+            seed_times=seed_times,
+            temporal_strategy=self.temporal_strategy,
+        )
+
+    def _sample_homogeneous(self, seed: torch.Tensor, seed_times: dict | None = None) -> SamplerOutput:
         hops = self._hop_sampler()
         fanouts = {_HOMOGENEOUS: list(self.num_neighbors.get_values())}
         induced = self.subgraph_type == SubgraphType.induced
-        out = hops.sample({_HOMOGENEOUS: _numpy(seed)}, fanouts, replace=self.replace, disjoint=self.disjoint, rng=torch_generator_rng())
+        out = self._sample_hops({_HOMOGENEOUS: _numpy(seed)}, fanouts, seed_times)
         nodes = out.nodes[_HOMOGENEOUS]
         row, col, pos = out.row[_HOMOGENEOUS], out.col[_HOMOGENEOUS], out.pos[_HOMOGENEOUS]
         if induced:
@@ -170,12 +239,12 @@ class NeighborSampler(PygNeighborSampler):
             num_sampled_edges=[len(row)] if induced else out.edges_per_hop[_HOMOGENEOUS],
         )
 
-    def _sample_hetero(self, seed: dict) -> HeteroSamplerOutput:
+    def _sample_hetero(self, seed: dict, seed_times: dict | None = None) -> HeteroSamplerOutput:
         hops = self._hop_sampler()
         values = self.num_neighbors.get_values(self.edge_types)
         fanouts = {edge_type: list(values[edge_type]) for edge_type in self.edge_types}
         seeds = {node_type: _numpy(ids) for node_type, ids in seed.items()}
-        out = hops.sample(seeds, fanouts, replace=self.replace, disjoint=self.disjoint, rng=torch_generator_rng())
+        out = self._sample_hops(seeds, fanouts, seed_times)
         row, col, pos = out.row, out.col, out.pos
         num_sampled_edges = out.edges_per_hop
         if self.subgraph_type == SubgraphType.induced:
@@ -196,6 +265,11 @@ class NeighborSampler(PygNeighborSampler):
     def _gpu_route(self) -> bool:
         """Whether this batch samples with the kernels: a CUDA device, and a case they cover."""
         if self.device.type != "cuda" or self.is_hetero:
+            return False
+        if self.edge_weight is not None:
+            if not getattr(self, "_told_cpu", False):
+                log.info("weighted sampling samples on the CPU (the GPU sampler picks uniformly)")
+                self._told_cpu = True
             return False
         if self.disjoint or self.subgraph_type == SubgraphType.induced:
             if not getattr(self, "_told_cpu", False):
@@ -315,19 +389,26 @@ def check_edge_indices(data: Any) -> bool:
 
 
 def refuse_unsupported(*, time_attr: Any = None, weight_attr: Any = None, sample_direction: str = "forward", input_time: Any = None) -> None:
-    """One clear error for what our samplers do not do, when the loader is built (never a wrong batch)."""
-    if time_attr is not None or input_time is not None:
-        raise ValueError(
-            f"temporal sampling (time_attr={time_attr!r}) is not supported by dgl_zerocopy.pyg; drop time_attr/input_time, "
-            "or use torch_geometric.loader.NeighborLoader with pyg-lib for it"
-        )
-    if weight_attr is not None:
-        raise ValueError(
-            f"weighted sampling (weight_attr={weight_attr!r}) is not supported by dgl_zerocopy.pyg; drop weight_attr, "
-            "or use torch_geometric.loader.NeighborLoader with pyg-lib for it"
-        )
+    """One clear error for what our samplers do not do, when the loader is built (never a wrong batch).
+    Temporal and weighted sampling are done (``time_attr``, ``input_time`` and ``weight_attr`` are taken
+    for the loaders' calls); backward sampling is refused."""
     if sample_direction != "forward":
         raise ValueError(f"sample_direction={sample_direction!r} is not supported by dgl_zerocopy.pyg; sample 'forward' (in-edges)")
+
+
+@contextlib.contextmanager
+def _pyg_lib_modes() -> Iterator[None]:
+    """While PyG's constructor runs: tell it that the native sampler (ours) does edge-level times and
+    weights, which it otherwise refuses without pyg-lib (its flags name pyg-lib's versions)."""
+    names = ("WITH_EDGE_TIME_NEIGHBOR_SAMPLE", "WITH_WEIGHTED_NEIGHBOR_SAMPLE")
+    saved = {name: getattr(pyg_typing, name) for name in names}
+    try:
+        for name in names:
+            setattr(pyg_typing, name, True)
+        yield
+    finally:
+        for name, value in saved.items():
+            setattr(pyg_typing, name, value)
 
 
 def _numpy(t: Any) -> np.ndarray:

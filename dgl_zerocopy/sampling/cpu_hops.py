@@ -39,17 +39,33 @@ import torch
 from ..data.graph_check import check_csc
 from . import hop_kernels
 from .fanout import check_fanout
+from .picks import (
+    TEMPORAL_STRATEGIES,
+    check_times,
+    check_weights,
+    cut_by_time,
+    floyd_subsets,  # noqa: F401 - imported from here before picks.py
+    pick,
+    pick_ranges,
+    pick_weighted,
+    prefix_sums,
+    ranges,  # noqa: F401
+)
 
 
 @dataclass(frozen=True)
 class Relation:
     """One edge type's in-edge CSC: the sources of destination ``v`` are ``indices[indptr[v]:indptr[v + 1]]``,
-    of type ``src_type``; ``v`` is of type ``dst_type``."""
+    of type ``src_type``; ``v`` is of type ``dst_type``. Optional, one per CSC position: ``times`` (sorted
+    within each neighbourhood; an edge's time, or its source's) for temporal sampling, ``weights``
+    (float, >= 0) for weighted sampling; not both."""
 
     indptr: np.ndarray
     indices: np.ndarray
     src_type: Hashable
     dst_type: Hashable
+    times: np.ndarray | None = None
+    weights: np.ndarray | None = None
 
 
 @dataclass
@@ -72,83 +88,6 @@ class Sampled:
 def torch_generator_rng() -> np.random.Generator:
     """A NumPy generator seeded from torch's default generator (so ``torch.manual_seed`` reproduces it)."""
     return np.random.default_rng(int(torch.randint(0, 2**62, (1,))))
-
-
-def ranges(starts: np.ndarray, lengths: np.ndarray) -> np.ndarray:
-    """The concatenation of ``arange(starts[i], starts[i] + lengths[i])`` (int64)."""
-    total = int(lengths.sum())
-    if total == 0:
-        return np.empty(0, dtype=np.int64)
-    # One step per element: +1 within a range; at each range's first element, the jump from the
-    # previous range's last value to this range's start.
-    nonempty = lengths > 0
-    starts = starts[nonempty].astype(np.int64)
-    lengths = lengths[nonempty].astype(np.int64)
-    firsts = np.cumsum(lengths) - lengths
-    steps = np.ones(total, dtype=np.int64)
-    steps[firsts[1:]] = starts[1:] - (starts[:-1] + lengths[:-1] - 1)
-    steps[0] = starts[0]
-    return np.cumsum(steps)
-
-
-def floyd_subsets(counts: np.ndarray, k: int, seed: int, rows: np.ndarray | None = None) -> np.ndarray:
-    """``[len(counts), k]`` int64: row ``i`` holds ``k`` distinct offsets in ``[0, counts[i])``, uniform over
-    all such subsets (every ``counts[i] >= k``). Floyd's algorithm, one vectorised step per column: draw
-    ``t`` in ``[0, j]`` with ``j = counts - k + step``; keep ``t``, or ``j`` where ``t`` is taken (``j`` never
-    is). "Taken" is a flag per (row, offset), so a step costs O(rows). Row ``i``'s draws are
-    ``uniforms(seed, rows[i], step)`` (``rows`` defaults to ``arange``), as in the compiled kernel."""
-    n = len(counts)
-    if n == 0 or k == 0:
-        return np.empty((n, k), dtype=np.int64)
-    counts = counts.astype(np.int64, copy=False)
-    first = np.cumsum(counts) - counts
-    taken = np.zeros(int(counts.sum()), dtype=bool)
-    uniform = hop_kernels.uniforms(seed, np.arange(n) if rows is None else rows, np.arange(k))
-    out = np.empty((k, n), dtype=np.int64)
-    for step in range(k):
-        j = counts - k + step
-        t = (uniform[step] * (j + 1)).astype(np.int64)
-        np.minimum(t, j, out=t)  # guards float rounding
-        t += first
-        j += first
-        out[step] = np.where(taken[t], j, t)
-        taken[out[step]] = True
-    out -= first
-    return out.T
-
-
-def pick(indptr: np.ndarray, dst: np.ndarray, fanout: int, replace: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:
-    """One hop of one relation: ``(pos, which)``, the CSC positions of the picked in-edges of ``dst``
-    (global ids) and, for each, the index into ``dst`` of its destination; grouped by destination in
-    ``dst``'s order. Draw ``d`` of destination ``dst[i]`` is ``uniforms(seed, i, d)``, so
-    :func:`hop_kernels.pick_sources` picks the same edges."""
-    start = indptr[dst]
-    deg = indptr[dst + 1] - start
-    n = len(dst)
-    if fanout < 0:
-        counts = deg
-    elif replace:
-        counts = np.where(deg > 0, fanout, 0)
-    else:
-        counts = np.minimum(deg, fanout)
-    which = np.repeat(np.arange(n, dtype=np.int64), counts)
-    if fanout < 0:
-        return ranges(start, deg), which
-    if replace:
-        draw = np.arange(len(which)) - (np.cumsum(counts) - counts)[which]
-        uniform = hop_kernels.uniforms(seed, which[draw == 0], np.arange(fanout)).T.reshape(-1)
-        draws = (uniform * deg[which]).astype(np.int64)
-        return start[which] + np.minimum(draws, deg[which] - 1), which
-    pos = np.empty(len(which), dtype=np.int64)
-    offset = np.cumsum(counts) - counts
-    whole = deg <= fanout
-    if whole.any():
-        pos[ranges(offset[whole], deg[whole])] = ranges(start[whole], deg[whole])
-    big = np.flatnonzero(~whole)
-    if len(big):
-        slots = offset[big, None] + np.arange(fanout)
-        pos[slots] = floyd_subsets(deg[big], fanout, seed, big) + start[big, None]
-    return pos, which
 
 
 class _Numbering:
@@ -316,6 +255,15 @@ class HopSampler:
             if not checked:
                 fix = f"build the CSC from edges whose sources lie in [0, num_nodes[{rel.src_type!r}]), or pass the right num_nodes"
                 check_csc(rel.indptr, rel.indices, self.num_nodes[rel.src_type], name=f"relation {key!r} ({rel.src_type!r} -> {rel.dst_type!r})", fix=fix)
+        self.times, self.weights, self._sums = {}, {}, {}
+        for key, rel in self.relations.items():
+            if rel.times is not None and rel.weights is not None:
+                raise ValueError(f"relation {key!r}: sampling by time and by weight at once is not supported (nor by pyg-lib); give one")
+            if rel.times is not None:
+                self.times[key] = check_times(rel.indptr, rel.times, f"relation {key!r}")
+            if rel.weights is not None:
+                self.weights[key] = check_weights(rel.indptr, rel.weights, f"relation {key!r}")
+                self._sums[key] = prefix_sums(rel.indptr, self.weights[key])
         self._local = threading.local()
 
     def _scratch(self, node_type: Hashable | None = None) -> np.ndarray | _Scratch:
@@ -337,26 +285,64 @@ class HopSampler:
         replace: bool = False,
         disjoint: bool = False,
         rng: np.random.Generator | None = None,
+        seed_times: Mapping[Hashable, np.ndarray] | None = None,
+        temporal_strategy: str = "uniform",
     ) -> Sampled:
         """Sample ``len(fanouts[r])`` hops (the same for every relation ``r``) from ``seeds`` (type ->
-        global ids). Raises IndexError for a seed outside its type's range, ValueError for a fanout that
-        :func:`~.fanout.check_fanout` refuses (not an int, below -1, or past 2**31 - 1)."""
+        global ids). Relations with ``times`` pick only in-edges no later than the time of the seed whose
+        tree the destination is in (``seed_times``: type -> one time per seed; needs ``disjoint=True``),
+        uniformly or the latest (``temporal_strategy`` ``'uniform'`` or ``'last'``); relations with
+        ``weights`` pick by weight. Raises IndexError for a seed outside its type's range, ValueError for a
+        fanout that :func:`~.fanout.check_fanout` refuses (not an int, below -1, or past 2**31 - 1), for
+        temporal sampling without ``disjoint``, seed times or a known strategy, or with seeds of two types."""
         rng = torch_generator_rng() if rng is None else rng
+        seed_time = self._seed_time(seeds, seed_times, disjoint, temporal_strategy)
         fanouts = {key: [check_fanout(f, f"fanouts[{key!r}][{hop}]") for hop, f in enumerate(values)] for key, values in fanouts.items()}
         hops = {len(f) for f in fanouts.values()}
         if len(hops) > 1:
             raise ValueError(f"every relation needs the same number of hops; got fanout lists of lengths {sorted(hops)}")
         num_hops = hops.pop() if hops else 0
-        if self.compiled and not disjoint:
+        if self.compiled and not disjoint and not self.weights:
             return self._sample_compiled(seeds, fanouts, num_hops, replace, rng)
         numbering = {}
         for t in self.num_nodes:
             numbering[t] = _DisjointNumbering(self.num_nodes[t]) if disjoint else _Numbering(self._scratch(t))
         try:
-            return self._sample(numbering, seeds, fanouts, num_hops, replace, disjoint, rng)
+            return self._sample(numbering, seeds, fanouts, num_hops, replace, disjoint, rng, (seed_time, temporal_strategy))
         finally:
             for n in numbering.values():
                 n.reset()
+
+    def _seed_time(self, seeds, seed_times, disjoint: bool, strategy: str) -> np.ndarray | None:
+        """The time of each tree (by seed index) where some relation samples by time, else None."""
+        if not self.times:
+            return None
+        if strategy not in TEMPORAL_STRATEGIES:
+            raise ValueError(f"temporal_strategy must be one of {TEMPORAL_STRATEGIES}, but got {strategy!r}")
+        if not disjoint:
+            raise ValueError("temporal sampling needs disjoint=True: each seed's tree has its own time")
+        given = [t for t, ids in seeds.items() if len(np.asarray(ids).reshape(-1))]
+        if len(given) > 1:
+            raise ValueError(f"temporal sampling takes seeds of one node type, but got seeds of {given}; sample each type apart")
+        if not given:
+            return np.empty(0, dtype=np.int64)
+        t = given[0]
+        if seed_times is None or seed_times.get(t) is None:
+            raise ValueError(f"temporal sampling needs seed_times[{t!r}], one time per seed")
+        times = np.asarray(seed_times[t]).reshape(-1)
+        if len(times) != len(np.asarray(seeds[t]).reshape(-1)):
+            raise ValueError(f"seed_times[{t!r}] has {len(times)} entries for {len(np.asarray(seeds[t]).reshape(-1))} seeds; give one time per seed")
+        return times
+
+    def _pick(self, key, rel: Relation, dst, dst_batch, fanout: int, replace: bool, seed: int, temporal) -> tuple[np.ndarray, np.ndarray]:
+        """One hop of one relation by the NumPy reference: by time, by weight or uniformly (:mod:`picks`)."""
+        seed_time, strategy = temporal
+        if key in self.times:
+            start, deg = cut_by_time(rel.indptr, self.times[key], dst, seed_time[dst_batch], fanout, strategy)
+            return pick_ranges(start, deg, fanout, replace, seed)
+        if key in self.weights:
+            return pick_weighted(rel.indptr, self.weights[key], self._sums[key], dst, fanout, replace, seed)
+        return pick(rel.indptr, dst, fanout, replace, seed)
 
     def _seeds(self, t: Hashable, ids) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -420,7 +406,7 @@ class HopSampler:
             for t in self.num_nodes:
                 local[t][nodes[t].filled()] = -1
 
-    def _sample(self, numbering, seeds, fanouts, num_hops, replace, disjoint, rng) -> Sampled:
+    def _sample(self, numbering, seeds, fanouts, num_hops, replace, disjoint, rng, temporal=(None, "uniform")) -> Sampled:
         per_hop = {t: [0] for t in self.num_nodes}
         frontier = {}  # type -> (first local id, global ids, seed indices or None) of last hop's new nodes
         for t, ids in seeds.items():
@@ -438,7 +424,7 @@ class HopSampler:
                 if fanout == 0 or len(dst) == 0:
                     edges_per_hop[key].append(0)
                     continue
-                pos, which = pick(rel.indptr, dst, fanout, replace, int(rng.integers(0, 2**63)))
+                pos, which = self._pick(key, rel, dst, dst_batch, fanout, replace, int(rng.integers(0, 2**63)), temporal)
                 src = rel.indices[pos].astype(np.int64, copy=False)
                 before = numbering[rel.src_type].count
                 if disjoint:

@@ -28,6 +28,7 @@ _DRAW = np.uint64(0xD1B54A32D192ED03)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 _UNIT = 1.0 / 9007199254740992.0  # 2**-53
+_HALF_UNIT = _UNIT / 2
 
 # A hop splits over threads only where it samples at least this many edges per thread: below it, the
 # threads' start costs more than they save.
@@ -48,12 +49,24 @@ _SMALL_WIDTH = 1024
 def uniforms(seed: int, rows: np.ndarray, draws: np.ndarray) -> np.ndarray:
     """Uniform floats in [0, 1): element ``[d, r]`` is draw ``draws[d]`` of destination index ``rows[r]``
     under ``seed`` (float64 ``[len(draws), len(rows)]``). The kernels' ``_uniform`` is the same function."""
+    return uniforms_at(seed, np.asarray(rows)[None, :], np.asarray(draws)[:, None])
+
+
+def uniforms_at(seed: int, rows: np.ndarray, draws: np.ndarray) -> np.ndarray:
+    """:func:`uniforms` element by element: draw ``draws[i]`` of destination index ``rows[i]`` (broadcast)."""
     with np.errstate(over="ignore"):
-        z = np.uint64(seed) + rows.astype(np.uint64)[None, :] * _ROW + draws.astype(np.uint64)[:, None] * _DRAW
+        z = np.uint64(seed) + rows.astype(np.uint64) * _ROW + draws.astype(np.uint64) * _DRAW
         z = (z ^ (z >> np.uint64(30))) * _MIX1
         z = (z ^ (z >> np.uint64(27))) * _MIX2
         z = z ^ (z >> np.uint64(31))
     return (z >> np.uint64(11)).astype(np.float64) * _UNIT
+
+
+def weight_keys(uniform: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    """Efraimidis and Spirakis' keys ``log(u) / w`` (the ``k`` largest are a weighted sample without
+    replacement); ``u`` moved off 0 by half a step, a weight of 0 gets -inf (picked last)."""
+    with np.errstate(divide="ignore"):
+        return np.where(weights > 0, np.log(uniform + _HALF_UNIT) / np.where(weights > 0, weights, 1.0), -np.inf)
 
 
 try:
