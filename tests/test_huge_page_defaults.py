@@ -27,7 +27,7 @@ from test_pinning import FakeRuntime, use  # noqa: E402 - also skips without CuP
 from dgl_zerocopy.data import SyntheticSpec, load_dataset
 from dgl_zerocopy.data.synthetic import generate
 from dgl_zerocopy.sampling.graph import SamplingGraph
-from dgl_zerocopy.store import huge_pages, pinning
+from dgl_zerocopy.store import huge_pages, pin_target, pinning
 from dgl_zerocopy.store.host_files import tensor_view
 from dgl_zerocopy.store.host_memory import HUGE_PAGES_ENV, host_array, host_copy, huge_pages_wanted, load_npy, page_report
 from dgl_zerocopy.store.huge_pages import HUGE_PAGE_BYTES, HostTable
@@ -235,7 +235,7 @@ def test_a_pinned_file_map_is_read_into_huge_pages_and_the_file_untouched(tmp_pa
     array = np.load(path, mmap_mode="r")
     table = tensor_view(array)
     fake = use(monkeypatch, FakeRuntime(read_only_supported=supported, touch_pages=True))
-    pinned, read_only = pinning.pinnable_table(table, array, pinning.read_only_register_supported(0))
+    pinned, read_only = pin_target.pinnable_table(table, array, pinning.read_only_register_supported(0))
     assert not read_only and pinned.data_ptr() != table.data_ptr() and pinned.data_ptr() % HUGE_PAGE_BYTES == 0
     torch.testing.assert_close(pinned, torch.from_numpy(source))
     assert page_report(pinned).method == "thp"
@@ -255,12 +255,12 @@ def test_a_pinned_file_map_takes_the_old_path_when_off_or_unavailable(tmp_path, 
         monkeypatch.setenv(HUGE_PAGES_ENV, "0")
         with warnings.catch_warnings():
             warnings.simplefilter("error")
-            got, read_only = pinning.pinnable_table(table, array, read_only_supported=True)
+            got, read_only = pin_target.pinnable_table(table, array, read_only_supported=True)
     else:
         monkeypatch.setattr(huge_pages, "_thp_mode", lambda: "never")
         monkeypatch.setattr(huge_pages, "_free_hugetlb_pages", lambda: 0)
         with pytest.warns(UserWarning, match="4 KiB pages, not 2 MB ones"):
-            got, read_only = pinning.pinnable_table(table, array, read_only_supported=True)
+            got, read_only = pin_target.pinnable_table(table, array, read_only_supported=True)
     assert got is table and read_only  # pinned read-only in place, as before
 
 

@@ -20,7 +20,7 @@ import torch
 cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x), importable without a GPU")
 
 from dgl_zerocopy.cuda.gather.launcher import cupy_stream  # noqa: E402
-from dgl_zerocopy.store import pinning  # noqa: E402
+from dgl_zerocopy.store import pin_target, pinning  # noqa: E402
 from dgl_zerocopy.store.table_input import as_table  # noqa: E402
 
 
@@ -197,14 +197,14 @@ def _mapped(tmp_path, mode="r"):
 def test_read_only_map_is_pinned_read_only_where_supported(tmp_path):
     _, array = _mapped(tmp_path)
     table = _view(array)
-    got, read_only = pinning.pinnable_table(table, array, read_only_supported=True)
+    got, read_only = pin_target.pinnable_table(table, array, read_only_supported=True)
     assert got is table and read_only
 
 
 def test_read_only_map_becomes_a_private_writable_map_where_unsupported(tmp_path):
     data, array = _mapped(tmp_path)
     with pytest.warns(UserWarning, match="cudaDevAttrHostRegisterReadOnlySupported is 0.*copy-on-write"):
-        table, read_only = pinning.pinnable_table(_view(array), array, read_only_supported=False)
+        table, read_only = pin_target.pinnable_table(_view(array), array, read_only_supported=False)
     assert not read_only
     torch.testing.assert_close(table, torch.from_numpy(data))
     assert table.numpy().flags.writeable
@@ -218,7 +218,7 @@ def test_flag_only_read_only_array_is_pinned_as_it_is(tmp_path):
     table = _view(data)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        got, read_only = pinning.pinnable_table(table, data, read_only_supported=False)
+        got, read_only = pin_target.pinnable_table(table, data, read_only_supported=False)
     assert got is table and not read_only
 
 
@@ -281,7 +281,7 @@ def test_pinning_a_file_map_leaves_the_file_as_it_was(tmp_path, monkeypatch, mod
     else:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # the copy-on-write warning, checked below
-            pinned_table, read_only = pinning.pinnable_table(table, must_not_write, pinning.read_only_register_supported(0))
+            pinned_table, read_only = pin_target.pinnable_table(table, must_not_write, pinning.read_only_register_supported(0))
     pinned = pinning.PinnedRange(pinned_table.data_ptr(), pinned_table.numel() * pinned_table.element_size(), read_only=read_only)
     flags = fake.registered[pinned_table.data_ptr()][1]
     perms, where = mapping_of(pinned_table.data_ptr())
@@ -300,7 +300,7 @@ def test_a_shared_writable_map_is_remapped_copy_on_write_with_a_warning(tmp_path
     table, must_not_write = as_table(array)
     assert must_not_write is array  # a writable map of the file is still one the store must not write
     with pytest.warns(UserWarning, match="copy-on-write"):
-        private, read_only = pinning.pinnable_table(table, must_not_write, read_only_supported=False)
+        private, read_only = pin_target.pinnable_table(table, must_not_write, read_only_supported=False)
     assert not read_only and mapping_of(private.data_ptr())[0] == "rw-p"
     torch.testing.assert_close(private, torch.from_numpy(data))
 
@@ -310,7 +310,7 @@ def test_a_slice_of_a_shared_map_is_remapped_at_its_own_offset(tmp_path):
     part = array[10:30]
     table, must_not_write = as_table(part)
     with pytest.warns(UserWarning, match="copy-on-write"):
-        private, read_only = pinning.pinnable_table(table, must_not_write, read_only_supported=False)
+        private, read_only = pin_target.pinnable_table(table, must_not_write, read_only_supported=False)
     assert not read_only and mapping_of(private.data_ptr())[0].endswith("p")
     torch.testing.assert_close(private, torch.from_numpy(data[10:30]))
 

@@ -87,14 +87,15 @@ def sampling_graph(graph: DiskGraph, placement: str = "host", device: Any = None
     ``cudaHostRegister`` pins only with its read-only flag: where the GPU has it the pages are pinned
     as they are; elsewhere (many x86 machines) they are mapped again copy-on-write and pinned there,
     with a warning (the pinned pages are then a private copy in RAM, and the files are never written:
-    the FeatureStore's rule, :func:`~dgl_zerocopy.store.pinning.pinnable_table`)."""
+    the FeatureStore's rule, :func:`~dgl_zerocopy.store.pin_target.pinnable_table`)."""
     graph.check_files()  # "device" copies the files, "pinned" may: a file cut short would kill the copy
     indptr, indices = tensor_view(graph.indptr), tensor_view(graph.indices)
     if placement != "pinned":
         return DiskSamplingGraph(graph, indptr, indices, placement=placement, device=device)
     if not torch.cuda.is_available():
         raise RuntimeError("placement='pinned' registers the CSC for a CUDA GPU, but torch sees none; use placement='host' (the CPU backends) here")
-    from ..store.pinning import pinnable_table, read_only_register_supported
+    from ..store.pin_target import pinnable_table
+    from ..store.pinning import read_only_register_supported
 
     device = _cuda_device(device, placement)
     supported = read_only_register_supported(device.index)

@@ -240,7 +240,8 @@ class FeatureStore:
                 return self
             table, read_only = self._table, False
             if self.backend == "zerocopy" and self._read_only_array is not None:
-                from .pinning import pinnable_table, read_only_register_supported
+                from .pin_target import pinnable_table
+                from .pinning import read_only_register_supported
 
                 table, read_only = pinnable_table(table, self._read_only_array, read_only_register_supported(device.index))
                 if self._codec is not None:

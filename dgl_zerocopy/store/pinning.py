@@ -17,18 +17,9 @@ from __future__ import annotations
 
 import logging
 import threading
-import warnings
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-import numpy as np
-
-from .host_files import file_ref, is_shared_file_map, tensor_view
-from .host_memory import huge_page_copy
 from .table_input import human_size
-
-if TYPE_CHECKING:
-    import torch
 
 log = logging.getLogger(__name__)
 
@@ -55,41 +46,6 @@ def read_only_register_supported(device_index: int) -> bool:
     mapping (a ``.npy`` opened with ``mmap_mode="r"``). Many x86 machines answer no."""
     runtime = _runtime()
     return bool(runtime.deviceGetAttribute(runtime.cudaDevAttrHostRegisterReadOnlySupported, int(device_index)))
-
-
-def pinnable_table(table: torch.Tensor, array: np.ndarray, read_only_supported: bool) -> tuple[torch.Tensor, bool]:
-    """The table to pin for ``array`` (memory the store must not write, which ``table`` views), and
-    whether to pin it read-only.
-
-    A shared file map (``mmap_mode`` ``"r"``, ``"r+"``, ``"w+"``, a ``.npy`` path) is read into memory in
-    2 MB pages (:func:`~dgl_zerocopy.store.host_memory.huge_page_copy`) and that copy is pinned: by default,
-    where huge pages are available (``DGL_ZEROCOPY_HUGE_PAGES=0`` turns it off). Otherwise, where the device
-    supports read-only registration, the pages are pinned read-only as they are: the driver neither writes
-    nor dirties them. Elsewhere a shared file map is mapped again copy-on-write: a ``"r"`` map cannot be
-    pinned writable at all, and pinning a writable shared map would dirty its pages, which the kernel
-    writes back to the file (its modification time changes) when they are unpinned. Any other read-only
-    array is read-only only by NumPy's flag: its pages are registered as they are (registration never
-    writes). The file is never written on any of these paths."""
-    ref = file_ref(array, table) if is_shared_file_map(array) else None
-    if ref is not None:
-        copy = huge_page_copy(table, f"the file map of {ref[0]!r}")
-        if copy is not None:
-            return copy, False
-    if read_only_supported:
-        return table, True
-    if ref is not None:
-        filename, offset, dtype, shape, _ = ref
-        private = np.memmap(filename, dtype=np.dtype(dtype), mode="c", offset=offset, shape=shape)
-        warnings.warn(
-            f"this GPU cannot pin read-only memory (cudaDevAttrHostRegisterReadOnlySupported is 0), so the "
-            f"memory-mapped table {filename!r} is mapped copy-on-write instead (pinning a shared map of the file "
-            f"would write its pages back to it): pinning keeps a private copy of its "
-            f"{private.nbytes / 2**30:.2f} GiB in RAM (the file is not modified). To avoid the page-cache copy "
-            f"beside it, load the table into RAM (numpy.load without mmap_mode)",
-            stacklevel=4,  # pinnable_table <- bind <- __init__/gather/device <- the caller
-        )
-        return tensor_view(private), False
-    return table, False
 
 
 class PinnedRange:
