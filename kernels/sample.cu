@@ -13,8 +13,8 @@
 //   1. sample_bounds: thread per (seed, end): bounds[2i + b] = indptr[v + b]          [reads indptr]
 //      Lanes 2i and 2i+1 of a warp read the two adjacent offsets of a seed in one instruction:
 //      one request per seed (two when the pair straddles a 128-byte line), not two.
-//   2. sample_count: thread per seed: counts[i] = its number of picks.
-//      The host scans counts into out_indptr (torch, on the device). The total out_indptr[S]
+//   2. sample_count: thread per seed: out_indptr[i + 1] = its number of picks (out_indptr[0] = 0).
+//      The host scans out_indptr in place (torch, on the device). The total out_indptr[S]
 //      stays on the device: the outputs are allocated for a capacity >= the total that the host
 //      knows without asking (S x fanout, or a total it read earlier), and passes 3 and 4 read the
 //      total where it lies. sample_csc reads it back to size its outputs exactly: its one sync.
@@ -33,7 +33,8 @@
 // skipped alike, without flagging. A total above the capacity (a caller's error) makes passes 3
 // and 4 write nothing but the -1 slots: no write lands outside the outputs.
 //
-// No __syncthreads, shuffles or atomics: the CPU emulator runs threads one after another. Loops
+// No __syncthreads or shuffles, and atomics only in the relabelling (below, each modelled for the
+// emulator): the CPU emulator runs threads one after another. Loops
 // over traced loads are per warp (all lanes iterate together) so that the emulator can group a
 // warp's loads into instructions, as for the gather kernels.
 
@@ -83,12 +84,15 @@ __global__ void sample_bounds(const PtrT* __restrict__ indptr, long long num_nod
   }
 }
 
-// Pass 2. counts: num_seeds int64, the scan's input.
+// Pass 2. out_indptr: num_seeds + 1 int64, written [0, counts...]: the scan (in place) makes them offsets.
 __global__ void sample_count(const long long* __restrict__ bounds, long long num_seeds, int fanout,
-                             int replace, long long* __restrict__ counts) {
+                             int replace, long long* __restrict__ out_indptr) {
   const long long stride = (long long)gridDim.x * blockDim.x;
   for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < num_seeds; i += stride) {
-    counts[i] = zc_pick_count(bounds[2 * i + 1] - bounds[2 * i], fanout, replace);
+    out_indptr[i + 1] = zc_pick_count(bounds[2 * i + 1] - bounds[2 * i], fanout, replace);
+    if (i == 0) {
+      out_indptr[0] = 0;
+    }
   }
 }
 
@@ -234,6 +238,148 @@ __global__ void sample_fetch_per_seed(const IdT* __restrict__ indices, const lon
         }
         src[o + d] = value;
       }
+    }
+  }
+}
+
+// ---- Relabelling of one sampled layer (dgl_zerocopy/sampling/relabel.py, relabel_layer) --------
+//
+// DGL's to_block numbering over the sampler's buffers, with no size read: the block's source nodes
+// are its destinations first (dst[0, n_d), n_d = *dst_count or every entry), then each node of the
+// picks src[0, S) (-1: an unused slot) that is not a destination, in the order of its first
+// appearance. Entry p of the candidate list is dst[p] (p < D, the dst buffer's length) or
+// src[p - D]; a node's first appearance is its smallest p, kept in an open-addressing hash table
+// (2T int64: keys, then LLONG_MAX - first position; all -1 when empty, one fill). Three kernels:
+//   relabel_insert: thread per candidate: claim the node's slot (compare-and-swap), lower its first
+//                   position (an atomic max of LLONG_MAX - p).
+//   relabel_mark:   thread per pick: new[e] = 1 when the pick is its node's first appearance and no
+//                   destination has it. The host scans new into rank (torch.cumsum, on the device).
+//   relabel_write:  thread per entry: nodes (dst, then new node e at n_d + rank[e] - 1), local (each
+//                   pick as an index into nodes; -1 for unused slots), the block's indptr in the
+//                   node dtype (when asked), and sizes[0] = the picks' total, sizes[1] = the count.
+// The table holds at least twice the candidates: probes stay short, and a free slot always exists.
+// The emulator runs threads one after another, so its atomics are plain reads and writes; the
+// result does not depend on the order threads run in (a slot's owner and minimum are unique).
+
+#ifdef ZC_CPU_EMULATOR
+__device__ __forceinline__ unsigned long long zc_atomic_cas(unsigned long long* at, unsigned long long expected, unsigned long long value) {
+  const unsigned long long old = *at;
+  if (old == expected) {
+    *at = value;
+  }
+  return old;
+}
+__device__ __forceinline__ void zc_atomic_max(long long* at, long long value) {
+  if (value > *at) {
+    *at = value;
+  }
+}
+#else
+__device__ __forceinline__ unsigned long long zc_atomic_cas(unsigned long long* at, unsigned long long expected, unsigned long long value) {
+  return atomicCAS(at, expected, value);
+}
+__device__ __forceinline__ void zc_atomic_max(long long* at, long long value) { atomicMax(at, value); }
+#endif
+
+#define ZC_EMPTY_KEY 0xFFFFFFFFFFFFFFFFull
+#define ZC_FIRST_MAX 0x7FFFFFFFFFFFFFFFll
+
+__device__ __forceinline__ unsigned long long zc_hash(unsigned long long x) {
+  x ^= x >> 33;  // the murmur3 finalizer: neighbouring ids spread over the table
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+// The slot of node id (>= 0) in the table of `mask + 1` slots, claimed when absent (insert), or -1.
+__device__ __forceinline__ long long zc_slot(unsigned long long* keys, long long mask, long long id, bool insert) {
+  const unsigned long long key = (unsigned long long)id;
+  for (long long h = (long long)(zc_hash(key) & (unsigned long long)mask);; h = (h + 1) & mask) {
+    unsigned long long found = keys[h];
+    if (found == ZC_EMPTY_KEY && insert) {
+      found = zc_atomic_cas(keys + h, ZC_EMPTY_KEY, key);
+      if (found == ZC_EMPTY_KEY) {
+        return h;
+      }
+    }
+    if (found == key) {
+      return h;
+    }
+    if (found == ZC_EMPTY_KEY) {
+      return -1;
+    }
+  }
+}
+
+__device__ __forceinline__ long long zc_live(const long long* count, long long length) {
+  return count != nullptr && *count < length ? *count : length;
+}
+
+template <typename NodeT, typename IdT>
+__global__ void relabel_insert(const NodeT* __restrict__ dst, long long num_dst, const long long* __restrict__ dst_count,
+                               const IdT* __restrict__ src, long long num_src, long long* __restrict__ table, long long mask) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long live = zc_live(dst_count, num_dst);
+  unsigned long long* keys = (unsigned long long*)table;
+  long long* first = table + mask + 1;
+  for (long long p = (long long)blockIdx.x * blockDim.x + threadIdx.x; p < num_dst + num_src; p += stride) {
+    const long long id = p < num_dst ? (p < live ? (long long)dst[p] : -1) : (long long)src[p - num_dst];
+    if (id >= 0) {
+      zc_atomic_max(first + zc_slot(keys, mask, id, true), ZC_FIRST_MAX - p);
+    }
+  }
+}
+
+template <typename IdT>
+__global__ void relabel_mark(const IdT* __restrict__ src, long long num_src, long long num_dst, long long* __restrict__ table,
+                             long long mask, long long* __restrict__ is_new) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  unsigned long long* keys = (unsigned long long*)table;
+  const long long* first = table + mask + 1;
+  for (long long e = (long long)blockIdx.x * blockDim.x + threadIdx.x; e < num_src; e += stride) {
+    const long long id = (long long)src[e];
+    is_new[e] = id >= 0 && ZC_FIRST_MAX - first[zc_slot(keys, mask, id, false)] == num_dst + e ? 1 : 0;
+  }
+}
+
+// out_indptr/block_indptr: the layer's offsets (num_seeds + 1) and their copy in the node dtype
+// (block_indptr null: not asked, the node dtype is int64). sizes: two int64, [total picks, count].
+template <typename NodeT, typename IdT>
+__global__ void relabel_write(const NodeT* __restrict__ dst, long long num_dst, const long long* __restrict__ dst_count,
+                              const IdT* __restrict__ src, long long num_src, long long* __restrict__ table, long long mask,
+                              const long long* __restrict__ rank, const long long* __restrict__ out_indptr, long long num_seeds,
+                              NodeT* __restrict__ block_indptr, NodeT* __restrict__ nodes, NodeT* __restrict__ local,
+                              long long* __restrict__ sizes) {
+  const long long stride = (long long)gridDim.x * blockDim.x;
+  const long long live = zc_live(dst_count, num_dst);
+  unsigned long long* keys = (unsigned long long*)table;
+  const long long* first = table + mask + 1;
+  long long work = num_dst > num_src ? num_dst : num_src;
+  work = work > num_seeds + 1 ? work : num_seeds + 1;
+  for (long long t = (long long)blockIdx.x * blockDim.x + threadIdx.x; t < work; t += stride) {
+    if (t < live) {
+      nodes[t] = dst[t];
+    }
+    if (t < num_src) {
+      const long long id = (long long)src[t];
+      NodeT label = (NodeT)-1;
+      if (id >= 0) {
+        const long long at = ZC_FIRST_MAX - first[zc_slot(keys, mask, id, false)];
+        label = (NodeT)(at < num_dst ? at : live + rank[at - num_dst] - 1);
+        if (at == num_dst + t) {
+          nodes[label] = (NodeT)id;
+        }
+      }
+      local[t] = label;
+    }
+    if (block_indptr != nullptr && t <= num_seeds) {
+      block_indptr[t] = (NodeT)out_indptr[t];
+    }
+    if (t == 0) {
+      sizes[0] = out_indptr[num_seeds];
+      sizes[1] = live + (num_src > 0 ? rank[num_src - 1] : 0);
     }
   }
 }

@@ -274,14 +274,14 @@ def test_edge_ids_are_computed_only_when_read(monkeypatch):
 
 @pytest.mark.parametrize(
     "fanouts,reads",
-    [([5, 4, 3], 3), ([-1, 4, 3], 3), ([2, -1, 3], 3), ([3, -1], 3), ([-1, 3, -1], 4)],
+    [([5, 4, 3], 1), ([-1, 4, 3], 2), ([2, -1, 3], 2), ([3, -1], 2), ([-1, 3, -1], 3)],
     ids=["fixed", "input-all", "middle-all", "output-all", "all-all"],
 )
-def test_one_size_read_per_layer_and_no_other(monkeypatch, fanouts, reads):
+def test_one_size_read_per_batch_and_no_other(monkeypatch, fanouts, reads):
     """sample_blocks on the emulated CUDA kernels (the GPU's driver and kernel source) reads the
-    device once per layer, in relabel.read_sizes: every way a tensor's value reaches Python is
-    counted, the kernel layer included. A fanout of -1 is sized by its total, read with the layer
-    before's sizes; for the output layer (sampled first) that is one read more."""
+    device once per batch, in relabel.read_sizes: every way a tensor's value reaches Python is
+    counted, the kernel layer included. A fanout of -1 is sized by its total, read before its layer
+    with the sizes so far: one read more per such layer."""
     g = make_graph()
     sampler = GpuNeighborSampler(fanouts, device="emulator")
     sampler.sample(g, torch.arange(8))  # the graph taken, the emulator built, outside the count

@@ -183,7 +183,7 @@ def test_emulated_kernel_flags_bad_seeds():
 
 def test_instantiations():
     names = instantiations.all_name_expressions()
-    assert len(names) == len(set(names)) == 10
+    assert len(names) == len(set(names)) == 20
     assert "sample_bounds<int, long long>" in names and "sample_fetch<long long>" in names
     with pytest.raises(ValueError, match="indices must be 4 .* or 8 .* but got 2"):
         instantiations.fetch_name(2)

@@ -5,8 +5,9 @@ Devices (``device=``): ``"cuda"`` (or ``"cuda:N"``, a ``torch.device``): the CUD
 GPU; ``"emulator"``: the same kernel source compiled for the CPU by the gather emulator's build;
 ``"reference"``: the NumPy/torch twin. The three give identical picks for the same arguments.
 
-:func:`sample_layer` reads its total back (one host read); :func:`sample_layer_deferred` and
-:func:`plan_every_edge` read nothing: the sampler reads their sizes with its own, once per layer.
+:func:`sample_layer` reads its total back (one host read); :func:`plan_layer`,
+:func:`sample_layer_deferred` and :func:`relabel_picks` read nothing: the sampler reads the sizes of
+every layer together, once per batch (once more per fanout -1 layer, whose total sizes its picks).
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
-from ..cuda.sampling import CSCPlan, DeferredCSC
+from ..cuda.sampling import CSCPlan, DeferredCSC, Relabelled
 from ..cuda.sampling.launch import bad_seed_error
+from ..cuda.sampling.op_count import host_side
 from .graph import SamplingGraph
 
 CPU_BACKENDS = ("emulator", "reference")
@@ -64,7 +66,8 @@ def check_seed(seed: Any) -> int:
 def draw_seed() -> int:
     """A fresh RNG key for the kernels, drawn from torch's default (CPU) generator: ``torch.manual_seed``
     makes the picks reproducible (``dgl.seed`` seeds DGL's own generator, which these kernels do not use)."""
-    return int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
+    with host_side():  # torch's CPU generator: host work, never a device operation
+        return int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
 
 
 def as_seeds(nodes: Any, graph: SamplingGraph, device: torch.device) -> torch.Tensor:
@@ -155,11 +158,24 @@ def sample_layer_deferred(
         return sample_csc_deferred(graph.indptr, graph.indices, seeds, fanout, replace=replace, seed=seed, backend=backend, capacity=capacity, plan=plan)
 
 
-def plan_every_edge(graph: SamplingGraph, nodes: torch.Tensor, count: torch.Tensor | None, backend: str) -> CSCPlan:
-    """The plan of a fanout -1 layer over the first ``count`` entries of ``nodes`` (``count``: a
-    one-element int64 tensor on their device; None: all), no host read: its total,
-    ``plan.out_indptr[-1]``, is read back with the layer before's sizes, and sizes the picks."""
+def plan_layer(
+    graph: SamplingGraph, nodes: torch.Tensor, fanout: int, replace: bool, count: torch.Tensor | None, backend: str, bad: torch.Tensor | None = None
+) -> CSCPlan:
+    """The plan of a layer (fanout >= 1 or -1) over the first ``count`` entries of ``nodes`` (``count``:
+    a one-element int64 tensor on their device; None: all), no host read. A fanout -1 layer's total,
+    ``plan.out_indptr[-1]``, is read back with the batch's sizes so far, and sizes the picks.
+    ``bad``: where the bounds pass flags a bad seed (a view of the batch's sizes; default its own)."""
     from ..cuda.sampling import plan_csc
 
     with _on_device(nodes, backend):
-        return plan_csc(graph.indptr, nodes, -1, num_valid=count, backend=backend)
+        return plan_csc(graph.indptr, nodes, fanout, replace=replace, num_valid=count, backend=backend, bad=bad)
+
+
+def relabel_picks(dst: torch.Tensor, count: torch.Tensor | None, picks: DeferredCSC, sizes: torch.Tensor, backend: str) -> Relabelled:
+    """A layer's ``to_block`` numbering on the sampling device, no host read (the kernel layer's
+    ``relabel_layer``): ``dst``'s first ``count`` entries (None: all) and then the picks' new nodes;
+    ``sizes`` (int64 ``(2,)``) receives ``[picks, source nodes]``."""
+    from ..cuda.sampling import relabel_layer
+
+    with _on_device(dst, backend):
+        return relabel_layer(dst, count, picks.src, picks.indptr, sizes, backend=backend)

@@ -28,16 +28,26 @@ from typing import Any
 
 import torch
 
-from ..cuda.sampling import CSCPlan
+from ..cuda.sampling import Relabelled
 from ..cuda.sampling.launch import bad_seed_error
 from ..store.transfer import to_device
 from . import relabel
 from .blocks import EID, NID, DeviceBlock
 from .fanout import check_fanout
 from .graph import SamplingGraph, check_homogeneous, release, shared_graph
-from .layer import as_seeds, check_placement, check_seed, draw_seed, given_seed_error, plan_every_edge, resolve_device, sample_layer, sample_layer_deferred
+from .layer import (
+    as_seeds,
+    check_placement,
+    check_seed,
+    draw_seed,
+    given_seed_error,
+    plan_layer,
+    relabel_picks,
+    resolve_device,
+    sample_layer,
+    sample_layer_deferred,
+)
 from .lazy import LazyData
-from .relabel import relabel_deferred
 
 
 def sample_neighbors(
@@ -177,42 +187,44 @@ class GpuNeighborSampler:
         given, seeds = seeds, as_seeds(seeds, graph, self.device)
         # One RNG key per layer, drawn before any sampling, output layer first (the order DGL samples in).
         keys = [draw_seed() for _ in self.fanouts]
-        fanouts = list(reversed(self.fanouts))
+        layers = self._sample_layers(graph, given, seeds, list(reversed(self.fanouts)), keys)
         blocks: list[DeviceBlock] = []
         dst = seeds
-        # A fanout -1 layer's picks are sized by its total, planned and read back with the layer
-        # before's sizes; the output layer has no layer before: its total costs a read of its own.
-        ahead = self._plan_first(graph, seeds) if fanouts and fanouts[0] == -1 else None
-        for layer, (fanout, key) in enumerate(zip(fanouts, keys)):
-            plan, capacity = ahead if ahead is not None else (None, None)
-            picks = sample_layer_deferred(graph, dst, fanout, self.replace, key, self.backend, capacity=capacity, plan=plan)
-            nodes, local, count = relabel_deferred(dst, picks.src)
-            sizes = [count, picks.sizes()]
-            every_edge_next = layer + 1 < len(fanouts) and fanouts[layer + 1] == -1
-            if every_edge_next:
-                next_plan = plan_every_edge(graph, nodes, count, self.backend)
-                sizes.append(next_plan.out_indptr[-1:])
-            num_src, num_edges, bad, *next_total = relabel.read_sizes(torch.cat(sizes))  # the layer's one host read
-            if bad >= 0:  # only the caller's seeds (layer 0's destinations) can be bad
-                raise given_seed_error(given, graph.num_nodes, bad_seed_error(int(dst[bad]), graph.num_nodes))
-            picked = picks.trimmed(num_edges)
-            nodes = nodes[:num_src]
-            block = DeviceBlock(picked.indptr.to(graph.idtype), local[:num_edges].to(graph.idtype), num_src, {NID: nodes}, {NID: dst})
-            block.edata = LazyData(pending={EID: functools.partial(graph.edge_ids, picked.pos)})
+        for layer in layers:
+            block = layer.block(graph, dst)
             blocks.insert(0, block)
-            dst = nodes
-            ahead = (next_plan.head(num_src), next_total[0]) if every_edge_next else None
+            dst = block.srcdata[NID]
         if self.output_device != self.device:
             blocks = [_moved(block, self.output_device) for block in blocks]
             dst, seeds = (to_device(t, self.output_device) for t in (dst, seeds))
         return dst, seeds, blocks
 
-    def _plan_first(self, graph: SamplingGraph, seeds: torch.Tensor) -> tuple[CSCPlan, int]:
-        """The plan of a fanout -1 output layer and its total: one read. (A bad seed gets no picks
-        here; the flag is read, and raised, with the layer's sizes.)"""
-        plan = plan_every_edge(graph, seeds, None, self.backend)
-        (total,) = relabel.read_sizes(plan.out_indptr[-1:])
-        return plan, total
+    def _sample_layers(self, graph: SamplingGraph, given: Any, seeds: torch.Tensor, fanouts: list[int], keys: list[int]) -> list[_Layer]:
+        """Every layer sampled and relabelled on the device, the output layer first, with one host read
+        at the end (one more before each fanout -1 layer, whose total sizes its picks). A layer's
+        destinations are the layer before's source-node buffer, of which only a prefix (its count, on
+        the device) is live: the kernels skip the rest, so nothing waits for a size in between."""
+        # The batch's sizes on the device: [bad seed position, then per layer: picks, source nodes].
+        sizes = torch.full((1 + 2 * len(fanouts),), -1, dtype=torch.int64, device=seeds.device)
+        bad = sizes[:1]  # only the caller's seeds can be bad; later layers' flag stays -1
+        layers: list[_Layer] = []
+        dst, count = seeds, None
+        for layer, (fanout, key) in enumerate(zip(fanouts, keys)):
+            plan, capacity = None, None
+            if fanout != 0:
+                plan = plan_layer(graph, dst, fanout, self.replace, count, self.backend, bad)
+            if fanout == -1:
+                *before, capacity = relabel.read_sizes(torch.cat((sizes[: 1 + 2 * layer], plan.out_indptr[-1:])))
+                _raise_bad(before[0], given, seeds, graph)
+            picks = sample_layer_deferred(graph, dst, fanout, self.replace, key, self.backend, capacity=capacity, plan=plan)
+            relabelled = relabel_picks(dst, count, picks, sizes[1 + 2 * layer : 3 + 2 * layer], self.backend)
+            layers.append(_Layer(picks.pos, relabelled))
+            dst, count = relabelled.nodes, relabelled.sizes[1:]
+        values = relabel.read_sizes(sizes)  # the batch's one host read
+        _raise_bad(values[0], given, seeds, graph)
+        for layer, num_edges, num_src in zip(layers, values[1::2], values[2::2]):
+            layer.num_edges, layer.num_src = num_edges, num_src
+        return layers
 
     def _prefetch(self, g: Any, input_nodes: torch.Tensor, output_nodes: torch.Tensor, blocks: list[DeviceBlock]) -> None:
         if isinstance(g, SamplingGraph):
@@ -271,6 +283,29 @@ class GpuNeighborSampler:
 
     def __repr__(self) -> str:
         return f"GpuNeighborSampler(fanouts={self.fanouts}, replace={self.replace}, device={self.backend if self.backend != 'cuda' else str(self.device)!r}, placement={self.placement!r})"
+
+
+class _Layer:
+    """One sampled layer on the device: the picks' CSC positions and the relabelled buffers; its sizes
+    (picks, source nodes) once the batch's read has brought them."""
+
+    def __init__(self, pos: torch.Tensor, relabelled: Relabelled) -> None:
+        self.pos, self.relabelled = pos, relabelled
+        self.num_edges = self.num_src = 0
+
+    def block(self, graph: SamplingGraph, dst: torch.Tensor) -> DeviceBlock:
+        """The layer's block for its ``dst`` (the live destinations): views of the buffers, cut to the sizes."""
+        out = self.relabelled
+        nodes = out.nodes[: self.num_src]
+        block = DeviceBlock(out.indptr[: len(dst) + 1], out.local[: self.num_edges], self.num_src, {NID: nodes}, {NID: dst})
+        block.edata = LazyData(pending={EID: functools.partial(graph.edge_ids, self.pos[: self.num_edges])})
+        return block
+
+
+def _raise_bad(position: int, given: Any, seeds: torch.Tensor, graph: SamplingGraph) -> None:
+    """Raise the IndexError for a bad seed at ``position`` of ``seeds`` (-1: none) by its value in ``given``."""
+    if position >= 0:
+        raise given_seed_error(given, graph.num_nodes, bad_seed_error(int(seeds[position]), graph.num_nodes))
 
 
 def _moved(block: DeviceBlock, device: torch.device) -> DeviceBlock:

@@ -19,9 +19,9 @@ from typing import NamedTuple
 
 import torch
 
-from dgl_zerocopy.cuda.sampling.launch import CSCPlan, bad_seed_error
+from dgl_zerocopy.cuda.sampling.launch import CSCPlan, Relabelled, bad_seed_error
 
-__all__ = ["BACKENDS", "CSCPlan", "DeferredCSC", "SampledCSC", "plan_csc", "sample_csc", "sample_csc_deferred"]
+__all__ = ["BACKENDS", "CSCPlan", "DeferredCSC", "Relabelled", "SampledCSC", "plan_csc", "relabel_layer", "sample_csc", "sample_csc_deferred"]
 
 BACKENDS = ("cuda", "emulator", "reference")
 _ID_DTYPES = (torch.int32, torch.int64)
@@ -171,7 +171,14 @@ def sample_csc(
 
 
 def plan_csc(
-    indptr: torch.Tensor, seeds: torch.Tensor, fanout: int, *, replace: bool = False, num_valid: torch.Tensor | None = None, backend: str = "cuda"
+    indptr: torch.Tensor,
+    seeds: torch.Tensor,
+    fanout: int,
+    *,
+    replace: bool = False,
+    num_valid: torch.Tensor | None = None,
+    backend: str = "cuda",
+    bad: torch.Tensor | None = None,
 ) -> CSCPlan:
     """The first half of :func:`sample_csc` for ``seeds``: their CSC ranges, pick counts and output
     offsets (:class:`CSCPlan`), enqueued on the seeds' device; no host read. ``plan.out_indptr[-1]``
@@ -183,6 +190,8 @@ def plan_csc(
         num_valid: None, or an int64 tensor of one element on the seeds' device: only that many
             leading entries of ``seeds`` are seeds; the others get no picks and are never read
             (a buffer sized for more than it holds, whose count is on the device).
+        bad: None, or an int64 tensor of one element on the seeds' device holding -1, to report a
+            bad seed in (it becomes ``plan.bad``; a view into the caller's sizes saves a fill).
 
     Raises:
         TypeError / ValueError: an argument of the wrong type, dtype, shape, value or device.
@@ -196,16 +205,20 @@ def plan_csc(
     if backend == "cuda":
         from dgl_zerocopy.cuda.sampling.launcher import launch_plan
 
-        return launch_plan(indptr, seeds, fanout, replace, num_valid=num_valid)
+        return launch_plan(indptr, seeds, fanout, replace, num_valid=num_valid, bad=bad)
     _check_cpu(backend, indptr=indptr, seeds=seeds)
     indptr, seeds = indptr.contiguous(), seeds.contiguous()
     if backend == "emulator":
         from dgl_zerocopy.cuda.sampling.emulator import emulate_plan
 
-        return emulate_plan(indptr, seeds, fanout, replace, num_valid=num_valid)
+        return emulate_plan(indptr, seeds, fanout, replace, num_valid=num_valid, bad=bad)
     from dgl_zerocopy.cuda.sampling.reference import reference_plan
 
-    return reference_plan(indptr, seeds, fanout, replace, num_valid)
+    plan = reference_plan(indptr, seeds, fanout, replace, num_valid)
+    if bad is not None:
+        bad.copy_(plan.bad)
+        plan = plan._replace(bad=bad)
+    return plan
 
 
 def sample_csc_deferred(
@@ -269,3 +282,47 @@ def sample_csc_deferred(
 
             src, pos = reference_pick_and_fetch(plan, indices, seed, capacity)
     return DeferredCSC(plan.out_indptr, src, pos, plan.bad)
+
+
+def relabel_layer(
+    dst: torch.Tensor, dst_count: torch.Tensor | None, src: torch.Tensor, out_indptr: torch.Tensor, sizes: torch.Tensor, *, backend: str = "cuda"
+) -> Relabelled:
+    """DGL's ``to_block`` numbering of one sampled layer, on the device, reading nothing back.
+
+    Args:
+        dst: 1-D int32/int64, the destinations (a buffer: only its first ``dst_count`` entries are).
+        dst_count: None (every entry of ``dst``) or an int64 tensor of one element beside ``dst``.
+        src: 1-D int32/int64, the picks (``sample_csc_deferred``'s ``src``: -1 in unused slots).
+        out_indptr: the layer's int64 offsets (``len(seeds) + 1``; ``out_indptr[-1]`` the total).
+        sizes: an int64 tensor of two elements beside ``dst``; receives ``[total, source node count]``.
+        backend: ``"cuda"``, ``"emulator"`` or ``"reference"``; equal results on each.
+
+    Returns:
+        :class:`~dgl_zerocopy.cuda.sampling.launch.Relabelled`: the source nodes (destinations
+        first, then the picks' other nodes by first appearance), each pick's index among them, and
+        the offsets, in ``dst``'s dtype.
+
+    Raises:
+        TypeError / ValueError: an argument of the wrong type, dtype, shape, device or backend.
+    """
+    dst, src = _check_ids("dst", dst).contiguous(), _check_ids("src", src).contiguous()
+    dst_count = _check_num_valid(dst_count, dst)
+    for name, tensor, length in (("out_indptr", out_indptr, None), ("sizes", sizes, 2)):
+        if not isinstance(tensor, torch.Tensor) or tensor.dtype != torch.int64 or tensor.dim() != 1 or (length is not None and tensor.numel() != length):
+            raise TypeError(f"{name} must be a 1-D int64 tensor{f' of {length} elements' if length else ''}, but got {tensor!r}")
+    if len({t.device for t in (dst, src, out_indptr, sizes)}) != 1:
+        raise ValueError(f"dst, src, out_indptr and sizes must share a device, but got {[str(t.device) for t in (dst, src, out_indptr, sizes)]}")
+    if backend == "cuda":
+        from dgl_zerocopy.cuda.sampling.launcher import launch_relabel
+
+        return launch_relabel(dst, dst_count, src, out_indptr, sizes)
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
+    _check_cpu(backend, dst=dst)
+    if backend == "emulator":
+        from dgl_zerocopy.cuda.sampling.emulator import emulate_relabel
+
+        return emulate_relabel(dst, dst_count, src, out_indptr.contiguous(), sizes)
+    from dgl_zerocopy.cuda.sampling.reference import reference_relabel
+
+    return reference_relabel(dst, dst_count, src, out_indptr, sizes)

@@ -18,15 +18,17 @@ import functools
 import logging
 import threading
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import torch
 
 from dgl_zerocopy.cuda.gather.emulator_build import RECORD_DTYPE, build_library, entry_symbol
 from dgl_zerocopy.cuda.sampling import instantiations
-from dgl_zerocopy.cuda.sampling.launch import CSCPlan, Step, pick_and_fetch, plan_passes, run_passes
+from dgl_zerocopy.cuda.sampling.launch import CSCPlan, Relabelled, Step, pick_and_fetch, plan_passes, relabel_passes, run_passes
+from dgl_zerocopy.cuda.sampling.op_count import observe_launch
 
-__all__ = ["SampleTrace", "emulate_pick_and_fetch", "emulate_plan", "emulate_sample", "library"]
+__all__ = ["SampleTrace", "emulate_pick_and_fetch", "emulate_plan", "emulate_relabel", "emulate_sample", "library"]
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +96,7 @@ def _runner(trace: bool, records: list[tuple[str, np.ndarray]]):
     def run(step: Step) -> None:
         if step.grid == 0:
             return
+        observe_launch(step.kernel)
         values = [_ARG_CTYPES[kind](value) for kind, value in step.args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
         logger.debug("emulating %s grid=%d block=%d", step.kernel, step.grid, step.block)
@@ -157,12 +160,18 @@ def emulate_sample(
     )
 
 
-def emulate_plan(
-    indptr: torch.Tensor, seeds: torch.Tensor, fanout: int, replace: bool, *, num_valid: torch.Tensor | None = None, max_blocks: int | None = None
-) -> CSCPlan:
+def emulate_plan(indptr: torch.Tensor, seeds: torch.Tensor, fanout: int, replace: bool, **options: Any) -> CSCPlan:
     """:func:`~dgl_zerocopy.cuda.sampling.launch.plan_passes` run by the emulated kernels (CPU
-    tensors, contiguous; ``num_valid`` an int64 tensor of one element, or None)."""
-    return plan_passes(indptr, seeds, fanout, replace, _runner(False, []), num_sms=NUM_SMS, max_blocks=max_blocks, num_valid=num_valid)
+    tensors, contiguous); ``options``: its ``num_valid`` (an int64 tensor of one element, or None),
+    ``bad`` and ``max_blocks``."""
+    return plan_passes(indptr, seeds, fanout, replace, _runner(False, []), num_sms=NUM_SMS, **options)
+
+
+def emulate_relabel(
+    dst: torch.Tensor, dst_count: torch.Tensor | None, src: torch.Tensor, out_indptr: torch.Tensor, sizes: torch.Tensor, *, max_blocks: int | None = None
+) -> Relabelled:
+    """:func:`~dgl_zerocopy.cuda.sampling.launch.relabel_passes` run by the emulated kernels (CPU tensors, contiguous)."""
+    return relabel_passes(dst, dst_count, src, out_indptr, sizes, _runner(False, []), num_sms=NUM_SMS, max_blocks=max_blocks)
 
 
 def emulate_pick_and_fetch(

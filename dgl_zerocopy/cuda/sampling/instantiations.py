@@ -5,7 +5,7 @@ emulator look up. Pure Python.
 
 from __future__ import annotations
 
-__all__ = ["FETCH_VARIANTS", "ID_TYPES", "SOURCE", "all_name_expressions", "bounds_name", "count_name", "fetch_name", "pick_name"]
+__all__ = ["FETCH_VARIANTS", "ID_TYPES", "SOURCE", "all_name_expressions", "bounds_name", "count_name", "fetch_name", "pick_name", "relabel_names"]
 
 #: The kernel source file in ``kernels/``.
 SOURCE = "sample.cu"
@@ -44,8 +44,23 @@ def fetch_name(indices_bytes: int, variant: str = "flat") -> str:
     return f"{FETCH_VARIANTS[variant]}<{_width('indices', indices_bytes)}>"
 
 
+def relabel_names(node_bytes: int, id_bytes: int) -> tuple[str, str, str]:
+    """``(relabel_insert, relabel_mark, relabel_write)`` for the widths of the block's node ids
+    (destinations and outputs) and of the picked ids."""
+    node, ids = _width("nodes", node_bytes), _width("ids", id_bytes)
+    return f"relabel_insert<{node}, {ids}>", f"relabel_mark<{ids}>", f"relabel_write<{node}, {ids}>"
+
+
 def all_name_expressions() -> tuple[str, ...]:
     """Every instantiation (compiled together into one module, and into the emulator): 4 bounds
-    (indptr x seed widths), count, pick, 2 x 2 fetches (indices widths x variants): 10."""
+    (indptr x seed widths), count, pick, 2 x 2 fetches (indices widths x variants), and the
+    relabelling's 4 inserts, 2 marks and 4 writes (node x id widths): 20."""
     widths = sorted(ID_TYPES)
-    return (*(bounds_name(p, s) for p in widths for s in widths), count_name(), pick_name(), *(fetch_name(w, v) for v in FETCH_VARIANTS for w in widths))
+    relabel = dict.fromkeys(name for n in widths for i in widths for name in relabel_names(n, i))
+    return (
+        *(bounds_name(p, s) for p in widths for s in widths),
+        count_name(),
+        pick_name(),
+        *(fetch_name(w, v) for v in FETCH_VARIANTS for w in widths),
+        *relabel,
+    )

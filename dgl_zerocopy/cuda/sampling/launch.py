@@ -20,7 +20,20 @@ import torch
 
 from dgl_zerocopy.cuda.sampling import instantiations
 
-__all__ = ["BLOCK", "MAX_THREADS_PER_SM", "PICK_BLOCK", "CSCPlan", "Step", "bad_seed_error", "grid_for", "pick_and_fetch", "plan_passes", "run_passes"]
+__all__ = [
+    "BLOCK",
+    "MAX_THREADS_PER_SM",
+    "PICK_BLOCK",
+    "CSCPlan",
+    "Relabelled",
+    "Step",
+    "bad_seed_error",
+    "grid_for",
+    "pick_and_fetch",
+    "plan_passes",
+    "relabel_passes",
+    "run_passes",
+]
 
 #: Threads per block of the passes that read the CSC (bounds, fetch) and of the count pass.
 BLOCK = 256
@@ -100,23 +113,25 @@ def plan_passes(
     max_blocks: int | None = None,
     indptr_address: int | None = None,
     num_valid: torch.Tensor | None = None,
+    bad: torch.Tensor | None = None,
 ) -> CSCPlan:
-    """The bounds and count passes and the scan of the counts, enqueued; nothing read back.
+    """The bounds and count passes and the in-place scan of the counts (three launches), enqueued;
+    nothing read back.
 
     ``num_valid``: None, or an int64 tensor of one element on the seeds' device: only that many
     leading seeds are sampled, the others get no picks (and are never read: a buffer may be
     longer than its valid prefix). ``indptr_address``: the address the kernels read ``indptr`` at
-    (default its ``data_ptr()``).
+    (default its ``data_ptr()``). ``bad``: the int64 ``(1,)`` flag to report a bad seed in, holding
+    -1 (a view into a caller's buffer of sizes saves its fill); default a new one.
     """
     device = seeds.device
     num_seeds = len(seeds)
     long = dict(dtype=torch.int64, device=device)
     bounds = torch.empty(2 * num_seeds, **long)
-    counts = torch.empty(num_seeds, **long)
-    bad = torch.full((1,), -1, **long)
-    out_indptr = torch.zeros(num_seeds + 1, **long)
+    bad = torch.full((1,), -1, **long) if bad is None else bad
     if num_seeds == 0:  # nothing to launch
-        return CSCPlan(bounds, out_indptr, bad, fanout, replace)
+        return CSCPlan(bounds, torch.zeros(1, **long), bad, fanout, replace)
+    out_indptr = torch.empty(num_seeds + 1, **long)  # the count pass writes every entry
     indptr_arg = ("ptr", int(indptr.data_ptr()) if indptr_address is None else indptr_address)
     limit = ("ptr", 0) if num_valid is None else _ptr(num_valid)
     launch(
@@ -132,10 +147,10 @@ def plan_passes(
             instantiations.count_name(),
             grid_for(num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
             BLOCK,
-            (_ptr(bounds), ("i64", num_seeds), ("i32", fanout), ("i32", int(replace)), _ptr(counts)),
+            (_ptr(bounds), ("i64", num_seeds), ("i32", fanout), ("i32", int(replace)), _ptr(out_indptr)),
         )
     )
-    torch.cumsum(counts, 0, out=out_indptr[1:])
+    out_indptr.cumsum_(0)
     return CSCPlan(bounds, out_indptr, bad, fanout, replace)
 
 
@@ -225,3 +240,66 @@ def run_passes(
         raise bad_seed_error(int(seeds[bad_position]), len(indptr) - 1)
     src, pos = pick_and_fetch(plan, indices, seed, total, launch, indices_address=addresses[1], fetch_variant=fetch_variant, **kw)
     return plan.out_indptr, src, pos
+
+
+class Relabelled(NamedTuple):
+    """One layer relabelled (:func:`relabel_passes`), tensors on the layer's device.
+
+    Attributes:
+        nodes: the destinations' dtype, ``D + S`` entries: the block's source nodes first (their
+            count in ``sizes[1]``), the rest unspecified.
+        local: that dtype, ``S``: each pick as an index into ``nodes``; -1 for an unused slot.
+        indptr: the block's offsets (``num_seeds + 1``) in that dtype (``out_indptr`` itself for int64).
+        sizes: the int64 ``(2,)`` given: ``[total picks, number of source nodes]``.
+    """
+
+    nodes: torch.Tensor
+    local: torch.Tensor
+    indptr: torch.Tensor
+    sizes: torch.Tensor
+
+
+def table_slots(entries: int) -> int:
+    """Slots of the relabelling's hash table for ``entries`` candidates: a power of two, at least twice as many."""
+    return 1 << max(1, (2 * entries - 1).bit_length())
+
+
+def relabel_passes(
+    dst: torch.Tensor,
+    dst_count: torch.Tensor | None,
+    src: torch.Tensor,
+    out_indptr: torch.Tensor,
+    sizes: torch.Tensor,
+    launch: Callable[[Step], None],
+    *,
+    num_sms: int,
+    max_blocks: int | None = None,
+) -> Relabelled:
+    """DGL's ``to_block`` numbering of a layer with the relabelling kernels of ``kernels/sample.cu``:
+    a table fill, insert, mark, a scan, write (five launches); nothing read back.
+
+    ``dst``: the destinations (int32/int64; the first ``dst_count`` entries, a device int64 ``(1,)``,
+    or all when None); ``src``: the picks in the graph's id dtype (-1: an unused slot);
+    ``out_indptr``: the layer's offsets (int64); ``sizes``: an int64 ``(2,)`` on the device that
+    receives ``[total picks, number of source nodes]``. All on one device, contiguous.
+    """
+    device = dst.device
+    num_dst, num_src = len(dst), len(src)
+    slots = table_slots(num_dst + num_src)
+    table = torch.full((2 * slots,), -1, dtype=torch.int64, device=device)
+    nodes = torch.empty(num_dst + num_src, dtype=dst.dtype, device=device)
+    local = torch.empty(num_src, dtype=dst.dtype, device=device)
+    is_new = torch.empty(num_src, dtype=torch.int64, device=device)
+    indptr = out_indptr if dst.dtype == torch.int64 else torch.empty(len(out_indptr), dtype=dst.dtype, device=device)
+    insert, mark, write = instantiations.relabel_names(dst.element_size(), src.element_size())
+    count = ("ptr", 0) if dst_count is None else _ptr(dst_count)
+    mask = ("i64", slots - 1)
+    kw = dict(num_sms=num_sms, max_blocks=max_blocks)
+    launch(Step(insert, grid_for(num_dst + num_src, BLOCK, **kw), BLOCK, (_ptr(dst), ("i64", num_dst), count, _ptr(src), ("i64", num_src), _ptr(table), mask)))
+    launch(Step(mark, grid_for(num_src, BLOCK, **kw), BLOCK, (_ptr(src), ("i64", num_src), ("i64", num_dst), _ptr(table), mask, _ptr(is_new))))
+    rank = torch.cumsum(is_new, 0) if num_src else is_new
+    block_indptr = ("ptr", 0) if indptr is out_indptr else _ptr(indptr)
+    work = max(num_dst, num_src, len(out_indptr))
+    args = (_ptr(dst), ("i64", num_dst), count, _ptr(src), ("i64", num_src), _ptr(table), mask, _ptr(rank), _ptr(out_indptr), ("i64", len(out_indptr) - 1))
+    launch(Step(write, grid_for(work, BLOCK, **kw), BLOCK, (*args, block_indptr, _ptr(nodes), _ptr(local), _ptr(sizes))))
+    return Relabelled(nodes, local, indptr, sizes)

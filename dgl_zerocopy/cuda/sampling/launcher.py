@@ -29,9 +29,10 @@ from dgl_zerocopy.cuda.gather.launcher import cupy_stream
 from dgl_zerocopy.cuda.kernel_source import kernel_options, read_kernel
 from dgl_zerocopy.cuda.nvrtc import compile_program, preload_for_cupy
 from dgl_zerocopy.cuda.sampling import instantiations
-from dgl_zerocopy.cuda.sampling.launch import CSCPlan, Step, pick_and_fetch, plan_passes, run_passes
+from dgl_zerocopy.cuda.sampling.launch import CSCPlan, Relabelled, Step, pick_and_fetch, plan_passes, relabel_passes, run_passes
+from dgl_zerocopy.cuda.sampling.op_count import observe_launch
 
-__all__ = ["compile_check", "compile_sample_module", "launch_pick_and_fetch", "launch_plan", "launch_sample"]
+__all__ = ["compile_check", "compile_sample_module", "launch_pick_and_fetch", "launch_plan", "launch_relabel", "launch_sample"]
 
 logger = logging.getLogger(__name__)
 
@@ -125,13 +126,13 @@ class _Launch:
     SM count, and the addresses the kernels read the CSC's arrays at; used inside ``with self.context():``.
     The widths pick the module (compiled once per mix: the sampler's seeds have the indices' width)."""
 
-    def __init__(self, on: torch.Tensor, indptr_size: int, indices_size: int, seed_size: int) -> None:
+    def __init__(self, on: torch.Tensor, indptr_size: int, indices_size: int, seed_size: int, names: tuple[str, ...] | None = None) -> None:
         if on.device.type != "cuda":
             raise ValueError(f"backend 'cuda' samples on the seeds' GPU, but seeds are on {on.device}; pass seeds.cuda() or backend='emulator'")
         self.device = on.device
         self.cupy = _cupy()
         self.device_id = self.device.index if self.device.index is not None else torch.cuda.current_device()
-        self.names = _names(indptr_size, indices_size, seed_size)
+        self.names = _names(indptr_size, indices_size, seed_size) if names is None else names
         self.num_sms = _num_sms(self.device_id)
 
     @contextlib.contextmanager
@@ -147,6 +148,7 @@ class _Launch:
     def run(self, step: Step) -> None:
         if step.grid == 0:
             return
+        observe_launch(step.kernel)
         kernel = _kernel(self.device_id, self.names, step.kernel)
         logger.debug("launch %s grid=%d block=%d", step.kernel, step.grid, step.block)
         kernel((step.grid,), (step.block,), tuple(_SCALARS[kind](value) for kind, value in step.args))
@@ -173,7 +175,14 @@ def launch_sample(
 
 
 def launch_plan(
-    indptr: torch.Tensor, seeds: torch.Tensor, fanout: int, replace: bool, *, num_valid: torch.Tensor | None = None, max_blocks: int | None = None
+    indptr: torch.Tensor,
+    seeds: torch.Tensor,
+    fanout: int,
+    replace: bool,
+    *,
+    num_valid: torch.Tensor | None = None,
+    max_blocks: int | None = None,
+    bad: torch.Tensor | None = None,
 ) -> CSCPlan:
     """:func:`~dgl_zerocopy.cuda.sampling.launch.plan_passes` on the GPU of ``seeds`` (torch's current
     stream; no synchronisation). ``indptr`` as for :func:`launch_sample`; ``num_valid`` on the seeds' GPU."""
@@ -181,7 +190,9 @@ def launch_plan(
     gpu = _Launch(seeds, indptr.element_size(), seeds.element_size(), seeds.element_size())
     with gpu.context():
         address = gpu.address("indptr", indptr)
-        return plan_passes(indptr, seeds, fanout, replace, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks, indptr_address=address, num_valid=num_valid)
+        return plan_passes(
+            indptr, seeds, fanout, replace, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks, indptr_address=address, num_valid=num_valid, bad=bad
+        )
 
 
 def launch_pick_and_fetch(
@@ -193,3 +204,14 @@ def launch_pick_and_fetch(
     with gpu.context():
         address = gpu.address("indices", indices)
         return pick_and_fetch(plan, indices, seed, capacity, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks, indices_address=address)
+
+
+def launch_relabel(
+    dst: torch.Tensor, dst_count: torch.Tensor | None, src: torch.Tensor, out_indptr: torch.Tensor, sizes: torch.Tensor, *, max_blocks: int | None = None
+) -> Relabelled:
+    """:func:`~dgl_zerocopy.cuda.sampling.launch.relabel_passes` on the GPU of ``dst`` (torch's
+    current stream; no synchronisation); every tensor on that GPU, contiguous."""
+    names = instantiations.relabel_names(dst.element_size(), src.element_size())
+    gpu = _Launch(dst, dst.element_size(), src.element_size(), dst.element_size(), names=names)
+    with gpu.context():
+        return relabel_passes(dst, dst_count, src, out_indptr, sizes, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks)

@@ -22,9 +22,9 @@ import numpy as np
 import torch
 
 from dgl_zerocopy.cuda.sampling import rng
-from dgl_zerocopy.cuda.sampling.launch import CSCPlan
+from dgl_zerocopy.cuda.sampling.launch import CSCPlan, Relabelled
 
-__all__ = ["output_counts", "pick_offsets", "reference_pick_and_fetch", "reference_plan", "sample_reference"]
+__all__ = ["output_counts", "pick_offsets", "reference_pick_and_fetch", "reference_plan", "reference_relabel", "sample_reference"]
 
 
 def output_counts(deg: np.ndarray, fanout: int, replace: bool) -> np.ndarray:
@@ -109,3 +109,31 @@ def sample_reference(
     plan = reference_plan(indptr, seeds, fanout, replace)
     src, pos = reference_pick_and_fetch(plan, indices, seed, int(plan.out_indptr[-1]))
     return plan.out_indptr, src, pos
+
+
+def reference_relabel(dst: torch.Tensor, dst_count: torch.Tensor | None, src: torch.Tensor, out_indptr: torch.Tensor, sizes: torch.Tensor) -> Relabelled:
+    """The relabelling kernels' outputs (:func:`.launch.relabel_passes`) on CPU tensors, by sorting:
+    each node's first appearance among the live destinations, then the picks (-1: unused); new
+    nodes numbered in that order after the destinations; ``sizes`` written ``[total, count]``."""
+    num_dst = len(dst)
+    live = num_dst if dst_count is None else max(0, min(int(dst_count.reshape(-1)[0]), num_dst))
+    picks = src.numpy().astype(np.int64)
+    cand = np.concatenate([dst.numpy()[:live].astype(np.int64), picks])
+    where = np.concatenate([np.arange(live), num_dst + np.arange(len(picks))])
+    valid = cand >= 0
+    unique, first_index = np.unique(cand[valid], return_index=True)  # the first of each id, in candidate order
+    first = where[valid][first_index]
+    new = first >= num_dst
+    order = np.argsort(first[new])  # new nodes by first appearance (distinct positions)
+    rank = np.zeros(len(unique), dtype=np.int64)
+    rank[np.flatnonzero(new)[order]] = live + np.arange(len(order))
+    label = np.where(new, rank, first)
+    nodes = np.full(num_dst + len(picks), -1, dtype=np.int64)
+    nodes[:live] = cand[:live]
+    nodes[label[new]] = unique[new]
+    local = np.full(len(picks), -1, dtype=np.int64)
+    used = picks >= 0
+    local[used] = label[np.searchsorted(unique, picks[used])]
+    sizes[0], sizes[1] = int(out_indptr[-1]), live + int(new.sum())
+    dtype = dst.dtype
+    return Relabelled(torch.from_numpy(nodes).to(dtype), torch.from_numpy(local).to(dtype), out_indptr.to(dtype), sizes)
