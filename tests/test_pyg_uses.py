@@ -2,11 +2,15 @@
 user's data with its features, our stores over the same memory), ``BasicGNN.inference`` (with and without its
 cache), batches that follow the data as PyG's do (compared with PyG's ``filter_data``), PyG's wrappers
 (``PrefetchLoader``, ``CachedLoader``, ``ZipLoader``, ``ImbalancedSampler`` as ``sampler=``), ``trim_to_layer``
-through ``num_sampled_nodes``/``num_sampled_edges``, and ``HGTConv``/``to_hetero`` on our hetero batches.
+through ``num_sampled_nodes``/``num_sampled_edges``, ``HGTConv``/``to_hetero`` on our hetero batches, and the
+loaders' signatures (PyG's types and defaults).
 Worker processes under every start method are in tests/test_pyg_workers.py."""
 
 from __future__ import annotations
 
+import inspect
+import types
+import typing
 import warnings
 
 import numpy as np
@@ -17,6 +21,8 @@ pytest.importorskip("torch_geometric")
 
 from torch_geometric.data import Data, HeteroData  # noqa: E402
 from torch_geometric.loader import CachedLoader, ImbalancedSampler, PrefetchLoader, ZipLoader  # noqa: E402
+from torch_geometric.loader import LinkNeighborLoader as PygLinkNeighborLoader  # noqa: E402
+from torch_geometric.loader import NeighborLoader as PygNeighborLoader  # noqa: E402
 from torch_geometric.loader.utils import filter_data  # noqa: E402
 from torch_geometric.nn import HGTConv, SAGEConv, to_hetero  # noqa: E402
 from torch_geometric.nn.models import GraphSAGE  # noqa: E402
@@ -238,3 +244,33 @@ def test_to_hetero_model_trains_on_our_link_batches():
             optimizer.step()
             losses.append(loss.item())
     assert np.mean(losses[-4:]) < np.mean(losses[:4]), (losses[:4], losses[-4:])
+
+
+# -- signatures ------------------------------------------------------------------------------------------------------
+
+
+def _canonical(hint):
+    """A type hint with typing's spellings made one (``Optional[X]`` and ``X | None``, ``Tuple`` and ``tuple``)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return ("union", frozenset(_canonical(a) for a in args))
+    if origin is not None:
+        return origin if not args else (origin, tuple(_canonical(a) for a in args))
+    return hint
+
+
+@pytest.mark.parametrize("ours, pyg", [(NeighborLoader, PygNeighborLoader), (LinkNeighborLoader, PygLinkNeighborLoader)])
+def test_signatures_are_pygs_and_typed(ours, pyg):
+    mine, theirs = typing.get_type_hints(ours.__init__), typing.get_type_hints(pyg.__init__)
+    ours_parameters = inspect.signature(ours.__init__).parameters
+    for name, parameter in inspect.signature(pyg.__init__).parameters.items():
+        assert name in ours_parameters and ours_parameters[name].default == parameter.default, name
+        if name not in ("self", "kwargs"):
+            assert _canonical(mine[name]) == _canonical(theirs[name]), (name, mine[name], theirs[name])
+    for name in ("device", "graph_placement", "features", "prefetch"):
+        assert ours_parameters[name].kind is inspect.Parameter.KEYWORD_ONLY and "Any" not in str(mine[name]), name
+
+
+def test_prefetch_with_workers_is_refused():
+    with pytest.raises(ValueError, match=r"prefetch=2 with num_workers=1: the worker processes read ahead"):
+        NeighborLoader(make_data(), [2], batch_size=4, num_workers=1, prefetch=2)

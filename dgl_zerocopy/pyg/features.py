@@ -32,6 +32,7 @@ loader is built, to have one row per node (or edge) of its type (:meth:`FeatureR
 from __future__ import annotations
 
 import copy
+import os
 import warnings
 from collections.abc import Hashable, Mapping
 from dataclasses import dataclass, field
@@ -44,6 +45,11 @@ from torch_geometric.data import Data, HeteroData
 from ..store.feature_store import FeatureStore as TableStore
 from ..store.host_files import mapped_file
 from ..store.table_input import human_size
+
+
+#: ``features=`` of a loader: tables by name (``Data``) or by ``(node_type | edge_type, name)`` (``HeteroData``);
+#: ``False`` routes nothing; ``None`` routes the defaults
+Features = Mapping[str | tuple[Hashable, str], torch.Tensor | np.ndarray | str | os.PathLike | TableStore] | bool | None
 
 
 @dataclass

@@ -15,7 +15,8 @@ Both are PyG's own classes (every argument, every batch field, PyG's order) with
 
 Extra keyword arguments (all optional): ``device`` (``None``/``"cpu"``, or ``"cuda"``/``"cuda:N"``: sample
 and gather there), ``graph_placement`` (``"pinned"``/``"device"``: where the GPU reads the CSC),
-``features`` (see :mod:`.features`), ``prefetch`` (default 1 on a GPU, 0 on the CPU).
+``features`` (see :mod:`.features`), ``prefetch`` (default 1 on a GPU, 0 on the CPU; refused with ``num_workers > 0``,
+whose worker processes read ahead).
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ import functools
 import itertools
 import multiprocessing
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -33,13 +34,16 @@ from torch_geometric.data import Data, GraphStore, HeteroData
 from torch_geometric.data import FeatureStore as TorchFeatureStore
 from torch_geometric.loader import LinkNeighborLoader as PygLinkNeighborLoader
 from torch_geometric.loader import NeighborLoader as PygNeighborLoader
-from torch_geometric.sampler import HeteroSamplerOutput, SamplerOutput
+from torch_geometric.sampler import HeteroSamplerOutput, NegativeSampling, SamplerOutput
+from torch_geometric.sampler import NeighborSampler as PygNeighborSampler
+from torch_geometric.sampler.base import SubgraphType
+from torch_geometric.typing import EdgeType, InputEdges, InputNodes, OptTensor
 
 from ..loading.prefetch import Prefetcher
 from ..loading.ring import RingPool, SlotRing
 from ..loading.timing import StageTimer
 from ..loading.workers import stop_processes
-from .features import FeatureRoute, check_mapping, node_and_edge_ids, route_features
+from .features import FeatureRoute, Features, check_mapping, node_and_edge_ids, route_features
 from .sampler import NeighborSampler, refuse_unsupported
 from .stores import FeatureStore
 
@@ -68,15 +72,21 @@ class _OurRoute:
     def data(self, data: Data | HeteroData | tuple[TorchFeatureStore, GraphStore]) -> None:
         self._data = data
 
-    def _take_over(self, data: Any, device: Any, features: Any, prefetch: int | None, kwargs: dict) -> None:
+    def _take_over(self, data: Data | HeteroData | tuple, device: torch.device | str | None, features: Features, prefetch: int | None, kwargs: dict) -> None:  # fmt: skip
         check_mapping(features)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(f"device={device!r} but CUDA is not available here; pass device=None to sample and gather on the CPU")
+        workers = kwargs.get("num_workers", 0)
         if prefetch is None:
-            prefetch = 1 if self.device.type == "cuda" else 0
+            prefetch = 1 if self.device.type == "cuda" and workers == 0 else 0
         if not isinstance(prefetch, int) or isinstance(prefetch, bool) or prefetch < 0:
             raise ValueError(f"prefetch must be an int >= 0, but got {prefetch!r}")
+        if prefetch > 0 and workers > 0:
+            raise ValueError(
+                f"prefetch={prefetch} with num_workers={workers}: the worker processes read ahead (torch's prefetch_factor); "
+                "pass prefetch=None (or 0) with workers, or num_workers=0 to read ahead on a thread"
+            )
         self.prefetch = prefetch
         # A ring per live prefetching iterator, made on its first use (none without prefetching).
         self._rings = RingPool(functools.partial(SlotRing, self.device, prefetch))
@@ -284,26 +294,26 @@ class NeighborLoader(_OurRoute, PygNeighborLoader):
 
     def __init__(
         self,
-        data: Any,
-        num_neighbors: Any,
-        input_nodes: Any = None,
-        input_time: Any = None,
+        data: Data | HeteroData | tuple[TorchFeatureStore, GraphStore],
+        num_neighbors: list[int] | dict[EdgeType, list[int]],
+        input_nodes: InputNodes = None,
+        input_time: OptTensor = None,
         replace: bool = False,
-        subgraph_type: Any = "directional",
+        subgraph_type: SubgraphType | str = "directional",
         disjoint: bool = False,
         temporal_strategy: str = "uniform",
         time_attr: str | None = None,
         weight_attr: str | None = None,
-        transform: Any = None,
-        transform_sampler_output: Any = None,
+        transform: Callable | None = None,
+        transform_sampler_output: Callable | None = None,
         is_sorted: bool = False,
         filter_per_worker: bool | None = None,
-        neighbor_sampler: Any = None,
+        neighbor_sampler: PygNeighborSampler | None = None,
         directed: bool = True,
         *,
-        device: Any = None,
+        device: torch.device | str | None = None,
         graph_placement: str = "pinned",
-        features: Any = None,
+        features: Features = None,
         prefetch: int | None = None,
         **kwargs: Any,
     ) -> None:
@@ -339,29 +349,29 @@ class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
 
     def __init__(
         self,
-        data: Any,
-        num_neighbors: Any,
-        edge_label_index: Any = None,
-        edge_label: Any = None,
-        edge_label_time: Any = None,
+        data: Data | HeteroData | tuple[TorchFeatureStore, GraphStore],
+        num_neighbors: list[int] | dict[EdgeType, list[int]],
+        edge_label_index: InputEdges = None,
+        edge_label: OptTensor = None,
+        edge_label_time: OptTensor = None,
         replace: bool = False,
-        subgraph_type: Any = "directional",
+        subgraph_type: SubgraphType | str = "directional",
         disjoint: bool = False,
         temporal_strategy: str = "uniform",
-        neg_sampling: Any = None,
-        neg_sampling_ratio: Any = None,
+        neg_sampling: NegativeSampling | None = None,
+        neg_sampling_ratio: int | float | None = None,
         time_attr: str | None = None,
         weight_attr: str | None = None,
-        transform: Any = None,
-        transform_sampler_output: Any = None,
+        transform: Callable | None = None,
+        transform_sampler_output: Callable | None = None,
         is_sorted: bool = False,
         filter_per_worker: bool | None = None,
-        neighbor_sampler: Any = None,
+        neighbor_sampler: PygNeighborSampler | None = None,
         directed: bool = True,
         *,
-        device: Any = None,
+        device: torch.device | str | None = None,
         graph_placement: str = "pinned",
-        features: Any = None,
+        features: Features = None,
         prefetch: int | None = None,
         **kwargs: Any,
     ) -> None:
