@@ -46,7 +46,6 @@ from ..store.feature_store import FeatureStore as TableStore
 from ..store.host_files import mapped_file
 from ..store.table_input import human_size
 
-
 #: ``features=`` of a loader: tables by name (``Data``) or by ``(node_type | edge_type, name)`` (``HeteroData``);
 #: ``False`` routes nothing; ``None`` routes the defaults
 Features = Mapping[str | tuple[Hashable, str], torch.Tensor | np.ndarray | str | os.PathLike | TableStore] | bool | None
