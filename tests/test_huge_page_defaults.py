@@ -370,3 +370,24 @@ def test_page_report_names_no_fallback_for_memory_it_did_not_make():
     plain = np.ones(BIG, dtype=np.float32)
     report = page_report(plain)
     assert report.fallback is None and report.rss_bytes >= plain.nbytes - 4096 and report.method in ("thp", "small")
+
+
+@needs_thp
+def test_a_zero_copy_store_over_a_npy_path_gathers_from_its_huge_page_copy(tmp_path, monkeypatch):
+    """The real FeatureStore on the stand-in device of tests/test_store_zerocopy_cpu.py: what it registers
+    is the 2 MB-page copy (not the file's pages), and rows gathered through it equal ``features[ids]``."""
+    from test_store_zerocopy_cpu import Device, install, zerocopy_store
+
+    gpu = install(monkeypatch, Device())
+    source = _features()
+    np.save(tmp_path / "f.npy", source)
+    store = zerocopy_store(str(tmp_path / "f.npy"))
+    try:
+        ((address, (size, flags)),) = gpu.runtime.registered.items()
+        assert size == source.nbytes and address % HUGE_PAGE_BYTES == 0 and not flags & 0x08  # the copy, writable
+        assert page_report(store._table).method == "thp" and store._table.data_ptr() == address
+        ids = torch.from_numpy(np.random.default_rng(3).integers(0, BIG[0], 500))
+        torch.testing.assert_close(store.gather(ids).clone(), torch.from_numpy(source)[ids])
+    finally:
+        store.close()
+    assert gpu.runtime.registered == {}
