@@ -17,6 +17,7 @@ import pytest
 import torch
 from test_cpu_hops import compiled  # noqa: F401 - autouse: every test on NumPy alone and on the compiled kernels
 
+from dgl_zerocopy.sampling import hop_kernels
 from dgl_zerocopy.sampling.cpu_hops import HopSampler, Relation
 from dgl_zerocopy.sampling.picks import cut_by_time, upper_bounds
 
@@ -282,3 +283,40 @@ def test_hetero_node_time():
     for t in ("paper", "author"):
         assert len(batch[t].n_id) > 0
         assert (batch[t].time <= seed_time[batch[t].batch]).all(), t
+
+
+# -- the compiled kernels equal to the NumPy reference -----------------------------------------------------------------
+
+
+@pytest.mark.skipif(not hop_kernels.available, reason="numba is not installed (it comes with dgl-zerocopy[pyg])")
+@pytest.mark.parametrize("edge_level", [False, True], ids=["node-time", "edge-time"])
+@pytest.mark.parametrize("strategy", ["uniform", "last"])
+@pytest.mark.parametrize("replace", [False, True])
+def test_compiled_equals_numpy(edge_level, strategy, replace, monkeypatch):
+    monkeypatch.setattr(hop_kernels, "available", True)
+    monkeypatch.setattr(hop_kernels, "PARALLEL_EDGES", 64)  # the picks split over threads too
+    n = 500
+    indptr, indices, times, node_time = temporal_csc(n, 8000, 11, edge_level=edge_level)
+    seeds = np.random.default_rng(12).integers(0, n, 100)
+    seed_time = np.random.default_rng(13).integers(0, 1000, 100)
+    outs = []
+    for compiled_path in (False, True):
+        rel = Relation(indptr, indices, "n", "n", times=times)
+        sampler = HopSampler({"r": rel}, {"n": n}, compiled=compiled_path)
+        outs.append(
+            sampler.sample(
+                {"n": seeds},
+                {"r": [10, 5, -1]},
+                replace=replace,
+                disjoint=True,
+                rng=np.random.default_rng(14),
+                seed_times={"n": seed_time},
+                temporal_strategy=strategy,
+            )
+        )
+    numpy_out, compiled_out = outs
+    assert len(numpy_out.pos["r"]) > 2000
+    for part in ("nodes", "batch", "row", "col", "pos"):
+        for key in getattr(numpy_out, part):
+            assert np.array_equal(getattr(numpy_out, part)[key], getattr(compiled_out, part)[key]), part
+    assert numpy_out.nodes_per_hop == compiled_out.nodes_per_hop and numpy_out.edges_per_hop == compiled_out.edges_per_hop

@@ -131,3 +131,27 @@ def test_neighbor_loader_weight_attr():
     assert (w[plain] == 0).any()
     with pytest.raises(ValueError, match="not a finite number >= 0"):
         NeighborLoader(Data(edge_index=edge_index, w=-w, num_nodes=n), num_neighbors=[2], weight_attr="w", batch_size=4)
+
+
+@pytest.mark.parametrize("replace", [False, True])
+@pytest.mark.parametrize("disjoint", [False, True])
+def test_compiled_equals_numpy(replace, disjoint, monkeypatch):
+    from dgl_zerocopy.sampling import hop_kernels, pick_kernels
+
+    if not pick_kernels.available:
+        pytest.skip("numba is not installed (it comes with dgl-zerocopy[pyg])")
+    monkeypatch.setattr(hop_kernels, "available", True)
+    gen = np.random.default_rng(4)
+    n = 400
+    dst = np.sort(np.concatenate([gen.integers(0, n, 6000), np.zeros(300, dtype=np.int64)]))
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(dst, minlength=n))])
+    indices = gen.integers(0, n, len(dst))
+    weights = gen.random(len(dst)) * (gen.random(len(dst)) > 0.2)  # a fifth weigh 0
+    seeds, outs = gen.permutation(n)[:80], []
+    for compiled_path in (False, True):
+        sampler = HopSampler({"r": Relation(indptr, indices, "n", "n", weights=weights)}, {"n": n}, compiled=compiled_path)
+        outs.append(sampler.sample({"n": seeds}, {"r": [8, 4, 2]}, replace=replace, disjoint=disjoint, rng=np.random.default_rng(5)))
+    assert len(outs[0].pos["r"]) > 1000
+    for part in ("nodes", "row", "col", "pos") + (("batch",) if disjoint else ()):
+        for key in getattr(outs[0], part):
+            assert np.array_equal(getattr(outs[0], part)[key], getattr(outs[1], part)[key]), part

@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from ..data.graph_check import check_csc
-from . import hop_kernels
+from . import hop_kernels, pick_kernels
 from .fanout import check_fanout
 from .picks import (
     TEMPORAL_STRATEGIES,
@@ -306,7 +306,10 @@ class HopSampler:
             return self._sample_compiled(seeds, fanouts, num_hops, replace, rng)
         numbering = {}
         for t in self.num_nodes:
-            numbering[t] = _DisjointNumbering(self.num_nodes[t]) if disjoint else _Numbering(self._scratch(t))
+            if disjoint:
+                numbering[t] = (pick_kernels.DisjointNumbering if self.compiled else _DisjointNumbering)(self.num_nodes[t])
+            else:
+                numbering[t] = _Numbering(self._scratch(t))
         try:
             return self._sample(numbering, seeds, fanouts, num_hops, replace, disjoint, rng, (seed_time, temporal_strategy))
         finally:
@@ -335,13 +338,22 @@ class HopSampler:
         return times
 
     def _pick(self, key, rel: Relation, dst, dst_batch, fanout: int, replace: bool, seed: int, temporal) -> tuple[np.ndarray, np.ndarray]:
-        """One hop of one relation by the NumPy reference: by time, by weight or uniformly (:mod:`picks`)."""
+        """One hop of one relation: by time, by weight or uniformly (:mod:`picks`; compiled: :mod:`pick_kernels`)."""
         seed_time, strategy = temporal
+        if key in self.times and self.compiled:
+            bounds = pick_kernels.cut_by_time(rel.indptr, self.times[key], dst, seed_time[dst_batch], fanout, strategy)
+            cut = np.arange(0, len(bounds), 2, dtype=np.int64)
+            offset = np.empty(len(dst) + 1, dtype=np.int64)
+            total = hop_kernels.count(bounds, cut, fanout, replace, offset)
+            pos, which = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
+            hop_kernels.pick(bounds, rel.indices, cut, offset, fanout, replace, seed, 0, pos, which, np.empty(total, dtype=np.int64))
+            return pos, which
         if key in self.times:
             start, deg = cut_by_time(rel.indptr, self.times[key], dst, seed_time[dst_batch], fanout, strategy)
             return pick_ranges(start, deg, fanout, replace, seed)
         if key in self.weights:
-            return pick_weighted(rel.indptr, self.weights[key], self._sums[key], dst, fanout, replace, seed)
+            weighted = pick_kernels.pick_weighted if self.compiled else pick_weighted
+            return weighted(rel.indptr, self.weights[key], self._sums[key], dst, fanout, replace, seed)
         return pick(rel.indptr, dst, fanout, replace, seed)
 
     def _seeds(self, t: Hashable, ids) -> np.ndarray:
