@@ -173,7 +173,7 @@ class SamplingGraph:
         graph.edge_idtype = edge_idtype or edge_id_dtype(indices.numel(), indices.dtype, eids)
         graph._host = None
         graph._eids = eids if eids is not None and eids.numel() > 0 else None
-        graph._pins, graph._lock, graph.closed = [], threading.Lock(), False
+        graph._pins, graph._lock, graph.closed, graph.huge_page_copies = [], threading.Lock(), False, False
         graph._eid_source = graph._eids if graph.placement == "device" else None
         graph.indptr, graph.indices = indptr, indices
         return graph
