@@ -1,13 +1,12 @@
 """Launch configuration of the gather kernels (``kernels/gather.cu``).
 
-The one place that picks the vector width, threads per row, window alignment, block and grid (the
-instantiations they name are :mod:`dgl_zerocopy.cuda.gather.instantiations`).
-The GPU launcher (:mod:`dgl_zerocopy.cuda.gather.launcher`) and the CPU emulator
-(:mod:`dgl_zerocopy.cuda.gather.emulator`) both call :func:`plan_gather` (raw rows) or :func:`plan_decode`
-(compressed rows decoded in the kernel) and :func:`kernel_arguments`, so the emulator runs exactly
-the configuration the GPU would. Both plans optionally include a hot-row cache in device memory
-(``cache_address``: the fused hit/miss gather; the kernels' ``zc_row_source``). Pure Python: no
-CUDA needed.
+The one place that picks the vector width, threads per row, window alignment, block and grid
+(instantiations: :mod:`dgl_zerocopy.cuda.gather.instantiations`). The GPU launcher
+(:mod:`dgl_zerocopy.cuda.gather.launcher`) and the CPU emulator (:mod:`dgl_zerocopy.cuda.gather.emulator`)
+both call :func:`plan_gather` (raw rows) or :func:`plan_decode` (compressed rows decoded in the
+kernel) and :func:`kernel_arguments`, so the emulator runs exactly the configuration the GPU would.
+Both plans optionally include a hot-row cache in device memory (``cache_address``: the fused
+hit/miss gather; the kernels' ``zc_row_source``). Pure Python: no CUDA needed.
 """
 
 from __future__ import annotations
@@ -34,8 +33,7 @@ __all__ = [
 WARP_SIZE = 32
 #: Bytes of one memory line: a warp-wide load becomes one request per line it touches.
 LINE_BYTES = 128
-#: Rows up to this many bytes (and over one line) get line-sized windows by default
-#: (:func:`default_threads_per_row`).
+#: Rows over one line and up to this many bytes get line-sized windows by default (:func:`default_threads_per_row`).
 SMALL_ROW_BYTES = 512
 #: Resident threads per SM on sm_70 .. sm_90: one full wave of a grid-stride kernel.
 MAX_THREADS_PER_SM = 2048
@@ -61,13 +59,11 @@ class GatherPlan:
         threads_per_row: aligned: lanes copying one row together (a power of two, at most 32);
             naive: elements per row (one thread each).
         window_bytes: aligned: bytes one row group covers per load instruction
-            (``threads_per_row * vector_bytes``); naive: bytes a warp covers
-            (``32 * vector_bytes``).
+            (``threads_per_row * vector_bytes``); naive: bytes a warp covers (``32 * vector_bytes``).
         align_bytes: aligned: a row's first window starts at its address rounded down to this
             (128, the window, or ``vector_bytes`` for no shift; see ``kernels/gather.cu``);
             naive: ``vector_bytes`` (no shift).
-        steps_per_row: aligned: load instructions per row (worst case over row alignments);
-            naive: 1.
+        steps_per_row: aligned: load instructions per row (worst case over row alignments); naive: 1.
         block: threads per block (a multiple of 32).
         grid: blocks; 0 when there is nothing to copy (no ids or empty rows): do not launch.
         row_bytes: bytes copied per row (for a decoding plan: bytes of codes read per row).
@@ -105,8 +101,7 @@ class GatherPlan:
 
     @property
     def decodes(self) -> bool:
-        """Whether the plan runs the decoding kernel (``gather_decode``), whose arguments add
-        the affine pairs and the store width."""
+        """Whether the plan runs the decoding kernel (``gather_decode``: its arguments add the affine pairs and the store width)."""
         return self.kernel.startswith("gather_decode<")
 
     @property
@@ -128,27 +123,26 @@ def _widest_load(limit: int, *values: int) -> int:
     return 1
 
 
-def default_threads_per_row(row_bytes: int, vector: int) -> int:
-    """Lanes per row of the default aligned shape: the fewest that cover the row in one window
-    (at most a warp); for rows over one line up to :data:`SMALL_ROW_BYTES`, a window of one line.
+def fewest_threads_per_row(row_bytes: int, vector: int) -> int:
+    """The fewest lanes (a power of two, at most a warp) that cover the row in one window."""
+    return min(WARP_SIZE, 1 << max(row_bytes // vector - 1, 0).bit_length())
 
-    Why: in the link model fitted to the H200 figures (:mod:`~dgl_zerocopy.cuda.gather.link_model`)
-    a warp's bytes in flight set the rate of random small rows. One window per row holds at most
-    512 B in flight per warp; line windows hold 4 rows of up to ``ZC_STEPS_IN_FLIGHT`` lines each
-    (16-byte vectors: 8 lanes), and still request each line once. Narrower windows would split
-    lines into more requests, which the fitted figures cannot price.
-    """
-    vectors_per_row = row_bytes // vector
-    fewest = min(WARP_SIZE, 1 << max(vectors_per_row - 1, 0).bit_length())
+
+def default_threads_per_row(row_bytes: int, vector: int) -> int:
+    """Lanes per row of the default aligned shape: :func:`fewest_threads_per_row`, but a window of one
+    line for rows over one line up to :data:`SMALL_ROW_BYTES` (16-byte vectors: 8 lanes, 4 rows per warp).
+    The fitted link model (:mod:`~dgl_zerocopy.cuda.gather.link_model`) has a warp's bytes in flight set the
+    rate of random small rows: 4 rows of up to 4 lines each, not one row of 512 B, and each line still
+    requested once (narrower windows would split lines into requests the fitted figures cannot price)."""
+    fewest = fewest_threads_per_row(row_bytes, vector)
     if LINE_BYTES < row_bytes <= SMALL_ROW_BYTES:
         return min(fewest, max(1, LINE_BYTES // vector))
     return fewest
 
 
 def _aligned_geometry(row_bytes: int, vector: int, threads_per_row: int | None = None) -> tuple[int, int, int, int]:
-    """(threads per row, window, align, steps) of the aligned scheme for rows of ``row_bytes``
-    read with ``vector``-byte loads (``kernels/gather.cu`` explains each). ``threads_per_row``
-    None: :func:`default_threads_per_row`; a given power of two: that many (fewer lanes per row: more rows per warp and more steps per row in flight)."""
+    """(threads per row, window, align, steps) of the aligned scheme (``kernels/gather.cu`` explains each)
+    for rows of ``row_bytes`` read with ``vector``-byte loads; ``threads_per_row`` None: the default."""
     if threads_per_row is None:
         threads_per_row = default_threads_per_row(row_bytes, vector)
     window = threads_per_row * vector
@@ -161,8 +155,7 @@ def _aligned_geometry(row_bytes: int, vector: int, threads_per_row: int | None =
 
 
 def _aligned_blocks(num_ids: int, threads_per_row: int, threads_per_block: int) -> int:
-    rows_per_block = (threads_per_block // WARP_SIZE) * (WARP_SIZE // threads_per_row)
-    return -(-num_ids // rows_per_block)
+    return -(-num_ids // ((threads_per_block // WARP_SIZE) * (WARP_SIZE // threads_per_row)))  # blocks of whole rows
 
 
 def _grid(work_blocks: int, num_ids: int, row_bytes: int, num_sms: int, threads_per_block: int, max_blocks: int | None) -> int:
@@ -247,8 +240,7 @@ def plan_gather(
         slot_bytes: width of the slot map's entries with a cache: 4 (int32) or 8 (int64).
         threads_per_row: aligned variant only: lanes that copy one row together, a power of two
             from 1 to 32 (``32 // threads_per_row`` rows per warp). None (the default):
-            :func:`default_threads_per_row` (one window per row, but a window of one line for
-            rows of 129-512 B). Fewer lanes give each lane more steps of the row,
+            :func:`default_threads_per_row`. Fewer lanes give each lane more steps of the row,
             issued back to back (more loads in flight per lane) and a warp more rows at once.
 
     Returns:
