@@ -72,7 +72,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 import sampling_hops  # noqa: E402
 from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, summarize, write_results  # noqa: E402
-from sampling_hops import HOP_METHODS, check_hops, check_same  # noqa: E402
+from sampling_hops import HOP_METHODS, TREE_METHODS, check_hops, check_same, check_trees  # noqa: E402
 
 METHODS = ("gpu-pinned", "gpu-device", "gpu-snapshot", "dgl-cpu", "reference", "emulator", "snapshot-reference", *HOP_METHODS)
 GPU_METHODS = ("gpu-pinned", "gpu-device", "gpu-snapshot")
@@ -280,6 +280,8 @@ def check_method(method: Method, host: tuple[torch.Tensor, torch.Tensor], seeds:
     """Check ``method`` on one batch (see the module's docstring); returns what was checked."""
     torch.manual_seed(seed)
     sampled = method.sample(seeds.to(method.device))
+    if method.name in TREE_METHODS:
+        return check_trees(method.name, *host, seeds, sampled, method.fanouts, replace, seed)
     if method.name in HOP_METHODS:
         check_hops(*host, seeds, sampled, method.fanouts, replace)
         said = "batch 0: seeds first, each node once, min(in-degree, fanout) in-edges of each node new at the hop before, each an in-edge"

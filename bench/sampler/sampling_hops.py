@@ -5,6 +5,10 @@
   hops-cpu    dgl_zerocopy.sampling.cpu_hops.HopSampler alone: the picks without PyG around them (numba's
               kernels over torch's intra-op threads, its default; NumPy where numba is missing)
   hops-numpy  the same on its NumPy path alone (compiled=False): what the kernels gain
+  hops-disjoint  hops-cpu with ``disjoint=True``: each seed its own tree (what temporal sampling needs)
+  hops-temporal  hops-disjoint sampling by time: random edge times (sorted within each neighbourhood, spread
+              over [0, 10**6)), each seed a random time drawn from torch's generator; ``temporal_strategy``
+              'uniform'. Against hops-cpu: what a RelBench-style loader costs per sampled edge
 
 Their batches differ from DGL's blocks in one way that changes the edge count: DGL's ``NeighborSampler``
 samples every node of the layer before again (the seeds at every hop), PyG samples each node once, at
@@ -12,7 +16,7 @@ the hop where it joined. So a PyG batch of the same seeds and fanouts holds fewe
 sampled edges per second compare the samplers' speed, ms per batch what a batch costs. The fanouts are
 given as DGL's (input layer first) and turned around for PyG (``num_neighbors``: the seeds' hop first).
 
-Before timing, a batch is checked (:func:`check_hops`): the seeds first, every node once, per hop
+Before timing, a batch is checked (:func:`check_hops`; the disjoint methods by :func:`check_trees`): the seeds first, every node once, per hop
 ``min(in-degree, fanout)`` in-edges of each node that joined at the hop before (``fanout`` with
 replacement), each edge an in-edge of the graph at its CSC position, each hop's new nodes exactly the
 sources not seen before; ``pyg-cpu`` and ``hops-numpy`` also equal to ``hops-cpu`` for the same
@@ -26,11 +30,15 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-HOP_METHODS = ("pyg-cpu", "hops-cpu", "hops-numpy")
+HOP_METHODS = ("pyg-cpu", "hops-cpu", "hops-numpy", "hops-disjoint", "hops-temporal")
+TREE_METHODS = ("hops-disjoint", "hops-temporal")
+TIME_SPAN = 10**6
 WHAT = {
     "pyg-cpu": "CPU measurement: dgl_zerocopy.pyg.NeighborSampler.sample_from_nodes (a NeighborLoader batch's sampling)",
     "hops-cpu": "CPU measurement: dgl_zerocopy.sampling.cpu_hops.HopSampler alone (numba's kernels where installed)",
     "hops-numpy": "CPU measurement: dgl_zerocopy.sampling.cpu_hops.HopSampler alone, its NumPy path (compiled=False)",
+    "hops-disjoint": "CPU measurement: HopSampler(disjoint=True), each seed its own tree",
+    "hops-temporal": "CPU measurement: HopSampler by time (random edge times, random seed times, disjoint), temporal_strategy='uniform'",
 }
 _NODE = "node"  # HopSampler's one node type and relation
 
@@ -65,12 +73,20 @@ def unavailable(name: str) -> str | None:
 def build(name: str, indptr: torch.Tensor, indices: torch.Tensor, fanouts: list[int], replace: bool):
     """``sample(seeds) -> output`` of ``name`` over the CSC ``(indptr, indices)``; ``fanouts`` as DGL's."""
     hop_fanouts = list(reversed(fanouts))
-    if name in ("hops-cpu", "hops-numpy"):
+    if name.startswith("hops-"):
         from dgl_zerocopy.sampling.cpu_hops import HopSampler, Relation, torch_generator_rng
 
-        relation = Relation(indptr.numpy().astype(np.int64, copy=False), indices.numpy(), _NODE, _NODE)
+        csc = indptr.numpy().astype(np.int64, copy=False)
+        relation = Relation(csc, indices.numpy(), _NODE, _NODE, times=edge_times(csc) if name == "hops-temporal" else None)
         sampler = HopSampler({_NODE: relation}, {_NODE: indptr.numel() - 1}, compiled=False if name == "hops-numpy" else None)
-        return lambda seeds: sampler.sample({_NODE: seeds.numpy()}, {_NODE: hop_fanouts}, replace=replace, rng=torch_generator_rng())
+        disjoint = name in TREE_METHODS
+
+        def sample(seeds: torch.Tensor):
+            # The seed times are drawn first, from torch's generator: torch.manual_seed reproduces the batch.
+            times = {_NODE: torch.randint(0, TIME_SPAN, (seeds.numel(),)).numpy()} if name == "hops-temporal" else None
+            return sampler.sample({_NODE: seeds.numpy()}, {_NODE: hop_fanouts}, replace=replace, disjoint=disjoint, rng=torch_generator_rng(), seed_times=times)
+
+        return sample
     from torch_geometric.data import Data
     from torch_geometric.sampler import NodeSamplerInput
 
@@ -82,6 +98,59 @@ def build(name: str, indptr: torch.Tensor, indices: torch.Tensor, fanouts: list[
     data = Data(edge_index=torch.stack([indices.long(), dst]), num_nodes=num_nodes)
     sampler = NeighborSampler(data, num_neighbors=hop_fanouts, replace=replace, is_sorted=True)
     return lambda seeds: sampler.sample_from_nodes(NodeSamplerInput(input_id=None, node=seeds.long()))
+
+
+def edge_times(indptr: np.ndarray, seed: int = 0) -> np.ndarray:
+    """Random int64 times, one per CSC position, non-decreasing within each neighbourhood and spread over
+    about ``[0, TIME_SPAN)``: running sums of random steps (mean ``TIME_SPAN / degree``), restarted per
+    neighbourhood, with no sort of the whole edge list."""
+    deg = np.diff(indptr)
+    steps = np.random.default_rng(seed).random(int(indptr[-1])) * np.repeat(2.0 * TIME_SPAN / np.maximum(deg, 1), deg)
+    running = np.cumsum(steps)
+    base = np.concatenate([[0.0], running])[indptr[:-1]]
+    return (running - np.repeat(base, deg)).astype(np.int64)
+
+
+def check_trees(name: str, indptr: torch.Tensor, indices: torch.Tensor, seeds: torch.Tensor, out, fanouts: list[int], replace: bool, seed: int) -> str:
+    """Raise :class:`HopCheckError` unless ``out`` (a disjoint ``Sampled`` of ``name``, sampled after
+    ``torch.manual_seed(seed)``) is a valid sample of ``seeds``: the seeds first, each its own tree; each (tree,
+    node) once; each edge an in-edge at its CSC position within one tree; for ``hops-temporal`` no edge later
+    than its tree's seed time, and the batch equal to the NumPy path's. Returns what was checked."""
+    torch.manual_seed(seed)
+    seed_time = torch.randint(0, TIME_SPAN, (seeds.numel(),)).numpy()  # as sample() draws them
+    csc, indices, seeds = indptr.long().numpy(), indices.long().numpy(), seeds.long().numpy()
+    times = edge_times(csc) if name == "hops-temporal" else None
+    _check_trees(csc, indices, seeds, out, fanouts, times, seed_time)
+    if name != "hops-temporal":
+        return "batch 0: the seeds first, each its own tree, each (tree, node) once, each edge an in-edge within one tree"
+    from dgl_zerocopy.sampling.cpu_hops import HopSampler, Relation, torch_generator_rng
+
+    torch.manual_seed(seed)
+    torch.randint(0, TIME_SPAN, (seeds.size,))  # the seed times, drawn as sample() draws them
+    reference = HopSampler({_NODE: Relation(csc, indices, _NODE, _NODE, times=times)}, {_NODE: len(csc) - 1}, compiled=False)
+    want = reference.sample(
+        {_NODE: seeds}, {_NODE: list(reversed(fanouts))}, replace=replace, disjoint=True, rng=torch_generator_rng(), seed_times={_NODE: seed_time}
+    )
+    check_same(out, want)
+    return "batch 0: as hops-disjoint, no edge later than its seed's time, equal to the NumPy path (compiled=False)"
+
+
+def _check_trees(indptr, indices, seeds, out, fanouts, times, seed_time) -> None:
+    nodes, batch = out.nodes[_NODE], out.batch[_NODE]
+    row, col, pos = out.row[_NODE], out.col[_NODE], out.pos[_NODE]
+    if not (np.array_equal(nodes[: len(seeds)], seeds) and np.array_equal(batch[: len(seeds)], np.arange(len(seeds)))):
+        raise HopCheckError("the batch's first nodes are not the seeds, each its own tree")
+    if len(np.unique(batch * len(indptr) + nodes)) != len(nodes):
+        raise HopCheckError("a node appears twice in one tree")
+    dst = nodes[col]
+    if not (np.all((pos >= indptr[dst]) & (pos < indptr[dst + 1])) and np.array_equal(indices[pos], nodes[row])):
+        raise HopCheckError("an edge (row, col, position) is not an in-edge of the graph")
+    if not np.array_equal(batch[row], batch[col]):
+        raise HopCheckError("an edge between two trees")
+    if sum(out.edges_per_hop[_NODE]) != len(row) or len(out.edges_per_hop[_NODE]) != len(fanouts):
+        raise HopCheckError("the per-hop edge counts do not add up")
+    if times is not None and len(pos) and (times[pos] > seed_time[batch[col]]).any():
+        raise HopCheckError("an edge later than its tree's seed time")
 
 
 def as_hops(out) -> Hops:

@@ -38,6 +38,7 @@ import torch
 
 from ..data.graph_check import check_csc
 from . import hop_kernels, pick_kernels
+from .disjoint import DisjointNumbering, HashedDisjointNumbering
 from .fanout import check_fanout
 from .picks import (
     TEMPORAL_STRATEGIES,
@@ -132,50 +133,13 @@ class _Numbering:
             self.local[part] = -1
 
 
-class _DisjointNumbering:
-    """A node type's numbering when every seed has its own tree: a node is a (seed index, global id) pair."""
-
-    def __init__(self, num_nodes: int) -> None:
-        self.num_nodes = max(int(num_nodes), 1)
-        self.keys = np.empty(0, dtype=np.int64)  # sorted keys seed * num_nodes + id
-        self.key_local = np.empty(0, dtype=np.int64)
-        self.ids: list[np.ndarray] = []
-        self.batches: list[np.ndarray] = []
-        self.count = 0
-
-    def add_seeds(self, seeds: np.ndarray) -> None:
-        self.add(seeds, np.arange(len(seeds), dtype=np.int64))
-
-    def add(self, ids: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, int]:
-        keys = batch * self.num_nodes + ids
-        where = np.searchsorted(self.keys, keys)
-        known = where < len(self.keys)
-        known[known] = self.keys[where[known]] == keys[known]
-        local = np.empty(len(keys), dtype=np.int64)
-        local[known] = self.key_local[where[known]]
-        fresh_keys, first, inverse = np.unique(keys[~known], return_index=True, return_inverse=True)
-        order = np.argsort(first, kind="stable")  # in order of first occurrence
-        rank = np.empty(len(order), dtype=np.int64)
-        rank[order] = np.arange(len(order))
-        fresh_local = self.count + rank
-        local[~known] = fresh_local[inverse.reshape(-1)]
-        self.ids.append(fresh_keys[order] % self.num_nodes)
-        self.batches.append(fresh_keys[order] // self.num_nodes)
-        merged = np.concatenate([self.keys, fresh_keys])
-        sort = np.argsort(merged, kind="stable")
-        self.keys = merged[sort]
-        self.key_local = np.concatenate([self.key_local, fresh_local])[sort]
-        self.count += len(order)
-        return local, len(order)
-
-    def nodes(self) -> np.ndarray:
-        return np.concatenate(self.ids) if self.ids else np.empty(0, dtype=np.int64)
-
-    def batch(self) -> np.ndarray:
-        return np.concatenate(self.batches) if self.batches else np.empty(0, dtype=np.int64)
-
-    def reset(self) -> None:
-        pass
+def _tail(parts: list[np.ndarray], count: int, start: int) -> np.ndarray:
+    """The ids numbered from ``start`` (a part's first) to ``count``: the trailing ``parts`` joined."""
+    k, n = len(parts), count
+    while n > start:
+        k -= 1
+        n -= len(parts[k])
+    return np.concatenate(parts[k:])
 
 
 class _Growing:
@@ -307,7 +271,7 @@ class HopSampler:
         numbering = {}
         for t in self.num_nodes:
             if disjoint:
-                numbering[t] = (pick_kernels.DisjointNumbering if self.compiled else _DisjointNumbering)(self.num_nodes[t])
+                numbering[t] = HashedDisjointNumbering(self.num_nodes[t], self._scratch()) if self.compiled else DisjointNumbering(self.num_nodes[t])
             else:
                 numbering[t] = _Numbering(self._scratch(t))
         try:
@@ -337,24 +301,25 @@ class HopSampler:
             raise ValueError(f"seed_times[{t!r}] has {len(times)} entries for {len(np.asarray(seeds[t]).reshape(-1))} seeds; give one time per seed")
         return times
 
-    def _pick(self, key, rel: Relation, dst, dst_batch, fanout: int, replace: bool, seed: int, temporal) -> tuple[np.ndarray, np.ndarray]:
-        """One hop of one relation: by time, by weight or uniformly (:mod:`picks`; compiled: :mod:`pick_kernels`)."""
+    def _pick(self, key, rel: Relation, dst, dst_batch, fanout: int, replace: bool, seed: int, temporal) -> tuple:
+        """One hop of one relation: ``(pos, which, sources or None)`` by time, by weight or uniformly (:mod:`picks`;
+        compiled: :mod:`pick_kernels`)."""
         seed_time, strategy = temporal
         if key in self.times and self.compiled:
             bounds = pick_kernels.cut_by_time(rel.indptr, self.times[key], dst, seed_time[dst_batch], fanout, strategy)
             cut = np.arange(0, len(bounds), 2, dtype=np.int64)
             offset = np.empty(len(dst) + 1, dtype=np.int64)
             total = hop_kernels.count(bounds, cut, fanout, replace, offset)
-            pos, which = np.empty(total, dtype=np.int64), np.empty(total, dtype=np.int64)
-            hop_kernels.pick(bounds, rel.indices, cut, offset, fanout, replace, seed, 0, pos, which, np.empty(total, dtype=np.int64))
-            return pos, which
+            pos, which, src = (np.empty(total, dtype=np.int64) for _ in range(3))
+            hop_kernels.pick(bounds, rel.indices, cut, offset, fanout, replace, seed, 0, pos, which, src)
+            return pos, which, src
         if key in self.times:
             start, deg = cut_by_time(rel.indptr, self.times[key], dst, seed_time[dst_batch], fanout, strategy)
-            return pick_ranges(start, deg, fanout, replace, seed)
+            return (*pick_ranges(start, deg, fanout, replace, seed), None)
         if key in self.weights:
             weighted = pick_kernels.pick_weighted if self.compiled else pick_weighted
-            return weighted(rel.indptr, self.weights[key], self._sums[key], dst, fanout, replace, seed)
-        return pick(rel.indptr, dst, fanout, replace, seed)
+            return (*weighted(rel.indptr, self.weights[key], self._sums[key], dst, fanout, replace, seed), None)
+        return (*pick(rel.indptr, dst, fanout, replace, seed), None)
 
     def _seeds(self, t: Hashable, ids) -> np.ndarray:
         ids = np.asarray(ids, dtype=np.int64).reshape(-1)
@@ -436,8 +401,8 @@ class HopSampler:
                 if fanout == 0 or len(dst) == 0:
                     edges_per_hop[key].append(0)
                     continue
-                pos, which = self._pick(key, rel, dst, dst_batch, fanout, replace, int(rng.integers(0, 2**63)), temporal)
-                src = rel.indices[pos].astype(np.int64, copy=False)
+                pos, which, src = self._pick(key, rel, dst, dst_batch, fanout, replace, int(rng.integers(0, 2**63)), temporal)
+                src = rel.indices[pos].astype(np.int64, copy=False) if src is None else src
                 before = numbering[rel.src_type].count
                 if disjoint:
                     src_batch = dst_batch[which]
@@ -456,10 +421,9 @@ class HopSampler:
                 total = sum(n for _, n in spans)
                 per_hop[t].append(total)
                 if total:
-                    start = spans[0][0]
-                    nodes = numbering[t].nodes()
-                    batch = numbering[t].batch()[start : start + total] if disjoint else None
-                    frontier[t] = (start, nodes[start : start + total], batch)
+                    start, n = spans[0][0], numbering[t]
+                    batch = _tail(n.batches, n.count, start) if disjoint else None
+                    frontier[t] = (start, _tail(n.ids if disjoint else n.parts, n.count, start), batch)
         empty = np.empty(0, dtype=np.int64)
         return Sampled(
             nodes={t: numbering[t].nodes() for t in self.num_nodes},

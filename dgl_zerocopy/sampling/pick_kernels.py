@@ -4,11 +4,9 @@
   (``'last'``: then the latest ``k``), written as a two-entry ``indptr`` per destination, so that
   :func:`hop_kernels.pick` (Floyd's draws, threads and all) picks inside the cut unchanged;
 - :func:`pick_weighted`: with replacement an inverse transform on the prefix sums, without the ``k``
-  largest keys ``log(u) / w`` listed in CSC order;
-- :class:`DisjointNumbering`: a (tree, node) pair's local id by an open-addressing hash table, new pairs
-  numbered in order of first occurrence.
+  largest keys ``log(u) / w`` listed in CSC order.
 
-Each gives what its NumPy reference in :mod:`picks` / :class:`~.cpu_hops._DisjointNumbering` gives, element for
+Each gives what its NumPy reference in :mod:`picks` gives, element for
 element (the same counter-based draws). Contracts: int64 ids, positions and offsets; ``times`` and
 ``dst_time`` of one numeric dtype; ``weights``/``sums`` float64. No bounds checks: the caller checked ids.
 """
@@ -26,7 +24,6 @@ if available:
     _jit = hop_kernels._jit
     _uniform = hop_kernels._uniform
     _HALF_UNIT = hop_kernels._HALF_UNIT
-    _ROW = hop_kernels._ROW
 
     @_jit
     def _cut(indptr, times, dst, dst_time, fanout, last, bounds):
@@ -76,26 +73,6 @@ if available:
                 for d in range(fanout):
                     pos[o + d] = start + won[d]
 
-    @_jit
-    def _number_pairs(table, values, batch, ids, num_nodes, count, rows, fresh):
-        mask = len(table) - 1
-        n = 0
-        for e in range(len(ids)):
-            key = batch[e] * num_nodes + ids[e]
-            s = np.int64((np.uint64(key) * _ROW) >> np.uint64(24)) & mask
-            while True:
-                if table[s] == key:
-                    rows[e] = values[s]
-                    break
-                if table[s] < 0:
-                    table[s], values[s] = key, count + n
-                    rows[e] = count + n
-                    fresh[n] = key
-                    n += 1
-                    break
-                s = (s + 1) & mask
-        return n
-
 
 def cut_by_time(indptr: np.ndarray, times: np.ndarray, dst: np.ndarray, dst_time: np.ndarray, fanout: int, strategy: str) -> np.ndarray:
     """``bounds`` (int64 ``[2 * len(dst)]``): destination ``i``'s in-edges inside the cut are CSC positions
@@ -116,49 +93,3 @@ def pick_weighted(indptr, weights, sums, dst, fanout: int, replace: bool, seed: 
     pos = np.empty(int(offset[-1]), dtype=np.int64)
     _pick_weighted(indptr, weights, sums, dst, offset, fanout, replace, seed, pos)
     return pos, np.repeat(np.arange(len(dst), dtype=np.int64), counts)
-
-
-class DisjointNumbering:
-    """:class:`~.cpu_hops._DisjointNumbering` by a hash table of keys ``tree * num_nodes + id`` (grown
-    to stay under half full), so that a hop costs a pass over its edges rather than a sort of the batch."""
-
-    def __init__(self, num_nodes: int) -> None:
-        self.num_nodes = max(int(num_nodes), 1)
-        self.table = np.full(1024, -1, dtype=np.int64)
-        self.values = np.empty(1024, dtype=np.int64)
-        self.keys: list[np.ndarray] = []
-        self.count = 0
-
-    def add_seeds(self, seeds: np.ndarray) -> None:
-        self.add(seeds, np.arange(len(seeds), dtype=np.int64))
-
-    def add(self, ids: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, int]:
-        if 2 * (self.count + len(ids)) > len(self.table):
-            self._grow(2 * (self.count + len(ids)))
-        rows = np.empty(len(ids), dtype=np.int64)
-        fresh = np.empty(len(ids), dtype=np.int64)
-        ids, batch = ids.astype(np.int64, copy=False), batch.astype(np.int64, copy=False)
-        new = int(_number_pairs(self.table, self.values, batch, ids, self.num_nodes, self.count, rows, fresh))
-        self.keys.append(fresh[:new])
-        self.count += new
-        return rows, new
-
-    def _grow(self, size: int) -> None:
-        capacity = 1 << max(int(size - 1).bit_length(), 10)
-        self.table = np.full(capacity, -1, dtype=np.int64)
-        self.values = np.empty(capacity, dtype=np.int64)
-        keys = self._all_keys()
-        # Re-inserted in order of their local ids, so each gets its own id back.
-        _number_pairs(self.table, self.values, keys // self.num_nodes, keys % self.num_nodes, self.num_nodes, 0, np.empty_like(keys), np.empty_like(keys))
-
-    def _all_keys(self) -> np.ndarray:
-        return np.concatenate(self.keys) if self.keys else np.empty(0, dtype=np.int64)
-
-    def nodes(self) -> np.ndarray:
-        return self._all_keys() % self.num_nodes
-
-    def batch(self) -> np.ndarray:
-        return self._all_keys() // self.num_nodes
-
-    def reset(self) -> None:
-        pass
