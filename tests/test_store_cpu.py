@@ -155,7 +155,7 @@ def test_garbage_collection_closes():
         ({"variant": "fast"}, ValueError, r"variant must be one of \('aligned', 'naive'\), but got 'fast'"),
         ({"max_blocks": 0}, ValueError, "max_blocks must be a positive integer or None"),
         ({"max_blocks": 2.5}, ValueError, "max_blocks must be a positive integer or None"),
-        ({"sort_ids": "yes"}, TypeError, "sort_ids must be True or False"),
+        ({"sort_ids": "yes"}, TypeError, "sort_ids must be True, False or 'auto'"),
     ],
 )
 def test_bad_kernel_options_are_named(kwargs, error, match):

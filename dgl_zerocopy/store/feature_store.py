@@ -71,7 +71,8 @@ class FeatureStore:
 
     Options of the zero-copy kernel (the other backends ignore them, so one script runs anywhere):
     ``variant`` ``"aligned"`` (128-byte aligned warp reads) or ``"naive"`` (the baseline kernel),
-    ``sort_ids`` (gather in sorted id order, written back in place), ``max_blocks`` (a cap on the
+    ``sort_ids`` (gather in sorted id order, written back in place; ``"auto"``, the default: where the
+    fitted link model says it pays, :mod:`dgl_zerocopy.cuda.gather.sort_policy`), ``max_blocks`` (a cap on the
     grid, leaving SMs to a training step that runs at the same time; ``None``: no cap).
 
     Hot-row cache: ``cache_bytes`` of device memory (rows and slot map together; never exceeded)
@@ -121,7 +122,7 @@ class FeatureStore:
         compression: str | None = None,
         out_dtype: torch.dtype | None = None,
         variant: str = "aligned",
-        sort_ids: bool = False,
+        sort_ids: bool | str = "auto",
         max_blocks: int | None = None,
         cache_bytes: int = 0,
         cache_policy: str | CachePolicy = "degree",

@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dgl_zerocopy.cuda.gather import instantiations, launch
+from dgl_zerocopy.cuda.gather import id_sort, instantiations, launch, sort_policy
 from dgl_zerocopy.cuda.kernel_source import kernel_options, read_kernel
 from dgl_zerocopy.cuda.nvrtc import compile_program, preload_for_cupy
 
@@ -173,7 +173,7 @@ def launch_gather(
     *,
     stream: Any = None,
     variant: str = "aligned",
-    sort: bool = False,
+    sort: bool | str = False,
     max_blocks: int | None = None,
     out_stride_bytes: int | None = None,
     cache: DeviceCache | None = None,
@@ -200,7 +200,9 @@ def launch_gather(
         stream: a ``torch.cuda.Stream`` or a CuPy stream (None: CuPy's current stream).
         variant: ``"aligned"`` or ``"naive"``.
         sort: gather in sorted id order (better locality on the host side) and write each row
-            back to its original position through the inverse permutation.
+            back to its original position through the inverse permutation; ``"auto"``: when the
+            fitted link model says it pays for this batch (:mod:`~dgl_zerocopy.cuda.gather.sort_policy`).
+            The ids are sorted on the stream over only the bits they need (:mod:`~dgl_zerocopy.cuda.gather.id_sort`).
         max_blocks: cap on the grid, to leave SMs to concurrent training.
         out_stride_bytes: bytes between output rows (default: the row bytes).
         cache: hot rows in device memory (aligned variant only): ``out[j]`` is then read from
@@ -266,7 +268,7 @@ def launch_decode(
     affine: str | None = None,
     affine_ptr: int = 0,
     stream: Any = None,
-    sort: bool = False,
+    sort: bool | str = False,
     max_blocks: int | None = None,
     out_stride_bytes: int | None = None,
     cache: DeviceCache | None = None,
@@ -362,7 +364,7 @@ def _enqueue(
     out: Any,
     *,
     stream: Any,
-    sort: bool,
+    sort: bool | str,
     out_stride_bytes: int | None,
     affine_ptr: int = 0,
     cache: DeviceCache | None = None,
@@ -370,6 +372,7 @@ def _enqueue(
 ) -> launch.GatherPlan:
     """Validate ids, out and the cache, plan (``plan_for(num_ids, id_bytes, out_address, out_stride,
     num_sms, **cache_layout)``), sort if asked, and launch; everything on ``stream``."""
+    sort_policy.check_sort(sort)
     cupy = _cupy()
     if stream is not None:
         stream = cupy_stream(cupy, stream, int(cupy.cuda.runtime.getDevice()))
@@ -410,9 +413,8 @@ def _enqueue(
             return plan
         kernel = _kernel(device_id, plan.kernel)
         perm_ptr = 0
-        if sort:
-            perm = cupy.argsort(ids).astype(cupy.int64, copy=False)
-            ids = ids[perm]
+        if sort_policy.resolve_sort(sort, plan, table_rows * row_stride):
+            ids, perm = id_sort.sort_for_gather(ids, table_rows)  # on the stream; dropped after the launch (see above)
             perm_ptr = int(perm.data.ptr)
         args = launch.kernel_arguments(
             plan,

@@ -63,6 +63,7 @@ __all__ = [
     "MeasuredCell",
     "compare",
     "estimate",
+    "estimate_plan",
     "miss_share",
     "read_measurements",
     "warp_bytes_in_flight",
@@ -203,7 +204,17 @@ def estimate(
     Raises:
         ValueError: bad sizes, order or shape (as ``plan_gather`` raises them).
     """
-    plan = launch.plan_gather(row_bytes, 0, max(num_ids, 1), variant=variant, elem_size=elem_size, threads_per_row=threads_per_row)
+    plan = launch.plan_gather(row_bytes, 0, num_ids, variant=variant, elem_size=elem_size, threads_per_row=threads_per_row)
+    return estimate_plan(plan, table_bytes, order=order, constants=constants)
+
+
+def estimate_plan(plan: launch.GatherPlan, table_bytes: float, *, order: str = "random", constants: LinkConstants = FITTED) -> LinkEstimate:
+    """:func:`estimate` for the launch ``plan`` (its rows, ids and shape), from a table of ``table_bytes``.
+
+    Raises:
+        ValueError: an unknown order or a table of no bytes.
+    """
+    num_ids, row_bytes, variant = plan.num_ids, plan.row_bytes, plan.variant
     share = miss_share(order, num_ids, table_bytes, constants)
     warps = constants.aligned_warps if variant == "aligned" else constants.naive_warps
     in_flight = warp_bytes_in_flight(plan)
