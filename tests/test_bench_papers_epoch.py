@@ -10,28 +10,37 @@ import numpy as np
 import pytest
 import torch
 
-BENCH = Path(__file__).resolve().parents[1] / "bench" / "training"
-sys.path.insert(0, str(BENCH))
+BENCH = Path(__file__).resolve().parents[1] / "bench"
+sys.path[:0] = [str(BENCH / "training"), str(BENCH / "gpu_check")]
 
+import gpu_check_main as gpu_check  # noqa: E402
 import papers_epoch  # noqa: E402
+from gpu_check_papers import PAPERS_ARGS, PAPERS_LIMIT, judge_papers, papers_part  # noqa: E402
+from gpu_check_setup import Part, Run, child_env  # noqa: E402
 from papers_check import Regenerated  # noqa: E402
 
 pytest.importorskip("dgl")
-FRACTION = "0.0003"  # 33,318 nodes: one generator block, about 360 training seeds
+FRACTION = "0.0003"  # 33,318 nodes: one generator block, about 360 training seeds (the damage tests)
 CHECKS = ("check_rows", "check_rows_regenerated", "check_labels", "check_edges", "check_edges_regenerated")
 
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    out = tmp_path_factory.mktemp("papers") / "papers_epoch"
-    code = papers_epoch.main(["--fraction", FRACTION, "--device", "cpu", "--epochs", "2", "--workers", "2", "--out", str(out)])
-    return code, out
+    """The gpu-check step without CUDA: the script's dry run in a subprocess, bounded by the step's limit."""
+    folder = tmp_path_factory.mktemp("papers")
+    part, output = papers_part(child_env(None), PAPERS_LIMIT, folder, cuda=False)
+    return part, output, folder / "papers_epoch"
 
 
 def test_every_route_runs_and_checks_its_first_batch(dry_run):
-    code, out = dry_run
+    part, output, out = dry_run
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]
-    assert code == 0, [r["status"] for r in rows]
+    assert part.status == "ok", (part, output[-3000:])
+    assert part.reason.startswith("5 routes, each first batch checked: a ") and part.reason.endswith("(dry run on the CPU stand-ins: no GPU figures)")
+    assert (
+        part.details["command"] == "python3 bench/training/papers_epoch.py " + " ".join(PAPERS_ARGS["cpu"]) + f" --time-limit {PAPERS_LIMIT - 150} --out {out}"
+    )
+    assert set(part.details["ratios"]) == {"d_over_b", "b8_over_a"} and all(v > 0 for v in part.details["ratios"].values())
     assert [r["route"] for r in rows] == list(papers_epoch.ROUTES)
     for r in rows:
         assert r["status"] == "ok", r
@@ -78,3 +87,35 @@ def test_bad_arguments_are_refused(capsys):
         with pytest.raises(SystemExit):
             papers_epoch.main(argv)
         assert said in capsys.readouterr().err
+
+
+def _row(route: str, status: str = "ok", epoch: float = 2.0) -> dict:
+    return {"route": route, "status": status, "epoch_s": epoch, "test_acc": 0.5, "note": ""}
+
+
+def test_the_step_judges_its_rows():
+    rows = [_row("a", epoch=1.0), _row("b", epoch=2.0), _row("b8", epoch=1.1), _row("c"), _row("d", epoch=9.0)]
+    ok = judge_papers(Run(0, "", 200.0), rows, PAPERS_LIMIT)
+    assert ok.status == "ok" and "d/b 4.50 (goal >= 4)" in ok.reason and "b8/a 1.10 (goal <= 1.25)" in ok.reason
+    failed = judge_papers(Run(1, "", 50.0), [*rows[:4], _row("d", "failed: AssertionError: a seed's label differs from the generator's")], PAPERS_LIMIT)
+    assert failed.status == "failed" and "d: failed: AssertionError" in failed.reason
+    partial = judge_papers(Run(0, "", 280.0), [*rows[:4], _row("d", "skipped: time limit")], PAPERS_LIMIT)
+    assert partial.status == "partial" and partial.reason.endswith("d skipped: time limit") and partial.details["ratios"]["d_over_b"] is None
+    assert judge_papers(Run(None, "generating", PAPERS_LIMIT), [], PAPERS_LIMIT).status == "failed"  # killed before any route
+    assert judge_papers(Run(None, "", PAPERS_LIMIT), rows[:2], PAPERS_LIMIT).status == "partial"  # killed with rows kept
+
+
+def test_the_check_runs_the_step_by_name_alone(tmp_path, monkeypatch):
+    monkeypatch.setenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "1")
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    asked = []
+    monkeypatch.setattr(gpu_check, "papers_part", lambda env, limit, out, cuda: asked.append(limit) or (Part("papers", "ok", "5 routes", 1.0, limit=limit), ""))
+    (tmp_path / "whl").mkdir()
+    argv = ["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "whl"), "--site", str(tmp_path / "site")]
+    assert gpu_check.main([*argv, "--parts", "papers"]) == 0
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert asked == [PAPERS_LIMIT] and summary["time_limit_s"] == gpu_check.FULL_TOTAL_LIMIT
+    assert [p["status"] for p in summary["parts"] if p["name"] == "papers"] == ["ok"]
+    assert "papers" not in gpu_check.PARTS  # never in the default pass
+    with pytest.raises(SystemExit):
+        gpu_check.main([*argv, "--parts", "papers,gather"])

@@ -45,7 +45,10 @@ its own time limit (docs/gpu.md sizes them), output echoed as it comes:
    steps there; it starts no stage after its own limit; its row goes into the summary;
 8. ``dgl-zerocopy train --nproc N`` on all N GPUs where ``torch.cuda.device_count() > 1``;
 9. only when ``--parts`` names it (not beside gather or epoch: 8 files come back), ``link``:
-   bench/gathering/link_experiment.py (bench/gpu_check/gpu_check_link.py), about 150 s.
+   bench/gathering/link_experiment.py (bench/gpu_check/gpu_check_link.py), about 150 s;
+10. only when ``--parts`` names it (not beside gather, epoch or link), ``papers``: bench/training/papers_epoch.py
+   (bench/gpu_check/gpu_check_papers.py), a 25 % papers100M-shaped graph through routes a, b, b8, c and d,
+   at most 420 s; the check's time limit is then the ``--full`` one unless ``--time-limit`` says otherwise.
 
 Statuses: ok; partial (the time limit left something out, and everything that ran passed);
 failed; skipped (could not run, e.g. no DGL); not run (not asked for, or one GPU for DDP).
@@ -65,7 +68,6 @@ from __future__ import annotations
 
 import argparse
 import datetime
-import importlib.util
 import os
 import re
 import shutil
@@ -81,9 +83,12 @@ BENCH = HERE.parent
 REPO = BENCH.parent
 sys.path[:0] = [str(HERE), str(BENCH)]  # bench/: common.py
 from common import command_line  # noqa: E402
+from gpu_check_gather import GATHER_ARGS, GATHER_RESERVE, GATHER_SCRIPT, gather_part, gather_plan, judge_gather  # noqa: E402,F401
 from gpu_check_link import LINK_EXCLUSIVE, LINK_FILES, LINK_LIMIT, link_part  # noqa: E402
+from gpu_check_outcome import PYTEST_TEST_TIMEOUT, judge_pytest, parse_pytest_counts, pytest_command, pytest_short_summary  # noqa: E402,F401
+from gpu_check_papers import PAPERS_EXCLUSIVE, PAPERS_FILES, PAPERS_LIMIT, papers_part  # noqa: E402
 from gpu_check_pyg import judge_pyg, pyg_figures, pyg_part  # noqa: E402,F401
-from gpu_check_pytest import LOG_VARIABLE, Progress, read_progress  # noqa: E402
+from gpu_check_pytest import LOG_VARIABLE, read_progress  # noqa: E402
 from gpu_check_report import SAFE_NAME, TRANSFER, end_to_end, epoch_figures, gather_figures, render_markdown, transfer_problems, write_summary  # noqa: E402,F401
 from gpu_check_rows import TIME_LIMIT_STATUS, failure_digest, result_rows, tail  # noqa: E402
 from gpu_check_sampling import judge_sampling, sampling_figures, sampling_part  # noqa: E402,F401
@@ -92,12 +97,12 @@ from gpu_check_setup import Part, Run, child_env, cuda_version_text, environment
 from gpu_check_storage import judge_storage, storage_figures, storage_part  # noqa: E402,F401
 
 DEFAULT_OUT = REPO / "bench" / "results" / "gpu"
-GATHER_SCRIPT = BENCH / "gathering" / "gather.py"
 EPOCH_SCRIPT = BENCH / "training" / "epoch.py"
 DEFAULT_SITE = Path("/tmp/dgl-zerocopy-site")
 PARTS = ("pytest", "gather", "sampling", "storage", "epoch", "pyg", "scale", "ddp")
-#: Steps run only when --parts names them: ``link`` (bench/gathering/link_experiment.py, LINK_LIMIT s; docs/gpu.md).
-OPTIONAL_PARTS = ("link",)
+#: Steps run only when --parts names them (docs/gpu.md): ``link`` (bench/gathering/link_experiment.py, LINK_LIMIT s) and
+#: ``papers`` (bench/training/papers_epoch.py at 25 % of papers100M, PAPERS_LIMIT s).
+OPTIONAL_PARTS = ("link", "papers")
 PASSING = ("ok", "partial", "not run")
 #: The whole check's seconds. A lent GPU gives 15 minutes of device time for all tries together, and a
 #: machine's start costs a minute or more: the default pass (correctness first: the ``gpu`` tests, then one
@@ -112,64 +117,8 @@ LIMITS = {"wheels": 15, "pytest": 120, "gather": 25, "sampling": 25, "storage": 
 FULL_LIMITS = {"wheels": 15, "pytest": 140, "gather": 95, "sampling": 50, "storage": 40, "epoch": 60, "pyg": 40, "scale": 100, "ddp": 60}
 MIN_STEP = 15  # a step with fewer seconds left than this is not started (partial: time limit)
 PYTEST_GRACE = 20  # pytest is interrupted this long before its limit, to end its session cleanly
-PYTEST_TEST_TIMEOUT = 120  # a test still running after this long at the limit is reported as hung
-# gather.py starts no configuration this close to its limit, per mode: its own start-up (its clock starts
-# after it), the longest configuration with its width's set-up, and the writing (docs/gpu.md).
-GATHER_RESERVE = {"quick": 10, "full": 50}
 RESULT_FILES = ("gather.csv", "gather.json", "gather.png", "epoch.csv", "epoch.json", "epoch.png", "summary.json", "summary.md")
 
-# 512 B (128 columns: the zero-copy options, codecs and caches) and 1 KB rows first, so that a
-# time limit leaves out the least telling widths; the summary orders rows by width again.
-GATHER_ARGS = {
-    "full": [
-        "--cols",
-        "128,256,100,64,32,16,512,1024",
-        "--dtypes",
-        "fp32",
-        "--batches",
-        "262144",
-        "--rows",
-        "4000000",
-        "--table-gb",
-        "2",
-        "--repeats",
-        "15",
-        "--tune-cols",
-        "128",
-        "--max-blocks",
-        "0.5sm,1sm,2sm,4sm",
-        "--codecs",
-        "fp16,bf16,int8,int8-row",
-        "--codec-cols",
-        "100,128",
-        "--cache-fracs",
-        "0.1,0.25,0.5",
-    ],
-    "quick": [
-        "--cols",
-        "128,256,100,16",
-        "--dtypes",
-        "fp32",
-        "--batches",
-        "65536",
-        "--rows",
-        "500000",
-        "--table-gb",
-        "0.25",
-        "--repeats",
-        "5",
-        "--tune-cols",
-        "128",
-        "--max-blocks",
-        "1sm,2sm",
-        "--codecs",
-        "fp16,bf16,int8,int8-row",
-        "--codec-cols",
-        "128",
-        "--cache-fracs",
-        "0.25",
-    ],
-}
 EPOCH_ARGS = {"full": ["--prefetch", "2", "--epochs", "4"], "quick": ["--prefetch", "2", "--epochs", "3", "--num-nodes", "50000"]}
 # The epoch part's graph (cached by then), 3 epochs evaluated once after the last.
 DDP_ARGS = {"full": ["--num-nodes", "200000", "--epochs", "3", "--eval-every", "3"], "quick": ["--num-nodes", "50000", "--epochs", "2", "--eval-every", "2"]}
@@ -193,44 +142,6 @@ def cache_entries(folder: Path | None) -> int:
 # -- the steps -------------------------------------------------------------------------------
 
 
-def parse_pytest_counts(text: str) -> dict[str, int]:
-    """Counts from pytest's closing line (``3 failed, 41 passed, 2 skipped in 30.1s``)."""
-    for line in reversed(text.splitlines()):
-        if re.search(r"\bin \d+(\.\d+)?s\b", line):
-            found = re.findall(r"(\d+) (passed|failed|skipped|errors?|deselected|xfailed|xpassed|warnings?)\b", line)
-            if found:
-                return {("errors" if w.startswith("error") else "warnings" if w.startswith("warning") else w): int(n) for n, w in found}
-    return {}
-
-
-def pytest_short_summary(text: str, limit: int = 60) -> list[str]:
-    """pytest's ``FAILED``/``ERROR``/``SKIPPED`` summary lines."""
-    return [ln.strip() for ln in text.splitlines() if ln.startswith(("FAILED ", "ERROR ", "SKIPPED "))][:limit]
-
-
-def pytest_command(python: str) -> list[str]:
-    """``pytest -m gpu`` with the progress plugin and the 15 slowest tests listed at the end."""
-    cmd = [
-        python,
-        "-m",
-        "pytest",
-        "-m",
-        "gpu",
-        "-q",
-        "-rfEs",
-        "--tb=short",
-        "-p",
-        "no:cacheprovider",
-        "--continue-on-collection-errors",
-        "--durations=15",
-        "-p",
-        "gpu_check_pytest",
-    ]
-    if importlib.util.find_spec("pytest_timeout") is not None:
-        cmd.append(f"--timeout={PYTEST_TEST_TIMEOUT}")
-    return cmd
-
-
 def pytest_part(env: dict, limit: float, workdir: Path, cwd: Path = REPO) -> tuple[Part, str]:
     """``pytest -m gpu`` in ``cwd`` within ``limit`` seconds, interrupted :data:`PYTEST_GRACE` s
     before it; the plugin's record goes to ``workdir``."""
@@ -240,130 +151,6 @@ def pytest_part(env: dict, limit: float, workdir: Path, cwd: Path = REPO) -> tup
     env = {**env, LOG_VARIABLE: str(log), "PYTHONPATH": os.pathsep.join(p for p in (env.get("PYTHONPATH"), str(HERE)) if p)}
     run = run_bounded(pytest_command(sys.executable), limit, env, cwd=cwd, interrupt_at=limit - PYTEST_GRACE)
     return judge_pytest(run, read_progress(log), limit), run.output
-
-
-def judge_pytest(run: Run, progress: Progress | None, limit: float) -> Part:
-    """The pytest step's outcome from its run and the plugin's record. A test that finished and
-    failed fails the step; a test the time limit left out (or cut off, unless it had run longer
-    than :data:`PYTEST_TEST_TIMEOUT`: hung) is reported as not run, and the step is partial."""
-    part = Part("pytest", seconds=run.seconds, limit=limit)
-    counts = parse_pytest_counts(run.output)
-    part.details = {"counts": counts, "summary": pytest_short_summary(run.output)}
-    if progress is None:  # the plugin wrote nothing: pytest did not start, or could not load it
-        part.status = "failed"
-        part.reason = (
-            f"stopped at its time limit ({limit:.0f} s) with no per-test record"
-            if run.stopped
-            else f"no per-test record ({LOG_VARIABLE}): {last_line(run.output, run.returncode)}"
-        )
-        return part
-    bad = {t: o for t, o in progress.outcomes.items() if o in ("failed", "error")}
-    cut = progress.in_flight if run.stopped else None
-    ran_for = run.ended - progress.in_flight_since if cut and progress.in_flight_since else 0.0
-    not_run = progress.not_run if run.stopped else []
-    part.details.update(
-        counts={
-            "passed": progress.count("passed"),
-            "failed": progress.count("failed"),
-            "errors": progress.count("error"),
-            "skipped": progress.count("skipped"),
-            "not run (time limit)": len(not_run) + bool(cut),
-            "selected": len(progress.selected),
-        },
-        failures=[f"{t}: {o}: {progress.messages.get(t, '')}" for t, o in bad.items()],
-        collect_errors=progress.collect_errors,
-        not_run=not_run,
-        in_flight=cut,
-        slowest=[f"{t}: {s:.1f} s" for t, s in progress.slowest(10)],
-    )
-    shown = ", ".join(f"{n} {k}" for k, n in part.details["counts"].items() if n and k != "selected")
-    if bad or progress.collect_errors or ran_for > PYTEST_TEST_TIMEOUT:
-        part.status = "failed"
-        first = [*(f"{t} ({o})" for t, o in bad.items()), *progress.collect_errors][:3]
-        hung = [f"{cut} still running after {ran_for:.0f} s (hung?)"] if ran_for > PYTEST_TEST_TIMEOUT else []
-        part.reason = f"{shown}: " + "; ".join(first + hung)
-    elif not_run or cut:
-        part.status = "partial"
-        part.reason = (
-            f"time limit ({limit:.0f} s): {shown}" + (f"; {cut} cut off after {ran_for:.0f} s" if cut else "") + "; every test that finished passed or skipped"
-        )
-    elif not progress.finished and run.returncode:
-        part.status, part.reason = "failed", f"pytest ended before its session did (exit {run.returncode}): {last_line(run.output)}"
-    elif run.returncode == 5 or not progress.selected:
-        part.status, part.reason = "failed", "pytest -m gpu selected no test"
-    elif progress.count("passed") == 0:
-        part.status, part.reason = "failed", f"no GPU test passed ({shown or 'nothing counted'})"
-    elif run.returncode != 0:
-        part.status, part.reason = "failed", f"exit {run.returncode}: {last_line(run.output, run.returncode)}"
-    else:
-        part.status, part.reason = "ok", shown
-    return part
-
-
-def gather_plan(mode: str, sms: int) -> dict[str, float]:
-    """The size of the gather sweep of ``mode`` on a GPU of ``sms`` SMs: configurations (width x
-    batch x method), gathers (per configuration: the correctness check, 3 warm-ups and the timed
-    repeats) and the gigabytes of rows they deliver."""
-    if str(GATHER_SCRIPT.parent) not in sys.path:
-        sys.path.append(str(GATHER_SCRIPT.parent))  # last: its modules must shadow nothing the check imports
-    import gather
-
-    a = GATHER_ARGS[mode]
-
-    def opt(flag: str) -> str:
-        return a[a.index(flag) + 1]
-
-    caps = gather.parse_max_blocks(opt("--max-blocks"), sms)
-    codecs, codec_dims = tuple(opt("--codecs").split(",")), gather.parse_ints(opt("--codec-cols"))
-    fracs = tuple(float(f) for f in opt("--cache-fracs").split(","))
-    configs = [
-        (d, b)
-        for d in gather.parse_ints(opt("--cols"))
-        for b in gather.parse_ints(opt("--batches"))
-        for _ in gather.methods_for(True, d in gather.parse_ints(opt("--tune-cols")), caps, codecs if d in codec_dims else (), fracs)
-    ]
-    per = 1 + 3 + int(opt("--repeats"))
-    return {"configurations": len(configs), "gathers": len(configs) * per, "gigabytes": sum(4 * d * b for d, b in configs) * per / 1e9}
-
-
-def gather_part(env: dict, limit: float, out: Path, mode: str) -> tuple[Part, str]:
-    """bench/gathering/gather.py, which starts no configuration after ``limit - GATHER_RESERVE`` s."""
-    soft = max(limit - GATHER_RESERVE[mode], 1)
-    cmd = [sys.executable, str(GATHER_SCRIPT), *GATHER_ARGS[mode], "--raw", "json", "--time-limit", f"{soft:g}", "--out", str(out / "gather")]
-    run = run_bounded(cmd, limit, env)
-    return judge_gather(run, result_rows(out, "gather"), limit, GATHER_RESERVE[mode]), run.output
-
-
-def judge_gather(run: Run, rows: list[dict], limit: float, reserve: float = GATHER_RESERVE["full"]) -> Part:
-    """The gather step's outcome: a failed row fails it; rows skipped for time make it partial.
-    Killed at its limit, it failed: it stops by itself ``reserve`` s before, so one
-    configuration ran longer than that (hung?); the rows it had written are kept."""
-    part = Part("gather", seconds=run.seconds, limit=limit)
-    skipped = [r for r in rows if r.get("status") == TIME_LIMIT_STATUS]
-    measured = [r for r in rows if r.get("status") == "ok"]
-    bad = [r for r in rows if r.get("status") not in ("ok", TIME_LIMIT_STATUS)]
-    part.details = {"results": len(measured), "skipped_for_time": len(skipped), "failed": len(bad)}
-    if bad:
-        part.status, part.reason = "failed", f"{len(bad)} of {len(rows)} results failed: " + failure_digest(bad, "method")
-    elif run.returncode is None:
-        after = [ln for ln in run.output.splitlines() if ln.startswith("gather: ")]
-        part.status = "failed"
-        part.reason = (
-            f"killed at its time limit ({limit:.0f} s) after {len(measured)} results: a configuration outran the "
-            f"{reserve:.0f} s kept for it (hung?); the last finished: {after[-1].removeprefix('gather: ') if after else 'none'}"
-        )
-    elif run.returncode != 0 or not rows:
-        part.status, part.reason = "failed", last_line(run.output, run.returncode)
-    elif skipped:
-        part.status = "partial"
-        part.reason = (
-            f"{len(measured)} results, each equal to table[ids] before timing; {len(skipped)} configurations "
-            f"{TIME_LIMIT_STATUS} (at {', '.join(dict.fromkeys(str(r['row_bytes']) + ' B' for r in skipped))})"
-        )
-    else:
-        widths = len({r["dim"] for r in rows})
-        part.status, part.reason = "ok", f"{len(rows)} results at {widths} widths, every method equal to table[ids] before timing"
-    return part
 
 
 def probe_dgl(part: Part, env: dict, timeout: float) -> tuple[Run, str | None]:
@@ -512,14 +299,15 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(
             f"--parts link writes 3 result files of its own: run it without {' and '.join(beside)} (at most 8 files come back), e.g. --parts pytest,link"
         )
+    if "papers" in chosen and (beside := [p for p in PAPERS_EXCLUSIVE if p in chosen]):
+        parser.error(f"--parts papers writes 3 result files of its own: run it without {' and '.join(beside)} (at most 8 files come back), e.g. --parts papers")
     if args.full and args.quick:
         parser.error("--full and --quick exclude each other; --quick is the default pass")
     mode = "full" if args.full else "quick"
     step_limits = FULL_LIMITS if args.full else LIMITS  # read at call time: tests patch them
-    if "link" in chosen:
-        step_limits = {**step_limits, "link": LINK_LIMIT}
+    step_limits = {**step_limits, **{name: limit for name, limit in (("link", LINK_LIMIT), ("papers", PAPERS_LIMIT)) if name in chosen}}
     if args.time_limit is None:
-        args.time_limit = FULL_TOTAL_LIMIT if args.full else TOTAL_LIMIT
+        args.time_limit = FULL_TOTAL_LIMIT if args.full or "papers" in chosen else TOTAL_LIMIT
     began = time.monotonic()  # the interpreter's start before this is inside the 60 s left of the 10 minutes
     why_not = no_cuda_line()
     if args.probe:
@@ -535,7 +323,7 @@ def main(argv: list[str] | None = None) -> int:
     started = datetime.datetime.now().astimezone()
     out = args.out.resolve()
     out.mkdir(parents=True, exist_ok=True)
-    for name in RESULT_FILES + LINK_FILES:  # results of an earlier run must not pass for this one's
+    for name in RESULT_FILES + LINK_FILES + PAPERS_FILES:  # results of an earlier run must not pass for this one's
         (out / name).unlink(missing_ok=True)
     workdir = Path(tempfile.mkdtemp(prefix="gpu-check-"))
     given_cache = os.environ.get("CUPY_CACHE_DIR")
@@ -632,6 +420,8 @@ def main(argv: list[str] | None = None) -> int:
                 parts[name], logs[name] = ddp_part(env, limit, mode, gpus)
             elif name == "link":
                 parts[name], logs[name] = link_part(env, limit, out, cuda)
+            elif name == "papers":
+                parts[name], logs[name] = papers_part(env, limit, out, cuda)
             else:
                 parts[name], logs[name], environment_["dgl"] = epoch_part(env, limit, out, mode, *epoch_sources(cuda))
         except Exception as e:  # noqa: BLE001 - an error of the check itself fails this step; the others still run
