@@ -108,6 +108,13 @@ def test_off_and_small_tables_get_4k_pages_without_a_warning(monkeypatch):
         assert table.ctypes.data % 4096 == 0  # page-aligned, as the storage tier's direct reads need
 
 
+@needs_thp
+def test_a_small_table_asked_for_huge_pages_gets_them():
+    table = host_array((10, 4), np.float32, huge_pages=True)
+    table[:] = 1.0
+    assert page_report(table).method == "thp" and table.ctypes.data % HUGE_PAGE_BYTES == 0
+
+
 def test_without_huge_pages_one_warning_per_process_and_an_equal_table(no_huge_pages):
     source = _features()
     with pytest.warns(UserWarning, match=r"get 4 KiB pages, not 2 MB ones: no transparent huge pages \(never\).*DGL_ZEROCOPY_HUGE_PAGES=0"):

@@ -66,8 +66,9 @@ def huge_pages_wanted(huge_pages: bool | None = None) -> bool:
 def host_array(shape: tuple[int, ...], dtype, huge_pages: bool | None = None) -> np.ndarray:
     """A zero-filled, writable, page-aligned host array of ``shape`` and ``dtype`` in an anonymous mapping:
     2 MB pages when wanted (:func:`huge_pages_wanted`) and available, else 4 KiB pages (with one warning
-    per process when they were wanted). A table under 2 MB gets 4 KiB pages (it has fewer than 512 of
-    them, and a huge page would be mostly empty). The mapping is freed with the last array over it.
+    per process when they were wanted). By default (``huge_pages=None``) a table under 2 MB gets 4 KiB
+    pages (it has fewer than 512 of them, and a huge page would be mostly empty); ``huge_pages=True``
+    asks for 2 MB pages whatever the size. The mapping is freed with the last array over it.
 
     Raises:
         ValueError, TypeError: as :class:`~dgl_zerocopy.store.huge_pages.HostTable` (a bad shape or dtype).
@@ -75,7 +76,7 @@ def host_array(shape: tuple[int, ...], dtype, huge_pages: bool | None = None) ->
     """
     shape, dtype = check_table_args(shape, dtype)
     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
-    if huge_pages_wanted(huge_pages) and nbytes >= HUGE_PAGE_BYTES:  # a smaller table has under 512 pages of 4 KiB
+    if huge_pages_wanted(huge_pages) and (huge_pages or nbytes >= HUGE_PAGE_BYTES):  # by default, not for a table of under 512 small pages
         why_not = huge_page_support(nbytes)
         if why_not is None:
             table = HostTable(shape, dtype, pages="huge")
@@ -112,7 +113,7 @@ def load_npy(path: str | os.PathLike, huge_pages: bool | None = None) -> np.ndar
     try:
         if mapped.dtype.hasobject or not mapped.ndim:
             return np.load(path)
-        return host_copy(mapped, huge_pages=True, read_only=False)
+        return host_copy(mapped, huge_pages=huge_pages, read_only=False)
     finally:
         del mapped
 
