@@ -19,7 +19,7 @@ One mechanism for both loaders (:class:`dgl_zerocopy.DataLoader` and
   while it waits). The worker also shares the sampler (and DGL's RPC client for DistDGL), so a
   guard on the slots alone would not be enough.
 - Iterators alive at the same time (``zip(loader, loader)``, nested loops, two threads) each take a
-  ring of their own from the loader's :class:`RingPool`: a ring is lent to one iterator at a time
+  ring of their own from the loader's :class:`RingPool`: a ring serves one iterator at a time
   and given back when that iterator ends (its end, ``break``, an error, ``close()``, garbage
   collection); the next iterator that takes it begins its epoch as above, after the last writer
   stopped. A loop that runs alone always gets the first ring, so buffers are made once.
@@ -209,11 +209,11 @@ class RingPool:
     def first(self, ring: SlotRing) -> None:
         with self._lock:
             if 0 in self._lent:
-                raise RuntimeError("the first ring is lent to a live iterator: it cannot be replaced now")
+                raise RuntimeError("the first ring is in use by a live iterator: it cannot be replaced now")
             self._rings[:1] = [ring]
 
     def take(self) -> SlotRing:
-        """Lend a ring: the first free one, or a new one when every ring is lent. The caller begins
+        """Take a ring: the first free one, or a new one when every ring is in use. The caller begins
         its epoch on it (:meth:`SlotRing.begin_epoch`) and gives it back when its iterator ends."""
         with self._lock:
             if not self._rings:
@@ -234,8 +234,8 @@ class RingPool:
                     self._lent.discard(i)
 
     @property
-    def lent(self) -> int:
-        """How many rings are lent now (live iterators that prefetch)."""
+    def in_use(self) -> int:
+        """How many rings are taken now (live iterators that prefetch)."""
         with self._lock:
             return len(self._lent)
 
