@@ -1,7 +1,7 @@
 """One epoch of :class:`~dgl_zerocopy.loading.loader.DataLoader`: the iterator that ``iter(loader)`` returns.
 
 Every ``iter()`` gets an iterator of its own, as torch's DataLoader gives: its own worker thread
-(``prefetch > 0``) and its own ring of slots, lent by the loader's
+(``prefetch > 0``) and its own ring of slots, taken from the loader's
 :class:`~dgl_zerocopy.loading.ring.RingPool` for as long as the iterator lives. So iterators alive
 at the same time (``zip(loader, loader)``, nested loops, one loop per thread) each give a whole
 epoch, their feature tensors in buffers of their own. The iterator gives its ring back when it
@@ -36,7 +36,7 @@ class Batch(NamedTuple):
 
 class EpochIterator:
     """The batches of one epoch of ``loader``, produced from ``tasks`` (``(index, work)`` pairs) into
-    ``ring`` (lent by ``pool``, given back when this iterator ends or is freed)."""
+    ``ring`` (taken from ``pool``, given back when this iterator ends or is freed)."""
 
     def __init__(self, loader: Any, tasks: Iterator, pool: RingPool, ring: SlotRing) -> None:
         self._loader = loader
