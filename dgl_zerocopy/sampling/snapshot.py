@@ -7,7 +7,7 @@ edge id ``eid`` in the original graph), chosen uniformly without replacement; id
 wherever they fit. A node's slot count never changes, so a refresh rewrites slots in place. What is
 sized by the slot count (the pick tables, the build's chunks) is sized by ``min(snapshot_size,
 largest in-degree)`` (:func:`slots_per_node`), the same snapshot, so a huge ``snapshot_size`` costs
-what the graph costs (issue 33 item 4).
+what the graph costs.
 
 Refresh unit: **nodes**. A refresh redraws the whole snapshot of each chosen node from its full
 in-edge list, exactly as the first build drew it. Why nodes and not slots: a node's snapshot is
@@ -23,7 +23,7 @@ partial snapshot is at most ``ceil(1 / refresh)`` epochs old.
 The sampling work per batch touches only the snapshot (a few slots per frontier node), the
 relabelling of the picked sources (a node-indexed map, reset after use) and the block.
 
-GPU (issue 24 item 2): :class:`~.snapshot_gpu.GpuSnapshotSampler`, what
+GPU: :class:`~.snapshot_gpu.GpuSnapshotSampler`, what
 ``dgl_zerocopy.DataLoader(..., use_uva=True)`` makes of this sampler, keeps the same three arrays
 (same slot layout) in device memory, read by the kernels as a :class:`~.graph.SamplingGraph` placed
 there (``src`` its indices, ``eid`` its edge ids): each layer's picks are ``sample_csc`` over it with
