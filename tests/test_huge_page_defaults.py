@@ -310,6 +310,16 @@ def test_a_pinned_csc_of_given_tensors_stays_in_place_by_default(monkeypatch):
     assert fake.registered == {}
 
 
+def test_a_pinned_csc_without_huge_pages_is_pinned_in_place_with_one_warning(monkeypatch, no_huge_pages):
+    fake = use(monkeypatch, FakeRuntime())
+    indptr, indices = _csc()
+    with pytest.warns(UserWarning, match="4 KiB pages, not 2 MB ones: no transparent huge pages"):
+        graph = SamplingGraph(indptr, indices, placement="pinned", device="cuda:0", huge_pages=True)
+    with graph:
+        assert not graph.huge_page_copies and graph.indices.data_ptr() == indices.data_ptr()
+        assert set(fake.registered) == {indptr.data_ptr(), indices.data_ptr()}
+
+
 def test_a_failed_registration_of_the_csc_copies_leaves_nothing_pinned_or_mapped(monkeypatch):
     fake = use(monkeypatch, FakeRuntime())
     real = fake.hostRegister
