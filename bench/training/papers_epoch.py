@@ -108,7 +108,7 @@ def plan(args: argparse.Namespace, workers: int) -> dict:
         "nodes": n,
         "edges_about": int(edges),
         "features_gb": n * spec.feat_dim * 4 / 1e9,
-        "indices_gb": edges * (4 if n < 2**31 else 8) / 1e9,
+        "indices_gb": edges * 8 / 1e9,  # int64: GraphDataset's CSC
         "batches_per_epoch": batches,
         "workers": workers,
         "seconds": seconds,
