@@ -62,12 +62,25 @@ def test_every_axis_is_measured(dry_run):
     assert {r["shape"] for r in zerocopy} == set(link_plan.SHAPES)
     assert {r["method"] for r in rows} == set(link_plan.METHODS)
     shapes = {r["shape"]: r for r in zerocopy if r["row_bytes"] == 512 and r["question"] == "kernel shape"}
-    assert shapes["rows/warp=4"]["threads_per_row"] == 8 and shapes["naive"]["kernel"].startswith("gather_naive<")
+    default_512 = next(r for r in zerocopy if r["row_bytes"] == 512 and r["shape"] == "default")
+    assert default_512["threads_per_row"] == 8 and shapes["rows/warp=1"]["threads_per_row"] == 32  # the default and the shape first measured
+    assert shapes["naive"]["kernel"].startswith("gather_naive<")
     assert shapes["grid=1/SM"]["grid"] <= link_devices.DRY_SMS and shapes["block=1024"]["block"] == 1024
     # the PCIe model beside each measured shape: four lines of a 512 B row, one request each, for the aligned shapes
     assert {name: r["model_requests_per_row"] for name, r in shapes.items() if name != "naive"} == dict.fromkeys(set(shapes) - {"naive"}, 4.0)
     assert shapes["naive"]["model_requests_per_row"] >= 4.0 and all(0 < r["model_link_efficiency"] <= 1 for r in zerocopy)
     assert all(r["model_requests_per_row"] == "" for r in rows if r["method"] != "zerocopy")
+
+
+def test_the_sort_policy_cells_sort_on_the_device_and_say_what_auto_chooses(dry_run):
+    rows = [r for r in dry_run[3] if r["question"] == "sort policy"]
+    assert {(r["order"], r["sorted_on_device"]) for r in rows} == {("random", False), ("device-sorted", True)}
+    assert {r["row_bytes"] for r in rows} == set(link_plan.ROW_BYTES) and {r["batch"] * link_experiment.DRY_BATCH_SCALE for r in rows} == set(link_plan.BATCHES)
+    assert all(r["checked"] is True and r["sort_auto"] in (True, False) for r in rows)  # each written back to its place, checked
+    # what auto decides follows the policy on the cell's own plan (the dry run's sizes)
+    cell = next(r for r in rows if r["order"] == "device-sorted")
+    plan = link_devices.launch.plan_gather(cell["row_bytes"], 0, cell["batch"], elem_size=4, num_sms=link_devices.DRY_SMS)
+    assert cell["sort_auto"] == link_devices.sort_policy.should_sort(plan, cell["table_bytes"] // cell["row_bytes"] * cell["row_bytes"])
 
 
 def test_shapes_become_launch_options_scaled_by_the_sm_count():
@@ -136,8 +149,8 @@ def test_cells_run_one_table_at_a_time_in_plan_order():
 def test_a_gather_that_writes_nothing_fails_its_check_and_the_run_exits_1(tmp_path, monkeypatch):
     real = link_devices.CpuEmulator.gather
 
-    def broken(self, table, row_bytes, ids, shape, on_device):
-        gather, out, reference, facts = real(self, table, row_bytes, ids, shape, on_device)
+    def broken(self, table, row_bytes, ids, shape, on_device, sort=False):
+        gather, out, reference, facts = real(self, table, row_bytes, ids, shape, on_device, sort)
         return ((lambda: out) if shape.get("rows_per_warp") == 2 else gather), out, reference, facts
 
     monkeypatch.setattr(link_devices.CpuEmulator, "gather", broken)

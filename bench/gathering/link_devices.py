@@ -4,14 +4,16 @@ the CPU with the kernels emulated (:class:`CpuEmulator`). Both give the same fou
 - ``open_table(nbytes, memory, need_device_copy)``: a host table of random int32 words in
   ``HostTable`` memory of the kind asked (registered in place on the GPU), and a copy in device
   memory where a cell needs one; its ``report`` says what pages it got and what the set-up took;
-- ``gather(table, row_bytes, ids, shape, on_device)``: (one gather as a zero-argument callable
+- ``gather(table, row_bytes, ids, shape, on_device, sort)``: (one gather as a zero-argument callable
   returning its output, the output, ``table[ids]``, the launch facts) for our kernel in ``shape``;
+  ``sort``: each call first sorts the ids on the device (``dgl_zerocopy.cuda.gather.id_sort``, the
+  store's sort) and the kernel writes every row back through their positions;
 - ``pinned_copy(table, nbytes)``: the same for a copy of the table's first ``nbytes``;
 - ``check(gather, out, reference)``: the output set to the reference's complement, one gather,
   AssertionError unless it equals the reference.
 
 Each cell's launch is planned once (:func:`plan_launch`: the plan and the kernel arguments, from the
-buffers' own addresses), so a timed gather is one kernel launch and nothing else on the host; the dry
+buffers' own addresses), so a timed gather is one kernel launch and nothing else on the host (a sorting cell adds the sort); the dry
 run hands the same plan and arguments to the emulator (``run_plan``) over the same kind of buffers.
 """
 
@@ -27,7 +29,7 @@ import link_plan
 import numpy as np
 import torch
 
-from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.gather import id_sort, launch, sort_policy
 from dgl_zerocopy.cuda.gather.emulator import emulate_gather, run_plan
 from dgl_zerocopy.cuda.gather.pcie_model import analyze
 from dgl_zerocopy.store.huge_pages import HostTable
@@ -53,10 +55,15 @@ def plan_launch(row_bytes: int, table_address: int, ids_address: int, num_ids: i
     plan = launch.plan_gather(
         row_bytes, table_address, num_ids, elem_size=4, num_sms=sms, row_stride=row_bytes, out_address=out_address, **shape_options(shape, sms)
     )
-    args = launch.kernel_arguments(
-        plan, table_address=table_address, row_stride=row_bytes, ids_address=ids_address, perm_address=0, out_address=out_address, out_stride=row_bytes
+    return plan, _arguments(plan, table_address, ids_address, 0, out_address)
+
+
+def _arguments(plan: launch.GatherPlan, table_address: int, ids_address: int, perm_address: int, out_address: int) -> tuple:
+    """The kernel arguments of ``plan`` over a table and output of contiguous rows."""
+    row = plan.row_bytes
+    return launch.kernel_arguments(
+        plan, table_address=table_address, row_stride=row, ids_address=ids_address, perm_address=perm_address, out_address=out_address, out_stride=row
     )
-    return plan, args
 
 
 @functools.cache
@@ -75,8 +82,18 @@ def model_metrics(row_bytes: int, shape: str, sms: int) -> dict:
     return {"model_requests_per_row": metrics.requests_per_row, "model_link_efficiency": round(metrics.link_efficiency, 4)}
 
 
-def _facts(plan: launch.GatherPlan) -> dict:
-    return {"kernel": plan.kernel, "threads_per_row": plan.threads_per_row, "grid": plan.grid, "block": plan.block}
+def _facts(plan: launch.GatherPlan, table_bytes: int, sort: bool) -> dict:
+    """The launch's facts; ``sort_auto``: whether ``sort_ids="auto"`` would sort this batch (the policy
+    on this plan and table), beside what the cell does (``sorted_on_device``)."""
+    decided = sort_policy.should_sort(plan, table_bytes) if plan.variant == "aligned" else ""
+    return {
+        "kernel": plan.kernel,
+        "threads_per_row": plan.threads_per_row,
+        "grid": plan.grid,
+        "block": plan.block,
+        "sort_auto": decided,
+        "sorted_on_device": sort,
+    }
 
 
 def _host_room(nbytes: int, meminfo: str = "/proc/meminfo") -> None:
@@ -157,7 +174,7 @@ class CpuEmulator:
         seconds = {"alloc_s": allocated - begun, "pin_s": 0.0, "fill_s": filled - allocated, "device_copy_s": copied - filled}
         return _Table(host, words, _report(host, **seconds), device_words=device_words)
 
-    def gather(self, table: _Table, row_bytes: int, ids: np.ndarray, shape: dict, on_device: bool):
+    def gather(self, table: _Table, row_bytes: int, ids: np.ndarray, shape: dict, on_device: bool, sort: bool = False):
         rows, cols = table.nbytes // row_bytes, row_bytes // 4
         reference = table.words[: rows * cols].reshape(rows, cols)[ids]
         out = np.empty_like(reference)
@@ -166,10 +183,14 @@ class CpuEmulator:
         plan, args = plan_launch(row_bytes, int(base.ctypes.data), int(ids.ctypes.data), ids.size, int(out.ctypes.data), shape, self.sms)
 
         def gather(keep=(ids, base)) -> np.ndarray:  # keep: the buffers the kernel reads stay alive
-            run_plan(plan, args)
+            if sort:  # NumPy stands for CuPy: the same calls
+                sorted_ids, positions = id_sort.sort_for_gather(ids, rows)
+                run_plan(plan, _arguments(plan, int(base.ctypes.data), int(sorted_ids.ctypes.data), int(positions.ctypes.data), int(out.ctypes.data)))
+            else:
+                run_plan(plan, args)
             return out
 
-        return gather, out, reference, _facts(plan)
+        return gather, out, reference, _facts(plan, rows * row_bytes, sort)
 
     def pinned_copy(self, table: _Table, nbytes: int):
         src = table.words[: nbytes // 4]
@@ -233,7 +254,7 @@ class GpuDevice:
         if free:
             torch.cuda.empty_cache()
 
-    def gather(self, table: _Table, row_bytes: int, ids: np.ndarray, shape: dict, on_device: bool):
+    def gather(self, table: _Table, row_bytes: int, ids: np.ndarray, shape: dict, on_device: bool, sort: bool = False):
         import cupy
 
         from dgl_zerocopy.cuda.gather.launcher import compile_gather_module, cupy_stream
@@ -253,10 +274,15 @@ class GpuDevice:
 
         def gather(keep=(ids_on_device, table)):  # keep: what the launch reads stays alive while it can run
             with stream:
-                kernel((plan.grid,), (plan.block,), args)
+                if sort:  # temporaries on the stream: CuPy's pool reuses them there only after the kernel
+                    sorted_ids, positions = id_sort.sort_for_gather(cupy.asarray(ids_on_device), rows)
+                    call = _arguments(plan, base, int(sorted_ids.data.ptr), int(positions.data.ptr), out.data_ptr())
+                    kernel((plan.grid,), (plan.block,), tuple(types[kind](value) for kind, value in call))
+                else:
+                    kernel((plan.grid,), (plan.block,), args)
             return out
 
-        return gather, out, reference, _facts(plan)
+        return gather, out, reference, _facts(plan, rows * row_bytes, sort)
 
     def pinned_copy(self, table: _Table, nbytes: int):
         src = table.words[: nbytes // 4]

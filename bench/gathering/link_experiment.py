@@ -11,7 +11,9 @@ So one run measures, over the plan of ``link_plan.py`` (printed with its estimat
   share of the table smaps shows in huge pages, go in the results), registered in place. One
   table per page size, of the largest size: a smaller table is its first GB, the span of the
   ids (what is translated), which saves six set-ups (link_plan.py says why);
-- ids contiguous (the SM-read ceiling), random and sorted; rows of 128, 400, 512 and 1024 B;
+- ids contiguous (the SM-read ceiling), random, sorted, and sorted by the gather on the device (the
+  store's sort, timed with it; each zero-copy row also says what ``sort_ids="auto"`` would choose);
+  rows of 128, 400, 512 and 1024 B;
   batches of 16k, 262k and 1M ids; kernel shapes (rows per warp, grid, block, the naive kernel);
 - the pinned copy of the same bytes from the same memory (``h2d``) and our kernel over a copy of
   the table in device memory (``device``) as references.
@@ -65,6 +67,8 @@ FIELDS = (
     "shape",
     "kernel",
     "threads_per_row",
+    "sort_auto",
+    "sorted_on_device",
     "grid",
     "block",
     "pages_4k",
@@ -85,7 +89,7 @@ FIELDS = (
 
 def make_ids(rng: np.random.Generator, order: str, rows: int, batch: int) -> np.ndarray:
     """``batch`` int64 row ids of a table of ``rows`` rows: one contiguous run (from a random
-    start), uniform random, or uniform random sorted."""
+    start), uniform random (also for ``device-sorted``: the gather sorts them), or uniform random sorted."""
     if order == "contiguous":
         start = int(rng.integers(0, max(1, rows - batch + 1)))
         return np.arange(start, start + batch, dtype=np.int64) % rows
@@ -113,7 +117,8 @@ def measure_cell(device, table, cell: link_plan.Cell, span: int, batch: int, rng
     if cell.method == "h2d":
         gather, out, reference, launch = device.pinned_copy(table, batch * cell.row_bytes)
     else:
-        gather, out, reference, launch = device.gather(table, cell.row_bytes, ids, link_plan.SHAPES[cell.shape], cell.method == "device")
+        shape, sort = link_plan.SHAPES[cell.shape], cell.order == "device-sorted"
+        gather, out, reference, launch = device.gather(table, cell.row_bytes, ids, shape, cell.method == "device", sort)
         if cell.method == "zerocopy":  # what the model says this shape asks of the link
             facts.update(model_metrics(cell.row_bytes, cell.shape, device.sms))
     facts.update(launch)

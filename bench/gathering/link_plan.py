@@ -24,15 +24,18 @@ from dataclasses import asdict, dataclass
 TABLE_GB = (1, 8, 32, 56)
 MEMORY = ("small", "huge")
 ROW_BYTES = (128, 400, 512, 1024)
-ORDERS = ("contiguous", "random", "sorted")
+#: ``device-sorted``: random ids sorted by the gather itself on the device (the store's sort, timed with it).
+ORDERS = ("contiguous", "random", "sorted", "device-sorted")
 BATCHES = (16384, 262144, 1048576)
 #: Kernel shapes of the zero-copy gather: launch options of the aligned kernel (``rows_per_warp``:
 #: lanes per row ``32 // rows_per_warp``; ``blocks_per_sm``: the grid cap in blocks per SM; ``block``:
-#: threads per block) or the naive kernel. ``default`` is what the FeatureStore launches.
+#: threads per block) or the naive kernel. ``default`` is what the FeatureStore launches (rows of
+#: 129-512 B: line windows, 4 rows per warp); ``rows/warp=1`` one window per row, what the first H200
+#: run measured.
 SHAPES = {
     "default": {},
+    "rows/warp=1": {"rows_per_warp": 1},
     "rows/warp=2": {"rows_per_warp": 2},
-    "rows/warp=4": {"rows_per_warp": 4},
     "grid=1/SM": {"blocks_per_sm": 1},
     "grid=4/SM": {"blocks_per_sm": 4},
     "block=1024": {"block": 1024},
@@ -72,7 +75,8 @@ class Cell:
             (of the largest size, one per memory kind) that the ids fall in.
         memory: ``small`` (4 KiB pages) or ``huge`` (2 MB pages).
         row_bytes: bytes per row.
-        order: ``contiguous`` (one run of ids), ``random`` (uniform) or ``sorted`` (random, sorted).
+        order: ``contiguous`` (one run of ids), ``random`` (uniform), ``sorted`` (random, sorted on
+            the host) or ``device-sorted`` (random, sorted by the gather on the device, timed).
         batch: ids per gather.
         method: ``zerocopy``, ``h2d`` or ``device``.
         shape: a key of :data:`SHAPES` (``default`` for the references).
@@ -103,7 +107,7 @@ def questions(tables: tuple[int, ...] = TABLE_GB) -> dict[str, list[Cell]]:
     b, r = BASE["batch"], BASE["row_bytes"]
     q: dict[str, list[Cell]] = {}
     # 1. Translation and locality: table size x page size x id order, and the link's ceiling beside.
-    q["table size x pages x order"] = [Cell("table size x pages x order", t, m, r, o, b) for t in tables for m in MEMORY for o in ORDERS] + [
+    q["table size x pages x order"] = [Cell("table size x pages x order", t, m, r, o, b) for t in tables for m in MEMORY for o in ORDERS[:3]] + [
         Cell("table size x pages x order", t, m, r, "contiguous", b, "h2d") for t in tables for m in MEMORY
     ]
     # 2. Row size: does the small-row gap close with 2 MB pages or sorted ids at a large table?
@@ -113,11 +117,13 @@ def questions(tables: tuple[int, ...] = TABLE_GB) -> dict[str, list[Cell]]:
     ]
     # 3. Kernel shapes: rows per warp (more rows and loads in flight), grid, block, the naive kernel.
     q["kernel shape"] = [Cell("kernel shape", base_table, m, w, "random", b, "zerocopy", s) for w in (128, r) for m in MEMORY for s in SHAPES]
-    # 4. Batch: are reads in flight enough at 16k ids, does 1M change the picture?
+    # 4. Sort policy: the gather's own sort against none, by row size and batch (what sort_ids="auto" decides).
+    q["sort policy"] = [Cell("sort policy", base_table, "small", w, o, n) for w in ROW_BYTES for n in BATCHES for o in ("random", "device-sorted")]
+    # 5. Batch: are reads in flight enough at 16k ids, does 1M change the picture?
     q["batch"] = [Cell("batch", base_table, m, r, "random", n) for n in BATCHES for m in MEMORY] + [
         Cell("batch", base_table, "small", r, "contiguous", n, "h2d") for n in BATCHES
     ]
-    # 5. Device memory at each size: the GPU's own translation, without the link.
+    # 6. Device memory at each size: the GPU's own translation, without the link.
     q["device memory"] = [Cell("device memory", t, "small", r, "random", b, "device") for t in tables]
     return q
 
