@@ -71,7 +71,8 @@ def host_array(shape: tuple[int, ...], dtype, huge_pages: bool | None = None) ->
     asks for 2 MB pages whatever the size. The mapping is freed with the last array over it.
 
     Raises:
-        ValueError, TypeError: as :class:`~dgl_zerocopy.store.huge_pages.HostTable` (a bad shape or dtype).
+        ValueError, TypeError: as :class:`~dgl_zerocopy.store.huge_pages.HostTable` (a bad shape or dtype);
+            ValueError also for a ``$DGL_ZEROCOPY_HUGE_PAGES`` not understood.
         OSError: the mapping failed (no memory or address space for it).
     """
     shape, dtype = check_table_args(shape, dtype)
