@@ -3,7 +3,7 @@
 Not in the default parts: it takes about 150 s of GPU time (the plan prints its estimate first), so
 ``--parts link`` (alone, or with ``pytest``) runs it; docs/gpu.md says how. It writes link.csv,
 link.json and link.png into the results folder: with gather and epoch's six files and the two
-summaries that would pass the 8 files a lent machine sends back, so the check refuses ``link``
+summaries that would pass the results folder's 8 files, so the check refuses ``link``
 beside ``gather`` or ``epoch`` (:data:`LINK_EXCLUSIVE`). The script's budget is the step's limit less
 :data:`LINK_RESERVE`, and it starts no table or cell after that budget either.
 
@@ -21,7 +21,7 @@ from gpu_check_setup import Part, Run, last_line, run_bounded
 
 BENCH = Path(__file__).resolve().parents[1]
 SCRIPT = BENCH / "gathering" / "link_experiment.py"
-#: The step's seconds: the script's 150 s budget and its reserve. A lent GPU's command may run 600 s.
+#: The step's seconds: the script's 150 s budget and its reserve.
 LINK_LIMIT = 180
 #: Seconds of the step kept outside the script's budget: its start (torch, CUDA) and the writing.
 LINK_RESERVE = 30
