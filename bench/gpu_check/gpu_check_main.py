@@ -14,7 +14,7 @@ first installs the wheels of ``--wheels`` that the image lacks, offline, into ``
 prints a header before anything else: the wheels installed, the GPU, driver, CUDA, NVRTC and
 CuPy versions, the kernel cache and the time limits. The default pass takes at most 300 s
 (correctness first: the GPU tests, then one short figure per benchmark), so that a run, a fix and
-a second run fit in one GPU lease; ``--full`` runs the whole benchmark set in 540 s. Then the steps, each in a subprocess with
+a second run take minutes; ``--full`` runs the whole benchmark set in 540 s. Then the steps, each in a subprocess with
 its own time limit (docs/gpu.md sizes them), output echoed as it comes:
 
 1. ``pytest -m gpu``, with a plugin (bench/gpu_check/gpu_check_pytest.py) that records each test's outcome
@@ -29,17 +29,17 @@ its own time limit (docs/gpu.md sizes them), output echoed as it comes:
    checked first; it starts no method after its own limit; its rows go into the summary;
 4. ``bench/tiers/storage.py`` (bench/gpu_check/gpu_check_storage.py): a table 4x its host budget on the machine's
    disk, our tiers (zerocopy backend) with and without reading ahead and int8 codes against an
-   mmap of the file: storage MiB per epoch and the wait's share of the step (issue 25); it starts
+   mmap of the file: storage MiB per epoch and the wait's share of the step; it starts
    no run after its own limit; its rows go into the summary;
 5. ``bench/training/epoch.py``: GraphSAGE on the synthetic graph, sources dgl, zerocopy and gpu, each of
    ours sampled on the CPU and on the GPU (``--samplers cpu,gpu``), prefetch 0 and 2; the summary's
    end-to-end table sets GPU sampling + zero-copy gather against CPU sampling + zero-copy gather
    and DGL's default path; skipped, with the reason, when ``import dgl`` fails;
-6. ``bench/training/pyg_epoch.py`` (bench/gpu_check/gpu_check_pyg.py, issue 34): our PyG ``NeighborLoader`` with
+6. ``bench/training/pyg_epoch.py`` (bench/gpu_check/gpu_check_pyg.py): our PyG ``NeighborLoader`` with
    ``device="cuda"`` (GPU sampling from the pinned CSC, zero-copy features) against our DGL route on the
    GPU and PyG's own loader where the image has pyg-lib: seconds per loading epoch and sampled edges/s;
    it starts nothing after its own limit; its rows go into the summary;
-7. ``bench/training/scale.py --device cuda`` (bench/gpu_check/gpu_check_scale.py, issue 35): a papers100M-shaped graph
+7. ``bench/training/scale.py --device cuda`` (bench/gpu_check/gpu_check_scale.py): a papers100M-shaped graph
    generated to the machine's disk (1 % of its nodes, 10 % with ``--full``), its CSC pinned in place, sampled
    by our GPU sampler and checked against the files, the rows gathered zero-copy onto the GPU, GraphSAGE
    steps there; it starts no stage after its own limit; its row goes into the summary;
@@ -54,8 +54,8 @@ Statuses: ok; partial (the time limit left something out, and everything that ra
 failed; skipped (could not run, e.g. no DGL); not run (not asked for, or one GPU for DDP).
 Exit code: 0 when every step is ok, partial or not run; 1 otherwise; 2 no CUDA.
 
-It writes into ``--out`` (default bench/results/gpu/) at most 8 files, the most a lent machine
-sends back: gather.{csv,json,png}, epoch.{csv,json,png}, summary.json and summary.md (rewritten
+It writes into ``--out`` (default bench/results/gpu/) at most 8 files, a folder small enough to
+copy off a remote machine: gather.{csv,json,png}, epoch.{csv,json,png}, summary.json and summary.md (rewritten
 after every step, so a run stopped from outside still leaves what it had; the sampling and storage
 rows are in the two summaries, as are the PyG and scale steps').
 
@@ -104,10 +104,9 @@ PARTS = ("pytest", "gather", "sampling", "storage", "epoch", "pyg", "scale", "dd
 #: ``papers`` (bench/training/papers_epoch.py at 25 % of papers100M, PAPERS_LIMIT s).
 OPTIONAL_PARTS = ("link", "papers")
 PASSING = ("ok", "partial", "not run")
-#: The whole check's seconds. A lent GPU gives 15 minutes of device time for all tries together, and a
-#: machine's start costs a minute or more: the default pass (correctness first: the ``gpu`` tests, then one
-#: short figure per benchmark) takes at most 300 s, so that a run, a fix here and a second run fit in one
-#: lease; ``--full`` runs the whole benchmark set in 540 s of one 600 s command. docs/gpu.md sizes both.
+#: The whole check's seconds: the default pass (correctness first: the ``gpu`` tests, then one short figure per
+#: benchmark) takes at most 300 s, so that a run, a fix and a second run take minutes; ``--full`` runs the whole
+#: benchmark set in 540 s, under 10 minutes with the start. docs/gpu.md sizes both.
 TOTAL_LIMIT = 300
 FULL_TOTAL_LIMIT = 540
 #: Each step's time limit (seconds) in the default pass; on one GPU they add up to TOTAL_LIMIT (ddp runs only
