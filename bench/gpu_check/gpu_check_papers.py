@@ -8,7 +8,7 @@ against the tables and the generator first. The script prints its plan (sizes, e
 Not in the default parts: about 5 minutes of GPU time, so ``--parts papers`` (alone, or with ``pytest``) runs it,
 with the whole check's time limit raised to the ``--full`` one unless ``--time-limit`` is given. It writes
 papers_epoch.csv, .json and .png into the results folder: beside gather and epoch's six files and the two summaries
-that would pass the 8 files a lent machine sends back, so the check refuses ``papers`` beside them
+that would pass the results folder's 8 files, so the check refuses ``papers`` beside them
 (:data:`PAPERS_EXCLUSIVE`). The script starts no route after the step's limit less :data:`PAPERS_RESERVE`.
 
 Without CUDA (``DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1``) the step runs the script's dry run (a tiny fraction, every route's
