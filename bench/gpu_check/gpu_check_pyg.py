@@ -1,4 +1,4 @@
-"""The PyG step of bench/gpu_check.py: bench/training/pyg_epoch.py on the GPU (issue 34), time-limited.
+"""The PyG step of bench/gpu_check.py: bench/training/pyg_epoch.py on the GPU, time-limited.
 
 Our PyG front end with ``device="cuda"`` (``dgl_zerocopy.pyg.NeighborLoader``: our kernels sample from the
 graph's CSC pinned in host memory, our store gathers the feature rows zero-copy, the next batch prepared
