@@ -20,7 +20,7 @@ from gpu_check_sampling import sampling_markdown
 from gpu_check_scale import scale_markdown
 from gpu_check_storage import storage_markdown
 
-# What a lent machine sends back from its output folder (see docs/gpu.md).
+# What the output folder may hold, so that it copies off a remote machine whole (see docs/gpu.md).
 TRANSFER = {"files": 8, "file_bytes": 16 * 2**20, "total_bytes": 64 * 2**20, "depth": 2}
 SAFE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
 
@@ -44,7 +44,7 @@ def epoch_figures(rows: list[dict]) -> list[dict]:
 
 
 def end_to_end(epoch: list[dict]) -> dict | None:
-    """Issue 23's end-to-end rows from the epoch figures: GPU sampling + zero-copy gather, CPU
+    """The end-to-end rows from the epoch figures: GPU sampling + zero-copy gather, CPU
     sampling + zero-copy gather (the ``zerocopy`` source, else the first source with both samplers:
     the CPU stand-in), both at the highest prefetch measured with GPU sampling, and DGL's default
     path (``dgl``, prefetch 0; None where it did not run). ``ratio``: GPU-sampling epoch over
@@ -96,7 +96,7 @@ def end_to_end_markdown(e2e: dict | None) -> list[str]:
         acc = (e2e["gpu_sampling"]["test_acc"], e2e["cpu_sampling"]["test_acc"])
         lines += [
             "",
-            f"GPU-sampling epoch / CPU-sampling epoch: {e2e['ratio']:.2f} ({1 / e2e['ratio']:.2f}x faster; issue 23's goal: at least 3x, "
+            f"GPU-sampling epoch / CPU-sampling epoch: {e2e['ratio']:.2f} ({1 / e2e['ratio']:.2f}x faster; the goal: at least 3x, "
             f"i.e. at most 0.33, at the same accuracy: test acc {number_cell(acc[0], '.4f')} against {number_cell(acc[1], '.4f')}).",
         ]
     return lines
@@ -307,7 +307,7 @@ def write_summary(folder: Path, summary: dict, logs: dict[str, str]) -> tuple[Pa
 
 
 def transfer_problems(folder: Path) -> list[str]:
-    """What would stop ``folder`` coming back whole from a lent machine: more than 8 files,
+    """What would stop ``folder`` being copied whole off a remote machine: more than 8 files,
     a file over 16 MiB, over 64 MiB in all, a name not of letters, digits, '.', '_', '-', or a
     file more than 2 folders down."""
     problems, total = [], 0
