@@ -1,11 +1,11 @@
 """The sampling step of bench/gpu_check.py: bench/sampler/sampling.py on the GPU, time-limited, with partial results.
 
 Our sampler with the graph's CSC pinned in place (``gpu-pinned``) and in device memory
-(``gpu-device``), our snapshot sampler with its snapshot in device memory (``gpu-snapshot``, issue
-24: batches read no PCIe), against DGL's CPU sampler (``dgl-cpu``) on the same machine and graph: ms
+(``gpu-device``), our snapshot sampler with its snapshot in device memory (``gpu-snapshot``:
+batches read no PCIe), against DGL's CPU sampler (``dgl-cpu``) on the same machine and graph: ms
 per minibatch and sampled edges/s (relabelling and blocks included), each checked before it is timed
 (bench/sampler/sampling.py); the summary gives UVA sampling of the full CSC over the device snapshot, per
-batch (issue 24's goal: at least 3x). The graph is the products-shaped synthetic one at a size the step's time limit
+batch (the goal: at least 3x). The graph is the products-shaped synthetic one at a size the step's time limit
 holds (:data:`SAMPLING_ARGS`; docs/gpu.md sizes it); ogbn-products' full scale is a run of its own
 (docs/benchmarks.md). The results folder may hold only 8 files, so bench/sampler/sampling.py writes into
 the check's work folder and its rows go into summary.json and summary.md (:func:`sampling_figures`,
@@ -14,7 +14,7 @@ the check's work folder and its rows go into summary.json and summary.md (:func:
 Without CUDA (``DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1``) the reference backend stands in for the GPU
 methods (``reference``, ``snapshot-reference``): the orchestration runs, the figures mean nothing.
 
-The end-to-end epoch table of issue 23 (GPU sampling + zero-copy gather against CPU sampling +
+The end-to-end epoch table (GPU sampling + zero-copy gather against CPU sampling +
 zero-copy gather and DGL's default path) waits for the DataLoader's GPU-sampling route: not here yet.
 """
 
@@ -154,13 +154,13 @@ def sampling_markdown(figures: list[dict]) -> list[str]:
     by = {f["method"]: f for f in figures if f["status"] == "ok"}
     if "gpu-pinned" in by and "gpu-device" in by:
         ratio = by["gpu-pinned"]["ms_per_batch_median"] / by["gpu-device"]["ms_per_batch_median"]
-        lines += ["", f"Pinned in place takes {ratio:.2f}x the time per batch of device-resident (issue 23's goal: within 1.5x)."]
+        lines += ["", f"Pinned in place takes {ratio:.2f}x the time per batch of device-resident (the goal: within 1.5x)."]
     if (snapshot := snapshot_ratio(figures)) is not None:
         row = by["gpu-snapshot"]
         lines += [
             "",
             f"UVA sampling of the full CSC (pinned) takes {snapshot:.2f}x the time per batch of sampling the snapshot in device memory "
-            f"(issue 24's goal: at least 3x); the snapshot was built in {number_cell(row.get('build_s'))} s, one refresh (share 0.25) took "
+            f"(the goal: at least 3x); the snapshot was built in {number_cell(row.get('build_s'))} s, one refresh (share 0.25) took "
             f"{number_cell(row.get('refresh_ms'), '.1f')} ms.",
         ]
     lines += ["", "The end-to-end epoch table (GPU sampling against CPU sampling, DGL's default path) is under the epoch table."]
