@@ -1,6 +1,6 @@
-"""The scale step of bench/gpu_check.py: bench/training/scale.py --device cuda (issue 35), time-limited.
+"""The scale step of bench/gpu_check.py: bench/training/scale.py --device cuda, time-limited.
 
-A papers100M-shaped graph generated to the lent machine's disk, in the check's work folder, at the largest
+A papers100M-shaped graph generated to the GPU machine's disk, in the check's work folder, at the largest
 fraction the step's limit holds (:data:`SCALE_ARGS`: 1 % in the default pass, 10 % with ``--full``;
 docs/gpu.md sizes them), opened without a copy; then scale.py's GPU route (bench/training/scale_gpu.py): the
 CSC pinned in place and read by our GPU sampler over PCIe, the first batch's edges checked against the
@@ -27,7 +27,7 @@ from gpu_check_setup import Part, Run, last_line, run_bounded
 BENCH = Path(__file__).resolve().parents[1]
 STEM = "scale"
 #: bench/training/scale.py's arguments per mode: the largest fraction of papers100M's nodes whose generation and
-#: run fit the step's limit on the lent machine (16 cores, 128 GB RAM, 64 GB disk; docs/gpu.md), 4 batches of 1,024
+#: run fit the step's limit on an H200 machine (16 cores, 128 GB RAM, 64 GB disk; docs/gpu.md), 4 batches of 1,024
 #: seeds (each batch's first gather reads its rows from the file: the slow part at 10 %) and 10 training steps
 #: (their gathers find the rows in the host buffer; the loss is compared over the first and last 5). The default
 #: pass's host buffer holds the 1 % graph's 142 MB of codes (a smaller buffer pins faster); --full keeps
@@ -157,7 +157,7 @@ def scale_markdown(figures: list[dict]) -> list[str]:
         return []
     lines = [
         "",
-        f"## papers100M at scale (issue 35): generated to this machine's disk, sampled and gathered on {figures[0].get('device')}",
+        f"## papers100M at scale: generated to this machine's disk, sampled and gathered on {figures[0].get('device')}",
         "",
         "| share | nodes | in-edges | on disk GB | generate s | CSC pinned s | sample ms/batch (q1–q3) | gather ms/batch (q1–q3) "
         "| ns per sampled edge | ns per gathered byte | step ms | loss first 5 -> last 5 | peak RSS GB | GPU peak GB | status |",
