@@ -117,7 +117,7 @@ def child_env(site: Path | None, kernel_cache: Path | None = None) -> dict:
     paths = [str(REPO), *([str(site)] if site else []), *([env["PYTHONPATH"]] if env.get("PYTHONPATH") else [])]
     env.update(
         PYTHONPATH=os.pathsep.join(paths), PYTHONUNBUFFERED="1", PYTHONIOENCODING="utf-8", DGLBACKEND="pytorch", MPLBACKEND="Agg", OUTDATED_IGNORE="1"
-    )  # ogb's PyPI check would only warn: the lent machine has no network
+    )  # ogb's PyPI check would only warn: a GPU machine may have no network
     if kernel_cache is not None:
         env["CUPY_CACHE_DIR"] = str(kernel_cache)
     return env
