@@ -1,12 +1,12 @@
-"""The storage step of bench/gpu_check.py: bench/tiers/storage.py on the GPU (issue 25), time-limited.
+"""The storage step of bench/gpu_check.py: bench/tiers/storage.py on the GPU, time-limited.
 
-A feature table 4x its host budget on the lent machine's disk, trained through our DataLoader with
+A feature table 4x its host budget on the GPU machine's disk, trained through our DataLoader with
 the model on the GPU: our tiers (``zerocopy`` backend: the GPU gathers from the pinned host
 buffer; rows missing there read from the file first) with the next batches read ahead
 (``static+ahead``) and without (``static``), the int8 codes read ahead (``static-int8+ahead``),
 against an ``MADV_RANDOM`` mmap of the whole file (``mmap-random``, the ``cpu`` backend). Each run
 is a fresh process after the file's pages were dropped from the page cache. The figures: storage
-MiB per epoch, rows/s and the loop's wait for its next batch as a share of the step (issue 25's
+MiB per epoch, rows/s and the loop's wait for its next batch as a share of the step (the
 goal with reading ahead: at most 5 %), of the last epoch; for our tiers also the host buffer's size
 and what of it is resident (``buffer_mib``, ``buffer_resident_mib``, and the first epoch's: with the
 ``zerocopy`` backend the whole buffer, pinned at the bind). Where the machine lets no cgroup be made
@@ -122,8 +122,7 @@ def storage_markdown(figures: list[dict]) -> list[str]:
     limit = next((f["memory_limit"] for f in figures if f.get("memory_limit")), "none")
     lines = [
         "",
-        f"## Tables larger than host memory (issue 25): a table 4x its host budget on this machine's disk, page cache dropped "
-        f"before each run; memory limit: {limit}",
+        f"## Tables larger than host memory: a table 4x its host budget on this machine's disk, page cache dropped before each run; memory limit: {limit}",
         "",
         "| run | backend | storage MiB / epoch (first epoch) | rows/s | hit rate in memory | wait / step (first epoch) "
         "| host buffer MiB: resident (first epoch) of its size | status |",
@@ -141,8 +140,5 @@ def storage_markdown(figures: list[dict]) -> list[str]:
         lines.append(f"| {f['run']} | {f.get('backend') or '–'} | {mib} | {rate} | {hit} | {wait} | {buffer} | {str(f['status']).replace('|', '/')} |")
     by = {f["run"]: f for f in figures if f["status"] == "ok"}
     if "static+ahead" in by:
-        lines += [
-            "",
-            f"With reading ahead the loop waited {by['static+ahead']['wait_over_step']:.1%} of the step for its next batch (issue 25's goal: at most 5 %).",
-        ]
+        lines += ["", f"With reading ahead the loop waited {by['static+ahead']['wait_over_step']:.1%} of the step for its next batch (the goal: at most 5 %)."]
     return lines
