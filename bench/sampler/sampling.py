@@ -616,7 +616,7 @@ def snapshot_ratio(rows: list[dict]) -> float | None:
 
 def snapshot_line(ratio: float, row: dict) -> str:
     return (
-        f"Device-resident snapshot: {ratio:.2f}x faster per batch than UVA sampling of the full CSC (issue 24's goal: at least 3x); "
+        f"Device-resident snapshot: {ratio:.2f}x faster per batch than UVA sampling of the full CSC (the goal: at least 3x); "
         f"its build took {row['build_s']:.2f} s, one refresh (share 0.25) {row['refresh_ms']:.1f} ms."
     )
 
