@@ -1,5 +1,5 @@
 """GraphSAGE trained from our GPU sampler's blocks, its CUDA kernels run on the CPU by the emulator,
-against DGL's NeighborSampler, on real graphs (issue 23: "reaches the accuracy of DGL's sampler
+against DGL's NeighborSampler, on real graphs (the claim: "reaches the accuracy of DGL's sampler
 within noise").
 
 Both samplers run through the same :class:`dgl_zerocopy.DataLoader` with the same arguments, a DGL
