@@ -1,4 +1,4 @@
-"""Snapshot sampling (issue 24): accuracy against DGL's NeighborSampler on the six real graphs and the
+"""Snapshot sampling: accuracy against DGL's NeighborSampler on the six real graphs and the
 synthetic one; sampling time per epoch and memory against it on the products-shaped graph.
 
 ``--parts speed`` (results ``snapshot_speed.{csv,json,png}``): the graph of
