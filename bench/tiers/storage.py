@@ -1,4 +1,4 @@
-"""Feature tables larger than host memory (issue 25): training from a table on this machine's disk
+"""Feature tables larger than host memory: training from a table on this machine's disk
 with a host budget of ``--share`` of it, against an mmap of the whole file under the same limit.
 
 Workload: the products-shaped synthetic graph (:class:`dgl_zerocopy.data.SyntheticSpec`, ``--nodes``)
