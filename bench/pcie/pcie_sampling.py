@@ -8,7 +8,7 @@ dgl_zerocopy/cuda/gather/pcie_model.py to the loads of indptr, indices and (when
 Compares the flat fetch (a thread per sampled edge, what runs) with a thread per seed, and both
 with a sampler that scans whole neighbour lists. No GPU needed; a model, not a measurement.
 
-Part ``snapshot`` (issue 24): snapshot sampling with the snapshot in device memory
+Part ``snapshot``: snapshot sampling with the snapshot in device memory
 (GpuSnapshotSampler) against UVA sampling of the full CSC, int32 and int64: a batch reads no PCIe;
 the refresh reads, per redrawn node, its indptr bounds, ``min(deg, snapshot_size)`` indices and
 their edge ids (modelled on ``--refresh-sample`` random partial nodes with the emulated kernels),
