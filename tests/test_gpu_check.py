@@ -401,7 +401,7 @@ def test_step_limits_keep_the_later_steps_their_time():
     assert gpu_check.step_limit(100, left=10, later=60) == 0
     one_gpu = ("wheels", "pytest", "gather", "sampling", "storage", "epoch", "pyg", "scale")
     assert set(gpu_check.LIMITS) == set(gpu_check.FULL_LIMITS) == {*one_gpu, "ddp"}
-    assert sum(gpu_check.LIMITS[s] for s in one_gpu) <= gpu_check.TOTAL_LIMIT <= 300, "the default pass: a run, a fix and a second run in one lease"
+    assert sum(gpu_check.LIMITS[s] for s in one_gpu) <= gpu_check.TOTAL_LIMIT <= 300, "the default pass: a run, a fix and a second run take minutes"
     assert sum(gpu_check.FULL_LIMITS[s] for s in one_gpu) <= gpu_check.FULL_TOTAL_LIMIT <= 600 - 45, "--full: one 10-minute command"
     for mode, limits in (("quick", gpu_check.LIMITS), ("full", gpu_check.FULL_LIMITS)):
         assert gpu_check.GATHER_RESERVE[mode] < limits["gather"] and gpu_check.PYTEST_GRACE < limits["pytest"]
@@ -730,7 +730,7 @@ def test_the_epoch_bench_writes_each_route_as_it_finishes(tmp_path, monkeypatch)
     assert len(calls) == 2
 
 
-# -- the sampling step (issue 23): bench/sampler/sampling.py's rows in the summary ---------------------------------
+# -- the sampling step: bench/sampler/sampling.py's rows in the summary ---------------------------------
 
 
 def _sampling_row(method, ms, status="ok", **extra):
@@ -803,10 +803,10 @@ def test_the_sampling_rows_are_in_summary_json_and_md(tmp_path):
     assert "## Sampling: our sampler against DGL's CPU sampler (250,000 nodes, 12,000,000 edges, fanouts 15,10,5, batch 1024;" in md
     assert "| gpu-pinned | 2.00 (1.80–2.20) | 400.00 (350.00–450.00) | 20.00 | 800,000 (740000/55000/5000) | GPU measurement: gpu-pinned | ok |" in md
     assert "| emulator | – | – | – | – | CPU emulation of our CUDA kernel (correctness tool): NOT a GPU figure | failed: x/y |" in md
-    assert "Pinned in place takes 1.25x the time per batch of device-resident (issue 23's goal: within 1.5x)." in md
+    assert "Pinned in place takes 1.25x the time per batch of device-resident (the goal: within 1.5x)." in md
     assert (
         "UVA sampling of the full CSC (pinned) takes 4.00x the time per batch of sampling the snapshot in device memory "
-        "(issue 24's goal: at least 3x); the snapshot was built in 1.25 s, one refresh (share 0.25) took 30.0 ms." in md
+        "(the goal: at least 3x); the snapshot was built in 1.25 s, one refresh (share 0.25) took 30.0 ms." in md
     )
     assert "The end-to-end epoch table (GPU sampling against CPU sampling, DGL's default path) is under the epoch table." in md
     assert gpu_check.transfer_problems(tmp_path) == [] and not any("sampling" in f for f in gpu_check.RESULT_FILES)
@@ -848,7 +848,7 @@ def test_the_sampling_step_runs_bench_sampling_with_the_reference_backend(tmp_pa
     assert killed.status == "partial" and "methods finished: none" in killed.reason
 
 
-# -- the storage step (issue 25): bench/tiers/storage.py's rows in the summary ----------------------------------
+# -- the storage step: bench/tiers/storage.py's rows in the summary ----------------------------------
 
 
 def _storage_row(run, mib, wait, status="ok", **extra):
@@ -902,11 +902,11 @@ def test_the_storage_rows_are_in_summary_json_and_md(tmp_path):
     assert [f["run"] for f in data["figures"]["storage"]] == ["static+ahead", "static", "mmap-random"]
     assert data["figures"]["storage"][0]["wait_over_step"] == 0.04 and data["figures"]["storage"][2]["storage_mib_per_epoch"] is None
     md = md_path.read_text(encoding="utf-8")
-    assert "## Tables larger than host memory (issue 25): a table 4x its host budget on this machine's disk" in md
+    assert "## Tables larger than host memory: a table 4x its host budget on this machine's disk" in md
     assert "| static+ahead | zerocopy | 30.0 (45.0) | 250,000 | 0.60 | 0.04 (0.08) | 8.0 (6.0) of 8.0 | ok |" in md
     assert "| mmap-random | – | – | – | – | – | – | skipped: time limit |" in md
     assert data["figures"]["storage"][0]["first_buffer_resident_mib"] == 6.0 and data["figures"]["storage"][0]["buffer_mib"] == 8.0
-    assert "With reading ahead the loop waited 4.0% of the step for its next batch (issue 25's goal: at most 5 %)." in md
+    assert "With reading ahead the loop waited 4.0% of the step for its next batch (the goal: at most 5 %)." in md
     assert gpu_check.transfer_problems(tmp_path) == [] and not any("storage" in f for f in gpu_check.RESULT_FILES)
     assert "## Tables larger" not in gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "storage": []}})
 
@@ -950,7 +950,7 @@ def test_the_storage_step_runs_bench_storage_on_the_cpu(tmp_path, monkeypatch):
     assert killed.status == "partial" and "runs finished: none" in killed.reason
 
 
-# -- the end-to-end epoch rows (issue 23): GPU sampling against CPU sampling and DGL's default path ----------
+# -- the end-to-end epoch rows: GPU sampling against CPU sampling and DGL's default path ----------
 
 
 def _sampled_row(source, sampler, prefetch, t, acc=0.9, status="ok"):
@@ -981,7 +981,7 @@ def test_the_end_to_end_rows_are_judged_and_in_summary_json_and_md(tmp_path):
     assert "| GPU sampling + zerocopy gather | 1.50 (1.35–1.65) | 0.9200 | ok |" in md
     assert "| CPU sampling + zerocopy gather | 6.00 (5.40–6.60) | 0.9000 | ok |" in md
     assert "| DGL's default path (its DataLoader, CPU sampling) | 9.00 (8.10–9.90) | 0.9100 | ok |" in md
-    assert "GPU-sampling epoch / CPU-sampling epoch: 0.25 (4.00x faster; issue 23's goal: at least 3x" in md
+    assert "GPU-sampling epoch / CPU-sampling epoch: 0.25 (4.00x faster; the goal: at least 3x" in md
     # on a GPU with PyPI's DGL (no CUDA build) DGL's loader does not run: said so, not failed
     no_dgl = gpu_check.end_to_end(gpu_check.epoch_figures(rows[1:]))
     assert no_dgl["dgl_default"] is None and "| DGL's default path (its DataLoader, CPU sampling) | – | – | not run here" in "\n".join(
@@ -1023,7 +1023,7 @@ def test_the_epoch_step_passes_the_samplers_and_reports_the_ratio(tmp_path, monk
     assert "--emulate-gpu-sampler" in commands[-1] and commands[-1][commands[-1].index("--sources") + 1] == "cpu"
 
 
-# -- the PyG step (issue 34): bench/training/pyg_epoch.py's rows in the summary ----------------------------------
+# -- the PyG step: bench/training/pyg_epoch.py's rows in the summary ----------------------------------
 
 
 def _pyg_row(route, prefetch, seconds, status="ok"):
@@ -1110,7 +1110,7 @@ def test_the_pyg_step_runs_bench_pyg_epoch_on_the_cpu(tmp_path, monkeypatch):
     assert killed.status == "partial" and "routes measured: none" in killed.reason
 
 
-# -- the scale step (issue 35): bench/training/scale.py --device cuda, its row in the summary -----------------
+# -- the scale step: bench/training/scale.py --device cuda, its row in the summary -----------------
 
 
 def _scale_row(status="ok", **extra):
@@ -1164,7 +1164,7 @@ def test_the_scale_row_is_in_summary_json_and_md(tmp_path):
     (figures,) = data["figures"]["scale"]
     assert figures["device"] == "NVIDIA H200 (cuda:0)" and figures["pin_s"] == 0.21 and figures["loss_falls"] is True and "extra_key" not in figures
     md = md_path.read_text(encoding="utf-8")
-    assert "## papers100M at scale (issue 35): generated to this machine's disk, sampled and gathered on NVIDIA H200 (cuda:0)" in md
+    assert "## papers100M at scale: generated to this machine's disk, sampled and gathered on NVIDIA H200 (cuda:0)" in md
     assert "| 1 % | 1,110,600 | 32.7 M | 0.29 | 4.5 | 0.21 | 3.0 (2.8–3.3) | 250.0 (240.0–270.0) | 4.4 | 5.10 | 12.0 | 9.10 -> 2.50 | 2.50 | 1.50 | ok |" in md
     assert gpu_check.transfer_problems(tmp_path) == [] and not any("scale" in f for f in gpu_check.RESULT_FILES)
     time_row = gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "scale": gpu_check.scale_figures([_scale_row("skipped: time limit")])}})
@@ -1204,7 +1204,7 @@ def test_the_scale_step_runs_bench_scale_on_the_cpu_into_the_summary(tmp_path, m
     (row,) = data["figures"]["scale"]
     assert row["status"] == "ok" and row["nodes"] == 11_106 and row["device"].startswith("cpu (the reference backend") and row["loss_falls"]
     assert row["sampled_edges_per_batch"] > 0 and row["pin_s"] >= 0 and row["gpu_peak_gb"] is None
-    assert "## papers100M at scale (issue 35)" in (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
+    assert "## papers100M at scale" in (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
 
 
 def test_a_scale_run_past_its_soft_limit_is_skipped_for_time(tmp_path, monkeypatch):
