@@ -266,7 +266,7 @@ def test_the_snapshot_method_runs_checks_and_times_its_build_and_refresh(tmp_pat
         == 4.0
     )
     assert sampling.snapshot_ratio([row]) is None
-    assert "4.00x faster per batch than UVA sampling of the full CSC (issue 24's goal: at least 3x)" in sampling.snapshot_line(4.0, ok)
+    assert "4.00x faster per batch than UVA sampling of the full CSC (the goal: at least 3x)" in sampling.snapshot_line(4.0, ok)
 
 
 def test_the_snapshot_check_catches_an_edge_outside_the_snapshot(graph):
