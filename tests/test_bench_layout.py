@@ -1,4 +1,4 @@
-"""bench/'s layout (issue 32): a folder per question, every script runs from its folder, no import circle.
+"""bench/'s layout: a folder per question, every script runs from its folder, no import circle.
 
 A benchmark runs as ``python bench/FOLDER/NAME.py`` (its folder first on ``sys.path``; it puts bench/
 there itself for common.py), as ``dgl-zerocopy bench NAME``, or is imported by its bare name with its
