@@ -1,4 +1,4 @@
-"""Caches are trusted only while their files hold the bytes written (issue 33 item 1), and the partial
+"""Caches are trusted only while their files hold the bytes written, and the partial
 files of a writer killed midway are removed by a later run (item 7).
 
 Item 1: a file overwritten in place keeps its size, which was all that was checked before: the
