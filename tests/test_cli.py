@@ -144,7 +144,7 @@ BAD = {
         ["--sampler", "snapshot", "--dist", "/no/such/partitions"],
         "train --dist samples with DistDGL's sampler on the CPU; drop --sampler snapshot",
     ),
-    # issue 33 item 6: --graph-placement only where our loader samples on the GPU, refused before the dataset
+    # --graph-placement only where our loader samples on the GPU, refused before the dataset
     # loads (cora without --data-root would fail on that instead)
     "graph placement without the gpu sampler": (
         ["--graph-placement", "device", "--dataset", "cora"],
@@ -159,7 +159,7 @@ BAD = {
         ["--graph-placement", "device", "--sampler", "snapshot", "--device", "cpu", "--dataset", "cora"],
         "the snapshot is sampled on the CPU here (device 'cpu')",
     ),
-    # issue 33 item 10: a value with a leading '-' reaches the check (argparse took it for an option)
+    # a value with a leading '-' reaches the check (argparse took it for an option)
     "negative host cache": (["--feature-storage", "auto", "--host-cache", "-5%"], "host_cache '-5%' is not a cache size"),
     "negative feature cache": (["--feature-cache", "-5%"], "feature_cache '-5%' is not a cache size"),
 }
