@@ -350,7 +350,7 @@ def test_a_killed_rank_is_named_in_one_line(tmp_path):
 
 
 def test_a_ranks_error_travels_as_itself_beside_its_traceback(tmp_path):
-    """Issue 33 item 3: the parent gets the rank's exception itself (``.error``), where it pickles, so that the
+    """The parent gets the rank's exception itself (``.error``), where it pickles, so that the
     command can print one of its own errors in one line; an error file of the older form has none."""
     from dgl_zerocopy.store.storage import BufferFullError
 
