@@ -1,5 +1,5 @@
 """``dgl-zerocopy info`` says whether GPU sampling is available: a CUDA GPU, CuPy, and NVRTC compiling
-the sampling kernels (issue 23). Without a GPU the CUDA branch runs with a stand-in capability."""
+the sampling kernels. Without a GPU the CUDA branch runs with a stand-in capability."""
 
 import sys
 
