@@ -1,4 +1,4 @@
-"""The DataLoader over features left in their file (issue 25 item 4, the loader's side): every
+"""The DataLoader over features left in their file: every
 batch's rows exact, the next batches' rows read from storage while earlier ones are gathered
 (``read_ahead``), reservations given back when an epoch ends, is left or fails."""
 
