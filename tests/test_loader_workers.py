@@ -1,6 +1,6 @@
 """Sampling processes (``num_workers > 0``) and task sources stop when an epoch ends by an error,
 by ``break`` or by ``close()``, at once: not at the next garbage collection, and not only once the
-caught exception is dropped (issue 26, item 7).
+caught exception is dropped.
 
 The garbage collector is off in these tests (the ``no_gc`` fixture), so that a reference cycle
 cannot be freed by chance in the middle of a test and hide the fault.
