@@ -1,4 +1,4 @@
-"""A memory-mapped table whose file is cut short while a store maps it (issue 33 item 8).
+"""A memory-mapped table whose file is cut short while a store maps it.
 
 Reading a mapped file past its end is SIGBUS: before the mend, ``FeatureStore("mm.npy")``, a
 truncate and a gather killed the process ("Bus error", exit 135), which no ``except`` can stop. So
