@@ -117,7 +117,7 @@ def test_the_documented_api_is_importable_without_dgl():
 
 
 def test_the_readme_counts_no_tests_that_go_stale():
-    """The README said the fast tier held 2,251 tests when it held 2,393 (issue 33 item 10): a count of the
+    """The README said the fast tier held 2,251 tests when it held 2,393: a count of the
     tiers goes stale with every test added, so the README says how to count them instead of a number."""
     import re
 
