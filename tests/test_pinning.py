@@ -222,7 +222,7 @@ def test_flag_only_read_only_array_is_pinned_as_it_is(tmp_path):
     assert got is table and not read_only
 
 
-# -- a range page-locked already (issue 21, item 3) ----------------------------------------------
+# -- a range page-locked already ----------------------------------------------
 
 
 def test_a_range_page_locked_already_is_used_as_it_is(monkeypatch):
@@ -255,7 +255,7 @@ def test_a_range_only_partly_page_locked_is_refused(monkeypatch):
     assert fake.registered == {} and "hostRegister" not in fake.calls
 
 
-# -- file maps are never written (issue 21, item 12) ---------------------------------------------
+# -- file maps are never written ---------------------------------------------
 
 
 @pytest.mark.parametrize("supported", [1, 0], ids=["read-only-supported", "read-only-unsupported"])
@@ -315,7 +315,7 @@ def test_a_slice_of_a_shared_map_is_remapped_at_its_own_offset(tmp_path):
     torch.testing.assert_close(private, torch.from_numpy(data[10:30]))
 
 
-# -- what a failure means (issue 21, item 13) ---------------------------------------------------
+# -- what a failure means ---------------------------------------------------
 
 
 def test_out_of_memory_says_what_it_means_with_the_numbers(monkeypatch, tmp_path):
