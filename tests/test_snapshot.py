@@ -1,4 +1,4 @@
-"""SnapshotSampler (issue 24): blocks as DGL's NeighborSampler gives them, the snapshot's layout, the
+"""SnapshotSampler: blocks as DGL's NeighborSampler gives them, the snapshot's layout, the
 statistics of the picks over many epochs (per-visit marginals, no starved edge with refresh > 0,
 at most snapshot_size distinct edges per node with a static snapshot), the refresh, bad input, and
 both data loaders."""
