@@ -1,4 +1,4 @@
-"""The GPU path of snapshot sampling (issue 24 item 2): GpuSnapshotSampler, the snapshot in device memory.
+"""The GPU path of snapshot sampling: GpuSnapshotSampler, the snapshot in device memory.
 
 On the CPU the sampler runs with the kernels' CPU backends (``emulator``: the CUDA source built with
 g++; ``reference``: NumPy), and its blocks meet the CPU SnapshotSampler's contract, checked with
