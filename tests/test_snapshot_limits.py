@@ -1,4 +1,4 @@
-"""Snapshot sampling at its limits (issue 33 items 4 and 9): memory bounded by the graph, whatever
+"""Snapshot sampling at its limits: memory bounded by the graph, whatever
 ``snapshot_size`` asks (a node never holds more slots than in-edges; the pick tables stop at
 ``TABLE_SLOTS``), and a graph changed in place (``remove_edges``, ``add_nodes``) announced and sampled
 as it is now, never from a stale snapshot; persistent workers, which never see a refresh, warned of."""
