@@ -1,4 +1,4 @@
-"""The direct reader's block (issue 25 item 2): the smallest direct read the file accepts, probed at
+"""The direct reader's block: the smallest direct read the file accepts, probed at
 open, so that a row smaller than a page costs its sectors; rows exact whatever the block."""
 
 from __future__ import annotations
