@@ -1,4 +1,4 @@
-"""Bad input to a storage-backed store (issue 25 item 7) and how it reads: clear errors for a missing
+"""Bad input to a storage-backed store and how it reads: clear errors for a missing
 or truncated file, a budget that holds no row or not one batch, a file changed while open; the file
 is never written; the reads use O_DIRECT (or warn and fall back); no thread outlives close()."""
 
