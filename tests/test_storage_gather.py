@@ -1,4 +1,4 @@
-"""Storage-backed FeatureStore (issue 25): every gather equals the file's rows, ``np.load(path)[ids]``,
+"""Storage-backed FeatureStore: every gather equals the file's rows, ``np.load(path)[ids]``,
 for every mix of tiers (device cache, host buffer, storage), host policies, compressed codes, id
 dtypes, duplicates, empty batches; bad ids raise ``IndexError`` naming the id."""
 
