@@ -1,4 +1,4 @@
-"""A storage-backed FeatureStore on a real GPU (issue 25): what tests/test_storage_zerocopy.py can
+"""A storage-backed FeatureStore on a real GPU: what tests/test_storage_zerocopy.py can
 only model on the CPU. Skipped without CUDA; run by ``make gpu-check`` (``pytest -m gpu``).
 
 - the host buffer (an anonymous map) is registered with the real ``cudaHostRegister`` and read by
