@@ -1,5 +1,5 @@
 """Resident memory of a storage-backed store stays within ``host_cache_bytes`` plus a few batches,
-however large the file (issue 25 item 2): a 96 MiB file, a 16 MiB budget (1/6 of it), 40 batches
+however large the file: a 96 MiB file, a 16 MiB budget (1/6 of it), 40 batches
 of random rows. RSS is the process's VmRSS; the page cache is not in it, and O_DIRECT keeps the
 file's pages out of it as well (checked in test_storage_errors.py)."""
 
