@@ -1,4 +1,4 @@
-"""Reading ahead (issue 25 item 4, the store's side): ``read_ahead(ids)`` returns at once, reads the
+"""Reading ahead: ``read_ahead(ids)`` returns at once, reads the
 rows in the background, and keeps them reserved (never evicted) until the gather that uses them;
 that gather waits only for rows still being read; rows are exact; handles release cleanly."""
 
@@ -143,7 +143,7 @@ def test_reads_ahead_never_leave_a_gather_without_room(table, policy):
 
 
 def test_read_ahead_after_close_names_the_closed_store(table):
-    """Issue 33 item 10: it raised ``RuntimeError: cannot schedule new futures after shutdown`` (the pool's words)."""
+    """It raised ``RuntimeError: cannot schedule new futures after shutdown`` (the pool's words)."""
     store = FeatureStore(table, backend="cpu", host_cache_bytes=_budget(1200))
     store.gather(torch.arange(10))
     store.close()
