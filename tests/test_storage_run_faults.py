@@ -1,5 +1,5 @@
-"""Faults of a ``train --feature-storage`` run, each one line on stderr and an exit code (issue 33 items 2, 3
-and 5): the feature file truncated, overwritten, replaced or removed while the run reads it (exit 1: the job
+"""Faults of a ``train --feature-storage`` run, each one line on stderr and an exit code: the
+feature file truncated, overwritten, replaced or removed while the run reads it (exit 1: the job
 failed while it ran); a host buffer too small for the batches under ``--nproc 2`` (exit 2, the line of one
 process); the README's storage command, as written.
 
