@@ -1,4 +1,4 @@
-"""The zerocopy path of a storage-backed FeatureStore (issue 25), run on the CPU.
+"""The zerocopy path of a storage-backed FeatureStore, run on the CPU.
 
 ``FeatureStore(path, backend="zerocopy", host_cache_bytes=N)``: the host buffer is pinned in place
 and the gather kernel reads its slots. Here the CUDA runtime is the stand-in of tests/test_pinning.py
