@@ -197,7 +197,7 @@ def test_a_failed_store_leaves_the_table_registrable(monkeypatch):
         torch.testing.assert_close(store.gather(torch.tensor([3])).cpu(), table[[3]])
 
 
-# -- issue 21: page-locked tables (item 3), files never written (item 12) ------------------------
+# -- page-locked tables, files never written ------------------------
 
 
 def test_a_table_pinned_by_torch_is_read_as_it_is():
