@@ -2,7 +2,7 @@
 stand-in streams and events, and a stand-in kernel that reads rows through the pinned range's
 device pointer on the host and records every read.
 
-What it shows without a GPU (issue 21):
+What it shows without a GPU:
 - device ids are checked on the device with no host sync on the gather path (no ``.item()``,
   ``.cpu()``, ``bool()``, ``int()`` or synchronize), never read outside the table, and their
   ``IndexError`` is raised later: at a gather that finds the check done, by
