@@ -1,5 +1,5 @@
 """``train --sampler snapshot --snapshot-size K --snapshot-refresh R`` (config keys ``sampler: snapshot``,
-``snapshot_size``, ``snapshot_refresh``; issue 24 item 3): the keys parse and are checked, every
+``snapshot_size``, ``snapshot_refresh``): the keys parse and are checked, every
 feature source trains from one SnapshotSampler refreshed once per epoch (evaluation samples the full
 graph), and the accuracy stays near DGL's sampler's. The refusals through ``main`` are in
 ``tests/test_cli.py``'s ``BAD``."""
