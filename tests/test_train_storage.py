@@ -1,5 +1,5 @@
-"""``train --feature-storage PATH|auto --host-cache SIZE`` and the loaders' ``features_on_storage``
-(issue 25 item 6): the features left in their file, served by a storage-backed FeatureStore.
+"""``train --feature-storage PATH|auto --host-cache SIZE`` and the loaders' ``features_on_storage``:
+the features left in their file, served by a storage-backed FeatureStore.
 
 The end-to-end comparison runs the command twice with one thread for DGL and torch and
 ``--prefetch 0``: DGL's neighbour sampling on several threads (and a prefetch thread drawing while
@@ -213,7 +213,7 @@ def test_training_in_process_reads_the_file_not_the_dataset(tmp_path):
     assert history[0].storage is not None and history[0].storage["storage_bytes"] > 0 and np.isfinite(history[0].loss)
 
 
-# -- issue 33 item 5: a budget that cannot serve the run's batches is refused before the first step ----------------
+# -- a budget that cannot serve the run's batches is refused before the first step ----------------
 
 
 def _steps(monkeypatch) -> list:
@@ -284,7 +284,7 @@ def test_a_share_of_host_cache_is_a_share_of_the_rows_and_100_percent_holds_the_
 
 def test_the_epoch_line_shows_rows_read_ahead_apart_from_rows_held():
     """Rows read ahead count as in memory; the line shows both, and what the gathers read themselves
-    (issue 33 item 10: "rows in memory 100.0 %" while 266 MiB were read from storage that epoch)."""
+    ("rows in memory 100.0 %" while 266 MiB were read from storage that epoch)."""
     from dgl_zerocopy.training.train import EpochStats
 
     storage = {"storage_bytes": 266 << 20, "storage_reads": 2238, "device_hits": 0, "host_hits": 1000, "storage_rows": 0}
