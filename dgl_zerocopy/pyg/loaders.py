@@ -227,7 +227,7 @@ def _our_sampler(
 
 
 def _prefetched(loader: Any, rings: RingPool) -> Iterator:
-    """The epoch's batches, ``loader.prefetch`` ahead on a worker thread with a ring lent by ``rings``
+    """The epoch's batches, ``loader.prefetch`` ahead on a worker thread with a ring taken from ``rings``
     for the epoch (module docstring). Starts at the first batch asked for, as torch's iterator does."""
     batches = iter(loader.batch_sampler)
     # The first seeds are drawn here, on the consumer's thread (a shuffled order is drawn with them),
