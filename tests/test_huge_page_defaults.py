@@ -22,7 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from test_pinning import FakeRuntime, use  # noqa: E402 - also skips without CuPy
+from test_pinning import FakeRuntime, mapping_of, use  # noqa: E402 - also skips without CuPy
 
 from dgl_zerocopy.data import SyntheticSpec, load_dataset
 from dgl_zerocopy.data.synthetic import generate
@@ -233,16 +233,16 @@ def test_the_host_buffer_is_in_huge_pages_by_default_and_gathers_the_file_rows(t
 
 
 @needs_thp
-@pytest.mark.parametrize("supported", [1, 0], ids=["read-only-supported", "read-only-unsupported"])
-def test_a_pinned_file_map_is_read_into_huge_pages_and_the_file_untouched(tmp_path, monkeypatch, supported):
+def test_a_file_map_pinned_through_a_private_copy_gets_it_in_huge_pages_and_the_file_untouched(tmp_path, monkeypatch):
     source = _features()
     path = tmp_path / "f.npy"
     np.save(path, source)
     before = path.read_bytes()
     array = np.load(path, mmap_mode="r")
     table = tensor_view(array)
-    fake = use(monkeypatch, FakeRuntime(read_only_supported=supported, touch_pages=True))
-    pinned, read_only = pin_target.pinnable_table(table, array, pinning.read_only_register_supported(0))
+    fake = use(monkeypatch, FakeRuntime(read_only_supported=0, touch_pages=True))
+    with pytest.warns(UserWarning, match=r"cannot pin read-only memory .* private copy in 2 MB pages, which is pinned: 4.0 MiB of RAM"):
+        pinned, read_only = pin_target.pinnable_table(table, array, pinning.read_only_register_supported(0))
     assert not read_only and pinned.data_ptr() != table.data_ptr() and pinned.data_ptr() % HUGE_PAGE_BYTES == 0
     torch.testing.assert_close(pinned, torch.from_numpy(source))
     assert page_report(pinned).method == "thp"
@@ -250,6 +250,17 @@ def test_a_pinned_file_map_is_read_into_huge_pages_and_the_file_untouched(tmp_pa
     assert fake.registered[pinned.data_ptr()][0] == source.nbytes
     pinned_range.unpin()
     assert path.read_bytes() == before
+
+
+def test_a_file_map_is_pinned_read_only_in_place_where_the_device_can(tmp_path, monkeypatch):
+    """Every process that maps the file pins the same pages: no private copy per process."""
+    np.save(tmp_path / "f.npy", _features())
+    array = np.load(tmp_path / "f.npy", mmap_mode="r")
+    table = tensor_view(array)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        got, read_only = pin_target.pinnable_table(table, array, read_only_supported=True)
+    assert got is table and read_only
 
 
 @pytest.mark.parametrize("reason", ["variable", "unavailable"])
@@ -260,15 +271,18 @@ def test_a_pinned_file_map_takes_the_old_path_when_off_or_unavailable(tmp_path, 
     table = tensor_view(array)
     if reason == "variable":
         monkeypatch.setenv(HUGE_PAGES_ENV, "0")
-        with warnings.catch_warnings():
-            warnings.simplefilter("error")
-            got, read_only = pin_target.pinnable_table(table, array, read_only_supported=True)
+        with pytest.warns(UserWarning) as caught:
+            got, read_only = pin_target.pinnable_table(table, array, read_only_supported=False)
     else:
         monkeypatch.setattr(huge_pages, "_thp_mode", lambda: "never")
         monkeypatch.setattr(huge_pages, "_free_hugetlb_pages", lambda: 0)
-        with pytest.warns(UserWarning, match="4 KiB pages, not 2 MB ones"):
-            got, read_only = pin_target.pinnable_table(table, array, read_only_supported=True)
-    assert got is table and read_only  # pinned read-only in place, as before
+        with pytest.warns(UserWarning) as caught:
+            got, read_only = pin_target.pinnable_table(table, array, read_only_supported=False)
+    messages = [str(w.message) for w in caught]
+    assert any("mapped copy-on-write instead" in m for m in messages)  # the old path
+    assert any("4 KiB pages, not 2 MB ones" in m for m in messages) == (reason == "unavailable")
+    assert not read_only and mapping_of(got.data_ptr())[1] == str(tmp_path / "f.npy")  # a private map of the file
+    torch.testing.assert_close(got, table)
 
 
 # -- the pinned CSC a GPU sampler reads -----------------------------------------------------------
@@ -396,9 +410,11 @@ def test_a_zero_copy_store_over_a_npy_path_gathers_from_its_huge_page_copy(tmp_p
     from test_store_zerocopy_cpu import Device, install, zerocopy_store
 
     gpu = install(monkeypatch, Device())
+    gpu.runtime = use(monkeypatch, FakeRuntime(read_only_supported=0, touch_pages=True))  # a device that needs the private copy
     source = _features()
     np.save(tmp_path / "f.npy", source)
-    store = zerocopy_store(str(tmp_path / "f.npy"))
+    with pytest.warns(UserWarning, match="read into a private copy in 2 MB pages"):
+        store = zerocopy_store(str(tmp_path / "f.npy"))
     try:
         ((address, (size, flags)),) = gpu.runtime.registered.items()
         assert size == source.nbytes and address % HUGE_PAGE_BYTES == 0 and not flags & 0x08  # the copy, writable

@@ -1,7 +1,8 @@
 """Host tables the package allocates or loads itself live in 2 MB pages by default.
 
-Datasets loaded into memory, generated graphs' features, the storage tier's host buffer, a ``.npy`` file a
-zero-copy store reads into memory, and the CSC copies a GPU sampler reads are made here: in a
+Datasets loaded into memory, generated graphs' features, the storage tier's host buffer, the private copy
+of a file map that pinning needs on a GPU without read-only registration (:mod:`.pin_target`), and the CSC
+copies a GPU sampler reads are made here: in a
 :class:`~dgl_zerocopy.store.huge_pages.HostTable` (``pages="huge"``), whose mapping outlives the
 ``HostTable`` object for as long as an array over it is alive. Why: a GPU reading random rows of pinned
 host memory translates each row's page afresh, and 2 MB pages mean 512 times fewer of them

@@ -14,6 +14,8 @@ import numpy as np
 
 from .host_files import file_ref, is_shared_file_map, tensor_view
 from .host_memory import huge_page_copy
+from .huge_pages import warn_once
+from .table_input import human_size
 
 if TYPE_CHECKING:
     import torch
@@ -25,19 +27,26 @@ def pinnable_table(table: torch.Tensor, array: np.ndarray, read_only_supported: 
     """The table to pin for ``array`` (memory the store must not write, which ``table`` views), and
     whether to pin it read-only.
 
-    A shared file map (``mmap_mode`` ``"r"``, ``"r+"``, ``"w+"``, a ``.npy`` path) is read into memory in
-    2 MB pages (:func:`~dgl_zerocopy.store.host_memory.huge_page_copy`) and that copy is pinned: by default,
-    where huge pages are available (``DGL_ZEROCOPY_HUGE_PAGES=0`` turns it off). Otherwise, where the device
-    supports read-only registration, the pages are pinned read-only as they are: the driver neither writes
-    nor dirties them. Elsewhere a shared file map is mapped again copy-on-write: a ``"r"`` map cannot be
-    pinned writable at all, and pinning a writable shared map would dirty its pages, which the kernel
-    writes back to the file (its modification time changes) when they are unpinned. Any other read-only
-    array is read-only only by NumPy's flag: its pages are registered as they are (registration never
-    writes). The file is never written on any of these paths."""
+    Where the device supports read-only registration, a shared file map (``mmap_mode`` ``"r"``, ``"r+"``,
+    ``"w+"``, a ``.npy`` path) is pinned read-only as it is: the driver neither writes nor dirties its
+    pages, and every process that maps the file pins the same pages. Elsewhere it needs a private copy
+    to be pinned writable (a ``"r"`` map cannot be pinned writable at all, and pinning a writable shared
+    map would dirty its pages, which the kernel writes back to the file when they are unpinned): that
+    copy is made in 2 MB pages by default (:func:`~dgl_zerocopy.store.host_memory.huge_page_copy`), else,
+    where huge pages are unavailable or ``DGL_ZEROCOPY_HUGE_PAGES=0``, the file is mapped again
+    copy-on-write, as before. Any other read-only array is read-only only by NumPy's flag: its pages are
+    registered as they are (registration never writes). The file is never written on any of these paths."""
     ref = file_ref(array, table) if is_shared_file_map(array) else None
-    if ref is not None:
-        copy = huge_page_copy(table, f"the file map of {ref[0]!r}")
+    if ref is not None and not read_only_supported:
+        copy = huge_page_copy(table, f"the file map of {ref[0]!r}")  # the private copy that pinning needs, in 2 MB pages
         if copy is not None:
+            warn_once(
+                "a file map pinned through a private copy",
+                f"this GPU cannot pin read-only memory (cudaDevAttrHostRegisterReadOnlySupported is 0), so the memory-mapped "
+                f"table {ref[0]!r} is read into a private copy in 2 MB pages, which is pinned: {human_size(copy.numel() * copy.element_size())} "
+                f"of RAM beside the file's page cache (the file is not modified; this is said once per process)",
+                stacklevel=4,  # pinnable_table <- bind <- __init__/gather/device <- the caller
+            )
             return copy, False
     if read_only_supported:
         return table, True
