@@ -119,3 +119,15 @@ def test_the_check_runs_the_step_by_name_alone(tmp_path, monkeypatch):
     assert "papers" not in gpu_check.PARTS  # never in the default pass
     with pytest.raises(SystemExit):
         gpu_check.main([*argv, "--parts", "papers,gather"])
+
+
+def test_each_route_names_what_it_runs_on():
+    assert papers_epoch.route_config("b", cuda=True, dgl_cuda=False) == ({"feature_source": "zerocopy", "sampler": "gpu"}, "")
+    assert papers_epoch.route_config("a", cuda=True, dgl_cuda=False)[0] == {"feature_source": "gpu", "sampler": "gpu", "graph_placement": "device"}
+    assert papers_epoch.route_config("b8", cuda=True, dgl_cuda=False)[0]["feature_compression"] == "int8"
+    assert papers_epoch.route_config("c", cuda=True, dgl_cuda=False)[0]["frontend"] == "pyg"
+    keys, note = papers_epoch.route_config("d", cuda=True, dgl_cuda=False)  # PyPI's DGL: our CPU route, named as such
+    assert keys == {"feature_source": "cpu", "sampler": "cpu"} and note.startswith("our CPU route")
+    assert papers_epoch.route_config("d", cuda=True, dgl_cuda=True) == ({"feature_source": "dgl", "sampler": "cpu"}, "DGL's own DataLoader")
+    keys, note = papers_epoch.route_config("a", cuda=False, dgl_cuda=False)
+    assert keys == {"feature_source": "cpu", "sampler": "gpu"} and "not a GPU figure" in note
