@@ -176,10 +176,14 @@ __device__ __forceinline__ long long zc_owner(const long long* __restrict__ out_
 // Pass 4. Thread per output slot, grid-stride per warp over the capacity; the total is read from
 // device memory. Seeds that take all their in-edges get their positions here (pos[e] = lo + rank),
 // the others' were written by sample_pick. Slots from the total to the capacity get -1.
+// edge_ids (null, or the edge id of each CSC position, edge_id_bytes wide, in device memory): when
+// given, pos[e] becomes the pick's edge id instead of its position (read now, for a CSC that is
+// rewritten after the batch: the GPU snapshot's).
 template <typename IdT>
 __global__ void sample_fetch(const IdT* __restrict__ indices, const long long* __restrict__ bounds,
                              const long long* __restrict__ out_indptr, long long num_seeds, long long capacity,
-                             int fanout, int replace, long long* __restrict__ pos, IdT* __restrict__ src) {
+                             int fanout, int replace, const void* __restrict__ edge_ids, int edge_id_bytes,
+                             long long* __restrict__ pos, IdT* __restrict__ src) {
   const long long lane = (long long)(threadIdx.x & 31u);
   const long long first = (long long)blockIdx.x * blockDim.x + threadIdx.x - lane;
   const long long stride = (long long)gridDim.x * blockDim.x;
@@ -198,7 +202,9 @@ __global__ void sample_fetch(const IdT* __restrict__ indices, const long long* _
     }
     const IdT value = zc_load_if(indices + p, active);
     if (active) {
-      if (all) {
+      if (edge_ids != nullptr) {
+        pos[e] = edge_id_bytes == 4 ? (long long)((const int*)edge_ids)[p] : ((const long long*)edge_ids)[p];
+      } else if (all) {
         pos[e] = p;
       }
       src[e] = value;

@@ -70,11 +70,11 @@ def draw_seed() -> int:
         return int(torch.randint(0, 2**63 - 1, (), dtype=torch.int64))
 
 
-def as_seeds(nodes: Any, graph: SamplingGraph, device: torch.device) -> torch.Tensor:
-    """``nodes`` (a tensor, NumPy array, sequence or int of node ids) as a 1-D tensor in the graph's
-    id dtype on ``device`` (copied there without a host sync). Ranges are checked by the kernel
-    (IndexError naming the id); ids that a narrower id dtype cannot hold become -1 first, so they
-    are reported rather than wrapped around."""
+def as_seeds(nodes: Any, graph: SamplingGraph, device: torch.device, dtype: torch.dtype | None = None) -> torch.Tensor:
+    """``nodes`` (a tensor, NumPy array, sequence or int of node ids) as a 1-D tensor in ``dtype``
+    (default: the graph's id dtype) on ``device`` (copied there without a host sync). Ranges are
+    checked by the kernel (IndexError naming the id); ids that a narrower id dtype cannot hold
+    become -1 first, so they are reported rather than wrapped around."""
     if isinstance(nodes, np.ndarray):
         nodes = torch.from_numpy(nodes)
     elif not isinstance(nodes, torch.Tensor):
@@ -85,9 +85,10 @@ def as_seeds(nodes: Any, graph: SamplingGraph, device: torch.device) -> torch.Te
         raise ValueError(f"nodes must be 1-D node ids, but got shape {tuple(nodes.shape)}")
     if nodes.dtype not in (torch.int32, torch.int64, torch.int16, torch.int8, torch.uint8):
         raise TypeError(f"nodes must be integer node ids, but got {nodes.dtype}; convert them with .long()")
-    if nodes.dtype == torch.int64 and graph.idtype == torch.int32:
+    dtype = graph.idtype if dtype is None else dtype
+    if nodes.dtype == torch.int64 and dtype == torch.int32:
         nodes = torch.where((nodes < 0) | (nodes >= graph.num_nodes), -1, nodes)
-    nodes = nodes.to(dtype=graph.idtype).contiguous()
+    nodes = nodes.to(dtype=dtype).contiguous()
     if device.type == "cuda" and nodes.device.type == "cpu":
         # From pageable memory a copy waits for the device (a host sync); from pinned memory it is
         # enqueued. A pinned tensor is read in place: it must not change until the stream has run.
@@ -142,12 +143,22 @@ def _on_device(seeds: torch.Tensor, backend: str) -> contextlib.AbstractContextM
 
 
 def sample_layer_deferred(
-    graph: SamplingGraph, seeds: torch.Tensor, fanout: int, replace: bool, seed: int, backend: str, *, capacity: int | None = None, plan: CSCPlan | None = None
+    graph: SamplingGraph,
+    seeds: torch.Tensor,
+    fanout: int,
+    replace: bool,
+    seed: int,
+    backend: str,
+    *,
+    capacity: int | None = None,
+    plan: CSCPlan | None = None,
+    edge_ids: torch.Tensor | None = None,
 ) -> DeferredCSC:
     """One layer as :func:`sample_layer` picks it, without a host read (``sample_csc_deferred``):
     ``src``/``pos`` hold ``capacity`` entries (default ``len(seeds) * fanout``; for ``fanout == -1``
     the total, read back earlier from ``plan``), the picks first and -1 after; the total and a bad
-    seed's position stay on the device (``DeferredCSC.sizes()``). Fanout 0: no picks."""
+    seed's position stay on the device (``DeferredCSC.sizes()``). Fanout 0: no picks. ``edge_ids``:
+    each CSC position's edge id, read by the fetch into ``pos`` (then edge ids, not positions)."""
     if fanout == 0:
         zeros = torch.zeros(seeds.numel() + 1, dtype=torch.int64, device=seeds.device)
         empty = torch.zeros(0, dtype=torch.int64, device=seeds.device)
@@ -155,7 +166,9 @@ def sample_layer_deferred(
     from ..cuda.sampling import sample_csc_deferred
 
     with _on_device(seeds, backend):
-        return sample_csc_deferred(graph.indptr, graph.indices, seeds, fanout, replace=replace, seed=seed, backend=backend, capacity=capacity, plan=plan)
+        return sample_csc_deferred(
+            graph.indptr, graph.indices, seeds, fanout, replace=replace, seed=seed, backend=backend, capacity=capacity, plan=plan, edge_ids=edge_ids
+        )
 
 
 def plan_layer(

@@ -116,6 +116,9 @@ class GpuNeighborSampler:
     block's ``edata`` (indexed on the tensor's device, so a host tensor costs a round trip; a loader
     serves them from a FeatureStore instead, after :meth:`sample_blocks`). ``prob``/``mask`` (weighted
     sampling), ``edge_dir="out"`` and ``exclude_eids`` are refused; ``fused`` is accepted and unused.
+    ``node_dtype``: the dtype of the blocks' node ids (default: the graph's id dtype); wider than the
+    graph's, the kernels write it directly (a compact graph, as the GPU snapshot, gives the full
+    graph's ids without a conversion per tensor).
 
     The graph of the last :meth:`sample` is kept (shared with other users of the same graph, see
     :func:`.graph.shared_graph`); :meth:`close` (or ``with``) gives it back: the last user unpins it.
@@ -136,6 +139,7 @@ class GpuNeighborSampler:
         *,
         device: Any = "cuda",
         placement: str = "pinned",
+        node_dtype: torch.dtype | None = None,
     ) -> None:
         for option, value in (("prob", prob), ("mask", mask)):
             if value is not None:
@@ -156,6 +160,9 @@ class GpuNeighborSampler:
         self.placement = placement if self.backend == "cuda" else "host"
         self.output_device = torch.device(output_device) if output_device is not None else self.device
         self.replace, self.edge_dir, self.prob, self.fused = bool(replace), edge_dir, None, fused
+        if node_dtype not in (None, torch.int32, torch.int64):
+            raise ValueError(f"node_dtype must be None (the graph's), torch.int32 or torch.int64, but got {node_dtype!r}")
+        self.node_dtype = node_dtype
         # As DGL's BlockSampler keeps them: a list of names, or {type: names}.
         self.prefetch_node_feats = prefetch_node_feats or []
         self.prefetch_labels = prefetch_labels or []
@@ -174,20 +181,26 @@ class GpuNeighborSampler:
             self._prefetch(g, input_nodes, output_nodes, blocks)
         return input_nodes, output_nodes, blocks
 
-    def sample_blocks(self, g: Any, seeds: Any, exclude_eids: Any = None) -> tuple[torch.Tensor, torch.Tensor, list[DeviceBlock]]:
+    def sample_blocks(
+        self, g: Any, seeds: Any, exclude_eids: Any = None, *, edge_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor, list[DeviceBlock]]:
         """``(input_nodes, output_nodes, blocks)`` for the seed nodes ``seeds`` (1-D ids, on the CPU or
         the sampling device) of ``g`` (a homogeneous DGL graph on the CPU, or a :class:`SamplingGraph`),
-        on :attr:`output_device`. One host read per layer, one more when the output layer's fanout
-        is -1 (see the module's docstring). Raises IndexError for a seed outside the graph."""
+        on :attr:`output_device`. One host read per batch, one more per fanout -1 layer (see the
+        module's docstring). ``edge_ids``: None (the blocks' ``EID`` from the graph, computed when
+        first read), or the edge id of each CSC position of a :class:`SamplingGraph` placed in the
+        sampling device's memory, read by the fetch kernel now (for a CSC rewritten after the batch,
+        as the GPU snapshot is; the graph's own edge ids are then not read). Raises IndexError for a
+        seed outside the graph."""
         if exclude_eids is not None:
             raise ValueError("GpuNeighborSampler does not exclude edges (exclude=); sample with dgl.dataloading.NeighborSampler for that")
         if isinstance(seeds, Mapping):
             raise ValueError("seeds per node type (a dict) are for heterographs; GpuNeighborSampler samples homogeneous graphs: pass one tensor")
         graph = self._graph_for(g)
-        given, seeds = seeds, as_seeds(seeds, graph, self.device)
+        given, seeds = seeds, as_seeds(seeds, graph, self.device, self.node_dtype)
         # One RNG key per layer, drawn before any sampling, output layer first (the order DGL samples in).
         keys = [draw_seed() for _ in self.fanouts]
-        layers = self._sample_layers(graph, given, seeds, list(reversed(self.fanouts)), keys)
+        layers = self._sample_layers(graph, given, seeds, list(reversed(self.fanouts)), keys, edge_ids)
         blocks: list[DeviceBlock] = []
         dst = seeds
         for layer in layers:
@@ -199,7 +212,9 @@ class GpuNeighborSampler:
             dst, seeds = (to_device(t, self.output_device) for t in (dst, seeds))
         return dst, seeds, blocks
 
-    def _sample_layers(self, graph: SamplingGraph, given: Any, seeds: torch.Tensor, fanouts: list[int], keys: list[int]) -> list[_Layer]:
+    def _sample_layers(
+        self, graph: SamplingGraph, given: Any, seeds: torch.Tensor, fanouts: list[int], keys: list[int], edge_ids: torch.Tensor | None
+    ) -> list[_Layer]:
         """Every layer sampled and relabelled on the device, the output layer first, with one host read
         at the end (one more before each fanout -1 layer, whose total sizes its picks). A layer's
         destinations are the layer before's source-node buffer, of which only a prefix (its count, on
@@ -216,9 +231,9 @@ class GpuNeighborSampler:
             if fanout == -1:
                 *before, capacity = relabel.read_sizes(torch.cat((sizes[: 1 + 2 * layer], plan.out_indptr[-1:])))
                 _raise_bad(before[0], given, seeds, graph)
-            picks = sample_layer_deferred(graph, dst, fanout, self.replace, key, self.backend, capacity=capacity, plan=plan)
+            picks = sample_layer_deferred(graph, dst, fanout, self.replace, key, self.backend, capacity=capacity, plan=plan, edge_ids=edge_ids)
             relabelled = relabel_picks(dst, count, picks, sizes[1 + 2 * layer : 3 + 2 * layer], self.backend)
-            layers.append(_Layer(picks.pos, relabelled))
+            layers.append(_Layer(picks.pos, relabelled, edge_ids is not None))
             dst, count = relabelled.nodes, relabelled.sizes[1:]
         values = relabel.read_sizes(sizes)  # the batch's one host read
         _raise_bad(values[0], given, seeds, graph)
@@ -289,8 +304,8 @@ class _Layer:
     """One sampled layer on the device: the picks' CSC positions and the relabelled buffers; its sizes
     (picks, source nodes) once the batch's read has brought them."""
 
-    def __init__(self, pos: torch.Tensor, relabelled: Relabelled) -> None:
-        self.pos, self.relabelled = pos, relabelled
+    def __init__(self, pos: torch.Tensor, relabelled: Relabelled, pos_are_edge_ids: bool) -> None:
+        self.pos, self.relabelled, self.pos_are_edge_ids = pos, relabelled, pos_are_edge_ids
         self.num_edges = self.num_src = 0
 
     def block(self, graph: SamplingGraph, dst: torch.Tensor) -> DeviceBlock:
@@ -298,7 +313,11 @@ class _Layer:
         out = self.relabelled
         nodes = out.nodes[: self.num_src]
         block = DeviceBlock(out.indptr[: len(dst) + 1], out.local[: self.num_edges], self.num_src, {NID: nodes}, {NID: dst})
-        block.edata = LazyData(pending={EID: functools.partial(graph.edge_ids, self.pos[: self.num_edges])})
+        picked = self.pos[: self.num_edges]
+        if self.pos_are_edge_ids:  # read by the fetch kernel already: in the graph's edge id dtype
+            block.edata = LazyData(pending={EID: functools.partial(picked.to, graph.edge_idtype)})
+        else:
+            block.edata = LazyData(pending={EID: functools.partial(graph.edge_ids, picked)})
         return block
 
 

@@ -7,10 +7,11 @@ original edge id ``eid``; ids int32 where they fit), allocated once on the sampl
 by the kernels as a :class:`~.graph.SamplingGraph` placed there (``src`` its indices, ``eid`` its edge ids):
 
 - **a batch**: each layer is ``sample_csc`` over the snapshot with the layer's fanout (the picks of
-  :class:`~.neighbor.GpuNeighborSampler`, which samples it: one size read per layer), so a batch
-  reads device memory only, no PCIe. The blocks are ``DeviceBlock``\\ s in the graph's id dtype, with
-  ``dgl.NID`` and ``dgl.EID`` of the original graph (``EID``: the snapshot's ``eid`` at each picked
-  slot, read at once, on the sampling stream: a later refresh rewrites the slots).
+  :class:`~.neighbor.GpuNeighborSampler`, which samples it: one size read per batch), so a batch
+  reads device memory only, no PCIe. The blocks are ``DeviceBlock``\\ s in the graph's id dtype
+  (written so by the kernels over the compact snapshot), with ``dgl.NID`` and ``dgl.EID`` of the
+  original graph (``EID``: the snapshot's ``eid`` at each picked slot, read by the fetch kernel, on
+  the sampling stream: a later refresh rewrites the slots).
 - **the build and each refresh**: ``sample_csc`` over the full CSC, read where the GPU sampler reads
   it (pinned in place by default, over PCIe), with fanout ``snapshot_size`` at the nodes to redraw:
   its picks per node are ``min(deg, snapshot_size)`` distinct in-edges, uniform, exactly the node's
@@ -41,8 +42,6 @@ from typing import Any
 
 import torch
 
-from ..store.transfer import to_device
-from .blocks import EID, NID
 from .graph import GraphStamp, SamplingGraph, check_homogeneous, release, shared_graph
 from .layer import as_seeds, check_placement, draw_seed, resolve_device, sample_layer
 from .neighbor import GpuNeighborSampler
@@ -143,7 +142,8 @@ class GpuSnapshotSampler:
         self.backend, self.device = resolve_device(device)
         self.placement = placement if self.backend == "cuda" else "host"
         self.output_device = torch.device(output_device) if output_device is not None else self.device
-        self._layers = GpuNeighborSampler(self.fanouts, device=self.backend if self.backend != "cuda" else self.device)
+        # The layers' sampler moves the blocks to output_device itself, their edge ids still lazy.
+        self._layers = GpuNeighborSampler(self.fanouts, device=self.backend if self.backend != "cuda" else self.device, output_device=self.output_device)
         self._order_streams = StreamOrder(self.device, self.backend)
         self._source: Any = None  # the graph the snapshot was built from (a DGL graph or a SamplingGraph)
         self._stamp: GraphStamp | None = None  # that DGL graph as it was (a change in place rebuilds)
@@ -218,6 +218,7 @@ class GpuSnapshotSampler:
             full = shared_graph(g, self.placement, self.device if self.backend == "cuda" else None)
             self._shared, self._out_dtype, self._stamp = True, g.idtype, GraphStamp(g)
         self._source, self._full = g, full
+        self._layers.node_dtype = self._out_dtype  # the kernels write the graph's ids over the compact snapshot
         deg = (full.indptr[1:] - full.indptr[:-1]).cpu().long()  # the host's (pinned) offsets, or one read of a device copy
         self._slots = slots_per_node(deg, self.snapshot_size, "GpuSnapshotSampler")
         keep = deg.clamp(max=self._slots)
@@ -232,7 +233,8 @@ class GpuSnapshotSampler:
         )
         self._snapshot = snap
         # The slots' edge ids name edges of the full graph: its edge id dtype (int64 past 2**31 edges), not the node ids'.
-        self._graph = SamplingGraph.placed(snap.indptr, snap.src, snap.eid, edge_idtype=full.edge_idtype)
+        # Without edge ids of its own: a batch's fetch reads each pick's edge id from snap.eid at once.
+        self._graph = SamplingGraph.placed(snap.indptr, snap.src, edge_idtype=full.edge_idtype)
         self._order = RefreshOrder(torch.nonzero(deg > self._slots).squeeze(1))
         self.nodes_refreshed = 0
         self._fill(torch.arange(full.num_nodes))
@@ -271,7 +273,7 @@ class GpuSnapshotSampler:
 
     def sample_blocks(self, g: Any, seeds: Any, exclude_eids: Any = None) -> tuple[torch.Tensor, torch.Tensor, list]:
         """``(input_nodes, output_nodes, blocks)`` for the seed nodes ``seeds`` of ``g`` from the
-        snapshot (built on first use), on the current stream; one host read per layer (the GPU
+        snapshot (built on first use), on the current stream; one host read per batch (the GPU
         sampler's size read). Raises IndexError for a seed outside the graph."""
         if exclude_eids is not None:
             raise ValueError("GpuSnapshotSampler does not exclude edges (exclude=); sample with dgl.dataloading.NeighborSampler for that")
@@ -281,17 +283,9 @@ class GpuSnapshotSampler:
             if not self._bound_to(g):
                 self._build(g)
             self._order_streams.before_read()
-            input_nodes, output_nodes, blocks = self._layers.sample_blocks(self._graph, seeds)
-            for block in blocks:
-                block.edata[EID]  # now: the slots it reads are rewritten by the next refresh
+            # The fetch kernel reads each pick's edge id now: the slots are rewritten by the next refresh.
+            input_nodes, output_nodes, blocks = self._layers.sample_blocks(self._graph, seeds, edge_ids=self._snapshot.eid)
             self._order_streams.after_read()
-        if input_nodes.dtype != self._out_dtype:
-            input_nodes, output_nodes = input_nodes.to(self._out_dtype), output_nodes.to(self._out_dtype)
-            for block in blocks:
-                _widen(block, self._out_dtype)
-        if self.output_device != self.device:
-            blocks = [block.to(self.output_device) for block in blocks]
-            input_nodes, output_nodes = (to_device(t, self.output_device) for t in (input_nodes, output_nodes))
         return input_nodes, output_nodes, blocks
 
     # -- lifecycle ------------------------------------------------------------------------------------
@@ -319,10 +313,3 @@ class GpuSnapshotSampler:
     def __repr__(self) -> str:
         where = self.backend if self.backend != "cuda" else str(self.device)
         return f"GpuSnapshotSampler(fanouts={self.fanouts}, snapshot_size={self.snapshot_size}, refresh={self.refresh}, device={where!r}, placement={self.placement!r})"
-
-
-def _widen(block: Any, dtype: torch.dtype) -> None:
-    """The block's ids in ``dtype`` (the graph's), from the snapshot's narrower one."""
-    block.indptr, block.indices = block.indptr.to(dtype), block.indices.to(dtype)
-    for frame in (block.srcdata, block.dstdata):
-        frame[NID] = frame[NID].to(dtype)

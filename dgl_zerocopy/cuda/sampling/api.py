@@ -232,6 +232,7 @@ def sample_csc_deferred(
     backend: str = "cuda",
     capacity: int | None = None,
     plan: CSCPlan | None = None,
+    edge_ids: torch.Tensor | None = None,
 ) -> DeferredCSC:
     """:func:`sample_csc` without its host read: the outputs hold ``capacity`` entries, the picks
     first (``indptr[-1]`` of them, a count left on the device) and -1 after; a bad seed is reported
@@ -246,6 +247,9 @@ def sample_csc_deferred(
             total, e.g. ``plan.out_indptr[-1]`` read back). A smaller one gives no picks at all.
         plan: :func:`plan_csc` of these seeds over this CSC with this fanout and replace (its
             :meth:`~CSCPlan.head` when it was planned for a longer buffer); default: planned here.
+        edge_ids: None, or the edge id of each CSC position (1-D int32/int64, on the seeds' device):
+            then ``pos`` holds each pick's edge id (int64) instead of its position, read by the
+            fetch pass (for a CSC rewritten after the call, whose positions would name other edges).
 
     Raises:
         TypeError / ValueError: an argument of the wrong type, dtype, shape, value or device, or a
@@ -266,21 +270,25 @@ def sample_csc_deferred(
         raise ValueError(f"plan must be plan_csc(...) of these {len(seeds)} seeds with fanout={fanout}, replace={replace}, but got {got}")
     else:
         _check_ids("indptr", indptr)
+    if edge_ids is not None:
+        edge_ids = _check_ids("edge_ids", edge_ids).contiguous()
+        if len(edge_ids) != len(indices):
+            raise ValueError(f"edge_ids must hold one edge id per CSC position ({len(indices)}), but has {len(edge_ids)}")
     if backend == "cuda":
         from dgl_zerocopy.cuda.sampling.launcher import launch_pick_and_fetch
 
-        src, pos = launch_pick_and_fetch(plan, indptr.element_size(), indices, seed, capacity)
+        src, pos = launch_pick_and_fetch(plan, indptr.element_size(), indices, seed, capacity, edge_ids=edge_ids)
     else:
         _check_cpu(backend, indices=indices, plan=plan.bounds)
         indices = indices.contiguous()
         if backend == "emulator":
             from dgl_zerocopy.cuda.sampling.emulator import emulate_pick_and_fetch
 
-            src, pos = emulate_pick_and_fetch(plan, indices, seed, capacity)
+            src, pos = emulate_pick_and_fetch(plan, indices, seed, capacity, edge_ids=edge_ids)
         else:
             from dgl_zerocopy.cuda.sampling.reference import reference_pick_and_fetch
 
-            src, pos = reference_pick_and_fetch(plan, indices, seed, capacity)
+            src, pos = reference_pick_and_fetch(plan, indices, seed, capacity, edge_ids)
     return DeferredCSC(plan.out_indptr, src, pos, plan.bad)
 
 

@@ -174,8 +174,7 @@ def emulate_relabel(
     return relabel_passes(dst, dst_count, src, out_indptr, sizes, _runner(False, []), num_sms=NUM_SMS, max_blocks=max_blocks)
 
 
-def emulate_pick_and_fetch(
-    plan: CSCPlan, indices: torch.Tensor, seed: int, capacity: int, *, max_blocks: int | None = None
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """:func:`~dgl_zerocopy.cuda.sampling.launch.pick_and_fetch` run by the emulated kernels."""
-    return pick_and_fetch(plan, indices, seed, capacity, _runner(False, []), num_sms=NUM_SMS, max_blocks=max_blocks)
+def emulate_pick_and_fetch(plan: CSCPlan, indices: torch.Tensor, seed: int, capacity: int, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """:func:`~dgl_zerocopy.cuda.sampling.launch.pick_and_fetch` run by the emulated kernels
+    (``options``: its ``max_blocks`` and ``edge_ids``)."""
+    return pick_and_fetch(plan, indices, seed, capacity, _runner(False, []), num_sms=NUM_SMS, **options)

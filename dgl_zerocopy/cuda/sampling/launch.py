@@ -165,11 +165,14 @@ def pick_and_fetch(
     max_blocks: int | None = None,
     indices_address: int | None = None,
     fetch_variant: str = "flat",
+    edge_ids: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Passes 3 and 4 over ``plan``: ``(src, pos)`` of ``capacity`` entries, the first
     ``plan.out_indptr[-1]`` the picks, the others -1 (all -1 when the total exceeds ``capacity``).
     Reads nothing back: the kernels read the total on the device. The per-seed fetch (the model's
-    baseline) needs ``capacity`` equal to the total and reads the largest count back."""
+    baseline) needs ``capacity`` equal to the total and reads the largest count back.
+    ``edge_ids``: None, or each CSC position's edge id (int32/int64, beside the plan, contiguous):
+    then ``pos`` holds the picks' edge ids (the flat fetch only)."""
     device = plan.bounds.device
     num_seeds = len(plan.out_indptr) - 1
     long = dict(dtype=torch.int64, device=device)
@@ -192,9 +195,13 @@ def pick_and_fetch(
     name = instantiations.fetch_name(indices.element_size(), fetch_variant)
     if fetch_variant == "flat":
         grid, size = grid_for(capacity, BLOCK, num_sms=num_sms, max_blocks=max_blocks), ("i64", capacity)
+        ids = (("ptr", 0), ("i32", 8)) if edge_ids is None else (_ptr(edge_ids), ("i32", edge_ids.element_size()))
     else:  # per_seed: every lane loops as long as the largest count (the model only)
+        if edge_ids is not None:
+            raise ValueError("edge_ids= is read by the flat fetch only; pass fetch_variant='flat'")
         grid, size = grid_for(num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks), ("i64", int(plan.out_indptr.diff().max()))
-    launch(Step(name, grid, BLOCK, (indices_arg, bounds, out_indptr, ("i64", num_seeds), size, *flags, _ptr(pos), _ptr(src))))
+        ids = ()
+    launch(Step(name, grid, BLOCK, (indices_arg, bounds, out_indptr, ("i64", num_seeds), size, *flags, *ids, _ptr(pos), _ptr(src))))
     return src, pos
 
 

@@ -196,14 +196,17 @@ def launch_plan(
 
 
 def launch_pick_and_fetch(
-    plan: CSCPlan, indptr_size: int, indices: torch.Tensor, seed: int, capacity: int, *, max_blocks: int | None = None
+    plan: CSCPlan, indptr_size: int, indices: torch.Tensor, seed: int, capacity: int, *, max_blocks: int | None = None, edge_ids: torch.Tensor | None = None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`~dgl_zerocopy.cuda.sampling.launch.pick_and_fetch` on the GPU of ``plan`` (torch's
-    current stream; no synchronisation). ``indptr_size``: the CSC's offset width (which module)."""
+    current stream; no synchronisation). ``indptr_size``: the CSC's offset width (which module);
+    ``edge_ids``: None, or on the plan's GPU (the fetch writes the picks' edge ids into ``pos``)."""
     gpu = _Launch(plan.bounds, indptr_size, indices.element_size(), indices.element_size())
+    if edge_ids is not None and edge_ids.device != plan.bounds.device:
+        raise ValueError(f"edge_ids is on {edge_ids.device} but the sampler on {plan.bounds.device}; put them in its device memory")
     with gpu.context():
         address = gpu.address("indices", indices)
-        return pick_and_fetch(plan, indices, seed, capacity, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks, indices_address=address)
+        return pick_and_fetch(plan, indices, seed, capacity, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks, indices_address=address, edge_ids=edge_ids)
 
 
 def launch_relabel(

@@ -75,9 +75,12 @@ def reference_plan(indptr: torch.Tensor, seeds: torch.Tensor, fanout: int, repla
     return CSCPlan(torch.from_numpy(bounds.reshape(-1)), torch.from_numpy(out_indptr), torch.tensor([first_bad]), fanout, replace)
 
 
-def reference_pick_and_fetch(plan: CSCPlan, indices: torch.Tensor, seed: int, capacity: int) -> tuple[torch.Tensor, torch.Tensor]:
+def reference_pick_and_fetch(
+    plan: CSCPlan, indices: torch.Tensor, seed: int, capacity: int, edge_ids: torch.Tensor | None = None
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Passes 3 and 4 over ``plan``: ``(src, pos)`` of ``capacity`` entries, the picks first, then -1
-    (only -1 when the total exceeds ``capacity``), as the kernels write them."""
+    (only -1 when the total exceeds ``capacity``), as the kernels write them; with ``edge_ids``,
+    ``pos`` holds the picks' edge ids."""
     fanout, replace = plan.fanout, plan.replace
     bounds, out_indptr = plan.bounds.numpy().reshape(-1, 2), plan.out_indptr.numpy()
     start, deg = bounds[:, 0], bounds[:, 1] - bounds[:, 0]
@@ -98,6 +101,8 @@ def reference_pick_and_fetch(plan: CSCPlan, indices: torch.Tensor, seed: int, ca
             offset[np.repeat(sampled, counts)] = picks.reshape(-1)
     pos[:total] = start[owner] + offset
     src[:total] = indices.numpy()[pos[:total]]
+    if edge_ids is not None:
+        pos[:total] = edge_ids.numpy()[pos[:total]]
     return torch.from_numpy(src), torch.from_numpy(pos)
 
 
