@@ -320,3 +320,26 @@ def test_compiled_equals_numpy(edge_level, strategy, replace, monkeypatch):
         for key in getattr(numpy_out, part):
             assert np.array_equal(getattr(numpy_out, part)[key], getattr(compiled_out, part)[key]), part
     assert numpy_out.nodes_per_hop == compiled_out.nodes_per_hop and numpy_out.edges_per_hop == compiled_out.edges_per_hop
+
+
+@pytest.mark.skipif(not hop_kernels.available, reason="numba is not installed (it comes with dgl-zerocopy[pyg])")
+def test_hetero_types_of_one_size_number_apart(monkeypatch):
+    """Two node types of equal counts: a (tree, id) pair of one is not the same pair of the other (the compiled
+    numbering keeps a table per type), on both paths alike."""
+    monkeypatch.setattr(hop_kernels, "available", True)
+    n = 10
+    ids = np.arange(n)
+    indptr = np.arange(n + 1)
+    relations = {
+        "ba": Relation(indptr, ids, "b", "a", times=ids),  # b_i -> a_i at time i
+        "ab": Relation(indptr, ids, "a", "b"),
+    }
+    outs = [
+        HopSampler(relations, {"a": n, "b": n}, compiled=path).sample(
+            {"a": ids}, {"ba": [-1, -1], "ab": [-1, -1]}, disjoint=True, seed_times={"a": ids}, rng=np.random.default_rng(0)
+        )
+        for path in (False, True)
+    ]
+    for out in outs:
+        assert out.nodes["b"].tolist() == ids.tolist() and out.batch["b"].tolist() == ids.tolist()
+        assert out.nodes_per_hop == {"a": [n, 0, 0], "b": [0, n, 0]}

@@ -271,7 +271,7 @@ class HopSampler:
         numbering = {}
         for t in self.num_nodes:
             if disjoint:
-                numbering[t] = HashedDisjointNumbering(self.num_nodes[t], self._scratch()) if self.compiled else DisjointNumbering(self.num_nodes[t])
+                numbering[t] = HashedDisjointNumbering(self.num_nodes[t], self._scratch(), t) if self.compiled else DisjointNumbering(self.num_nodes[t])
             else:
                 numbering[t] = _Numbering(self._scratch(t))
         try:

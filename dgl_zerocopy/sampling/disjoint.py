@@ -102,13 +102,13 @@ if hop_kernels.available:
 
 
 class HashedDisjointNumbering:
-    """:class:`DisjointNumbering` by a hash table of keys ``tree * num_nodes + id`` that ``scratch`` (the
-    sampling thread's :class:`~.cpu_hops._Scratch`) keeps between batches; grown to stay under half full,
+    """:class:`DisjointNumbering` of ``node_type`` by a hash table of keys ``tree * num_nodes + id`` that
+    ``scratch`` (the sampling thread's :class:`~.cpu_hops._Scratch`) keeps between batches, one per type; grown to stay under half full,
     and only its used slots cleared by :meth:`reset`. Needs numba."""
 
-    def __init__(self, num_nodes: int, scratch, key: Hashable = "disjoint pairs") -> None:
+    def __init__(self, num_nodes: int, scratch, node_type: Hashable) -> None:
         self.num_nodes = max(int(num_nodes), 1)
-        self.scratch, self.key = scratch, ("disjoint pairs", key, self.num_nodes)
+        self.scratch, self.key = scratch, ("disjoint pairs", node_type)  # a table per node type
         if self.key not in scratch.local:
             scratch.local[self.key] = np.full(2 * 1024, -1, dtype=np.int64)
         self.ids: list[np.ndarray] = []
