@@ -1,4 +1,4 @@
-"""``DataLoader(..., use_uva=True)``: sampling on the GPU through the sampling layer (issue 23).
+"""``DataLoader(..., use_uva=True)``: sampling on the GPU through the sampling layer.
 
 On the CPU the GPU path runs with the sampler's CPU backends standing in for the CUDA kernels
 (``emulate_on_cpu``): batches equal to ``GpuNeighborSampler`` called directly, features and labels
@@ -433,7 +433,7 @@ def test_train_with_the_gpu_sampler_stood_in_on_the_cpu(capsys):
 def test_train_with_snapshots_on_the_gpu_sampler_and_the_graph_in_device_memory(capsys):
     """``--sampler snapshot --graph-placement device`` where the snapshot is sampled on the GPU (stood in on the CPU):
     the training loader places the graph; the evaluation loader (full graph, DGL's sampler) is not given the placement
-    (issue 33 item 6: it raised "graph_placement='device' places the graph ... which use_uva=True turns on")."""
+    (it raised "graph_placement='device' places the graph ... which use_uva=True turns on")."""
     from dgl_zerocopy.cli import main
 
     with emulate_on_cpu("reference"):
