@@ -1,9 +1,11 @@
 """An installed (non-editable) wheel carries the CUDA sources and finds them."""
 
 import os
+import re
 import subprocess
 import sys
 import zipfile
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -146,3 +148,25 @@ def test_the_docs_extra_builds_the_api_reference():
     conf = (REPO / "docs" / "conf.py").read_text(encoding="utf-8")
     assert '"sphinx.ext.autodoc"' in conf and '"sphinx.ext.napoleon"' in conf
     assert "make docs" in (REPO / ".ci" / "run").read_text(encoding="utf-8")
+
+
+#: Tracker numbers and words about how the work was arranged: the product's code and docs name neither.
+WORKING_WORDS = re.compile(r"issue [0-9]|stop [0-9]|\blease|\blent\b", re.IGNORECASE)
+
+
+def test_no_tracker_numbers_or_working_words_in_the_product():
+    """Code, tests, docs and configs speak of the product only: the CHANGELOG may cite what changed, and
+    bench/results/ holds what the tools wrote at the time."""
+    suffixes = {".py", ".md", ".rst", ".yaml", ".toml", ".txt", ".cu", ".cuh", ".h", ".cfg", ".in"}
+    skip_dirs = {".git", "build", "results", "__pycache__", ".pytest_cache", ".whl", ".snap"}
+    found = []
+    for folder, dirs, files in os.walk(REPO):
+        dirs[:] = [d for d in dirs if d not in skip_dirs and not d.startswith(".venv") and not d.endswith(".egg-info")]
+        for name in files:
+            path = Path(folder) / name
+            if path.suffix not in suffixes and name not in ("Makefile", "run") or path == REPO / "CHANGELOG.md":
+                continue
+            for number, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
+                if WORKING_WORDS.search(line):
+                    found.append(f"{path.relative_to(REPO)}:{number}: {line.strip()[:100]}")
+    assert found == [], "\n".join(found)
