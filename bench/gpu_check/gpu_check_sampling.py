@@ -11,6 +11,10 @@ holds (:data:`SAMPLING_ARGS`; docs/gpu.md sizes it); ogbn-products' full scale i
 the check's work folder and its rows go into summary.json and summary.md (:func:`sampling_figures`,
 :func:`sampling_markdown`).
 
+Beside the times, each of our methods' device operations and host synchronisations per batch
+(``launches_per_batch``, ``host_syncs_per_batch``), counted first by bench/sampler/launch_count.py
+(:func:`with_launch_counts`; the emulated kernels give the counts of the CPU stand-ins).
+
 Without CUDA (``DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1``) the reference backend stands in for the GPU
 methods (``reference``, ``snapshot-reference``): the orchestration runs, the figures mean nothing.
 
@@ -20,6 +24,7 @@ zero-copy gather and DGL's default path) waits for the DataLoader's GPU-sampling
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -36,6 +41,16 @@ SAMPLING_ARGS = {
 #: check's size, per mode (kernels compiled cold, the check against the reference backend, the timed
 #: repeats) and the writing of the rows and the plot.
 SAMPLING_RESERVE = {"quick": 8, "full": 15}
+#: bench/sampler/launch_count.py's limit per mode (a quarter of the step's at most): one counted batch per method.
+COUNT_LIMIT = {"quick": 8, "full": 20}
+#: The counted method (bench/sampler/launch_count.py) whose counts each timed method's row carries.
+COUNTED_AS = {
+    "gpu-pinned": "gpu-pinned",
+    "gpu-device": "gpu-device",
+    "gpu-snapshot": "gpu-snapshot",
+    "reference": "emulator",
+    "snapshot-reference": "snapshot-emulator",
+}
 FIGURE_KEYS = (
     "method",
     "what",
@@ -55,6 +70,8 @@ FIGURE_KEYS = (
     "x_dgl_cpu",
     "build_s",
     "refresh_ms",
+    "launches_per_batch",
+    "host_syncs_per_batch",
     "status",
     "wall_s",
 )
@@ -67,15 +84,45 @@ def sampling_methods(cuda: bool) -> str:
 
 
 def sampling_part(env: dict, limit: float, workdir: Path, mode: str, cuda: bool) -> tuple[Part, str]:
-    """bench/sampler/sampling.py within ``limit`` seconds (it starts no method after ``limit -
-    SAMPLING_RESERVE``), its files in ``workdir``."""
-    soft = max(limit - SAMPLING_RESERVE[mode], 1)
+    """bench/sampler/launch_count.py (at most :data:`COUNT_LIMIT`), then bench/sampler/sampling.py within
+    the rest of ``limit`` seconds (it starts no method after ``limit - SAMPLING_RESERVE``), their files
+    in ``workdir``; the counts join the timed rows (:func:`with_launch_counts`)."""
+    batch = SAMPLING_ARGS[mode][SAMPLING_ARGS[mode].index("--batch-size") + 1] if "--batch-size" in SAMPLING_ARGS[mode] else "1024"
+    methods = ",".join(dict.fromkeys(COUNTED_AS[m] for m in sampling_methods(cuda).split(",") if m in COUNTED_AS))
+    count_args = ["--methods", methods, "--batch-size", batch]
+    counted = run_bounded(
+        [sys.executable, str(BENCH / "sampler" / "launch_count.py"), *count_args, "--out", str(workdir / "launch_count")],
+        min(COUNT_LIMIT[mode], limit / 4),
+        env,
+    )
+    left = max(limit - counted.seconds, 0.1)
+    soft = max(left - SAMPLING_RESERVE[mode], 1)
     stem = workdir / "sampling"
     args = [*SAMPLING_ARGS[mode], "--methods", sampling_methods(cuda), "--time-limit", f"{soft:g}"]
-    run = run_bounded([sys.executable, str(BENCH / "sampler" / "sampling.py"), *args, "--out", str(stem)], limit, env)
+    run = run_bounded([sys.executable, str(BENCH / "sampler" / "sampling.py"), *args, "--out", str(stem)], left, env)
+    with_launch_counts(workdir)
     part = judge_sampling(run, result_rows(workdir, "sampling"), limit)
     part.details["command"] = "python3 bench/sampler/sampling.py " + " ".join(args)
-    return part, run.output
+    part.details["count_command"] = "python3 bench/sampler/launch_count.py " + " ".join(count_args)
+    return part, counted.output + run.output
+
+
+def with_launch_counts(workdir: Path) -> list[dict]:
+    """The timed rows of ``workdir/sampling.json`` with the counts of ``workdir/launch_count.json``
+    (``launches_per_batch``, ``host_syncs_per_batch``, from the method :data:`COUNTED_AS` names),
+    written back; the rows as they were where either file is missing."""
+    path = workdir / "sampling.json"
+    try:
+        timed = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return result_rows(workdir, "sampling")
+    counts = {r["method"]: r for r in result_rows(workdir, "launch_count") if r.get("status") == "ok"}
+    for row in timed.get("rows", []):
+        counted = counts.get(COUNTED_AS.get(row.get("method"), ""))
+        if counted is not None:
+            row["launches_per_batch"], row["host_syncs_per_batch"] = counted["launches_per_batch"], counted["host_syncs_per_batch"]
+    path.write_text(json.dumps(timed, indent=1))
+    return timed.get("rows", [])
 
 
 def judge_sampling(run: Run, rows: list[dict], limit: float) -> Part:
@@ -108,13 +155,19 @@ def judge_sampling(run: Run, rows: list[dict], limit: float) -> Part:
 
 def figures_text(ok: list[dict]) -> str:
     """One line of the measured figures: ms per batch and M edges/s per method, pinned over device."""
-    text = "; ".join(f"{r['method']} {r['ms_per_batch_median']:.2f} ms/batch, {r['medges_per_s_median']:.1f} M edges/s" for r in ok)
+    text = "; ".join(f"{r['method']} {r['ms_per_batch_median']:.2f} ms/batch, {r['medges_per_s_median']:.1f} M edges/s{_counts_text(r)}" for r in ok)
     by = {r["method"]: r for r in ok}
     if "gpu-pinned" in by and "gpu-device" in by:
         text += f"; device-resident {by['gpu-device']['medges_per_s_median'] / by['gpu-pinned']['medges_per_s_median']:.2f}x pinned"
     if (ratio := snapshot_ratio(ok)) is not None:
         text += f"; device snapshot {ratio:.2f}x faster per batch than pinned (goal at least 3x)"
     return text + ("; each checked before timing" if ok else "")
+
+
+def _counts_text(row: dict) -> str:
+    if row.get("launches_per_batch") is None:
+        return ""
+    return f" ({row['launches_per_batch']} launches, {row['host_syncs_per_batch']} host syncs a batch)"
 
 
 def snapshot_ratio(rows: list[dict]) -> float | None:
@@ -163,5 +216,9 @@ def sampling_markdown(figures: list[dict]) -> list[str]:
             f"(the goal: at least 3x); the snapshot was built in {number_cell(row.get('build_s'))} s, one refresh (share 0.25) took "
             f"{number_cell(row.get('refresh_ms'), '.1f')} ms.",
         ]
+    counted = [f for f in figures if f.get("launches_per_batch") is not None]
+    if counted:
+        each = "; ".join(f"{f['method']} {f['launches_per_batch']} launches, {f['host_syncs_per_batch']} host syncs" for f in counted)
+        lines += ["", f"Device operations per batch (bench/sampler/launch_count.py, one batch counted): {each}."]
     lines += ["", "The end-to-end epoch table (GPU sampling against CPU sampling, DGL's default path) is under the epoch table."]
     return lines
