@@ -25,7 +25,7 @@ views (a dataset's, in shared memory for DDP ranks) is pinned where it is, so ra
 
 Per batch, on the ring's side stream (inside :meth:`~.ring.SlotRing.fill`): the seeds go to the
 device (pinned, non-blocking), the sampler builds one :class:`~dgl_zerocopy.loading.blocks.DeviceBlock`
-per layer with one size read per layer (its only host waits), and its ids feed the FeatureStores as
+per layer with one size read per batch (its only host wait), and its ids feed the FeatureStores as
 they are, with no range check (``unchecked=True``: the project produced them): the input nodes gather
 the node features into the ring slot, the output nodes the labels (through a one-column FeatureStore
 over them, :class:`~.feature_sources.Sources` with ``device_ids``), the blocks' edge ids the edge

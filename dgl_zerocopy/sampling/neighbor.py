@@ -6,17 +6,19 @@
   ``(input_nodes, output_nodes, blocks)`` with the blocks as :class:`DeviceBlock` on the sampling device.
 
 The graph's in-edge CSC is read where :mod:`.graph` placed it (pinned in place by default); the
-picks come from the kernel layer's ``sample_csc`` (a frontier) or its halves without a host read,
-``plan_csc``/``sample_csc_deferred`` (blocks); unique and relabel run on the same device
-(:mod:`.relabel`). Per layer of blocks the host waits for the device once
-(:func:`.relabel.read_sizes`, the one read), to read back together the number of source nodes, the number of
-picks, the bad-seed flag and, when the next layer takes every in-edge (fanout -1), that layer's
-total, planned before the read. Picks are sized without asking: ``len(seeds) * fanout`` slots
-(-1 in the unused ones), or the total read earlier. A fanout of -1 for the output layer (the
-first sampled) reads its total first: one read more per batch. Nothing else in ``sample_blocks``
-reads the device (the seeds go to it from pinned memory). Edge ids (``edata[dgl.EID]``) are
-computed when first read (:mod:`.lazy`). The kernels draw from a counter-based RNG keyed per layer by
-:func:`.layer.draw_seed`, from torch's generator: ``torch.manual_seed`` reproduces a batch.
+picks come from the kernel layer's ``sample_csc`` (a frontier) or, for blocks, its halves without a
+host read (``plan_csc``/``sample_csc_deferred``), and unique and relabel run on the same device by
+the relabelling kernels (``relabel_layer``: a hash table of each node's first appearance). A batch
+of blocks reads the device once (:func:`.relabel.read_sizes`), at its end: every layer's number of
+picks and of source nodes and the bad-seed flag together. Nothing waits in between because every
+buffer is sized by a capacity known on the host: ``len(destinations) * fanout`` picks (-1 in the
+unused slots), destinations plus picks for the source nodes, and a layer's destinations are the
+layer before's source-node buffer, its live prefix counted on the device. A layer of fanout -1 is
+sized by its total, read with the sizes so far before it is sampled: one read more per such layer.
+About ten device operations a layer (``dgl_zerocopy.cuda.sampling.op_count`` counts them; the
+tests hold the bound). The seeds go to the device from pinned memory. Edge ids (``edata[dgl.EID]``)
+are computed when first read (:mod:`.lazy`). The kernels draw from a counter-based RNG keyed per
+layer by :func:`.layer.draw_seed`, from torch's generator: ``torch.manual_seed`` reproduces a batch.
 """
 
 from __future__ import annotations
