@@ -1,6 +1,7 @@
 """The sampler layer on a real GPU: the CSC pinned in place or placed in device memory, the CUDA
 kernels' blocks equal to the reference backend's bit for bit, and one host synchronisation per
-layer in ``sample_blocks`` (torch's sync debug mode raises on any other).
+batch in ``sample_blocks`` (torch's sync debug mode raises on any other); the relabelling kernels
+equal to their twin, and the launches of a batch counted on the device.
 
 Skipped without CUDA. Runs without DGL (the GPU image has none): graphs are built as CSC tensors;
 the tests that compare DGL frontiers skip where DGL is missing.
@@ -12,6 +13,8 @@ import pytest
 import torch
 from conftest import requires_cuda
 
+from dgl_zerocopy.cuda.sampling import relabel_layer
+from dgl_zerocopy.cuda.sampling.op_count import count_ops
 from dgl_zerocopy.loading.blocks import EID, NID
 from dgl_zerocopy.sampling import GpuNeighborSampler, SamplingGraph, neighbor, relabel, sample_neighbors
 
@@ -90,10 +93,10 @@ def test_cuda_blocks_equal_reference(placement, idtype, fanouts, replace):
 
 
 @pytest.mark.parametrize("seeds_on", ["cuda", "cpu"])
-@pytest.mark.parametrize("fanouts,reads", [([15, 10, 5], 3), ([-1, 10, 5], 3), ([10, -1, 5], 3), ([15, -1], 3), ([-1, -1], 3)])
-def test_one_host_sync_per_layer(monkeypatch, fanouts, reads, seeds_on):
+@pytest.mark.parametrize("fanouts,reads", [([15, 10, 5], 1), ([-1, 10, 5], 2), ([10, -1, 5], 2), ([15, -1], 2), ([-1, -1], 3)])
+def test_one_host_sync_per_batch(monkeypatch, fanouts, reads, seeds_on):
     """torch's sync debug mode raises on any synchronising call; it is lifted only inside
-    relabel.read_sizes, which runs once per layer (once more when the output layer's fanout is -1).
+    relabel.read_sizes, which runs once per batch (once more before each fanout -1 layer).
     Seeds from the CPU go to the GPU from pinned memory, without a sync."""
     indptr, indices, eids = csc(torch.int64)
     calls = []
@@ -149,3 +152,32 @@ def test_sample_neighbors_cuda_equals_reference():
         assert torch.equal(a.edata[dgl.EID], b.edata[dgl.EID]) and all(torch.equal(x, y) for x, y in zip(a.edges(), b.edges()))
     with pytest.raises(IndexError):
         sample_neighbors(g, torch.tensor([N], device="cuda"), 3, device="cuda")
+
+
+@pytest.mark.parametrize("node_dtype,id_dtype", [(torch.int64, torch.int64), (torch.int32, torch.int32), (torch.int64, torch.int32)])
+def test_relabel_kernels_on_cuda_equal_the_reference(node_dtype, id_dtype):
+    """The hash table's atomics on a real GPU: many threads claim slots of the same nodes at once."""
+    gen = torch.Generator().manual_seed(4)
+    dst = torch.randint(0, 5000, (3000,), generator=gen).to(node_dtype)
+    src = torch.randint(-1, 5000, (200_000,), generator=gen).to(id_dtype)
+    count, out_indptr = torch.tensor([2500]), torch.tensor([0, 100_000, 200_000])
+    ref = relabel_layer(dst, count, src, out_indptr, torch.zeros(2, dtype=torch.int64), backend="reference")
+    ours = relabel_layer(dst.cuda(), count.cuda(), src.cuda(), out_indptr.cuda(), torch.zeros(2, dtype=torch.int64, device="cuda"), backend="cuda")
+    total, num_nodes = ours.sizes.tolist()
+    assert [total, num_nodes] == ref.sizes.tolist()
+    assert torch.equal(ours.nodes[:num_nodes].cpu(), ref.nodes[:num_nodes]) and torch.equal(ours.local.cpu(), ref.local)
+    assert torch.equal(ours.indptr.cpu().long(), out_indptr)
+
+
+@pytest.mark.parametrize("fanouts", [[15, 10, 5], [25, 10]], ids=str)
+def test_launches_and_host_syncs_counted_on_the_device(fanouts):
+    """The CPU test's bound (tests/test_sampling_launch_count.py) holds on the GPU too: about ten
+    device operations a layer and the one size read per batch, seeds already on the device."""
+    indptr, indices, eids = csc(torch.int64)
+    with SamplingGraph(indptr, indices, eids, placement="pinned", device="cuda") as graph:
+        sampler = GpuNeighborSampler(fanouts, device="cuda")
+        seeds = torch.randint(0, N, (1024,), generator=torch.Generator().manual_seed(0)).cuda()
+        sampler.sample_blocks(graph, seeds)
+        with count_ops() as count:
+            sampler.sample_blocks(graph, seeds)
+    assert count.host_syncs == 1 and count.launches <= 10 * len(fanouts) + 2, count.summary()
