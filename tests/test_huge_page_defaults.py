@@ -424,3 +424,26 @@ def test_a_zero_copy_store_over_a_npy_path_gathers_from_its_huge_page_copy(tmp_p
     finally:
         store.close()
     assert gpu.runtime.registered == {}
+
+
+@needs_thp
+def test_from_dgl_copies_a_csc_it_builds_and_pins_dgl_s_own_in_place(monkeypatch):
+    dgl = pytest.importorskip("dgl")
+    fake = use(monkeypatch, FakeRuntime())
+    n, m = 50_000, 400_000  # 3.2 MB of int64 sources
+    rng = np.random.default_rng(4)
+    src, dst = torch.from_numpy(rng.integers(0, n, m)), torch.from_numpy(rng.integers(0, n, m))
+    coo_only = dgl.graph((src, dst), num_nodes=n).formats("coo")  # DGL keeps no CSC: the one sorted from COO is ours
+    with SamplingGraph.from_dgl(coo_only, "pinned", "cuda:0") as ours:
+        assert ours.huge_page_copies and page_report(ours.indices).method == "thp"
+        with SamplingGraph.from_dgl(coo_only, "host") as reference:
+            torch.testing.assert_close(ours.indptr, reference.indptr)
+            torch.testing.assert_close(ours.indices, reference.indices)
+    g = dgl.graph((src, dst), num_nodes=n)
+    dgl_indptr, dgl_indices, _ = g.adj_tensors("csc")
+    with SamplingGraph.from_dgl(g, "pinned", "cuda:0") as theirs:
+        assert not theirs.huge_page_copies and theirs.indices.data_ptr() == dgl_indices.data_ptr()
+    with SamplingGraph.from_dgl(g, "pinned", "cuda:0", huge_pages=True) as asked:
+        assert asked.huge_page_copies and asked.indices.data_ptr() != dgl_indices.data_ptr()
+        torch.testing.assert_close(asked.indices, dgl_indices)
+    assert fake.registered == {}

@@ -113,13 +113,12 @@ class SamplingGraph:
         self._eid_source: Any = None  # made on the first edge_ids(): a FeatureStore or a device tensor
         self._lock = threading.Lock()
         self.closed = False
-        self.huge_page_copies = False  # True: indptr and indices are copies of ours in 2 MB pages
+        self.huge_page_copies = False  # True: indptr or indices (or both) is a copy of ours in 2 MB pages
         if placement == "pinned" and huge_pages:
-            copies = [huge_page_copy(t, f"the CSC's {name}") for name, t in (("indptr", indptr), ("indices", indices))]
-            if all(c is not None for c in copies):  # both or neither: under 2 MB, indptr alone stays as it is
-                (indptr, indices), self.huge_page_copies = copies, True
-            elif copies[1] is not None:
-                indices, self.huge_page_copies = copies[1], True
+            given = (indptr, indices)
+            copies = [huge_page_copy(t, f"the CSC's {name}") for name, t in zip(("indptr", "indices"), given)]  # None: under 2 MB, or none
+            indptr, indices = (t if c is None else c for c, t in zip(copies, given))
+            self.huge_page_copies = any(c is not None for c in copies)
         self._host = (indptr, indices)  # kept alive while pinned
         if placement == "pinned":
             try:
