@@ -46,7 +46,8 @@ def test_auto_agrees_with_every_committed_sort_figure_that_differs_by_more_than_
 
 def test_auto_sorts_large_batches_and_never_small_ones_on_the_measured_shape():
     assert not any(sort_policy.should_sort(measured_shape(w, 16384), 2 * 10**9) for w in (64, 128, 256, 400, 512, 1024, 4096))
-    assert all(sort_policy.should_sort(measured_shape(w, 262144), 2 * 10**9) for w in (256, 400, 512))
+    assert all(sort_policy.should_sort(measured_shape(w, 262144), 2 * 10**9) for w in (256, 400, 512, 4096))
+    assert not any(sort_policy.should_sort(measured_shape(w, 262144), 2 * 10**9) for w in (64, 128, 1024, 2048))
 
 
 def test_auto_on_the_default_shape():

@@ -16,8 +16,8 @@ Model (each point an assumption; the constants are :data:`FITTED`, and
    (aligned kernel: its rows per warp times up to ``ZC_STEPS_IN_FLIGHT`` windows of each row, the
    loads ``kernels/gather.cu`` issues before their stores; naive kernel: one load instruction,
    ``32 * element`` bytes). With ``warps`` such warps in flight and each read waiting ``latency``,
-   ``rate = warps * bytes_in_flight / latency``. ``warps`` is fitted per kernel (the aligned kernel
-   keeps fewer in flight, a sign of its lower occupancy); ``latency_s`` is assumed (a PCIe round
+   ``rate = warps * bytes_in_flight / latency``. ``warps`` is fitted per kernel (the aligned kernel's
+   are a quarter of the naive one's: lower occupancy would explain it, unmeasured); ``latency_s`` is assumed (a PCIe round
    trip to host memory, 1.5 us): the figures fix only ``warps / latency``.
 3. **Translation misses**: a read whose page translation misses waits
    ``latency * (1 + miss_penalty)``. Random ids over a table of ``S`` bytes miss with probability

@@ -21,7 +21,8 @@ Model (each assumption is a simplification of the real GPU and link):
 4. **Efficiency.** ``link_efficiency = useful / (fetched + requests * 24)``: the fraction of
    downstream link bytes that carry requested feature bytes. It is an upper bound on the share of
    the link's raw bandwidth a gather can turn into features; latency, the number of outstanding
-   requests and the host memory system are not modelled.
+   requests and the host memory system are not modelled here (they are the fitted link model's:
+   :mod:`dgl_zerocopy.cuda.gather.link_model`).
 5. **Compressed rows** (:func:`compare_codecs`). The link carries ``fetched + requests * 24``
    bytes per row of codes (plus, for int8 with a per-row scale held in host memory, the request
    and sector of that row's (scale, offset) pair); the GPU delivers the row as fp32
