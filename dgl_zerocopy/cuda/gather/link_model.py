@@ -46,7 +46,7 @@ import csv
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from dgl_zerocopy.cuda.gather import launch
@@ -67,7 +67,6 @@ __all__ = [
     "miss_share",
     "read_measurements",
     "warp_bytes_in_flight",
-    "with_constants",
 ]
 
 #: ``ZC_STEPS_IN_FLIGHT`` of ``kernels/gather.cu``: loads of one row a lane issues before their stores.
@@ -308,8 +307,3 @@ def compare(cells: Iterable[MeasuredCell], constants: LinkConstants = FITTED, sh
             }
         )
     return out
-
-
-def with_constants(**changes: float) -> LinkConstants:
-    """:data:`FITTED` with some constants changed (for what-if and tests)."""
-    return replace(FITTED, **changes)
