@@ -274,3 +274,19 @@ def test_signatures_are_pygs_and_typed(ours, pyg):
 def test_prefetch_with_workers_is_refused():
     with pytest.raises(ValueError, match=r"prefetch=2 with num_workers=1: the worker processes read ahead"):
         NeighborLoader(make_data(), [2], batch_size=4, num_workers=1, prefetch=2)
+
+
+def test_place_planetoid_raw_links_the_files_where_planetoid_reads_them(tmp_path):
+    from dgl_zerocopy.pyg.datasets import place_planetoid_raw
+
+    source = tmp_path / "raw_files"
+    source.mkdir()
+    for part in ("x", "y", "graph"):
+        (source / f"ind.cora.{part}").write_bytes(part.encode())
+    raw = place_planetoid_raw(source, tmp_path / "root", "Cora")
+    assert raw == tmp_path / "root" / "Cora" / "raw"
+    assert sorted(p.name for p in raw.iterdir()) == ["ind.cora.graph", "ind.cora.x", "ind.cora.y"]
+    assert (raw / "ind.cora.x").read_bytes() == b"x" and (raw / "ind.cora.x").is_symlink()
+    assert place_planetoid_raw(source, tmp_path / "root", "Cora") == raw, "again: the files there are kept"
+    with pytest.raises(FileNotFoundError, match=r"no raw Planetoid file ind.citeseer.\*"):
+        place_planetoid_raw(source, tmp_path / "root", "CiteSeer")

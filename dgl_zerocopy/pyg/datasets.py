@@ -4,9 +4,15 @@
 with the same graph, features, labels and split as the DGL route trains on, without a download. ``x``
 and ``y`` are views of the dataset's host arrays (no copy; a memory-mapped table stays mapped), so a
 loader's store pins or maps the same memory.
+
+:func:`place_planetoid_raw` puts the raw Planetoid files where PyG's own ``Planetoid`` dataset reads them,
+so that a PyG script's ``Planetoid(root, "Cora")`` runs without a download.
 """
 
 from __future__ import annotations
+
+import os
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -40,3 +46,24 @@ def to_pyg(dataset: GraphDataset, masks: bool = True) -> Data:
             mask[tensor_view(getattr(dataset, f"{name}_idx"))] = True
             data[f"{name}_mask"] = mask
     return data
+
+
+def place_planetoid_raw(source: str | os.PathLike, root: str | os.PathLike, name: str = "Cora") -> Path:
+    """Link the raw Planetoid files ``source/ind.<name>.*`` into ``root/<name>/raw``, where PyG's
+    ``Planetoid(root, name)`` reads them before it would download (files already there are kept).
+
+    Returns:
+        The raw folder.
+
+    Raises:
+        FileNotFoundError: ``source`` holds no ``ind.<name>.*`` file.
+    """
+    files = sorted(Path(source).glob(f"ind.{name.lower()}.*"))
+    if not files:
+        raise FileNotFoundError(f"no raw Planetoid file ind.{name.lower()}.* in {str(source)!r}; pass the folder that holds them")
+    raw = Path(root) / name / "raw"
+    raw.mkdir(parents=True, exist_ok=True)
+    for file in files:
+        if not (raw / file.name).exists():
+            (raw / file.name).symlink_to(file.resolve())
+    return raw
