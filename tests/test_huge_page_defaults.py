@@ -225,8 +225,13 @@ def test_the_host_buffer_is_in_huge_pages_by_default_and_gathers_the_file_rows(t
         buffer_rows = store._backend.buffer.rows
         assert page_report(buffer_rows).method == ("thp" if setting is None else "small")
         assert buffer_rows.data_ptr() % 4096 == 0
+        span = (buffer_rows.data_ptr(), buffer_rows.data_ptr() + buffer_rows.numel() * buffer_rows.element_size())
+        del buffer_rows
     finally:
         store.close()
+    del store
+    gc.collect()
+    assert not mapped(*span)  # the buffer is unmapped with the store
 
 
 # -- a file map that a zero-copy store pins --------------------------------------------------------
