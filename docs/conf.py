@@ -32,10 +32,17 @@ root_doc = "index"
 # Every documented name carries a role; a role naming something outside this reference (torch.Tensor,
 # DGL's classes) has no target to link to, and Sphinx reports unresolved roles only when nitpicky is on.
 nitpicky = False
-autodoc_default_options = {"members": True, "show-inheritance": True}
+# An annotation written as a string (``from __future__ import annotations``) carries its short name only, and
+# ``FeatureStore`` names ours and PyG's store alike: Sphinx links it to the first match ("ref.python").
+suppress_warnings = ["ref.python"]
+# A class's docstring and its __init__'s together (the arguments are documented in either); no docstring
+# inherited from torch or pydantic (nn.Module's __init__ and forward would describe torch, not us), and
+# pydantic's own attributes left out.
+autodoc_default_options = {"members": True, "show-inheritance": True, "exclude-members": "model_config, model_fields, model_computed_fields"}
 autodoc_member_order = "bysource"
 autodoc_typehints = "description"
-autodoc_class_signature = "separated"
+autoclass_content = "both"
+autodoc_inherit_docstrings = False
 napoleon_google_docstring = True
 napoleon_numpy_docstring = False
 napoleon_use_rtype = False
