@@ -343,3 +343,24 @@ def test_hetero_types_of_one_size_number_apart(monkeypatch):
     for out in outs:
         assert out.nodes["b"].tolist() == ids.tolist() and out.batch["b"].tolist() == ids.tolist()
         assert out.nodes_per_hop == {"a": [n, 0, 0], "b": [0, n, 0]}
+
+
+@pytest.mark.skipif(not hop_kernels.available, reason="numba is not installed (it comes with dgl-zerocopy[pyg])")
+@pytest.mark.parametrize("grouped", [True, False], ids=["tree-by-tree", "hashed-after-an-ungrouped-call"])
+def test_compiled_disjoint_numberings_equal_the_numpy_one(grouped):
+    from dgl_zerocopy.sampling.cpu_hops import _Scratch
+    from dgl_zerocopy.sampling.disjoint import DisjointNumbering, TreeDisjointNumbering
+
+    gen = np.random.default_rng(20)
+    reference, tree = DisjointNumbering(50), TreeDisjointNumbering(50, _Scratch(), "n")
+    for numbering in (reference, tree):
+        numbering.add_seeds(np.array([3, 3, 7, 49]))
+    for step in range(4):
+        batch = np.sort(gen.integers(0, 4, 60)) if grouped or step < 2 else gen.integers(0, 4, 60)
+        ids = gen.integers(0, 50, 60)
+        want, got = reference.add(ids, batch), tree.add(ids, batch)
+        assert np.array_equal(want[0], got[0]) and want[1] == got[1] > 0
+    assert np.array_equal(reference.nodes(), tree.nodes()) and np.array_equal(reference.batch(), tree.batch())
+    assert (tree.hashed is None) == grouped
+    tree.reset()
+    assert (tree.local == -1).all()

@@ -38,7 +38,7 @@ import torch
 
 from ..data.graph_check import check_csc
 from . import hop_kernels, pick_kernels
-from .disjoint import DisjointNumbering, HashedDisjointNumbering
+from .disjoint import DisjointNumbering, TreeDisjointNumbering
 from .fanout import check_fanout
 from .picks import (
     TEMPORAL_STRATEGIES,
@@ -271,7 +271,7 @@ class HopSampler:
         numbering = {}
         for t in self.num_nodes:
             if disjoint:
-                numbering[t] = HashedDisjointNumbering(self.num_nodes[t], self._scratch(), t) if self.compiled else DisjointNumbering(self.num_nodes[t])
+                numbering[t] = TreeDisjointNumbering(self.num_nodes[t], self._scratch(), t) if self.compiled else DisjointNumbering(self.num_nodes[t])
             else:
                 numbering[t] = _Numbering(self._scratch(t))
         try:

@@ -100,6 +100,39 @@ if hop_kernels.available:
                 s = (s + 1) & mask
         return n
 
+    @hop_kernels._jit
+    def _number_by_tree(prior_ids, prior_batch, batch, ids, local, count, rows, fresh, fresh_batch):
+        """The pairs ``(batch, ids)`` against the earlier pairs ``(prior_batch, prior_ids)`` (both batches
+        non-decreasing; an earlier pair's local id is its position), tree by tree: a tree's earlier nodes are
+        written into the node-indexed ``local`` (-1 elsewhere), its pairs numbered from ``count``, ``local``
+        wiped again. Returns how many were new (their ids in ``fresh``, trees in ``fresh_batch``)."""
+        n, e, m, c = 0, 0, len(ids), 0
+        while e < m:
+            b = batch[e]
+            while c < len(prior_batch) and prior_batch[c] < b:
+                c += 1
+            lo = c
+            while c < len(prior_batch) and prior_batch[c] == b:
+                local[prior_ids[c]] = c
+                c += 1
+            first = n
+            while e < m and batch[e] == b:
+                v = ids[e]
+                r = local[v]
+                if r < 0:
+                    r = count + n
+                    local[v] = r
+                    fresh[n] = v
+                    fresh_batch[n] = b
+                    n += 1
+                rows[e] = r
+                e += 1
+            for q in range(lo, c):
+                local[prior_ids[q]] = -1
+            for q in range(first, n):
+                local[fresh[q]] = -1
+        return n
+
 
 class HashedDisjointNumbering:
     """:class:`DisjointNumbering` of ``node_type`` by a hash table of keys ``tree * num_nodes + id`` that
@@ -152,3 +185,63 @@ class HashedDisjointNumbering:
         for slots in self.slots:
             table[2 * slots] = -1
         self.slots = []
+
+
+class TreeDisjointNumbering:
+    """:class:`DisjointNumbering` tree by tree, where the trees come in order: while every call's pairs are
+    grouped by tree (non-decreasing tree index), a tree's nodes so far are marked in a node-indexed array
+    (the sampling thread's, all -1 between calls: in cache where the hash table is not) and its pairs numbered
+    against them. The first call whose pairs are not grouped hands the numbering over to
+    :class:`HashedDisjointNumbering` (the same ids). Needs numba."""
+
+    def __init__(self, num_nodes: int, scratch, node_type: Hashable) -> None:
+        self.num_nodes, self.scratch, self.node_type = max(int(num_nodes), 1), scratch, node_type
+        key = ("tree local", node_type)
+        if key not in scratch.local:
+            scratch.local[key] = np.full(self.num_nodes, -1, dtype=np.int64)
+        self.local = scratch.local[key]
+        self.ids: list[np.ndarray] = []
+        self.batches: list[np.ndarray] = []
+        self.count = 0
+        self.hashed: HashedDisjointNumbering | None = None
+
+    def add_seeds(self, seeds: np.ndarray) -> None:
+        self.add(seeds, np.arange(len(seeds), dtype=np.int64))
+
+    def add(self, ids: np.ndarray, batch: np.ndarray) -> tuple[np.ndarray, int]:
+        ids, batch = ids.astype(np.int64, copy=False), batch.astype(np.int64, copy=False)
+        if self.hashed is None and len(batch) > 1 and (batch[1:] < batch[:-1]).any():
+            self.hashed = HashedDisjointNumbering(self.num_nodes, self.scratch, self.node_type)
+            if self.count:
+                self.hashed.add(self.nodes(), self.batch())
+        if self.hashed is not None:
+            rows, new = self.hashed.add(ids, batch)
+            self.ids, self.batches, self.count = self.hashed.ids, self.hashed.batches, self.hashed.count
+            return rows, new
+        prior_ids, prior_batch = self.nodes(), self.batch()
+        if len(prior_batch) > 1 and (prior_batch[1:] < prior_batch[:-1]).any():
+            # Earlier parts, each grouped by tree, joined: sorted by tree (stable) for the walk; their positions
+            # are the local ids, so the walk is given the ids sorted the same way, and the local ids mapped back.
+            order = np.argsort(prior_batch, kind="stable")
+        else:
+            order = None
+        rows, fresh, fresh_batch = (np.empty(len(ids), dtype=np.int64) for _ in range(3))
+        walked = (prior_ids, prior_batch) if order is None else (prior_ids[order], prior_batch[order])
+        new = int(_number_by_tree(*walked, batch, ids, self.local, self.count, rows, fresh, fresh_batch))
+        if order is not None:
+            old = rows < self.count
+            rows[old] = order[rows[old]]
+        self.ids.append(fresh[:new])
+        self.batches.append(fresh_batch[:new])
+        self.count += new
+        return rows, new
+
+    def nodes(self) -> np.ndarray:
+        return np.concatenate(self.ids) if self.ids else np.empty(0, dtype=np.int64)
+
+    def batch(self) -> np.ndarray:
+        return np.concatenate(self.batches) if self.batches else np.empty(0, dtype=np.int64)
+
+    def reset(self) -> None:
+        if self.hashed is not None:
+            self.hashed.reset()
