@@ -76,10 +76,12 @@ def test_max_blocks_caps_from_sm_multiples():
 
 
 def test_store_methods_map_to_feature_store_arguments():
-    assert gather.store_options("zerocopy") == {"backend": "zerocopy"}
-    assert gather.store_options("zerocopy-naive") == {"backend": "zerocopy", "variant": "naive"}
+    # The plain zero-copy methods keep the ids' order whatever the store's default sort policy is.
+    assert gather.store_options("zerocopy") == {"backend": "zerocopy", "sort_ids": False}
+    assert gather.store_options("zerocopy-naive") == {"backend": "zerocopy", "variant": "naive", "sort_ids": False}
     assert gather.store_options("zerocopy+sort_ids") == {"backend": "zerocopy", "sort_ids": True}
-    assert gather.store_options("zerocopy+max_blocks=264") == {"backend": "zerocopy", "max_blocks": 264}
+    assert gather.store_options("zerocopy+sort_ids=auto") == {"backend": "zerocopy", "sort_ids": "auto"}
+    assert gather.store_options("zerocopy+max_blocks=264") == {"backend": "zerocopy", "sort_ids": False, "max_blocks": 264}
     assert gather.store_options("gpu") == {"backend": "gpu"}
     with pytest.raises(ValueError):
         gather.store_options("zerocopy+fast")
@@ -88,7 +90,7 @@ def test_store_methods_map_to_feature_store_arguments():
     assert gather.methods_for(False, tune=True, max_blocks=[66]) == list(gather.CPU_METHODS)
     assert gather.table_rows(4_000_000, 4096, 2.0) == 488_281 and gather.table_rows(4_000_000, 64, 2.0) == 4_000_000
     assert gather.table_rows(1000, 4096, None) == 1000
-    assert gather.store_options("zerocopy+cache=0.25") == {"backend": "zerocopy", "cache_fraction": 0.25}
+    assert gather.store_options("zerocopy+cache=0.25") == {"backend": "zerocopy", "sort_ids": False, "cache_fraction": 0.25}
     assert gather.store_options("cpu+cache=1") == {"backend": "cpu", "cache_fraction": 1.0}
     with pytest.raises(ValueError, match=r"\+cache=F"):
         gather.store_options("gpu+cache=0.5")

@@ -74,9 +74,11 @@ SUMMARY_FIELDS = (
 )
 #: ``--codecs`` names -> (codec, int8 axis) of the compressed zero-copy methods ``zerocopy-<name>``.
 CODECS = {"fp16": ("fp16", None), "bf16": ("bf16", None), "int8": ("int8", "column"), "int8-row": ("int8", "row")}
+# The zero-copy methods gather in the ids' own order (sort_ids=False), as the link model reads them;
+# ``+sort_ids`` sorts every batch and ``+sort_ids=auto`` lets the store's sort policy choose.
 STORE_METHODS = {  # method -> FeatureStore keyword arguments
-    "zerocopy": {"backend": "zerocopy"},
-    "zerocopy-naive": {"backend": "zerocopy", "variant": "naive"},
+    "zerocopy": {"backend": "zerocopy", "sort_ids": False},
+    "zerocopy-naive": {"backend": "zerocopy", "variant": "naive", "sort_ids": False},
     "cpu": {"backend": "cpu"},
     "gpu": {"backend": "gpu"},
 }
@@ -108,7 +110,7 @@ def parse_max_blocks(text: str, sms: int) -> list[int]:
 
 def store_options(method: str) -> dict:
     """FeatureStore keyword arguments for a store method: a name of ``STORE_METHODS``, optionally
-    followed by ``+sort_ids``, ``+max_blocks=N`` or ``+cache=F`` (``cache_fraction``: the share of
+    followed by ``+sort_ids``, ``+sort_ids=auto``, ``+max_blocks=N`` or ``+cache=F`` (``cache_fraction``: the share of
     the rows to cache, which :func:`open_method` turns into a budget)."""
     base, _, option = method.partition("+")
     if base not in STORE_METHODS:
@@ -116,12 +118,14 @@ def store_options(method: str) -> dict:
     kwargs = dict(STORE_METHODS[base])
     if option == "sort_ids":
         kwargs["sort_ids"] = True
+    elif option == "sort_ids=auto":
+        kwargs["sort_ids"] = "auto"
     elif option.startswith("max_blocks="):
         kwargs["max_blocks"] = int(option.removeprefix("max_blocks="))
     elif option.startswith("cache=") and base in ("zerocopy", "cpu"):
         kwargs["cache_fraction"] = float(option.removeprefix("cache="))
     elif option:
-        raise ValueError(f"unknown option {option!r} in gather method {method!r}; use +sort_ids, +max_blocks=N or (zerocopy, cpu) +cache=F")
+        raise ValueError(f"unknown option {option!r} in gather method {method!r}; use +sort_ids, +sort_ids=auto, +max_blocks=N or (zerocopy, cpu) +cache=F")
     return kwargs
 
 
