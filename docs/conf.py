@@ -2,12 +2,16 @@
 
 The pages are the .rst files here (index.rst, reference/); the guides beside them stay Markdown, read as they
 are on the repository's site, and are not part of this build. Each reference page renders the docstrings
-(autodoc, with napoleon for the Args / Returns / Raises sections), importing the installed package.
+(autodoc, with napoleon for the Args / Returns / Raises sections), importing the checkout's package.
 """
 
+import importlib
 import os
 import sys
 import warnings
+
+# Importing the package imports torch, whose own modules warn about their own deprecations: not ours to fix here.
+warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\..*")
 
 # The checkout's package, also when Sphinx runs from an environment where it is not installed editable.
 sys.path.insert(0, os.path.abspath(".."))
@@ -15,14 +19,11 @@ sys.path.insert(0, os.path.abspath(".."))
 project = "dgl-zerocopy"
 author = "dgl-zerocopy authors"
 copyright = "dgl-zerocopy authors"
-version = release = "0.1.0"
+version = release = importlib.import_module("dgl_zerocopy").__version__
 
 # cli_help (docs/_ext/cli_help.py): the ``cli-help`` directive, each command's --help as the parser prints it.
 sys.path.insert(0, os.path.abspath("_ext"))
 extensions = ["sphinx.ext.autodoc", "sphinx.ext.napoleon", "sphinx.ext.viewcode", "cli_help"]
-
-# Importing the package imports torch, whose own modules warn about their own deprecations: not ours to fix here.
-warnings.filterwarnings("ignore", category=FutureWarning, module=r"torch\..*")
 
 # The guides (*.md) are read on the repository, not built here; reference pages only.
 source_suffix = {".rst": "restructuredtext"}
