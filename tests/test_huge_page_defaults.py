@@ -452,3 +452,17 @@ def test_from_dgl_copies_a_csc_it_builds_and_pins_dgl_s_own_in_place(monkeypatch
         assert asked.huge_page_copies and asked.indices.data_ptr() != dgl_indices.data_ptr()
         torch.testing.assert_close(asked.indices, dgl_indices)
     assert fake.registered == {}
+
+
+@needs_thp
+def test_compressed_codes_made_in_memory_are_in_huge_pages_and_equal_to_the_old_path(monkeypatch):
+    from dgl_zerocopy import compress
+
+    source = _features(20000, 128)  # 2.4 MiB of int8 codes
+    huge = compress(source, "int8")
+    monkeypatch.setenv(HUGE_PAGES_ENV, "0")
+    plain = compress(source, "int8")
+    assert page_report(huge.array).method == "thp" and page_report(plain.array).method == "small"
+    np.testing.assert_array_equal(huge.array, plain.array)
+    ids = torch.tensor([0, 19999, 7])
+    torch.testing.assert_close(huge.decode(ids), plain.decode(ids))

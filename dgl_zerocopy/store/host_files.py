@@ -72,3 +72,11 @@ def file_ref(data, table) -> tuple[str, int, str, tuple[int, ...], str] | None:
         return None  # the table is a copy (made contiguous), not the mapped bytes
     mode = "r+" if root.mode == "w+" else root.mode  # "w+" would truncate the file in the receiver
     return str(root.filename), int(root.offset) + start, data.dtype.str, tuple(table.shape), mode
+
+
+def human_size(nbytes: int) -> str:
+    """``nbytes`` for a message: ``"1.5 GiB"``, ``"12.0 KiB"``, ``"300 bytes"``."""
+    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
+        if nbytes >= scale:
+            return f"{nbytes / scale:.1f} {unit}"
+    return f"{nbytes} bytes"

@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from .host_files import human_size
 from .huge_pages import HUGE_PAGE_BYTES, HostTable, PageReport, _smaps_totals, check_table_args, huge_page_support, warn_once
-from .table_input import human_size
 
 if TYPE_CHECKING:
     import torch

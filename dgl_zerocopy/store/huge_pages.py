@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .table_input import human_size
+from .host_files import human_size
 
 if TYPE_CHECKING:
     import torch

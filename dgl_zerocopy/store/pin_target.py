@@ -12,10 +12,9 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
-from .host_files import file_ref, is_shared_file_map, tensor_view
+from .host_files import file_ref, human_size, is_shared_file_map, tensor_view
 from .host_memory import huge_page_copy
 from .huge_pages import warn_once
-from .table_input import human_size
 
 if TYPE_CHECKING:
     import torch

@@ -19,7 +19,7 @@ import logging
 import threading
 from pathlib import Path
 
-from .table_input import human_size
+from .host_files import human_size
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .compression import CODECS, Codec, CompressedTable, compress, load_compressed
-from .host_files import is_shared_file_map, tensor_view
+from .host_files import human_size, is_shared_file_map, tensor_view  # noqa: F401 - human_size is imported from here by much of the package
 
 ArrayLike = torch.Tensor | np.ndarray | str | os.PathLike | CompressedTable
 #: The dtypes a compressed table may be gathered as (``out_dtype``).
@@ -111,11 +111,3 @@ def check_out_tensor(out, want: tuple[int, int], dtype: torch.dtype, device: tor
         raise TypeError(f"out must be a torch.Tensor, but got {type(out).__name__}")
     if tuple(out.shape) != want or out.dtype != dtype or out.device != device or not out.is_contiguous():
         raise ValueError(f"out must be a contiguous {dtype} tensor of shape {want} on {device}, but got {out.dtype} {tuple(out.shape)} on {out.device}")
-
-
-def human_size(nbytes: int) -> str:
-    """``nbytes`` for a message: ``"1.5 GiB"``, ``"12.0 KiB"``, ``"300 bytes"``."""
-    for unit, scale in (("GiB", 2**30), ("MiB", 2**20), ("KiB", 2**10)):
-        if nbytes >= scale:
-            return f"{nbytes / scale:.1f} {unit}"
-    return f"{nbytes} bytes"

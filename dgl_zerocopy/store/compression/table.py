@@ -31,6 +31,7 @@ import torch
 
 from ..cache_files import MANIFEST, DamagedFile, check_digests, partial_prefix, record_digests, sweep_partials
 from ..host_files import replace_dir, tensor_view
+from ..host_memory import host_array
 from .codec import CODECS, Codec, check_codec_name
 from .encode import CHUNK_BYTES, CODE_NUMPY_DTYPES, check_int8_form, encode_into
 
@@ -130,7 +131,7 @@ def compress(
     same = {"fp16": torch.float16, "bf16": torch.bfloat16}.get(name)
     if same is not None and _dtype_of(table) == same:
         return CompressedTable(_as_tensor(table), Codec(name), array=table if isinstance(table, np.ndarray) else None)
-    codes = np.empty(table.shape, dtype=CODE_NUMPY_DTYPES[name])
+    codes = host_array(table.shape, CODE_NUMPY_DTYPES[name])  # the table FeatureStore pins: 2 MB pages by default
     result = encode_into(table, name, codes, axis=axis, method=method, chunk_bytes=chunk_bytes)
     return CompressedTable(_codes_tensor(codes, name), result, method=method, array=codes)
 
