@@ -290,3 +290,15 @@ def test_place_planetoid_raw_links_the_files_where_planetoid_reads_them(tmp_path
     assert place_planetoid_raw(source, tmp_path / "root", "Cora") == raw, "again: the files there are kept"
     with pytest.raises(FileNotFoundError, match=r"no raw Planetoid file ind.citeseer.\*"):
         place_planetoid_raw(source, tmp_path / "root", "CiteSeer")
+
+
+def test_arguments_that_would_do_nothing_are_refused():
+    data = make_data()
+    with pytest.raises(ValueError, match=r"graph_placement='device' puts the graph in GPU memory, but device=None"):
+        NeighborLoader(data, [2], batch_size=4, graph_placement="device")
+    from dgl_zerocopy.pyg import FeatureStore, GraphStore
+
+    pair = (FeatureStore.from_data(data), GraphStore.from_data(data))
+    with pytest.raises(ValueError, match=r"features= routes tables of a Data or HeteroData, but the data is a tuple"):
+        NeighborLoader(pair, [2], batch_size=4, features={"x": torch.randn(N, 2)})
+    assert len(NeighborLoader(pair, [2], input_nodes=torch.arange(8), batch_size=4, features=False)) == 2, "False: nothing routed, as a pair has"

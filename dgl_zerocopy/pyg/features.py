@@ -160,6 +160,11 @@ def route_features(data: Any, features: Any, device: torch.device, *, share: boo
     ``data`` that is neither ``Data`` nor ``HeteroData`` (a ``(FeatureStore, GraphStore)`` pair) gives an
     empty route."""
     route = FeatureRoute(device=device)
+    if not isinstance(data, (Data, HeteroData)) and features not in (None, False):
+        raise ValueError(
+            f"features= routes tables of a Data or HeteroData, but the data is a {type(data).__name__}; put the tables into the "
+            "FeatureStore of the (feature_store, graph_store) pair instead (dgl_zerocopy.pyg.FeatureStore.put_tensor)"
+        )
     if not isinstance(data, (Data, HeteroData)) or features is False:
         return route
     given = dict(features or {})

@@ -72,11 +72,16 @@ class _OurRoute:
     def data(self, data: Data | HeteroData | tuple[TorchFeatureStore, GraphStore]) -> None:
         self._data = data
 
-    def _take_over(self, data: Data | HeteroData | tuple, device: torch.device | str | None, features: Features, prefetch: int | None, kwargs: dict) -> None:  # fmt: skip
+    def _take_over(self, data: Data | HeteroData | tuple, device: torch.device | str | None, graph_placement: str, features: Features, prefetch: int | None, kwargs: dict) -> None:  # fmt: skip
         check_mapping(features)
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         if self.device.type == "cuda" and not torch.cuda.is_available():
             raise RuntimeError(f"device={device!r} but CUDA is not available here; pass device=None to sample and gather on the CPU")
+        if graph_placement == "device" and self.device.type != "cuda":
+            raise ValueError(
+                f"graph_placement='device' puts the graph in GPU memory, but device={device!r} samples on the CPU; pass a CUDA device "
+                "or leave graph_placement at its default"
+            )
         workers = kwargs.get("num_workers", 0)
         if prefetch is None:
             prefetch = 1 if self.device.type == "cuda" and workers == 0 else 0
@@ -321,7 +326,7 @@ class NeighborLoader(_OurRoute, PygNeighborLoader):
         if neighbor_sampler is None:
             picks = (temporal_strategy, time_attr, weight_attr)
             neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs, picks)
-        self._take_over(data, device, features, prefetch, kwargs)
+        self._take_over(data, device, graph_placement, features, prefetch, kwargs)
         super().__init__(
             data,
             num_neighbors=num_neighbors,
@@ -379,7 +384,7 @@ class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
         if neighbor_sampler is None:
             picks = (temporal_strategy, time_attr, weight_attr)
             neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs, picks)
-        self._take_over(data, device, features, prefetch, kwargs)
+        self._take_over(data, device, graph_placement, features, prefetch, kwargs)
         super().__init__(
             data,
             num_neighbors=num_neighbors,
