@@ -125,6 +125,22 @@ def test_methods_left_out_are_rows_that_say_why(tmp_path, monkeypatch):
     assert all(sampling.WHAT[m].endswith("NOT a GPU figure") for m in ("reference", "emulator", "snapshot-reference"))
 
 
+def test_the_tree_check_passes_temporal_samples_and_catches_a_later_edge(graph):
+    """hops-disjoint and hops-temporal (each seed its own tree): valid samples pass (the temporal one equal to the
+    NumPy path); edges later than their seed's time are named."""
+    import sampling_hops
+
+    indptr, indices, _ = graph
+    seeds = torch.arange(0, 400, 7)
+    for name in sampling_hops.TREE_METHODS:
+        torch.manual_seed(3)
+        out = sampling_hops.build(name, indptr, indices, FANOUTS, replace=False)(seeds)
+        assert "batch 0: " in sampling_hops.check_trees(name, indptr, indices, seeds, out, FANOUTS, False, 3)
+    # Checked against the seed times another torch seed draws, the same batch has edges later than them.
+    with pytest.raises(sampling_hops.HopCheckError, match="later than its tree's seed time"):
+        sampling_hops.check_trees("hops-temporal", indptr, indices, seeds, out, FANOUTS, False, 4)
+
+
 def test_the_hop_check_passes_our_pyg_layout_samples_and_catches_broken_ones(graph):
     """pyg-cpu, hops-cpu and hops-numpy (bench/sampler/sampling_hops.py): valid samples pass, equal for one torch seed; each
     broken part is named."""
@@ -134,7 +150,7 @@ def test_the_hop_check_passes_our_pyg_layout_samples_and_catches_broken_ones(gra
     indptr, indices, _ = graph
     seeds = torch.arange(0, 400, 7)
     samples = {}
-    for name in sampling_hops.HOP_METHODS:
+    for name in (m for m in sampling_hops.HOP_METHODS if m not in sampling_hops.TREE_METHODS):
         torch.manual_seed(3)
         samples[name] = sampling_hops.build(name, indptr, indices, FANOUTS, replace=False)(seeds)
         sampling.check_hops(indptr, indices, seeds, samples[name], FANOUTS, replace=False)

@@ -436,7 +436,7 @@ def test_link_loader_refusals():
     data = make_data()
     with pytest.raises(ValueError, match="conflicting 'edge_label_time' and 'time_attr'"):
         LinkNeighborLoader(data, [2], batch_size=4, edge_label_time=torch.zeros(E))
-    with pytest.raises(ValueError, match="subgraph_type='induced' is not supported"):
+    with pytest.raises(ValueError, match="temporal sampling \\(time_attr='w'\\) with subgraph_type='induced' is not supported"):
         LinkNeighborLoader(data, [2], batch_size=4, time_attr="w", edge_label_time=torch.zeros(E), subgraph_type="induced")
     with pytest.raises(TypeError, match="features must be a dict"):
         LinkNeighborLoader(data, [2], batch_size=4, features=["x"])

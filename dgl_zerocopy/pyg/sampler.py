@@ -10,8 +10,9 @@ sampling and bidirectional subgraphs) with its one native call, ``_sample``, ans
   ``'last'``, disjoint trees) and weighted sampling (``weight_attr``), both with pyg-lib's semantics;
 - on a GPU (``device="cuda"``) by our kernels (:class:`dgl_zerocopy.sampling.GpuNeighborSampler`) from the
   CSC pinned in host memory (``graph_placement="pinned"``, the default) or in device memory
-  (``"device"``), for homogeneous graphs with directional or bidirectional subgraphs; the batch's
-  index tensors are then on that GPU. Other cases sample on the CPU (logged once).
+  (``"device"``), for homogeneous graphs with directional or bidirectional subgraphs, uniformly; the batch's
+  index tensors are then on that GPU. Other cases (disjoint, temporal, weighted, heterogeneous) sample on
+  the CPU (logged once).
 
 Its output is what pyg-lib's would be: per node type the seeds first, then each hop's new nodes;
 ``row``/``col`` the sampled edges' source and destination as local indices; ``edge`` their positions
@@ -87,10 +88,8 @@ class NeighborSampler(PygNeighborSampler):
             raise ValueError(f"graph_placement must be 'pinned' or 'device', but got {graph_placement!r}")
         if (disjoint or time_attr is not None) and (not directed or SubgraphType(subgraph_type) == SubgraphType.induced):
             # Induced edges are found among distinct nodes: a node in two trees would join them.
-            raise ValueError(
-                "disjoint=True or temporal sampling (time_attr) with subgraph_type='induced' is not supported (nor by PyG); "
-                "use 'directional' or 'bidirectional'"
-            )
+            what = "disjoint=True" if disjoint else f"temporal sampling (time_attr={time_attr!r})"
+            raise ValueError(f"{what} with subgraph_type='induced' is not supported (nor by PyG); use 'directional' or 'bidirectional'")
         if temporal_strategy not in TEMPORAL_STRATEGIES:
             raise ValueError(f"temporal_strategy must be one of {TEMPORAL_STRATEGIES}, but got {temporal_strategy!r}")
         if time_attr is not None and weight_attr is not None:

@@ -13,10 +13,13 @@ one node numbering for all hops, the way a PyG batch numbers its nodes:
 
 ``disjoint=True`` gives each seed its own tree (a node reached from two seeds appears twice), with the
 seed index of every node in ``batch``. ``induced_edges`` gives every edge among a set of nodes.
+A relation with ``times`` samples by time (each tree only in-edges no later than its seed's time, uniformly
+or the latest: :mod:`picks`; needs ``disjoint``), one with ``weights`` by weight, with pyg-lib's semantics.
 
 Two paths give the same batch, element for element: numba's kernels (:mod:`hop_kernels`: one pass
 per edge, a hop split over torch's intra-op threads; the default where numba is installed) and
-NumPy's vectorised passes (:func:`pick`, the reference; also every ``disjoint`` batch). The draws are
+NumPy's vectorised passes (:func:`pick`, the reference). Disjoint, temporal and weighted batches run the
+NumPy loop over hops with compiled picks (:mod:`pick_kernels`) and numbering (:mod:`disjoint`). The draws are
 counter-based (:func:`hop_kernels.uniforms` of a seed per hop and relation, the destination's index and
 the draw's), so they do not depend on the path or the split.
 
