@@ -1,7 +1,8 @@
-"""Old import paths of public modules that moved in the layout of 0.1 (the package's folders became
-its layers), kept for one release: ``import dgl_zerocopy.dgl`` still works, warns with a
-``DeprecationWarning`` naming the new path, and gives the module at the new path itself (the same
-objects, not copies). The old paths are the ones the README and docs showed before the move.
+"""Old import paths of public modules that moved (in the layout of 0.1 the package's folders became
+its layers; later moves gave modules names that say what they hold), kept for one release:
+``import dgl_zerocopy.dgl`` still works, warns with a ``DeprecationWarning`` naming the new path,
+and gives the module at the new path itself (the same objects, not copies). The old paths are the
+ones the README and docs showed before the move.
 
 No file sits at an old path: an import hook answers these names only, so nothing named ``dgl.py``
 in the package can shadow the real ``dgl`` (a script run from inside the package folder would
@@ -30,6 +31,8 @@ MOVED = {
     "dgl_zerocopy.compression": "dgl_zerocopy.store.compression",
     # Split into cuda/nvrtc.py and cuda/gather/launcher.py; dgl_zerocopy.kernels re-exports both, every old name.
     "dgl_zerocopy.cuda_gather": "dgl_zerocopy.kernels",
+    # The gather's launch plan, named apart from its launcher (cuda/gather/launcher.py).
+    "dgl_zerocopy.cuda.gather.launch": "dgl_zerocopy.cuda.gather.gather_plan",
 }
 
 

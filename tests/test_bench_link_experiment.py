@@ -79,7 +79,7 @@ def test_the_sort_policy_cells_sort_on_the_device_and_say_what_auto_chooses(dry_
     assert all(r["checked"] is True and r["sort_auto"] in (True, False) for r in rows)  # each written back to its place, checked
     # what auto decides follows the policy on the cell's own plan (the dry run's sizes)
     cell = next(r for r in rows if r["order"] == "device-sorted")
-    plan = link_devices.launch.plan_gather(cell["row_bytes"], 0, cell["batch"], elem_size=4, num_sms=link_devices.DRY_SMS)
+    plan = link_devices.gather_plan.plan_gather(cell["row_bytes"], 0, cell["batch"], elem_size=4, num_sms=link_devices.DRY_SMS)
     assert cell["sort_auto"] == link_devices.sort_policy.should_sort(plan, cell["table_bytes"] // cell["row_bytes"] * cell["row_bytes"])
 
 
@@ -87,7 +87,7 @@ def test_shapes_become_launch_options_scaled_by_the_sm_count():
     options = {name: link_devices.shape_options(shape, 132) for name, shape in link_plan.SHAPES.items()}
     assert options["default"] == {"variant": "aligned", "threads_per_row": None, "max_blocks": None, "threads_per_block": 256}
     assert options["rows/warp=2"]["threads_per_row"] == 16 and options["grid=4/SM"]["max_blocks"] == 528
-    plan = link_devices.launch.plan_gather(512, 0, 262144, elem_size=4, num_sms=132, **options["grid=1/SM"])
+    plan = link_devices.gather_plan.plan_gather(512, 0, 262144, elem_size=4, num_sms=132, **options["grid=1/SM"])
     assert plan.grid == 132  # at the GPU batch the cap binds (the dry run's batch is smaller than one wave)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.gather import gather_plan
 from dgl_zerocopy.cuda.gather.emulator import emulate_gather
 from dgl_zerocopy.cuda.gather.pcie_model import analyze
 
@@ -30,12 +30,12 @@ def test_every_shape_gathers_table_ids_at_every_alignment(row_bytes, threads_per
 
 
 def test_the_plan_takes_the_lanes_per_row_it_is_given():
-    plan = launch.plan_gather(512, 0, 1000, elem_size=4, threads_per_row=8)
+    plan = gather_plan.plan_gather(512, 0, 1000, elem_size=4, threads_per_row=8)
     assert (plan.threads_per_row, plan.vector_bytes, plan.window_bytes, plan.align_bytes) == (8, 16, 128, 128)
     assert plan.steps_per_row == 5  # (128 - 16 + 512) / 128, rounded up: the worst row alignment
-    default = launch.plan_gather(512, 0, 1000, elem_size=4)
-    assert default == plan and launch.plan_gather(512, 0, 1000, elem_size=4, threads_per_row=None) == default  # 8: the small-row default
-    one_per_warp = launch.plan_gather(512, 0, 1000, elem_size=4, threads_per_row=32)
+    default = gather_plan.plan_gather(512, 0, 1000, elem_size=4)
+    assert default == plan and gather_plan.plan_gather(512, 0, 1000, elem_size=4, threads_per_row=None) == default  # 8: the small-row default
+    one_per_warp = gather_plan.plan_gather(512, 0, 1000, elem_size=4, threads_per_row=32)
     # 4 rows per warp: a block of 256 threads covers 32 rows, so 1000 rows need 32 blocks (not 125)
     assert plan.grid == 32 and one_per_warp.grid == 125
 
@@ -43,12 +43,12 @@ def test_the_plan_takes_the_lanes_per_row_it_is_given():
 @pytest.mark.parametrize("bad", [0, 3, 64, 12, True, 2.0])
 def test_lanes_per_row_must_be_a_power_of_two_up_to_a_warp(bad):
     with pytest.raises(ValueError, match=r"threads_per_row must be"):
-        launch.plan_gather(512, 0, 10, elem_size=4, threads_per_row=bad)
+        gather_plan.plan_gather(512, 0, 10, elem_size=4, threads_per_row=bad)
 
 
 def test_lanes_per_row_is_for_the_aligned_kernel_only():
     with pytest.raises(ValueError, match=r"for the aligned variant only, but got 8 \(naive\)"):
-        launch.plan_gather(512, 0, 10, elem_size=4, variant="naive", threads_per_row=8)
+        gather_plan.plan_gather(512, 0, 10, elem_size=4, variant="naive", threads_per_row=8)
 
 
 @pytest.mark.parametrize("row_bytes", [512, 1024])

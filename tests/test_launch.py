@@ -1,4 +1,4 @@
-"""Launch plans of the gather kernels (dgl_zerocopy.cuda.gather.launch): pure Python, no CUDA."""
+"""Launch plans of the gather kernels (dgl_zerocopy.cuda.gather.gather_plan): pure Python, no CUDA."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import itertools
 
 import pytest
 
+from dgl_zerocopy.cuda.gather.gather_plan import LINE_BYTES, GatherPlan, kernel_arguments, plan_decode, plan_gather
 from dgl_zerocopy.cuda.gather.instantiations import CODE_FORMATS, OUT_FORMATS, all_name_expressions, decode_name_expression, name_expression
-from dgl_zerocopy.cuda.gather.launch import LINE_BYTES, GatherPlan, kernel_arguments, plan_decode, plan_gather
 
 
 def aligned(row_bytes: int, address: int = 0, num_ids: int = 1000, **kw) -> GatherPlan:

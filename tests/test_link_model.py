@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from dgl_zerocopy.cuda.gather import launch, link_model
+from dgl_zerocopy.cuda.gather import gather_plan, link_model
 
 ROOT = Path(__file__).resolve().parents[1]
 H200 = ROOT / "bench" / "results" / "gpu" / "h200-2026-11-27"
@@ -83,10 +83,10 @@ def test_steps_in_flight_is_the_kernels():
 
 def test_bytes_in_flight_per_warp_follow_the_shape():
     def in_flight(row_bytes, **kw):
-        return link_model.warp_bytes_in_flight(launch.plan_gather(row_bytes, 0, 1000, elem_size=4, **kw))
+        return link_model.warp_bytes_in_flight(gather_plan.plan_gather(row_bytes, 0, 1000, elem_size=4, **kw))
 
     # one window per row, as the H200 runs launched: 512 B a warp from 64 B to 512 B rows
-    assert [in_flight(w, threads_per_row=launch.fewest_threads_per_row(w, 16)) for w in (64, 128, 256, 512)] == [512.0] * 4
+    assert [in_flight(w, threads_per_row=gather_plan.fewest_threads_per_row(w, 16)) for w in (64, 128, 256, 512)] == [512.0] * 4
     assert in_flight(1024) == 1024.0 and in_flight(4096) == 2048.0  # 4 windows of 512 B at most
     assert in_flight(512) == 2048.0 and in_flight(400) == 1600.0  # the default: 4 rows per warp
     assert in_flight(512, variant="naive") == 128.0  # one 32 x 4 B instruction
@@ -96,8 +96,8 @@ def test_the_default_shape_is_the_one_the_model_favours_for_rows_of_512_bytes_an
     """Among the shapes that request each line once (windows of at least one line), the default has
     the highest modelled GB/s for random ids, at 2 GB and 57 GB tables and every batch."""
     for row_bytes in (144, 256, 400, 512):
-        default = launch.plan_gather(row_bytes, 0, 1, elem_size=4)
-        shapes = [t for t in (1, 2, 4, 8, 16, 32) if t * default.vector_bytes >= launch.LINE_BYTES]
+        default = gather_plan.plan_gather(row_bytes, 0, 1, elem_size=4)
+        shapes = [t for t in (1, 2, 4, 8, 16, 32) if t * default.vector_bytes >= gather_plan.LINE_BYTES]
         for table_bytes in (2e9, 57e9):
             for batch in (16384, 262144, 1048576):
                 rates = {t: link_model.estimate(row_bytes, batch, table_bytes, threads_per_row=t).gbps for t in shapes}

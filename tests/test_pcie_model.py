@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.gather import gather_plan
 from dgl_zerocopy.cuda.gather.emulator import Trace, emulate_gather
 from dgl_zerocopy.cuda.gather.pcie_model import CODEC_VARIANTS, LINK_GBPS, TLP_OVERHEAD_BYTES, analyze, compare, compare_cached, compare_codecs
 
@@ -83,7 +83,7 @@ def test_metrics_are_consistent():
 
 
 def test_grouping_by_instruction_line_and_sector():
-    plan = launch.plan_gather(64, 0, 1, elem_size=4)
+    plan = gather_plan.plan_gather(64, 0, 1, elem_size=4)
     trace = Trace(
         address=np.array([0, 16, 128, 0, 0, 4096], dtype=np.int64),
         nbytes=np.array([16, 16, 16, 16, 16, 16], dtype=np.int32),

@@ -7,20 +7,20 @@ from pathlib import Path
 
 import pytest
 
-from dgl_zerocopy.cuda.gather import launch, link_model, sort_policy
+from dgl_zerocopy.cuda.gather import gather_plan, link_model, sort_policy
 from dgl_zerocopy.store.backends.base import GatherOptions
 
 H200 = Path(__file__).resolve().parents[1] / "bench" / "results" / "gpu" / "h200-2026-11-27"
 QUICK_ROWS, QUICK_TABLE_GB = 500_000, 0.25  # bench/gpu_check/gpu_check_main.py GATHER_ARGS["quick"]
 
 
-def plan(row_bytes: int, num_ids: int, threads_per_row: int | None = None, variant: str = "aligned") -> launch.GatherPlan:
-    return launch.plan_gather(row_bytes, 0, num_ids, elem_size=4, variant=variant, threads_per_row=threads_per_row)
+def plan(row_bytes: int, num_ids: int, threads_per_row: int | None = None, variant: str = "aligned") -> gather_plan.GatherPlan:
+    return gather_plan.plan_gather(row_bytes, 0, num_ids, elem_size=4, variant=variant, threads_per_row=threads_per_row)
 
 
-def measured_shape(row_bytes: int, num_ids: int) -> launch.GatherPlan:
+def measured_shape(row_bytes: int, num_ids: int) -> gather_plan.GatherPlan:
     """The shape the H200 runs launched: one window per row."""
-    return plan(row_bytes, num_ids, launch.fewest_threads_per_row(row_bytes, 16))
+    return plan(row_bytes, num_ids, gather_plan.fewest_threads_per_row(row_bytes, 16))
 
 
 def test_auto_agrees_with_every_committed_sort_figure_that_differs_by_more_than_10_percent():

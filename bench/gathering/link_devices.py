@@ -29,7 +29,7 @@ import link_plan
 import numpy as np
 import torch
 
-from dgl_zerocopy.cuda.gather import id_sort, launch, sort_policy
+from dgl_zerocopy.cuda.gather import gather_plan, id_sort, sort_policy
 from dgl_zerocopy.cuda.gather.emulator import emulate_gather, run_plan
 from dgl_zerocopy.cuda.gather.pcie_model import analyze
 from dgl_zerocopy.store.huge_pages import HostTable
@@ -52,16 +52,16 @@ def shape_options(shape: dict, sms: int) -> dict:
 def plan_launch(row_bytes: int, table_address: int, ids_address: int, num_ids: int, out_address: int, shape: dict, sms: int):
     """(plan, kernel arguments) of one gather of ``num_ids`` int64 ids into a contiguous output:
     what the GPU launches and the dry run emulates, from the same addresses' alignment."""
-    plan = launch.plan_gather(
+    plan = gather_plan.plan_gather(
         row_bytes, table_address, num_ids, elem_size=4, num_sms=sms, row_stride=row_bytes, out_address=out_address, **shape_options(shape, sms)
     )
     return plan, _arguments(plan, table_address, ids_address, 0, out_address)
 
 
-def _arguments(plan: launch.GatherPlan, table_address: int, ids_address: int, perm_address: int, out_address: int) -> tuple:
+def _arguments(plan: gather_plan.GatherPlan, table_address: int, ids_address: int, perm_address: int, out_address: int) -> tuple:
     """The kernel arguments of ``plan`` over a table and output of contiguous rows."""
     row = plan.row_bytes
-    return launch.kernel_arguments(
+    return gather_plan.kernel_arguments(
         plan, table_address=table_address, row_stride=row, ids_address=ids_address, perm_address=perm_address, out_address=out_address, out_stride=row
     )
 
@@ -82,7 +82,7 @@ def model_metrics(row_bytes: int, shape: str, sms: int) -> dict:
     return {"model_requests_per_row": metrics.requests_per_row, "model_link_efficiency": round(metrics.link_efficiency, 4)}
 
 
-def _facts(plan: launch.GatherPlan, table_bytes: int, sort: bool) -> dict:
+def _facts(plan: gather_plan.GatherPlan, table_bytes: int, sort: bool) -> dict:
     """The launch's facts; ``sort_auto``: whether ``sort_ids="auto"`` would sort this batch (the policy
     on this plan and table), beside what the cell does (``sorted_on_device``)."""
     decided = sort_policy.should_sort(plan, table_bytes) if plan.variant == "aligned" else ""

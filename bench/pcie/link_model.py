@@ -24,7 +24,7 @@ import sys
 from dataclasses import replace
 from pathlib import Path
 
-from dgl_zerocopy.cuda.gather import launch, link_model
+from dgl_zerocopy.cuda.gather import gather_plan, link_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 from common import RESULTS, command_line, machine, write_results  # noqa: E402
@@ -76,9 +76,9 @@ def predictions(constants: link_model.LinkConstants) -> list[dict]:
     for row_bytes in PREDICT_ROWS:
         for table_gb in (2, 57):
             for order in link_model.ORDERS:
-                one_window = launch.fewest_threads_per_row(row_bytes, 16)
+                one_window = gather_plan.fewest_threads_per_row(row_bytes, 16)
                 for shape, lanes in (("default", None), ("one window per row", one_window)):
-                    if shape != "default" and lanes == launch.default_threads_per_row(row_bytes, 16):
+                    if shape != "default" and lanes == gather_plan.default_threads_per_row(row_bytes, 16):
                         continue  # the same shape
                     e = link_model.estimate(row_bytes, 262144, table_gb * 1e9, order=order, threads_per_row=lanes, constants=constants)
                     rows.append(

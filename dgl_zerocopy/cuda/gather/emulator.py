@@ -1,7 +1,7 @@
 """Run the CUDA gather kernels on the CPU, to test them and model their PCIe traffic without a GPU.
 
 ``kernels/gather.cu`` is compiled unchanged by g++ (:mod:`dgl_zerocopy.cuda.gather.emulator_build`)
-and run on the launch configuration of :func:`dgl_zerocopy.cuda.gather.launch.plan_gather`, exactly
+and run on the launch configuration of :func:`dgl_zerocopy.cuda.gather.gather_plan.plan_gather`, exactly
 as on the GPU. With ``trace=True`` every table load is recorded (address, bytes, warp, load site)
 for :mod:`dgl_zerocopy.cuda.gather.pcie_model`. :func:`emulate_gather` runs the raw-copy kernels,
 :func:`emulate_decode` the decoding gather of compressed rows (fp16, bf16, int8 codes). Both take an
@@ -23,14 +23,14 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dgl_zerocopy.cuda.gather import instantiations, launch
+from dgl_zerocopy.cuda.gather import gather_plan, instantiations
 from dgl_zerocopy.cuda.gather.emulator_build import RECORD_DTYPE, entry_symbol, library
 
 __all__ = ["Trace", "emulate_decode", "emulate_gather", "run_plan"]
 
 logger = logging.getLogger(__name__)
 
-_BUFFER_ALIGN = launch.LINE_BYTES
+_BUFFER_ALIGN = gather_plan.LINE_BYTES
 _ARG_CTYPES = {"ptr": ctypes.c_void_p, "i64": ctypes.c_longlong, "i32": ctypes.c_int}
 
 
@@ -62,7 +62,7 @@ class Trace:
     nbytes: np.ndarray
     warp: np.ndarray
     slot: np.ndarray
-    plan: launch.GatherPlan
+    plan: gather_plan.GatherPlan
     table_address: int
     num_ids: int
     table_bytes: int = 0
@@ -237,7 +237,7 @@ def emulate_gather(
             boundary.
         cache_stride: bytes between cache rows (default the row's bytes).
         threads_per_row: aligned variant: lanes per row, as for
-            :func:`~dgl_zerocopy.cuda.gather.launch.plan_gather` (None: the plan's choice).
+            :func:`~dgl_zerocopy.cuda.gather.gather_plan.plan_gather` (None: the plan's choice).
         threads_per_block: threads per block, as on the GPU (a multiple of 32, at most 1024).
 
     Returns:
@@ -262,7 +262,7 @@ def emulate_gather(
     table_address = int(table_bytes.ctypes.data)
     out_address = int(out_bytes.ctypes.data)
 
-    plan = launch.plan_gather(
+    plan = gather_plan.plan_gather(
         row_bytes,
         table_address,
         num_ids,
@@ -275,7 +275,7 @@ def emulate_gather(
         threads_per_row=threads_per_row,
         **cache.plan_arguments(),
     )
-    args = launch.kernel_arguments(
+    args = gather_plan.kernel_arguments(
         plan,
         table_address=table_address,
         row_stride=row_bytes,
@@ -292,14 +292,14 @@ def emulate_gather(
     return out, _trace(records, plan, table_address, num_ids, table.nbytes, ((table_address, table_address + table.nbytes),), cache.hits)
 
 
-def run_plan(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...]) -> None:
-    """Run ``plan``'s kernel on the CPU with ``args`` (:func:`~dgl_zerocopy.cuda.gather.launch.kernel_arguments`)
+def run_plan(plan: gather_plan.GatherPlan, args: tuple[gather_plan.KernelArg, ...]) -> None:
+    """Run ``plan``'s kernel on the CPU with ``args`` (:func:`~dgl_zerocopy.cuda.gather.gather_plan.kernel_arguments`)
     over buffers the caller placed: the CPU twin of launching the same plan and arguments on a GPU.
     The caller keeps every buffer alive and every id in range (the kernel checks none)."""
     _run(plan, args, trace=False)
 
 
-def _run(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...], trace: bool) -> np.ndarray:
+def _run(plan: gather_plan.GatherPlan, args: tuple[gather_plan.KernelArg, ...], trace: bool) -> np.ndarray:
     """Run ``plan``'s kernel on the CPU with ``args``; the load records when ``trace``."""
     records = np.empty(0, dtype=RECORD_DTYPE)
     if plan.grid == 0:
@@ -323,7 +323,7 @@ def _run(plan: launch.GatherPlan, args: tuple[launch.KernelArg, ...], trace: boo
 
 
 def _trace(
-    records: np.ndarray, plan: launch.GatherPlan, table_address: int, num_ids: int, table_bytes: int, host_ranges: tuple[tuple[int, int], ...], hits: int
+    records: np.ndarray, plan: gather_plan.GatherPlan, table_address: int, num_ids: int, table_bytes: int, host_ranges: tuple[tuple[int, int], ...], hits: int
 ) -> Trace:
     return Trace(
         address=records["address"].copy(),
@@ -439,7 +439,7 @@ def emulate_decode(
             cache = dataclasses.replace(cache, pairs=_aligned_bytes(cached.nbytes, 0, fill=0))
             cache.pairs[:] = cached.reshape(-1).view(np.uint8)
 
-    plan = launch.plan_decode(
+    plan = gather_plan.plan_decode(
         columns,
         table_address,
         num_ids,
@@ -451,7 +451,7 @@ def emulate_decode(
         out_address=out_address,
         **cache.plan_arguments(),
     )
-    args = launch.kernel_arguments(
+    args = gather_plan.kernel_arguments(
         plan,
         table_address=table_address,
         row_stride=plan.row_bytes,
@@ -475,7 +475,7 @@ def _affine_pairs(code: str, affine: str | None, scale, offset, num_rows: int, c
         if affine is not None or scale is not None or offset is not None:
             raise ValueError(f"{code} codes take no affine map, scale or offset")
         return None
-    if affine not in launch.AFFINE_AXES:
+    if affine not in gather_plan.AFFINE_AXES:
         raise ValueError(f"int8 codes need affine='column' or 'row', but got {affine!r}")
     length = columns if affine == "column" else num_rows
     arrays = []

@@ -4,7 +4,7 @@
 int8 codes) and decodes them in the kernel. Both take an optional :class:`DeviceCache` (hot rows in
 device memory, found through a slot map): the fused gather then reads hits from the cache and
 misses from the host table, into the same output. The launch configuration comes from
-:mod:`dgl_zerocopy.cuda.gather.launch`, the same plan the CPU emulator runs.
+:mod:`dgl_zerocopy.cuda.gather.gather_plan`, the same plan the CPU emulator runs.
 
 CuPy is imported lazily, inside the functions that launch kernels, so this module imports on
 machines without CUDA. :func:`compile_check` needs no GPU: it compiles every instantiation through
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dgl_zerocopy.cuda.gather import id_sort, instantiations, launch, sort_policy
+from dgl_zerocopy.cuda.gather import gather_plan, id_sort, instantiations, sort_policy
 from dgl_zerocopy.cuda.kernel_source import kernel_options, read_kernel
 from dgl_zerocopy.cuda.nvrtc import compile_program, preload_for_cupy
 
@@ -179,7 +179,7 @@ def launch_gather(
     cache: DeviceCache | None = None,
     threads_per_row: int | None = None,
     threads_per_block: int = 256,
-) -> launch.GatherPlan:
+) -> gather_plan.GatherPlan:
     """Enqueue ``out[j] = table[ids[j]]`` on ``stream`` (asynchronous; no synchronisation).
 
     The contract with the caller (``FeatureStore``), which validates in public:
@@ -209,7 +209,7 @@ def launch_gather(
             ``cache`` row ``slot_map[ids[j]]`` when that is >= 0, else from the table; the
             vector width also suits the cache rows' address and stride.
         threads_per_row: aligned variant: lanes per row (a power of two up to 32; None: the
-            plan's choice), as for :func:`~dgl_zerocopy.cuda.gather.launch.plan_gather`.
+            plan's choice), as for :func:`~dgl_zerocopy.cuda.gather.gather_plan.plan_gather`.
         threads_per_block: threads per block (a multiple of 32, at most 1024).
 
     Returns:
@@ -223,8 +223,8 @@ def launch_gather(
         raise ValueError(f"table_shape must have a row axis, but got {tuple(table_shape)}")
     row_bytes = int(itemsize) * math.prod(int(s) for s in table_shape[1:])
 
-    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int, **cached) -> launch.GatherPlan:
-        return launch.plan_gather(
+    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int, **cached) -> gather_plan.GatherPlan:
+        return gather_plan.plan_gather(
             row_bytes,
             int(table_ptr),
             num_ids,
@@ -272,7 +272,7 @@ def launch_decode(
     max_blocks: int | None = None,
     out_stride_bytes: int | None = None,
     cache: DeviceCache | None = None,
-) -> launch.GatherPlan:
+) -> gather_plan.GatherPlan:
     """Enqueue ``out[j] = decode(table[ids[j]])`` on ``stream``: the compressed rows are read
     over PCIe with the aligned scheme and decoded in registers (``gather_decode``,
     ``kernels/gather.cu``). Asynchronous; the contract is :func:`launch_gather`'s, and:
@@ -308,8 +308,8 @@ def launch_decode(
         raise ValueError(f"out_format must be one of {tuple(instantiations.OUT_FORMATS)}, but got {out_format!r}")
     columns = int(table_shape[1])
 
-    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int, **cached) -> launch.GatherPlan:
-        return launch.plan_decode(
+    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int, **cached) -> gather_plan.GatherPlan:
+        return gather_plan.plan_decode(
             columns,
             int(table_ptr),
             num_ids,
@@ -369,7 +369,7 @@ def _enqueue(
     affine_ptr: int = 0,
     cache: DeviceCache | None = None,
     table_rows: int = 0,
-) -> launch.GatherPlan:
+) -> gather_plan.GatherPlan:
     """Validate ids, out and the cache, plan (``plan_for(num_ids, id_bytes, out_address, out_stride,
     num_sms, **cache_layout)``), sort if asked, and launch; everything on ``stream``."""
     sort_policy.check_sort(sort)
@@ -416,7 +416,7 @@ def _enqueue(
         if sort_policy.resolve_sort(sort, plan, table_rows * row_stride):
             ids, perm = id_sort.sort_for_gather(ids, table_rows)  # on the stream; dropped after the launch (see above)
             perm_ptr = int(perm.data.ptr)
-        args = launch.kernel_arguments(
+        args = gather_plan.kernel_arguments(
             plan,
             table_address=table_ptr,
             row_stride=row_stride,

@@ -33,7 +33,7 @@ What the figures do not identify: every committed figure is of fp32 rows from on
 (0.25 GB quick run, 2 GB full runs), so ``reach_bytes`` rests on two table sizes and the model
 predicts the loss from 2 GB to 57 GB only through ``miss_share`` (0.92 to 0.997); the table-size
 question of ``bench/gathering/link_experiment.py`` measures it. Shapes other than the one measured
-(one window per row: :func:`~dgl_zerocopy.cuda.gather.launch.fewest_threads_per_row`) are
+(one window per row: :func:`~dgl_zerocopy.cuda.gather.gather_plan.fewest_threads_per_row`) are
 extrapolations through point 2. Two fitted constants are loose (:data:`LOOSE`): halved or doubled,
 the figures still agree within 15 %, so what rests on them (the gain of sorting at the link's limit)
 is a weak prediction. Figures whose own quartiles spread by more than
@@ -49,7 +49,7 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from dgl_zerocopy.cuda.gather import launch
+from dgl_zerocopy.cuda.gather import gather_plan
 
 __all__ = [
     "FITTED",
@@ -134,11 +134,11 @@ LOOSE = ("host_miss_cost", "sort_s_per_id")
 FITTED_NAMES = ("call_s", "aligned_warps", "naive_warps", "miss_penalty", "reach_bytes", "link_gbps", "host_miss_cost", "sort_s", "sort_s_per_id")
 
 
-def warp_bytes_in_flight(plan: launch.GatherPlan) -> float:
+def warp_bytes_in_flight(plan: gather_plan.GatherPlan) -> float:
     """Bytes of reads one warp of ``plan`` holds in flight at a time (module docstring, point 2)."""
     if plan.variant == "naive":
-        return float(launch.WARP_SIZE * plan.vector_bytes)
-    rows_per_warp = launch.WARP_SIZE // plan.threads_per_row
+        return float(gather_plan.WARP_SIZE * plan.vector_bytes)
+    rows_per_warp = gather_plan.WARP_SIZE // plan.threads_per_row
     return float(rows_per_warp * min(plan.row_bytes, STEPS_IN_FLIGHT * plan.window_bytes))
 
 
@@ -196,18 +196,18 @@ def estimate(
     constants: LinkConstants = FITTED,
 ) -> LinkEstimate:
     """The model's GB/s for gathering ``num_ids`` rows of ``row_bytes`` from a pinned host table of
-    ``table_bytes`` with the kernel shape of :func:`~dgl_zerocopy.cuda.gather.launch.plan_gather`
+    ``table_bytes`` with the kernel shape of :func:`~dgl_zerocopy.cuda.gather.gather_plan.plan_gather`
     (``variant``, ``threads_per_row``; a 128-byte-aligned table). ``order="sorted"``: the gather
     sorts the ids itself (its sort time counts).
 
     Raises:
         ValueError: bad sizes, order or shape (as ``plan_gather`` raises them).
     """
-    plan = launch.plan_gather(row_bytes, 0, num_ids, variant=variant, elem_size=elem_size, threads_per_row=threads_per_row)
+    plan = gather_plan.plan_gather(row_bytes, 0, num_ids, variant=variant, elem_size=elem_size, threads_per_row=threads_per_row)
     return estimate_plan(plan, table_bytes, order=order, constants=constants)
 
 
-def estimate_plan(plan: launch.GatherPlan, table_bytes: float, *, order: str = "random", constants: LinkConstants = FITTED) -> LinkEstimate:
+def estimate_plan(plan: gather_plan.GatherPlan, table_bytes: float, *, order: str = "random", constants: LinkConstants = FITTED) -> LinkEstimate:
     """:func:`estimate` for the launch ``plan`` (its rows, ids and shape), from a table of ``table_bytes``.
 
     Raises:
@@ -293,7 +293,7 @@ def compare(cells: Iterable[MeasuredCell], constants: LinkConstants = FITTED, sh
         variant, order = MEASURED_METHODS[cell.method]
         lanes = None
         if variant == "aligned" and shape == "measured":
-            lanes = launch.fewest_threads_per_row(cell.row_bytes, launch.plan_gather(cell.row_bytes, 0, 1, elem_size=4).vector_bytes)
+            lanes = gather_plan.fewest_threads_per_row(cell.row_bytes, gather_plan.plan_gather(cell.row_bytes, 0, 1, elem_size=4).vector_bytes)
         model = estimate(cell.row_bytes, cell.batch, cell.table_bytes, variant=variant, order=order, threads_per_row=lanes, constants=constants)
         out.append(
             {

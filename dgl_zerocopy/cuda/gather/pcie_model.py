@@ -46,7 +46,7 @@ from dataclasses import asdict, dataclass, replace
 
 import numpy as np
 
-from dgl_zerocopy.cuda.gather import instantiations, launch
+from dgl_zerocopy.cuda.gather import gather_plan, instantiations
 from dgl_zerocopy.cuda.gather.emulator import Trace, emulate_decode, emulate_gather
 
 __all__ = [
@@ -66,7 +66,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-LINE_BYTES = launch.LINE_BYTES
+LINE_BYTES = gather_plan.LINE_BYTES
 SECTOR_BYTES = 32
 TLP_OVERHEAD_BYTES = 24
 #: Modelled link bandwidth (GB/s): PCIe Gen4 x16 as a GPU reads host memory, about 25 GB/s.

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import functools
 
-from dgl_zerocopy.cuda.gather import launch, link_model
+from dgl_zerocopy.cuda.gather import gather_plan, link_model
 
 __all__ = ["MIN_GAIN", "SORT_CHOICES", "check_sort", "resolve_sort", "should_sort"]
 
@@ -36,7 +36,7 @@ MIN_GAIN = 0.05
 
 
 @functools.lru_cache(maxsize=4096)
-def should_sort(plan: launch.GatherPlan, table_bytes: int) -> bool:
+def should_sort(plan: gather_plan.GatherPlan, table_bytes: int) -> bool:
     """Whether the fitted link model has the sorted gather (sort included) at least
     :data:`MIN_GAIN` faster than the unsorted one, for the launch ``plan`` (its ids, row bytes
     read per row and kernel shape) from a host table of ``table_bytes``.
@@ -55,7 +55,7 @@ def check_sort(sort: bool | str) -> None:
         raise ValueError(f"sort_ids must be True, False or 'auto', but got {sort!r}")
 
 
-def resolve_sort(sort: bool | str, plan: launch.GatherPlan, table_bytes: int) -> bool:
+def resolve_sort(sort: bool | str, plan: gather_plan.GatherPlan, table_bytes: int) -> bool:
     """``sort`` as a decision for ``plan``: True and False as given, ``"auto"`` by :func:`should_sort`.
 
     Raises:
