@@ -198,7 +198,7 @@ class TreeDisjointNumbering:
         self.num_nodes, self.scratch, self.node_type = max(int(num_nodes), 1), scratch, node_type
         key = ("tree local", node_type)
         if key not in scratch.local:
-            scratch.local[key] = np.full(self.num_nodes, -1, dtype=np.int64)
+            scratch.local[key] = np.full(self.num_nodes, -1, dtype=np.int32)  # local ids of one batch: int32 halves the misses
         self.local = scratch.local[key]
         self.ids: list[np.ndarray] = []
         self.batches: list[np.ndarray] = []

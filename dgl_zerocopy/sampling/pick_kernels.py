@@ -13,6 +13,8 @@ element (the same counter-based draws). Contracts: int64 ids, positions and offs
 
 from __future__ import annotations
 
+import threading
+
 import numpy as np
 
 from . import hop_kernels
@@ -79,7 +81,20 @@ def cut_by_time(indptr: np.ndarray, times: np.ndarray, dst: np.ndarray, dst_time
     ``bounds[2 i] : bounds[2 i + 1]``; pass ``bounds`` as the indptr and ``2 * arange(len(dst))`` as the
     destinations of :func:`hop_kernels.count` / :func:`hop_kernels.pick`."""
     bounds = np.empty(2 * len(dst), dtype=np.int64)
-    _cut(indptr, times, dst, dst_time.astype(times.dtype, copy=False), fanout, strategy == "last", bounds)
+    dst_time = dst_time.astype(times.dtype, copy=False)
+    last = strategy == "last"
+    # Each search waits on a chain of misses past the cache: the destinations split over the hop's threads.
+    parts = min(hop_kernels.threads(), len(dst) // (hop_kernels.PARALLEL_EDGES // 8))
+    cuts = np.linspace(0, len(dst), max(parts, 1) + 1).astype(np.int64)
+    helpers = [
+        threading.Thread(target=_cut, args=(indptr, times, dst[lo:hi], dst_time[lo:hi], fanout, last, bounds[2 * lo : 2 * hi]), name="dgl-zerocopy-cut")
+        for lo, hi in zip(cuts[1:-1], cuts[2:])
+    ]
+    for helper in helpers:
+        helper.start()
+    _cut(indptr, times, dst[: cuts[1]], dst_time[: cuts[1]], fanout, last, bounds[: 2 * cuts[1]])
+    for helper in helpers:
+        helper.join()
     return bounds
 
 
