@@ -593,10 +593,18 @@ def test_the_gpu_routes_edge_index_handling_on_the_cpu():
     data = make_data()
     loader = NeighborLoader(data, [3, 2], batch_size=8, features=False)
     loader._own_edge_index = True  # what a CUDA device sets; nothing here runs on CUDA
-    shell, _ = loader.route.view(data, loader.device)
+    loader._graph_num_nodes = N
+    shell, _ = loader.route.view(data, loader.device, N)
     assert shell.edge_index.shape == data.edge_index.shape and shell.edge_index.stride() == (0, 0), "a placeholder, no memory"
     assert loader.data.edge_index is data.edge_index, "the user's data keeps its edge_index"
     check_homogeneous(data, one_batch(loader), torch.arange(8))
+    bare = Data(edge_index=data.edge_index, w=data.w, y=data.y)  # no table PyG could count nodes by but edge_index
+    loader = NeighborLoader(bare, [3, 2], batch_size=8)
+    loader._own_edge_index, loader._graph_num_nodes = True, N
+    batch = one_batch(loader)
+    assert torch.equal(batch.y, data.y[batch.n_id]) and torch.equal(batch.w, data.w[batch.e_id])
+    assert torch.equal(batch.n_id[batch.edge_index], data.edge_index[:, batch.e_id]), "the batch's edges are the graph's"
+    assert "num_nodes" not in batch._store, "the shell's count is not the batch's"
     h = make_hetero()
     et = ("author", "writes", "paper")
     h[et].weight = torch.rand(h[et].num_edges)

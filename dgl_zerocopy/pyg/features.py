@@ -81,12 +81,14 @@ class FeatureRoute:
             if ids is not None and (ours is None or (group, name) in ours):
                 _target(batch, group)[name] = gather(store, ids)
 
-    def view(self, data: Any, edge_index_device: torch.device | None = None) -> tuple[Any, set]:
+    def view(self, data: Any, edge_index_device: torch.device | None = None, num_nodes: int | Mapping[str, int] | None = None) -> tuple[Any, set]:
         """``(shell, ours)``: a shallow copy of ``data`` for PyG to slice, without the tables our stores serve
         now (``ours``): every table given in ``features=``, and each table routed by default that ``data``
         still holds as the very tensor its store was built from (module docstring). With
         ``edge_index_device``, each ``edge_index`` of the shell is a placeholder of its shape there (no
-        memory: stride 0), so that PyG stacks the batch's ``row``/``col`` where the sampler left them."""
+        memory: stride 0, never read, made without a kernel), so that PyG stacks the batch's ``row``/``col``
+        where the sampler left them; every node type then counts its nodes explicitly, from ``num_nodes``
+        (the graph's count, or counts by node type), since PyG would count them from ``edge_index``."""
         shell = copy.copy(data)
         ours = set()
         for level, tables in (("node", self.node), ("edge", self.edge)):
@@ -108,9 +110,12 @@ class FeatureRoute:
                         stacklevel=4,
                     )
         if edge_index_device is not None:
+            for store in shell.node_stores:
+                if "num_nodes" not in store and num_nodes is not None:
+                    store.num_nodes = num_nodes[store._key] if isinstance(num_nodes, Mapping) else num_nodes
             for store in shell.edge_stores:
                 if "edge_index" in store:
-                    store.edge_index = torch.zeros((), dtype=torch.long, device=edge_index_device).expand(*store.edge_index.shape)
+                    store.edge_index = torch.empty((), dtype=torch.long, device=edge_index_device).expand(*store.edge_index.shape)
         return shell, ours
 
     def fixed(self, ours: set) -> FeatureRoute:

@@ -106,6 +106,8 @@ class _OurRoute:
         # On a GPU, PyG stacks the batch's edge_index where the sampler left row/col (the shell's edge_index
         # is a placeholder there), never on the host.
         self._own_edge_index = self.device.type == "cuda" and isinstance(self._data, (Data, HeteroData))
+        sampler = getattr(self, "node_sampler", None) or getattr(self, "link_sampler", None)
+        self._graph_num_nodes = getattr(sampler, "num_nodes", None)  # counted once (PyG would count from edge_index)
 
     def __getstate__(self) -> dict:
         """What a worker process started by ``spawn``/``forkserver`` is sent: the data's shell and the route
@@ -139,7 +141,7 @@ class _OurRoute:
     def filter_fn(self, out: SamplerOutput | HeteroSamplerOutput) -> Data | HeteroData:
         shell, ours = self._data, None
         if isinstance(self._data, (Data, HeteroData)) and (self.route or self._own_edge_index):
-            shell, ours = self.route.view(self._data, self.device if self._own_edge_index else None)
+            shell, ours = self.route.view(self._data, *((self.device, self._graph_num_nodes) if self._own_edge_index else ()))
         with _filtering(self, shell):
             batch = super().filter_fn(out)
         if isinstance(self._data, tuple) and isinstance(self._data[0], FeatureStore):
@@ -147,6 +149,7 @@ class _OurRoute:
         if self.route:
             nodes, edges = node_and_edge_ids(batch)
             self.route.attach(batch, nodes, edges, ours)
+        if shell is not self._data:
             _drop_added_num_nodes(batch, self._had_num_nodes)
         return batch if self._transform is None else self._transform(batch)
 
