@@ -356,3 +356,19 @@ def test_cached_kernel_arguments():
     # per-column pairs are device memory already: no cached copy is passed
     column = decode(100, cache_address=8192)
     assert kernel_arguments(column, **dict(common, row_stride=100), affine_address=1 << 20, cache_affine_address=1 << 21, **cache)[14] == ("ptr", 0)
+
+
+@pytest.mark.parametrize("threads_per_block, id_bytes, max_blocks, num_sms", [(128, 4, None, 1), (1024, 8, 5, 132), (256, 8, None, 132), (64, 4, 3, 2)])
+def test_raw_and_decoding_plans_carry_the_same_launch_values(threads_per_block, id_bytes, max_blocks, num_sms):
+    """Both plans are made in one place: the block, id width, cache slot width and grid cap reach each alike."""
+    launch = {"threads_per_block": threads_per_block, "id_bytes": id_bytes, "max_blocks": max_blocks, "num_sms": num_sms}
+    cache = {"cache_address": 1 << 20, "slot_bytes": 8}
+    raw = plan_gather(256, 0, 100_000, elem_size=1, **launch, **cache)
+    decoding = plan_decode(256, 0, 100_000, code="int8", affine="row", **launch, **cache)
+    full_wave = num_sms * (2048 // threads_per_block)
+    for plan in (raw, decoding):
+        rows_per_block = threads_per_block // 32 * (32 // plan.threads_per_row)
+        work = -(-100_000 // rows_per_block)
+        assert (plan.block, plan.id_bytes, plan.slot_bytes, plan.num_ids, plan.row_bytes) == (threads_per_block, id_bytes, 8, 100_000, 256)
+        assert plan.grid == min(work, full_wave, max_blocks or full_wave)
+    assert (raw.out_row_bytes, decoding.out_row_bytes, decoding.code, decoding.affine, raw.code) == (256, 1024, "int8", "row", None)

@@ -165,6 +165,31 @@ def _grid(work_blocks: int, num_ids: int, row_bytes: int, num_sms: int, threads_
     return 0 if num_ids == 0 or row_bytes == 0 else min(work_blocks, cap)
 
 
+def _new_plan(variant: str, kernel: str, vector: int, geometry: tuple[int, int, int, int], work_blocks: int, **values: int | str | None) -> GatherPlan:
+    """The one place a :class:`GatherPlan` is made, raw or decoding, from values checked already.
+
+    ``geometry``: (threads per row, window, align, steps); ``work_blocks``: blocks for all the work,
+    capped by :func:`_grid`. ``values``: ``row_bytes``, ``num_ids``, ``num_sms``, ``threads_per_block``,
+    ``max_blocks``, ``id_bytes``, ``slot_bytes`` (0: no cache), ``out_row_bytes`` and, for a decoding
+    plan, ``code``, ``out_format``, ``affine``, ``store_bytes``.
+    """
+    threads_per_row, window, align, steps = geometry
+    num_sms, block, max_blocks = values.pop("num_sms"), values.pop("threads_per_block"), values.pop("max_blocks")
+    grid = _grid(work_blocks, values["num_ids"], values["row_bytes"], num_sms, block, max_blocks)
+    return GatherPlan(
+        variant=variant,
+        kernel=kernel,
+        vector_bytes=vector,
+        threads_per_row=threads_per_row,
+        window_bytes=window,
+        align_bytes=align,
+        steps_per_row=steps,
+        block=block,
+        grid=grid,
+        **values,
+    )
+
+
 def _check_launch(num_sms: int, threads_per_block: int, id_bytes: int, max_blocks: int | None) -> None:
     _check_int("num_sms", num_sms, 1)
     if max_blocks is not None:
@@ -286,23 +311,10 @@ def plan_gather(
         steps = 1
         work_blocks = -(-(num_ids * threads_per_row) // threads_per_block)
 
-    grid = _grid(work_blocks, num_ids, row_bytes, num_sms, threads_per_block, max_blocks)
-    return GatherPlan(
-        variant=variant,
-        kernel=name_expression(variant, vector, id_bytes),
-        vector_bytes=vector,
-        threads_per_row=threads_per_row,
-        window_bytes=window,
-        align_bytes=align,
-        steps_per_row=steps,
-        block=threads_per_block,
-        grid=grid,
-        row_bytes=row_bytes,
-        num_ids=num_ids,
-        out_row_bytes=row_bytes,
-        id_bytes=id_bytes,
-        slot_bytes=slot_bytes if cache_layout else 0,
-    )
+    launch = {"num_sms": num_sms, "threads_per_block": threads_per_block, "max_blocks": max_blocks, "id_bytes": id_bytes}
+    layout = {"row_bytes": row_bytes, "num_ids": num_ids, "out_row_bytes": row_bytes, "slot_bytes": slot_bytes if cache_layout else 0}
+    kernel = name_expression(variant, vector, id_bytes)
+    return _new_plan(variant, kernel, vector, (threads_per_row, window, align, steps), work_blocks, **layout, **launch)
 
 
 def plan_decode(
@@ -411,28 +423,13 @@ def plan_decode(
     vector = _widest_load(16, table_address, row_stride, row_bytes, *cache_layout)
     chunk = vector // code_bytes * out_bytes
     store = _widest_load(min(16, chunk), out_address, out_stride, chunk)
-    threads_per_row, window, align, steps = _aligned_geometry(row_bytes, vector)
-    work_blocks = _aligned_blocks(num_ids, threads_per_row, threads_per_block)
-    return GatherPlan(
-        variant="aligned",
-        kernel=decode_name_expression(code, out_format, vector),
-        vector_bytes=vector,
-        threads_per_row=threads_per_row,
-        window_bytes=window,
-        align_bytes=align,
-        steps_per_row=steps,
-        block=threads_per_block,
-        grid=_grid(work_blocks, num_ids, row_bytes, num_sms, threads_per_block, max_blocks),
-        row_bytes=row_bytes,
-        num_ids=num_ids,
-        code=code,
-        out_format=out_format,
-        affine=affine,
-        out_row_bytes=out_row_bytes,
-        store_bytes=store,
-        id_bytes=id_bytes,
-        slot_bytes=slot_bytes if cache_layout else 0,
-    )
+    geometry = _aligned_geometry(row_bytes, vector)
+    work_blocks = _aligned_blocks(num_ids, geometry[0], threads_per_block)
+    launch = {"num_sms": num_sms, "threads_per_block": threads_per_block, "max_blocks": max_blocks, "id_bytes": id_bytes}
+    layout = {"row_bytes": row_bytes, "num_ids": num_ids, "out_row_bytes": out_row_bytes, "slot_bytes": slot_bytes if cache_layout else 0}
+    decoding = {"code": code, "out_format": out_format, "affine": affine, "store_bytes": store}
+    kernel = decode_name_expression(code, out_format, vector)
+    return _new_plan("aligned", kernel, vector, geometry, work_blocks, **layout, **launch, **decoding)
 
 
 def kernel_arguments(
