@@ -7,7 +7,7 @@ import pytest
 
 from dgl_zerocopy.cuda.gather import gather_plan
 from dgl_zerocopy.cuda.gather.emulator import Trace, emulate_gather
-from dgl_zerocopy.cuda.gather.pcie_model import CODEC_VARIANTS, LINK_GBPS, TLP_OVERHEAD_BYTES, analyze, compare, compare_cached, compare_codecs
+from dgl_zerocopy.cuda.gather.pcie_model import CODEC_VARIANTS, LINK_GBPS, TLP_OVERHEAD_BYTES, analyze, compare, compare_cached, compare_codecs, count_distinct
 
 
 def one_row(row_bytes: int, offset: int, variant: str, dtype: str = "float32"):
@@ -243,3 +243,14 @@ def test_cache_bench_script_writes_its_table(tmp_path):
     assert "| 128 | int8/column | 152 (25%) | 76 (12%) | 0 (0%) |" in table
     assert pcie_cache.main(["--num-ids", "16", "--num-rows", "128", "--out", str(tmp_path / "c")]) == 0
     assert all((tmp_path / f"c.{ext}").stat().st_size > 0 for ext in ("csv", "json", "png"))
+
+
+@pytest.mark.parametrize("columns", [1, 2, 4])
+def test_count_distinct_counts_distinct_rows_of_the_columns(columns):
+    """The one counter of both PCIe models (gather and sampling): equal to NumPy's unique rows."""
+    rng = np.random.default_rng(columns)
+    for size in (1, 2, 50, 1000):
+        values = rng.integers(0, 4, size=(columns, size), dtype=np.int64)
+        assert count_distinct(*values) == len(np.unique(values.T, axis=0))
+    assert count_distinct(*np.zeros((columns, 0), dtype=np.int64)) == 0
+    assert count_distinct(np.array([3, 3, 1]), np.array([7, 8, 7])) == 3  # (3, 7), (3, 8), (1, 7): distinct as pairs

@@ -62,6 +62,7 @@ __all__ = [
     "compare",
     "compare_cached",
     "compare_codecs",
+    "count_distinct",
 ]
 
 logger = logging.getLogger(__name__)
@@ -112,8 +113,10 @@ class PcieMetrics:
         return asdict(self)
 
 
-def _count_distinct(*columns: np.ndarray) -> int:
-    """Number of distinct rows of the given equally long integer columns."""
+def count_distinct(*columns: np.ndarray) -> int:
+    """Number of distinct rows of the given equally long integer columns (a row: one value from
+    each column at the same position); 0 for empty columns. The request model counts a warp's
+    distinct (instruction, line) pairs with it."""
     if columns[0].size == 0:
         return 0
     order = np.lexsort(columns[::-1])
@@ -135,9 +138,9 @@ def analyze(trace: Trace) -> PcieMetrics:
     slot = np.concatenate([trace.slot, trace.slot])
     lines = np.concatenate([first, last]) // LINE_BYTES
     sectors = np.concatenate([first, last]) // SECTOR_BYTES
-    requests = _count_distinct(warp, slot, lines)
-    fetched = _count_distinct(warp, slot, sectors) * SECTOR_BYTES
-    instructions = _count_distinct(trace.warp, trace.slot)
+    requests = count_distinct(warp, slot, lines)
+    fetched = count_distinct(warp, slot, sectors) * SECTOR_BYTES
+    instructions = count_distinct(trace.warp, trace.slot)
     useful = trace.useful_bytes
     return PcieMetrics(
         variant=trace.plan.variant,

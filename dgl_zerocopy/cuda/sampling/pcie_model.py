@@ -37,7 +37,7 @@ import numpy as np
 import torch
 
 from dgl_zerocopy.cuda.gather.emulator import emulate_gather
-from dgl_zerocopy.cuda.gather.pcie_model import LINE_BYTES, SECTOR_BYTES, TLP_OVERHEAD_BYTES, analyze
+from dgl_zerocopy.cuda.gather.pcie_model import LINE_BYTES, SECTOR_BYTES, TLP_OVERHEAD_BYTES, analyze, count_distinct
 from dgl_zerocopy.cuda.sampling.api import SampledCSC
 from dgl_zerocopy.cuda.sampling.emulator import SampleTrace, emulate_sample
 
@@ -105,25 +105,13 @@ class LayerMetrics:
         return row
 
 
-def _distinct(*columns: np.ndarray) -> int:
-    """Number of distinct rows of equally long integer columns."""
-    if columns[0].size == 0:
-        return 0
-    order = np.lexsort(columns[::-1])
-    changed = np.zeros(order.size - 1, dtype=bool)
-    for column in columns:
-        ordered = column[order]
-        changed |= ordered[1:] != ordered[:-1]
-    return int(changed.sum()) + 1
-
-
 def _requests_and_bytes(trace: SampleTrace, mask: np.ndarray) -> tuple[int, int]:
     """(requests, fetched bytes) of the loads selected by ``mask``."""
     first = trace.address[mask]
     last = first + trace.nbytes[mask].astype(np.int64) - 1
     launch, warp, slot = (np.concatenate([a[mask], a[mask]]) for a in (trace.launch, trace.warp, trace.slot))
     ends = np.concatenate([first, last])  # a load crossing a line or sector counts in both
-    return _distinct(launch, warp, slot, ends // LINE_BYTES), _distinct(launch, warp, slot, ends // SECTOR_BYTES) * SECTOR_BYTES
+    return count_distinct(launch, warp, slot, ends // LINE_BYTES), count_distinct(launch, warp, slot, ends // SECTOR_BYTES) * SECTOR_BYTES
 
 
 def _scan_cost(indptr: torch.Tensor, seeds: np.ndarray, id_bytes: int, base: int) -> tuple[int, int]:
