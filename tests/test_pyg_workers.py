@@ -113,3 +113,21 @@ def test_which_start_methods_send_the_data():
     assert not workers_are_sent_data({"num_workers": 2, "multiprocessing_context": "fork"})
     assert workers_are_sent_data({"num_workers": 2, "multiprocessing_context": "forkserver"})
     assert workers_are_sent_data({"num_workers": 2, "multiprocessing_context": multiprocessing.get_context("spawn")})
+
+
+def test_the_remote_backend_pair_under_forkserver():
+    """Our FeatureStore's tables, put as private tensors, are rebuilt over shared memory for the workers."""
+    from dgl_zerocopy.pyg import FeatureStore, GraphStore
+
+    data = make_data()
+    feature_store = FeatureStore.from_data(data)
+    pair = (feature_store, GraphStore.from_data(data))
+    loader = NeighborLoader(pair, [3], input_nodes=torch.arange(N), batch_size=50, num_workers=1, multiprocessing_context="forkserver", timeout=WAIT_S)  # fmt: skip
+    assert data.x.is_shared() and data.edge_attr.is_shared(), "moved into shared memory in place"
+    assert feature_store._nodes[(None, "x")]._table.data_ptr() == data.x.data_ptr(), "the store serves that memory"
+    count = 0
+    for batch in loader:
+        assert torch.equal(batch.x, data.x[batch.n_id]) and torch.equal(batch.edge_attr, data.edge_attr[batch.e_id])
+        count += 1
+    assert count == 2
+    assert feature_store.share_memory_() is feature_store and feature_store._nodes[(None, "x")]._table.data_ptr() == data.x.data_ptr()

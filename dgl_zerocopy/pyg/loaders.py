@@ -95,7 +95,10 @@ class _OurRoute:
         self.prefetch = prefetch
         # A ring per live prefetching iterator, made on its first use (none without prefetching).
         self._rings = RingPool(functools.partial(SlotRing, self.device, prefetch))
-        self.route = route_features(data, features, self.device, share=workers_are_sent_data(kwargs))
+        sent = workers_are_sent_data(kwargs)
+        self.route = route_features(data, features, self.device, share=sent)
+        if sent and isinstance(data, tuple) and isinstance(data[0], FeatureStore):
+            data[0].share_memory_()
         self._had_num_nodes = _explicit_num_nodes(data)
 
     def _after_pyg_init(self) -> None:

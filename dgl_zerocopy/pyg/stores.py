@@ -9,7 +9,8 @@
   (COO, CSR or CSC), checked when it is put (ids within the ``size`` given, offsets from 0, never
   decreasing, ending at the number of edges); PyG's ``csc()`` converts once, when the sampler is built.
 
-``FeatureStore.from_data(data)`` and ``GraphStore.from_data(data)`` split a ``Data``/``HeteroData`` into the
+``FeatureStore.share_memory_()`` readies its tables for worker processes started by ``spawn``/``forkserver``
+(our loaders call it). ``FeatureStore.from_data(data)`` and ``GraphStore.from_data(data)`` split a ``Data``/``HeteroData`` into the
 pair.
 """
 
@@ -25,7 +26,7 @@ from torch_geometric.data import GraphStore as PygGraphStore
 
 from ..data.graph_check import check_csc, check_ids
 from ..store.feature_store import FeatureStore as TableStore
-from .features import as_store, check_table_rows, gather
+from .features import as_store, check_table_rows, gather, shareable
 
 _HOMOGENEOUS_EDGES = None  # the edge group of a homogeneous graph
 
@@ -40,14 +41,40 @@ class FeatureStore(PygFeatureStore):
         self.device = torch.device(device) if device is not None else torch.device("cpu")
         self._nodes: dict[tuple[Hashable, str], Any] = {}
         self._edges: dict[tuple[Hashable, str], Any] = {}
+        # the tensor each store was built from here, by (tables, key): what share_memory_() rebuilds it over
+        self._sources: dict[tuple[str, tuple[Hashable, str]], torch.Tensor] = {}
 
     # -- PyG's interface (node tables) ---------------------------------------------------------------
 
     def _put_tensor(self, tensor: Any, attr: TensorAttr) -> bool:
         if attr.index is not None and not (isinstance(attr.index, slice) and attr.index == slice(None)):
             raise ValueError(f"put whole tables into dgl_zerocopy.pyg.FeatureStore (index=None), but {attr.attr_name!r} came with index={attr.index!r}")
-        self._nodes[(attr.group_name, attr.attr_name)] = _held(tensor, self.device, attr.attr_name)
+        self._put("_nodes", (attr.group_name, attr.attr_name), tensor)
         return True
+
+    def _put(self, tables: str, key: tuple[Hashable, str], tensor: Any) -> None:
+        held = _held(tensor, self.device, key[1])
+        getattr(self, tables)[key] = held
+        if held is not tensor and isinstance(held, TableStore):
+            self._sources[(tables, key)] = tensor
+        else:
+            self._sources.pop((tables, key), None)
+
+    def share_memory_(self) -> FeatureStore:
+        """Make every table this store built from a tensor ready to be sent to worker processes started by
+        ``spawn`` or ``forkserver`` (our loaders call it when theirs will be): its store is rebuilt over the
+        tensor moved into shared memory in place, or over the file it maps (as a loader's own tables,
+        :func:`dgl_zerocopy.pyg.features.shareable`). Tables put as built stores are left to their owner.
+
+        Returns:
+            This store.
+        """
+        for (tables, key), tensor in list(self._sources.items()):
+            if not tensor.is_shared():
+                getattr(self, tables)[key].close()  # before the memory moves: a store on a GPU has it registered
+                getattr(self, tables)[key] = as_store(shareable(tensor, key[1]), self.device, key[1])
+            del self._sources[(tables, key)]  # ready: nothing more to do for it
+        return self
 
     def _get_tensor(self, attr: TensorAttr) -> torch.Tensor | None:
         key = (attr.group_name, attr.attr_name)
@@ -56,6 +83,7 @@ class FeatureStore(PygFeatureStore):
         return _rows(self._nodes[key], attr.index)
 
     def _remove_tensor(self, attr: TensorAttr) -> bool:
+        self._sources.pop(("_nodes", (attr.group_name, attr.attr_name)), None)
         return self._nodes.pop((attr.group_name, attr.attr_name), None) is not None
 
     def _get_tensor_size(self, attr: TensorAttr) -> tuple[int, ...] | None:
@@ -69,7 +97,7 @@ class FeatureStore(PygFeatureStore):
 
     def put_edge_tensor(self, tensor: Any, attr_name: str, edge_type: Any = _HOMOGENEOUS_EDGES) -> None:
         """Put an edge table (rows in edge-id order: the order of the graph's ``edge_index``)."""
-        self._edges[(edge_type, attr_name)] = _held(tensor, self.device, attr_name)
+        self._put("_edges", (edge_type, attr_name), tensor)
 
     def get_edge_tensor(self, attr_name: str, index: Any = None, edge_type: Any = _HOMOGENEOUS_EDGES) -> torch.Tensor:
         """Rows ``index`` (edge ids) of an edge table; all of them for ``None``."""
