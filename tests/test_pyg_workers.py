@@ -131,3 +131,15 @@ def test_the_remote_backend_pair_under_forkserver():
         count += 1
     assert count == 2
     assert feature_store.share_memory_() is feature_store and feature_store._nodes[(None, "x")]._table.data_ptr() == data.x.data_ptr()
+
+
+def test_what_a_worker_is_sent_and_a_shallow_copy():
+    import copy
+    import pickle
+
+    data = make_data()
+    loader = NeighborLoader(data, [3], batch_size=50, num_workers=1, multiprocessing_context="forkserver")
+    sent = pickle.loads(pickle.dumps(loader))
+    assert "x" not in sent.data and "edge_attr" not in sent.data and torch.equal(sent.data.y, data.y), "the tables go as stores"
+    assert set(sent.route.node) == {(None, "x")} and not sent.route.sources
+    assert copy.copy(loader).data is data, "a copy keeps the data"

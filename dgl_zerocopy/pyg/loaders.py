@@ -123,6 +123,12 @@ class _OurRoute:
             state["_data"], state["route"] = shell, self.route.fixed(ours)
         return state
 
+    def __copy__(self) -> _OurRoute:
+        """A shallow copy that keeps the data (``__getstate__`` is what a worker is sent, not a copy)."""
+        twin = type(self).__new__(type(self))
+        twin.__dict__.update(self.__dict__)
+        return twin
+
     def __setstate__(self, state: dict) -> None:
         self.__dict__.update(state)
         self._rings = RingPool(functools.partial(SlotRing, self.device, self.prefetch))
