@@ -139,14 +139,15 @@ def test_relabel_kernels_equal_their_twin_and_torchs_relabelling(node_dtype, id_
         count = torch.tensor([live]) if trial % 2 else None
         out_indptr = torch.tensor([0, num_src // 2, num_src])
         runs = {}
-        for backend in ("emulator", "reference"):
+        for backend, num_nodes in (("emulator", None), ("reference", None), ("bounded", 120)):  # ids < 120: a table of 256 slots
             sizes = torch.full((2,), -7, dtype=torch.int64)
-            runs[backend] = relabel_layer(dst, count, src, out_indptr, sizes, backend=backend)
-        emu, ref = runs["emulator"], runs["reference"]
+            runs[backend] = relabel_layer(dst, count, src, out_indptr, sizes, backend="emulator" if num_nodes else backend, num_nodes=num_nodes)
+        emu, ref, bounded = runs["emulator"], runs["reference"], runs["bounded"]
         total, num_nodes = emu.sizes.tolist()
         assert ref.sizes.tolist() == [total, num_nodes] and total == num_src
         assert emu.nodes.dtype == emu.local.dtype == emu.indptr.dtype == node_dtype
         assert torch.equal(emu.nodes[:num_nodes], ref.nodes[:num_nodes]) and torch.equal(emu.local, ref.local)
+        assert torch.equal(bounded.nodes[:num_nodes], ref.nodes[:num_nodes]) and torch.equal(bounded.local, ref.local)
         assert torch.equal(emu.indptr.long(), out_indptr)
         nodes, local, torch_count = relabel_deferred(dst[:live], src.to(node_dtype))
         used = src >= 0

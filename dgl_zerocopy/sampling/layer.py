@@ -184,11 +184,11 @@ def plan_layer(
         return plan_csc(graph.indptr, nodes, fanout, replace=replace, num_valid=count, backend=backend, bad=bad)
 
 
-def relabel_picks(dst: torch.Tensor, count: torch.Tensor | None, picks: DeferredCSC, sizes: torch.Tensor, backend: str) -> Relabelled:
+def relabel_picks(graph: SamplingGraph, dst: torch.Tensor, count: torch.Tensor | None, picks: DeferredCSC, sizes: torch.Tensor, backend: str) -> Relabelled:
     """A layer's ``to_block`` numbering on the sampling device, no host read (the kernel layer's
     ``relabel_layer``): ``dst``'s first ``count`` entries (None: all) and then the picks' new nodes;
     ``sizes`` (int64 ``(2,)``) receives ``[picks, source nodes]``."""
     from ..cuda.sampling import relabel_layer
 
     with _on_device(dst, backend):
-        return relabel_layer(dst, count, picks.src, picks.indptr, sizes, backend=backend)
+        return relabel_layer(dst, count, picks.src, picks.indptr, sizes, backend=backend, num_nodes=graph.num_nodes)

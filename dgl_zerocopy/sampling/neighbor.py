@@ -234,7 +234,7 @@ class GpuNeighborSampler:
                 *before, capacity = relabel.read_sizes(torch.cat((sizes[: 1 + 2 * layer], plan.out_indptr[-1:])))
                 _raise_bad(before[0], given, seeds, graph)
             picks = sample_layer_deferred(graph, dst, fanout, self.replace, key, self.backend, capacity=capacity, plan=plan, edge_ids=edge_ids)
-            relabelled = relabel_picks(dst, count, picks, sizes[1 + 2 * layer : 3 + 2 * layer], self.backend)
+            relabelled = relabel_picks(graph, dst, count, picks, sizes[1 + 2 * layer : 3 + 2 * layer], self.backend)
             layers.append(_Layer(picks.pos, relabelled, edge_ids is not None))
             dst, count = relabelled.nodes, relabelled.sizes[1:]
         values = relabel.read_sizes(sizes)  # the batch's one host read

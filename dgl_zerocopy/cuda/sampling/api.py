@@ -293,7 +293,14 @@ def sample_csc_deferred(
 
 
 def relabel_layer(
-    dst: torch.Tensor, dst_count: torch.Tensor | None, src: torch.Tensor, out_indptr: torch.Tensor, sizes: torch.Tensor, *, backend: str = "cuda"
+    dst: torch.Tensor,
+    dst_count: torch.Tensor | None,
+    src: torch.Tensor,
+    out_indptr: torch.Tensor,
+    sizes: torch.Tensor,
+    *,
+    backend: str = "cuda",
+    num_nodes: int | None = None,
 ) -> Relabelled:
     """DGL's ``to_block`` numbering of one sampled layer, on the device, reading nothing back.
 
@@ -304,6 +311,8 @@ def relabel_layer(
         out_indptr: the layer's int64 offsets (``len(seeds) + 1``; ``out_indptr[-1]`` the total).
         sizes: an int64 tensor of two elements beside ``dst``; receives ``[total, source node count]``.
         backend: ``"cuda"``, ``"emulator"`` or ``"reference"``; equal results on each.
+        num_nodes: the graph's node count, if known (every id is below it): bounds the hash table
+            by the distinct ids rather than by the candidates.
 
     Returns:
         :class:`~dgl_zerocopy.cuda.sampling.launch.Relabelled`: the source nodes (destinations
@@ -323,14 +332,14 @@ def relabel_layer(
     if backend == "cuda":
         from dgl_zerocopy.cuda.sampling.launcher import launch_relabel
 
-        return launch_relabel(dst, dst_count, src, out_indptr, sizes)
+        return launch_relabel(dst, dst_count, src, out_indptr, sizes, num_nodes=num_nodes)
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
     _check_cpu(backend, dst=dst)
     if backend == "emulator":
         from dgl_zerocopy.cuda.sampling.emulator import emulate_relabel
 
-        return emulate_relabel(dst, dst_count, src, out_indptr.contiguous(), sizes)
+        return emulate_relabel(dst, dst_count, src, out_indptr.contiguous(), sizes, num_nodes=num_nodes)
     from dgl_zerocopy.cuda.sampling.reference import reference_relabel
 
     return reference_relabel(dst, dst_count, src, out_indptr, sizes)

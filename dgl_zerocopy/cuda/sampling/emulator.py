@@ -168,10 +168,11 @@ def emulate_plan(indptr: torch.Tensor, seeds: torch.Tensor, fanout: int, replace
 
 
 def emulate_relabel(
-    dst: torch.Tensor, dst_count: torch.Tensor | None, src: torch.Tensor, out_indptr: torch.Tensor, sizes: torch.Tensor, *, max_blocks: int | None = None
+    dst: torch.Tensor, dst_count: torch.Tensor | None, src: torch.Tensor, out_indptr: torch.Tensor, sizes: torch.Tensor, **options: Any
 ) -> Relabelled:
-    """:func:`~dgl_zerocopy.cuda.sampling.launch.relabel_passes` run by the emulated kernels (CPU tensors, contiguous)."""
-    return relabel_passes(dst, dst_count, src, out_indptr, sizes, _runner(False, []), num_sms=NUM_SMS, max_blocks=max_blocks)
+    """:func:`~dgl_zerocopy.cuda.sampling.launch.relabel_passes` run by the emulated kernels (CPU
+    tensors, contiguous; ``options``: its ``max_blocks`` and ``num_nodes``)."""
+    return relabel_passes(dst, dst_count, src, out_indptr, sizes, _runner(False, []), num_sms=NUM_SMS, **options)
 
 
 def emulate_pick_and_fetch(plan: CSCPlan, indices: torch.Tensor, seed: int, capacity: int, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:

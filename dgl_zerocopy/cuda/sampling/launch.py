@@ -281,9 +281,11 @@ def relabel_passes(
     *,
     num_sms: int,
     max_blocks: int | None = None,
+    num_nodes: int | None = None,
 ) -> Relabelled:
     """DGL's ``to_block`` numbering of a layer with the relabelling kernels of ``kernels/sample.cu``:
-    a table fill, insert, mark, a scan, write (five launches); nothing read back.
+    a table fill, insert, mark, a scan, write (five launches); nothing read back. ``num_nodes``: the
+    graph's node count, if known: the table holds twice the distinct ids, at most that many.
 
     ``dst``: the destinations (int32/int64; the first ``dst_count`` entries, a device int64 ``(1,)``,
     or all when None); ``src``: the picks in the graph's id dtype (-1: an unused slot);
@@ -292,7 +294,7 @@ def relabel_passes(
     """
     device = dst.device
     num_dst, num_src = len(dst), len(src)
-    slots = table_slots(num_dst + num_src)
+    slots = table_slots(min(num_dst + num_src, num_nodes) if num_nodes is not None else num_dst + num_src)
     table = torch.full((2 * slots,), -1, dtype=torch.int64, device=device)
     nodes = torch.empty(num_dst + num_src, dtype=dst.dtype, device=device)
     local = torch.empty(num_src, dtype=dst.dtype, device=device)

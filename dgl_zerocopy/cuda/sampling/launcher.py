@@ -210,11 +210,12 @@ def launch_pick_and_fetch(
 
 
 def launch_relabel(
-    dst: torch.Tensor, dst_count: torch.Tensor | None, src: torch.Tensor, out_indptr: torch.Tensor, sizes: torch.Tensor, *, max_blocks: int | None = None
+    dst: torch.Tensor, dst_count: torch.Tensor | None, src: torch.Tensor, out_indptr: torch.Tensor, sizes: torch.Tensor, **options: Any
 ) -> Relabelled:
     """:func:`~dgl_zerocopy.cuda.sampling.launch.relabel_passes` on the GPU of ``dst`` (torch's
-    current stream; no synchronisation); every tensor on that GPU, contiguous."""
+    current stream; no synchronisation); every tensor on that GPU, contiguous. ``options``: its
+    ``max_blocks`` and ``num_nodes``."""
     names = instantiations.relabel_names(dst.element_size(), src.element_size())
     gpu = _Launch(dst, dst.element_size(), src.element_size(), dst.element_size(), names=names)
     with gpu.context():
-        return relabel_passes(dst, dst_count, src, out_indptr, sizes, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks)
+        return relabel_passes(dst, dst_count, src, out_indptr, sizes, gpu.run, num_sms=gpu.num_sms, **options)
