@@ -306,8 +306,9 @@ def _drop_added_num_nodes(batch: Any, had: Any) -> None:
 
 class NeighborLoader(_OurRoute, PygNeighborLoader):
     """``torch_geometric.loader.NeighborLoader`` with our sampler, store and prefetch (module docstring);
-    every PyG argument means what it means there. Raises ValueError when built for temporal or weighted
-    sampling."""
+    every PyG argument means what it means there, temporal (``time_attr``, ``input_time``,
+    ``temporal_strategy``) and weighted (``weight_attr``) sampling included. Raises ValueError for what
+    docs/pyg.md lists as refused."""
 
     def __init__(
         self,
@@ -362,7 +363,8 @@ class NeighborLoader(_OurRoute, PygNeighborLoader):
 class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
     """``torch_geometric.loader.LinkNeighborLoader`` with our sampler, store and prefetch (module
     docstring): ``edge_label_index``, ``edge_label``, ``neg_sampling`` (binary, triplet) and
-    ``neg_sampling_ratio`` as in PyG. Raises ValueError when built for temporal or weighted sampling."""
+    ``neg_sampling_ratio`` as in PyG, temporal (``edge_label_time``, ``time_attr``) and weighted
+    (``weight_attr``) sampling included. Raises ValueError for what docs/pyg.md lists as refused."""
 
     def __init__(
         self,
