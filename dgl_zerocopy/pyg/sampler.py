@@ -10,9 +10,11 @@ sampling and bidirectional subgraphs) with its one native call, ``_sample``, ans
   ``'last'``, disjoint trees) and weighted sampling (``weight_attr``), both with pyg-lib's semantics;
 - on a GPU (``device="cuda"``) by our kernels (:class:`dgl_zerocopy.sampling.GpuNeighborSampler`) from the
   CSC pinned in host memory (``graph_placement="pinned"``, the default) or in device memory
-  (``"device"``), for homogeneous graphs with directional or bidirectional subgraphs, uniformly; the batch's
-  index tensors are then on that GPU. Other cases (disjoint, temporal, weighted, heterogeneous) sample on
-  the CPU (logged once).
+  (``"device"``), for homogeneous graphs with directional or bidirectional subgraphs: uniform, disjoint,
+  temporal (the times travel with the CSC, placed as it is) and weighted (without replacement up to
+  ``MAX_WEIGHTED_FANOUT`` = 64 picks per node, refused above when the sampler is built); the batch's index
+  tensors are then on that GPU. Induced subgraphs and heterogeneous graphs sample on the CPU (induced:
+  logged once).
 
 Its output is what pyg-lib's would be: per node type the seeds first, then each hop's new nodes;
 ``row``/``col`` the sampled edges' source and destination as local indices; ``edge`` their positions
@@ -126,8 +128,14 @@ class NeighborSampler(PygNeighborSampler):
         self._hops: HopSampler | None = None
         self._gpu: Any = None
         self._gpu_graph: Any = None
+        self._gpu_picks: list[Any] = []
         if self.is_temporal or self.edge_weight is not None:
             self._hop_sampler()  # the times' order and the weights are checked here, when the loader is built
+        if self.edge_weight is not None and self.device.type == "cuda" and not self.is_hetero:
+            from ..sampling.gpu_picks import WeightedPicks
+
+            for fanout in self.num_neighbors.get_values():
+                WeightedPicks.check_fanout(fanout, self.replace)  # the GPU kernel's limit, refused now
 
     def _check_csc(self) -> None:
         """Check the CSC PyG built (from an ``adj_t``, an unsorted ``edge_index`` marked sorted, a remote
@@ -151,7 +159,7 @@ class NeighborSampler(PygNeighborSampler):
         if isinstance(seed, dict):
             return self._sample_hetero(seed, self._seed_times(seed, seed_time))
         if self._gpu_route():
-            return self._sample_on_gpu(seed)
+            return self._sample_on_gpu(seed, seed_time)
         return self._sample_homogeneous(seed, self._seed_times({_HOMOGENEOUS: seed}, {_HOMOGENEOUS: seed_time} if seed_time is not None else None))
 
     def _seed_times(self, seeds: dict, seed_time: dict | None) -> dict | None:
@@ -265,14 +273,9 @@ class NeighborSampler(PygNeighborSampler):
         """Whether this batch samples with the kernels: a CUDA device, and a case they cover."""
         if self.device.type != "cuda" or self.is_hetero:
             return False
-        if self.edge_weight is not None:
+        if self.subgraph_type == SubgraphType.induced:
             if not getattr(self, "_told_cpu", False):
-                log.info("weighted sampling samples on the CPU (the GPU sampler picks uniformly)")
-                self._told_cpu = True
-            return False
-        if self.disjoint or self.subgraph_type == SubgraphType.induced:
-            if not getattr(self, "_told_cpu", False):
-                log.info("disjoint and induced subgraphs sample on the CPU (the GPU sampler gives directional blocks)")
+                log.info("induced subgraphs sample on the CPU (the GPU sampler gives directional blocks)")
                 self._told_cpu = True
             return False
         return True
@@ -283,16 +286,35 @@ class NeighborSampler(PygNeighborSampler):
         already (PyG would index its host map with device positions)."""
         return None if self._gpu_route() else self.perm
 
-    def _sample_on_gpu(self, seed: torch.Tensor) -> SamplerOutput:
-        return sample_with_blocks(self._gpu_sampler(), self._gpu_graph_for(), seed, self.num_neighbors.get_values())
+    def _sample_on_gpu(self, seed: torch.Tensor, seed_time: Any = None) -> SamplerOutput:
+        times = self._seed_times({_HOMOGENEOUS: seed}, {_HOMOGENEOUS: seed_time} if seed_time is not None else None)
+        seed_times = None if times is None else torch.from_numpy(np.ascontiguousarray(times[_HOMOGENEOUS]))
+        return sample_with_blocks(self._gpu_sampler(), self._gpu_graph_for(), seed, self.num_neighbors.get_values(), seed_time=seed_times)
 
     def _gpu_sampler(self) -> Any:
         if self._gpu is None:
+            from ..sampling.gpu_picks import TemporalPicks, WeightedPicks
             from ..sampling.neighbor import GpuNeighborSampler
 
-            # DGL's order (the input layer first, the seeds' fanout last): PyG's hops reversed.
+            # The times and weights per CSC position, placed as the CSC is (built once, closed with it).
+            times, weights = self._per_position(None, None, _numpy(self.row))
+            place = dict(placement=self.graph_placement, device=self.device)
+            temporal = TemporalPicks(self.colptr, times, self.temporal_strategy, **place) if self.is_temporal else None
+            weighted = WeightedPicks(self.colptr, weights, **place) if weights is not None else None
+            self._gpu_picks = [rule for rule in (temporal, weighted) if rule is not None]
+            # DGL's order (the input layer first, the seeds' fanout last): PyG's hops reversed; each node's
+            # in-edges sampled once, at its hop (expand_once), as PyG's hops are.
             fanouts = list(reversed(self.num_neighbors.get_values()))
-            self._gpu = GpuNeighborSampler(fanouts, replace=self.replace, device=self.device, placement=self.graph_placement)
+            self._gpu = GpuNeighborSampler(
+                fanouts,
+                replace=self.replace,
+                device=self.device,
+                placement=self.graph_placement,
+                expand_once=True,
+                disjoint=self.disjoint,
+                temporal=temporal,
+                weighted=weighted,
+            )
         return self._gpu
 
     def _gpu_graph_for(self) -> Any:
@@ -308,31 +330,40 @@ class NeighborSampler(PygNeighborSampler):
         if self._gpu_graph is not None:
             self._gpu_graph.close()
             self._gpu_graph = None
-        self._gpu = None
+        for rule in self._gpu_picks:
+            rule.close()
+        self._gpu, self._gpu_picks = None, []
 
     def __getstate__(self) -> dict:
         # A worker process builds its own scratch arrays and GPU state.
         state = dict(self.__dict__)
         state["_hops"] = state["_gpu"] = state["_gpu_graph"] = None
+        state["_gpu_picks"] = []
         return state
 
 
-def sample_with_blocks(block_sampler: Any, graph: Any, seed: torch.Tensor, fanouts: list[int]) -> SamplerOutput:
+def sample_with_blocks(block_sampler: Any, graph: Any, seed: torch.Tensor, fanouts: list[int], *, seed_time: Any = None) -> SamplerOutput:
     """PyG's output from a block sampler's ``sample_blocks(graph, seed)`` (DGL's layout: input layer first,
     each block's sources beginning with its destinations, so that the input block's sources number every
     node as PyG does: seeds first, then each hop's new nodes). ``edge`` holds the blocks' edge ids: the
     graph's ``eids`` (PyG's edge ids for a graph built with PyG's ``perm``), or its CSC positions.
 
-    A block samples every one of its destinations, a PyG hop only the nodes that joined at the hop
-    before: each block's edges into nodes an earlier hop expanded are dropped (one host read per
-    layer after the first), so that no node gets in-edges twice (with ``-1``, every in-edge twice).
-    A node that only those edges reached stays in ``node``, without edges."""
+    A PyG hop samples only the nodes that joined at the hop before. A sampler built with ``expand_once=True``
+    (the GPU route's) gives no in-edges to destinations an earlier layer expanded: its batch reads the device
+    once (once more per fanout -1 layer). With another, a block samples every destination and its edges into
+    nodes an earlier hop expanded are dropped here (one host read per layer after the first), so that no node
+    gets in-edges twice; a node that only those edges reached stays in ``node``, without edges.
+    A ``disjoint`` sampler's trees give ``batch``; ``seed_time`` (one per seed) goes to a temporal sampler."""
     from ..sampling.blocks import EID
+    from ..sampling.neighbor import TREE
 
-    _, _, blocks = block_sampler.sample_blocks(graph, seed)
+    _, _, blocks = block_sampler.sample_blocks(graph, seed, **({} if seed_time is None else {"seed_time": seed_time}))
+    disjoint = getattr(block_sampler, "disjoint", False)
     if not blocks:
         empty = torch.empty(0, dtype=torch.long, device=seed.device)
-        return SamplerOutput(node=seed.long(), row=empty, col=empty, edge=empty, num_sampled_nodes=[seed.numel()], num_sampled_edges=[])
+        batch = torch.arange(seed.numel(), device=seed.device) if disjoint else None
+        return SamplerOutput(node=seed.long(), row=empty, col=empty, edge=empty, batch=batch, num_sampled_nodes=[seed.numel()], num_sampled_edges=[])
+    reexpands = not getattr(block_sampler, "expand_once", False)
     rows, cols, edges, per_hop, counts = [], [], [], [seed.numel()], []
     expanded = 0  # destinations (a prefix) whose in-edges an earlier hop gave
     for block in reversed(blocks):  # output layer (hop 1) first
@@ -341,7 +372,7 @@ def sample_with_blocks(block_sampler: Any, graph: Any, seed: torch.Tensor, fanou
         degrees = indptr[1:] - indptr[:-1]
         col = torch.repeat_interleave(torch.arange(num_dst, device=indptr.device), degrees, output_size=block.indices.numel())
         row, edge = block.indices.long(), block.edata[EID].long()
-        first = int(indptr[expanded]) if expanded else 0  # edges are grouped by destination: a suffix stays
+        first = int(indptr[expanded]) if expanded and reexpands else 0  # edges are grouped by destination: a suffix stays
         rows.append(row[first:])
         cols.append(col[first:])
         edges.append(edge[first:])
@@ -350,6 +381,7 @@ def sample_with_blocks(block_sampler: Any, graph: Any, seed: torch.Tensor, fanou
         expanded = num_dst
     return SamplerOutput(
         node=blocks[0].srcdata["_ID"].long(),
+        batch=blocks[0].srcdata[TREE] if disjoint else None,
         row=torch.cat(rows),
         col=torch.cat(cols),
         edge=torch.cat(edges),

@@ -153,12 +153,14 @@ def sample_layer_deferred(
     capacity: int | None = None,
     plan: CSCPlan | None = None,
     edge_ids: torch.Tensor | None = None,
+    pick: Any = None,
 ) -> DeferredCSC:
     """One layer as :func:`sample_layer` picks it, without a host read (``sample_csc_deferred``):
     ``src``/``pos`` hold ``capacity`` entries (default ``len(seeds) * fanout``; for ``fanout == -1``
     the total, read back earlier from ``plan``), the picks first and -1 after; the total and a bad
     seed's position stay on the device (``DeferredCSC.sizes()``). Fanout 0: no picks. ``edge_ids``:
-    each CSC position's edge id, read by the fetch into ``pos`` (then edge ids, not positions)."""
+    each CSC position's edge id, read by the fetch into ``pos`` (then edge ids, not positions).
+    ``pick``: ``sample_csc_deferred``'s (weighted picks; None: uniform)."""
     if fanout == 0:
         zeros = torch.zeros(seeds.numel() + 1, dtype=torch.int64, device=seeds.device)
         empty = torch.zeros(0, dtype=torch.int64, device=seeds.device)
@@ -167,28 +169,42 @@ def sample_layer_deferred(
 
     with _on_device(seeds, backend):
         return sample_csc_deferred(
-            graph.indptr, graph.indices, seeds, fanout, replace=replace, seed=seed, backend=backend, capacity=capacity, plan=plan, edge_ids=edge_ids
+            graph.indptr, graph.indices, seeds, fanout, replace=replace, seed=seed, backend=backend, capacity=capacity, plan=plan, edge_ids=edge_ids, pick=pick
         )
 
 
 def plan_layer(
-    graph: SamplingGraph, nodes: torch.Tensor, fanout: int, replace: bool, count: torch.Tensor | None, backend: str, bad: torch.Tensor | None = None
+    graph: SamplingGraph,
+    nodes: torch.Tensor,
+    fanout: int,
+    replace: bool,
+    count: torch.Tensor | None,
+    backend: str,
+    bad: torch.Tensor | None = None,
+    *,
+    narrow: Any = None,
+    count_picks: Any = None,
 ) -> CSCPlan:
     """The plan of a layer (fanout >= 1 or -1) over the first ``count`` entries of ``nodes`` (``count``:
     a one-element int64 tensor on their device; None: all), no host read. A fanout -1 layer's total,
     ``plan.out_indptr[-1]``, is read back with the batch's sizes so far, and sizes the picks.
-    ``bad``: where the bounds pass flags a bad seed (a view of the batch's sizes; default its own)."""
+    ``bad``: where the bounds pass flags a bad seed (a view of the batch's sizes; default its own).
+    ``narrow``/``count_picks``: ``plan_csc``'s ``narrow``/``count`` (time cut, skipped destinations,
+    weighted counts; None: uniform over every in-edge)."""
     from ..cuda.sampling import plan_csc
 
     with _on_device(nodes, backend):
-        return plan_csc(graph.indptr, nodes, fanout, replace=replace, num_valid=count, backend=backend, bad=bad)
+        return plan_csc(graph.indptr, nodes, fanout, replace=replace, num_valid=count, backend=backend, bad=bad, narrow=narrow, count=count_picks)
 
 
-def relabel_picks(graph: SamplingGraph, dst: torch.Tensor, count: torch.Tensor | None, picks: DeferredCSC, sizes: torch.Tensor, backend: str) -> Relabelled:
+def relabel_picks(
+    graph: SamplingGraph, dst: torch.Tensor, count: torch.Tensor | None, picks: DeferredCSC, sizes: torch.Tensor, backend: str, *, bounded: bool = True
+) -> Relabelled:
     """A layer's ``to_block`` numbering on the sampling device, no host read (the kernel layer's
     ``relabel_layer``): ``dst``'s first ``count`` entries (None: all) and then the picks' new nodes;
-    ``sizes`` (int64 ``(2,)``) receives ``[picks, source nodes]``."""
+    ``sizes`` (int64 ``(2,)``) receives ``[picks, source nodes]``. ``bounded``: the ids are the graph's
+    node ids (at most ``num_nodes`` distinct, which bounds the hash table); False for other keys (trees')."""
     from ..cuda.sampling import relabel_layer
 
     with _on_device(dst, backend):
-        return relabel_layer(dst, count, picks.src, picks.indptr, sizes, backend=backend, num_nodes=graph.num_nodes)
+        return relabel_layer(dst, count, picks.src, picks.indptr, sizes, backend=backend, num_nodes=graph.num_nodes if bounded else None)

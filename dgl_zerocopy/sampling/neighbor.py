@@ -36,6 +36,7 @@ from ..store.transfer import to_device
 from . import relabel
 from .blocks import EID, NID, DeviceBlock
 from .fanout import check_fanout
+from .gpu_picks import KERNEL_BACKENDS, TemporalPicks, WeightedPicks, pick_keys, seed_keys, skip_expanded, split_keys
 from .graph import SamplingGraph, check_homogeneous, release, shared_graph
 from .layer import (
     as_seeds,
@@ -50,6 +51,9 @@ from .layer import (
     sample_layer_deferred,
 )
 from .lazy import LazyData
+
+#: ``srcdata`` of a disjoint sampler's blocks: each source node's tree (the position of its seed).
+TREE = "_TREE"
 
 
 def sample_neighbors(
@@ -142,6 +146,10 @@ class GpuNeighborSampler:
         device: Any = "cuda",
         placement: str = "pinned",
         node_dtype: torch.dtype | None = None,
+        expand_once: bool = False,
+        disjoint: bool = False,
+        temporal: TemporalPicks | None = None,
+        weighted: WeightedPicks | None = None,
     ) -> None:
         for option, value in (("prob", prob), ("mask", mask)):
             if value is not None:
@@ -165,6 +173,8 @@ class GpuNeighborSampler:
         if node_dtype not in (None, torch.int32, torch.int64):
             raise ValueError(f"node_dtype must be None (the graph's), torch.int32 or torch.int64, but got {node_dtype!r}")
         self.node_dtype = node_dtype
+        self._check_rules(expand_once, disjoint, temporal, weighted)
+        self.expand_once, self.disjoint, self.temporal, self.weighted = bool(expand_once), bool(disjoint), temporal, weighted
         # As DGL's BlockSampler keeps them: a list of names, or {type: names}.
         self.prefetch_node_feats = prefetch_node_feats or []
         self.prefetch_labels = prefetch_labels or []
@@ -172,6 +182,17 @@ class GpuNeighborSampler:
         self._source: Any = None  # the DGL graph of self._graph
         self._graph: SamplingGraph | None = None
         self._lock = threading.Lock()
+
+    def _check_rules(self, expand_once: Any, disjoint: Any, temporal: TemporalPicks | None, weighted: WeightedPicks | None) -> None:
+        if temporal is not None and not disjoint:
+            raise ValueError("temporal sampling needs disjoint=True (each seed's tree has its own time, as PyG requires)")
+        if temporal is not None and weighted is not None:
+            raise ValueError("temporal= and weighted= together: sampling by time and by weight at once is not supported (nor by pyg-lib)")
+        if (temporal is not None or weighted is not None) and self.backend not in KERNEL_BACKENDS:
+            raise ValueError(f"temporal and weighted picks run on device 'cuda' or 'emulator', but got {self.backend!r}")
+        if weighted is not None:
+            for fanout in self.fanouts:
+                weighted.check_fanout(fanout, self.replace)
 
     # -- sampling -----------------------------------------------------------------------------------
 
@@ -184,7 +205,7 @@ class GpuNeighborSampler:
         return input_nodes, output_nodes, blocks
 
     def sample_blocks(
-        self, g: Any, seeds: Any, exclude_eids: Any = None, *, edge_ids: torch.Tensor | None = None
+        self, g: Any, seeds: Any, exclude_eids: Any = None, *, edge_ids: torch.Tensor | None = None, seed_time: Any = None
     ) -> tuple[torch.Tensor, torch.Tensor, list[DeviceBlock]]:
         """``(input_nodes, output_nodes, blocks)`` for the seed nodes ``seeds`` (1-D ids, on the CPU or
         the sampling device) of ``g`` (a homogeneous DGL graph on the CPU, or a :class:`SamplingGraph`),
@@ -192,17 +213,20 @@ class GpuNeighborSampler:
         module's docstring). ``edge_ids``: None (the blocks' ``EID`` from the graph, computed when
         first read), or the edge id of each CSC position of a :class:`SamplingGraph` placed in the
         sampling device's memory, read by the fetch kernel now (for a CSC rewritten after the batch,
-        as the GPU snapshot is; the graph's own edge ids are then not read). Raises IndexError for a
-        seed outside the graph."""
+        as the GPU snapshot is; the graph's own edge ids are then not read). ``seed_time``: with
+        ``temporal=``, one time per seed (a tensor or array, on the CPU or the sampling device): its
+        tree's in-edges later than it are never picked. Raises IndexError for a seed outside the
+        graph, ValueError for a missing or misshapen ``seed_time``."""
         if exclude_eids is not None:
             raise ValueError("GpuNeighborSampler does not exclude edges (exclude=); sample with dgl.dataloading.NeighborSampler for that")
         if isinstance(seeds, Mapping):
             raise ValueError("seeds per node type (a dict) are for heterographs; GpuNeighborSampler samples homogeneous graphs: pass one tensor")
         graph = self._graph_for(g)
         given, seeds = seeds, as_seeds(seeds, graph, self.device, self.node_dtype)
+        seed_time = self._seed_time(seed_time, len(seeds))
         # One RNG key per layer, drawn before any sampling, output layer first (the order DGL samples in).
         keys = [draw_seed() for _ in self.fanouts]
-        layers = self._sample_layers(graph, given, seeds, list(reversed(self.fanouts)), keys, edge_ids)
+        layers = self._sample_layers(graph, given, seeds, list(reversed(self.fanouts)), keys, edge_ids, seed_time)
         blocks: list[DeviceBlock] = []
         dst = seeds
         for layer in layers:
@@ -214,8 +238,27 @@ class GpuNeighborSampler:
             dst, seeds = (to_device(t, self.output_device) for t in (dst, seeds))
         return dst, seeds, blocks
 
+    def _seed_time(self, seed_time: Any, num_seeds: int) -> torch.Tensor | None:
+        if self.temporal is None:
+            if seed_time is not None:
+                raise ValueError("seed_time= is for a temporal sampler; build it with temporal=TemporalPicks(...)")
+            return None
+        if seed_time is None:
+            raise ValueError("a temporal sampler needs seed_time=, one time per seed")
+        seed_time = torch.as_tensor(seed_time).reshape(-1)
+        if seed_time.numel() != num_seeds:
+            raise ValueError(f"seed_time must hold one time per seed ({num_seeds}), but has {seed_time.numel()}")
+        return to_device(seed_time.to(self.temporal.dtype).contiguous(), self.device)
+
     def _sample_layers(
-        self, graph: SamplingGraph, given: Any, seeds: torch.Tensor, fanouts: list[int], keys: list[int], edge_ids: torch.Tensor | None
+        self,
+        graph: SamplingGraph,
+        given: Any,
+        seeds: torch.Tensor,
+        fanouts: list[int],
+        keys: list[int],
+        edge_ids: torch.Tensor | None,
+        seed_time: torch.Tensor | None = None,
     ) -> list[_Layer]:
         """Every layer sampled and relabelled on the device, the output layer first, with one host read
         at the end (one more before each fanout -1 layer, whose total sizes its picks). A layer's
@@ -225,23 +268,45 @@ class GpuNeighborSampler:
         sizes = torch.full((1 + 2 * len(fanouts),), -1, dtype=torch.int64, device=seeds.device)
         bad = sizes[:1]  # only the caller's seeds can be bad; later layers' flag stays -1
         layers: list[_Layer] = []
-        dst, count = seeds, None
+        num_nodes, num_trees = graph.num_nodes, len(seeds)
+        # dst: what the relabelling numbers (disjoint: tree keys); nodes: their node ids, trees: their trees.
+        dst, count, nodes, trees = seeds, None, seeds, None
+        if self.disjoint:
+            dst, trees = seed_keys(seeds, num_nodes), torch.arange(num_trees, device=seeds.device)
+        expanded = None  # how many leading destinations an earlier layer expanded (expand_once)
         for layer, (fanout, key) in enumerate(zip(fanouts, keys)):
             plan, capacity = None, None
             if fanout != 0:
-                plan = plan_layer(graph, dst, fanout, self.replace, count, self.backend, bad)
+                narrow = self._narrow(nodes, trees, seed_time, fanout, expanded)
+                weights = self.weighted.count(fanout, self.replace, self.backend) if self.weighted is not None else None
+                plan = plan_layer(graph, nodes, fanout, self.replace, count, self.backend, bad, narrow=narrow, count_picks=weights)
             if fanout == -1:
                 *before, capacity = relabel.read_sizes(torch.cat((sizes[: 1 + 2 * layer], plan.out_indptr[-1:])))
                 _raise_bad(before[0], given, seeds, graph)
-            picks = sample_layer_deferred(graph, dst, fanout, self.replace, key, self.backend, capacity=capacity, plan=plan, edge_ids=edge_ids)
-            relabelled = relabel_picks(graph, dst, count, picks, sizes[1 + 2 * layer : 3 + 2 * layer], self.backend)
-            layers.append(_Layer(picks.pos, relabelled, edge_ids is not None))
+            pick = self.weighted.pick(key, self.backend) if self.weighted is not None and fanout != 0 else None
+            picks = sample_layer_deferred(graph, nodes, fanout, self.replace, key, self.backend, capacity=capacity, plan=plan, edge_ids=edge_ids, pick=pick)
+            numbered = picks if trees is None else picks._replace(src=pick_keys(picks.src, picks.indptr, trees, num_nodes))
+            relabelled = relabel_picks(graph, dst, count, numbered, sizes[1 + 2 * layer : 3 + 2 * layer], self.backend, bounded=trees is None)
+            layers.append(_Layer(picks.pos, relabelled, edge_ids is not None, num_nodes if trees is not None else None))
+            expanded = num_trees if count is None else count
             dst, count = relabelled.nodes, relabelled.sizes[1:]
+            nodes, trees = split_keys(dst, num_nodes, num_trees) if trees is not None else (dst, None)
         values = relabel.read_sizes(sizes)  # the batch's one host read
         _raise_bad(values[0], given, seeds, graph)
         for layer, num_edges, num_src in zip(layers, values[1::2], values[2::2]):
             layer.num_edges, layer.num_src = num_edges, num_src
         return layers
+
+    def _narrow(self, nodes: torch.Tensor, trees: torch.Tensor | None, seed_time: torch.Tensor | None, fanout: int, expanded: Any) -> Any:
+        """The layer's ``narrow`` (None: every in-edge): the destinations expanded before emptied, then the time cut."""
+        steps = []
+        if self.expand_once and expanded is not None:
+            steps.append(skip_expanded(expanded))
+        if self.temporal is not None:
+            steps.append(self.temporal.narrow(seed_time.index_select(0, trees), fanout, self.backend))
+        if len(steps) < 2:
+            return steps[0] if steps else None
+        return lambda bounds: [step(bounds) for step in steps]
 
     def _prefetch(self, g: Any, input_nodes: torch.Tensor, output_nodes: torch.Tensor, blocks: list[DeviceBlock]) -> None:
         if isinstance(g, SamplingGraph):
@@ -306,15 +371,20 @@ class _Layer:
     """One sampled layer on the device: the picks' CSC positions and the relabelled buffers; its sizes
     (picks, source nodes) once the batch's read has brought them."""
 
-    def __init__(self, pos: torch.Tensor, relabelled: Relabelled, pos_are_edge_ids: bool) -> None:
+    def __init__(self, pos: torch.Tensor, relabelled: Relabelled, pos_are_edge_ids: bool, key_base: int | None = None) -> None:
         self.pos, self.relabelled, self.pos_are_edge_ids = pos, relabelled, pos_are_edge_ids
+        self.key_base = key_base  # disjoint: the nodes are tree keys, tree * key_base + node
         self.num_edges = self.num_src = 0
 
     def block(self, graph: SamplingGraph, dst: torch.Tensor) -> DeviceBlock:
         """The layer's block for its ``dst`` (the live destinations): views of the buffers, cut to the sizes."""
         out = self.relabelled
         nodes = out.nodes[: self.num_src]
-        block = DeviceBlock(out.indptr[: len(dst) + 1], out.local[: self.num_edges], self.num_src, {NID: nodes}, {NID: dst})
+        srcdata = {NID: nodes}
+        if self.key_base is not None:
+            nodes, trees = split_keys(nodes, self.key_base, self.num_src)
+            srcdata = {NID: nodes.to(dst.dtype), TREE: trees}
+        block = DeviceBlock(out.indptr[: len(dst) + 1], out.local[: self.num_edges], self.num_src, srcdata, {NID: dst})
         picked = self.pos[: self.num_edges]
         if self.pos_are_edge_ids:  # read by the fetch kernel already: in the graph's edge id dtype
             block.edata = LazyData(pending={EID: functools.partial(picked.to, graph.edge_idtype)})

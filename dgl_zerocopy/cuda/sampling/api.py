@@ -15,6 +15,7 @@ it knows and the total left on the device.
 from __future__ import annotations
 
 import operator
+from collections.abc import Callable
 from typing import NamedTuple
 
 import torch
@@ -179,6 +180,8 @@ def plan_csc(
     num_valid: torch.Tensor | None = None,
     backend: str = "cuda",
     bad: torch.Tensor | None = None,
+    narrow: Callable[[torch.Tensor], None] | None = None,
+    count: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
 ) -> CSCPlan:
     """The first half of :func:`sample_csc` for ``seeds``: their CSC ranges, pick counts and output
     offsets (:class:`CSCPlan`), enqueued on the seeds' device; no host read. ``plan.out_indptr[-1]``
@@ -192,6 +195,10 @@ def plan_csc(
             (a buffer sized for more than it holds, whose count is on the device).
         bad: None, or an int64 tensor of one element on the seeds' device holding -1, to report a
             bad seed in (it becomes ``plan.bad``; a view into the caller's sizes saves a fill).
+        narrow: None, or ``narrow(bounds)``: shrinks the seeds' CSC ranges in place after the bounds
+            pass (a time cut; destinations to skip), on the seeds' device, reading nothing back.
+        count: None (uniform counts), or ``count(bounds, out_indptr)``: writes 0 and then each seed's
+            number of picks (weighted counts); the offsets are its scan. ``"cuda"``/``"emulator"`` only.
 
     Raises:
         TypeError / ValueError: an argument of the wrong type, dtype, shape, value or device.
@@ -205,16 +212,21 @@ def plan_csc(
     if backend == "cuda":
         from dgl_zerocopy.cuda.sampling.launcher import launch_plan
 
-        return launch_plan(indptr, seeds, fanout, replace, num_valid=num_valid, bad=bad)
+        return launch_plan(indptr, seeds, fanout, replace, num_valid=num_valid, bad=bad, narrow=narrow, count=count)
     _check_cpu(backend, indptr=indptr, seeds=seeds)
     indptr, seeds = indptr.contiguous(), seeds.contiguous()
     if backend == "emulator":
         from dgl_zerocopy.cuda.sampling.emulator import emulate_plan
 
-        return emulate_plan(indptr, seeds, fanout, replace, num_valid=num_valid, bad=bad)
-    from dgl_zerocopy.cuda.sampling.reference import reference_plan
+        return emulate_plan(indptr, seeds, fanout, replace, num_valid=num_valid, bad=bad, narrow=narrow, count=count)
+    if count is not None:
+        raise ValueError("count= (weighted counts) runs its kernels on backend 'cuda' or 'emulator', not 'reference'")
+    from dgl_zerocopy.cuda.sampling.reference import reference_plan, reference_recount
 
     plan = reference_plan(indptr, seeds, fanout, replace, num_valid)
+    if narrow is not None:
+        narrow(plan.bounds)
+        reference_recount(plan)
     if bad is not None:
         bad.copy_(plan.bad)
         plan = plan._replace(bad=bad)
@@ -233,6 +245,7 @@ def sample_csc_deferred(
     capacity: int | None = None,
     plan: CSCPlan | None = None,
     edge_ids: torch.Tensor | None = None,
+    pick: Callable[[CSCPlan, torch.Tensor], None] | None = None,
 ) -> DeferredCSC:
     """:func:`sample_csc` without its host read: the outputs hold ``capacity`` entries, the picks
     first (``indptr[-1]`` of them, a count left on the device) and -1 after; a bad seed is reported
@@ -250,6 +263,8 @@ def sample_csc_deferred(
         edge_ids: None, or the edge id of each CSC position (1-D int32/int64, on the seeds' device):
             then ``pos`` holds each pick's edge id (int64) instead of its position, read by the
             fetch pass (for a CSC rewritten after the call, whose positions would name other edges).
+        pick: None (uniform picks), or ``pick(plan, pos)``: writes each seed's picked CSC positions,
+            sorted, at ``pos[plan.out_indptr[i]:]`` (weighted picks); ``"cuda"``/``"emulator"`` only.
 
     Raises:
         TypeError / ValueError: an argument of the wrong type, dtype, shape, value or device, or a
@@ -277,14 +292,16 @@ def sample_csc_deferred(
     if backend == "cuda":
         from dgl_zerocopy.cuda.sampling.launcher import launch_pick_and_fetch
 
-        src, pos = launch_pick_and_fetch(plan, indptr.element_size(), indices, seed, capacity, edge_ids=edge_ids)
+        src, pos = launch_pick_and_fetch(plan, indptr.element_size(), indices, seed, capacity, edge_ids=edge_ids, pick=pick)
     else:
         _check_cpu(backend, indices=indices, plan=plan.bounds)
         indices = indices.contiguous()
         if backend == "emulator":
             from dgl_zerocopy.cuda.sampling.emulator import emulate_pick_and_fetch
 
-            src, pos = emulate_pick_and_fetch(plan, indices, seed, capacity, edge_ids=edge_ids)
+            src, pos = emulate_pick_and_fetch(plan, indices, seed, capacity, edge_ids=edge_ids, pick=pick)
+        elif pick is not None:
+            raise ValueError("pick= (weighted picks) runs its kernels on backend 'cuda' or 'emulator', not 'reference'")
         else:
             from dgl_zerocopy.cuda.sampling.reference import reference_pick_and_fetch
 

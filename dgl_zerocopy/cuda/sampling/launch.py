@@ -114,9 +114,16 @@ def plan_passes(
     indptr_address: int | None = None,
     num_valid: torch.Tensor | None = None,
     bad: torch.Tensor | None = None,
+    narrow: Callable[[torch.Tensor], None] | None = None,
+    count: Callable[[torch.Tensor, torch.Tensor], None] | None = None,
 ) -> CSCPlan:
     """The bounds and count passes and the in-place scan of the counts (three launches), enqueued;
     nothing read back.
+
+    ``narrow``: None, or ``narrow(bounds)``, run after the bounds pass, shrinking each seed's range in
+    place (a time cut, destinations to skip); ``count``: None (the uniform count pass), or
+    ``count(bounds, out_indptr)`` writing ``out_indptr[0] = 0`` and seed ``i``'s picks at ``i + 1``
+    (weighted counts). Both enqueue on the seeds' device and read nothing back.
 
     ``num_valid``: None, or an int64 tensor of one element on the seeds' device: only that many
     leading seeds are sampled, the others get no picks (and are never read: a buffer may be
@@ -142,14 +149,19 @@ def plan_passes(
             (indptr_arg, ("i64", len(indptr) - 1), _ptr(seeds), ("i64", num_seeds), limit, _ptr(bounds), _ptr(bad)),
         )
     )
-    launch(
-        Step(
-            instantiations.count_name(),
-            grid_for(num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
-            BLOCK,
-            (_ptr(bounds), ("i64", num_seeds), ("i32", fanout), ("i32", int(replace)), _ptr(out_indptr)),
+    if narrow is not None:
+        narrow(bounds)
+    if count is not None:
+        count(bounds, out_indptr)
+    else:
+        launch(
+            Step(
+                instantiations.count_name(),
+                grid_for(num_seeds, BLOCK, num_sms=num_sms, max_blocks=max_blocks),
+                BLOCK,
+                (_ptr(bounds), ("i64", num_seeds), ("i32", fanout), ("i32", int(replace)), _ptr(out_indptr)),
+            )
         )
-    )
     out_indptr.cumsum_(0)
     return CSCPlan(bounds, out_indptr, bad, fanout, replace)
 
@@ -166,13 +178,16 @@ def pick_and_fetch(
     indices_address: int | None = None,
     fetch_variant: str = "flat",
     edge_ids: torch.Tensor | None = None,
+    pick: Callable[[CSCPlan, torch.Tensor], None] | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """Passes 3 and 4 over ``plan``: ``(src, pos)`` of ``capacity`` entries, the first
     ``plan.out_indptr[-1]`` the picks, the others -1 (all -1 when the total exceeds ``capacity``).
     Reads nothing back: the kernels read the total on the device. The per-seed fetch (the model's
     baseline) needs ``capacity`` equal to the total and reads the largest count back.
     ``edge_ids``: None, or each CSC position's edge id (int32/int64, beside the plan, contiguous):
-    then ``pos`` holds the picks' edge ids (the flat fetch only)."""
+    then ``pos`` holds the picks' edge ids (the flat fetch only). ``pick``: None (the uniform pick
+    pass), or ``pick(plan, pos)`` writing each seed's picked positions, sorted, at ``pos[out_indptr[i]:]``
+    (weighted picks; the fetch then reads them as the uniform pass's)."""
     device = plan.bounds.device
     num_seeds = len(plan.out_indptr) - 1
     long = dict(dtype=torch.int64, device=device)
@@ -183,7 +198,9 @@ def pick_and_fetch(
     indices_arg = ("ptr", int(indices.data_ptr()) if indices_address is None else indices_address)
     flags = (("i32", plan.fanout), ("i32", int(plan.replace)))
     bounds, out_indptr = _ptr(plan.bounds), _ptr(plan.out_indptr)
-    if plan.fanout != -1:
+    if plan.fanout != -1 and pick is not None:
+        pick(plan, pos)
+    elif plan.fanout != -1:
         launch(
             Step(
                 instantiations.pick_name(),

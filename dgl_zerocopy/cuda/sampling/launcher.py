@@ -183,6 +183,8 @@ def launch_plan(
     num_valid: torch.Tensor | None = None,
     max_blocks: int | None = None,
     bad: torch.Tensor | None = None,
+    narrow: Any = None,
+    count: Any = None,
 ) -> CSCPlan:
     """:func:`~dgl_zerocopy.cuda.sampling.launch.plan_passes` on the GPU of ``seeds`` (torch's current
     stream; no synchronisation). ``indptr`` as for :func:`launch_sample`; ``num_valid`` on the seeds' GPU."""
@@ -191,12 +193,31 @@ def launch_plan(
     with gpu.context():
         address = gpu.address("indptr", indptr)
         return plan_passes(
-            indptr, seeds, fanout, replace, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks, indptr_address=address, num_valid=num_valid, bad=bad
+            indptr,
+            seeds,
+            fanout,
+            replace,
+            gpu.run,
+            num_sms=gpu.num_sms,
+            max_blocks=max_blocks,
+            indptr_address=address,
+            num_valid=num_valid,
+            bad=bad,
+            narrow=narrow,
+            count=count,
         )
 
 
 def launch_pick_and_fetch(
-    plan: CSCPlan, indptr_size: int, indices: torch.Tensor, seed: int, capacity: int, *, max_blocks: int | None = None, edge_ids: torch.Tensor | None = None
+    plan: CSCPlan,
+    indptr_size: int,
+    indices: torch.Tensor,
+    seed: int,
+    capacity: int,
+    *,
+    max_blocks: int | None = None,
+    edge_ids: torch.Tensor | None = None,
+    pick: Any = None,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """:func:`~dgl_zerocopy.cuda.sampling.launch.pick_and_fetch` on the GPU of ``plan`` (torch's
     current stream; no synchronisation). ``indptr_size``: the CSC's offset width (which module);
@@ -206,7 +227,9 @@ def launch_pick_and_fetch(
         raise ValueError(f"edge_ids is on {edge_ids.device} but the sampler on {plan.bounds.device}; put them in its device memory")
     with gpu.context():
         address = gpu.address("indices", indices)
-        return pick_and_fetch(plan, indices, seed, capacity, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks, indices_address=address, edge_ids=edge_ids)
+        return pick_and_fetch(
+            plan, indices, seed, capacity, gpu.run, num_sms=gpu.num_sms, max_blocks=max_blocks, indices_address=address, edge_ids=edge_ids, pick=pick
+        )
 
 
 def launch_relabel(

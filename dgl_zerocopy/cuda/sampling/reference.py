@@ -24,7 +24,7 @@ import torch
 from dgl_zerocopy.cuda.sampling import rng
 from dgl_zerocopy.cuda.sampling.launch import CSCPlan, Relabelled
 
-__all__ = ["output_counts", "pick_offsets", "reference_pick_and_fetch", "reference_plan", "reference_relabel", "sample_reference"]
+__all__ = ["output_counts", "pick_offsets", "reference_pick_and_fetch", "reference_plan", "reference_recount", "reference_relabel", "sample_reference"]
 
 
 def output_counts(deg: np.ndarray, fanout: int, replace: bool) -> np.ndarray:
@@ -73,6 +73,15 @@ def reference_plan(indptr: torch.Tensor, seeds: torch.Tensor, fanout: int, repla
     np.cumsum(output_counts(bounds[:, 1] - bounds[:, 0], fanout, replace), out=out_indptr[1:])
     first_bad = int(np.flatnonzero(bad)[0]) if bad.any() else -1
     return CSCPlan(torch.from_numpy(bounds.reshape(-1)), torch.from_numpy(out_indptr), torch.tensor([first_bad]), fanout, replace)
+
+
+def reference_recount(plan: CSCPlan) -> None:
+    """Recompute ``plan.out_indptr`` in place from its ``bounds`` (after a ``narrow`` shrank them)."""
+    bounds = plan.bounds.numpy().reshape(-1, 2)
+    counts = output_counts(bounds[:, 1] - bounds[:, 0], plan.fanout, plan.replace)
+    out = plan.out_indptr.numpy()
+    out[0] = 0
+    np.cumsum(counts, out=out[1:])
 
 
 def reference_pick_and_fetch(

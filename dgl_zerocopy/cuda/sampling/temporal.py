@@ -32,6 +32,7 @@ from dgl_zerocopy.cuda.gather.emulator_build import RECORD_DTYPE, build_library,
 from dgl_zerocopy.cuda.gather.pcie_model import LINE_BYTES
 from dgl_zerocopy.cuda.nvrtc import compile_program
 from dgl_zerocopy.cuda.sampling import rng
+from dgl_zerocopy.cuda.sampling.op_count import observe_launch
 
 SOURCE = "sample_temporal.cu"
 MAX_WEIGHTED_FANOUT = 64  # ZC_WEIGHTED_MAX_FANOUT: the kept keys of a thread, in registers
@@ -96,6 +97,7 @@ class _Emulator:
     def __call__(self, name: str, threads: int, args: list[tuple[str, int]]) -> None:
         if threads == 0:
             return
+        observe_launch(name)
         lib = _library()
         values = [_CTYPES[kind](value) for kind, value in args]
         pointers = (ctypes.c_void_p * len(values))(*[ctypes.cast(ctypes.pointer(v), ctypes.c_void_p) for v in values])
@@ -143,6 +145,7 @@ class _Cuda:
     def __call__(self, name: str, threads: int, args: list[tuple[str, int]]) -> None:
         if threads == 0:
             return
+        observe_launch(name)
         from dgl_zerocopy.cuda.gather.launcher import cupy_stream
 
         kernel = _module(self.device_id).get_function(name)
@@ -184,6 +187,51 @@ def cut_by_time(
     return bounds
 
 
+def check_weighted(fanout: int, replace: bool, weights: torch.Tensor, sums: torch.Tensor) -> None:
+    if fanout < -1 or (not replace and fanout > MAX_WEIGHTED_FANOUT):
+        raise ValueError(
+            f"fanout {fanout} for weighted picks without replacement on the GPU must be -1 or in [0, {MAX_WEIGHTED_FANOUT}] "
+            f"(MAX_WEIGHTED_FANOUT: the keys a thread keeps); use a smaller fanout, replace=True, or sample on the CPU"
+        )
+    if weights.dtype != torch.float64 or sums.dtype != torch.float64:
+        raise ValueError(f"weights and sums must be float64, but got {weights.dtype} and {sums.dtype}")
+
+
+def count_weighted(bounds: torch.Tensor, sums: torch.Tensor, fanout: int, replace: bool, out_indptr: torch.Tensor, *, backend: str = "cuda") -> None:
+    """Write ``out_indptr[0] = 0`` and seed ``i``'s number of weighted picks at ``i + 1`` (the scan is the
+    caller's): every in-edge for -1 or ``deg <= fanout`` without replacement, ``fanout`` with replacement
+    where the neighbourhood weighs more than 0. Enqueued; nothing read back."""
+    num_seeds = bounds.numel() // 2
+    if num_seeds == 0:
+        out_indptr[:1].zero_()
+        return
+    run = _runner(backend, bounds)
+    args = [("ptr", int(bounds.data_ptr())), ("ptr", run.address(sums)), ("i64", num_seeds), ("i32", int(fanout)), ("i32", int(replace))]
+    run("sample_count_weighted", num_seeds, [*args, ("ptr", int(out_indptr.data_ptr()))])
+
+
+def pick_weighted_into(
+    bounds: torch.Tensor,
+    weights: torch.Tensor,
+    sums: torch.Tensor,
+    out_indptr: torch.Tensor,
+    fanout: int,
+    replace: bool,
+    seed: int,
+    pos: torch.Tensor,
+    *,
+    backend: str = "cuda",
+) -> None:
+    """Write seed ``i``'s weighted picks, sorted CSC positions, at ``pos[out_indptr[i]:out_indptr[i + 1]]``
+    (``out_indptr``: the scan of :func:`count_weighted`'s counts; ``pos`` int64 holding at least the total).
+    Enqueued; nothing read back."""
+    num_seeds = bounds.numel() // 2
+    run = _runner(backend, bounds)
+    args = [("ptr", int(bounds.data_ptr())), ("ptr", run.address(weights)), ("ptr", run.address(sums)), ("ptr", int(out_indptr.data_ptr()))]
+    common = [("i64", num_seeds), ("i32", int(fanout)), ("i32", int(replace))]
+    run("sample_pick_weighted", num_seeds, [*args, *common, ("u64", int(seed) % (1 << 64)), ("ptr", int(pos.data_ptr()))])
+
+
 def pick_weighted(
     bounds: torch.Tensor, weights: torch.Tensor, sums: torch.Tensor, fanout: int, replace: bool, seed: int, *, backend: str = "cuda"
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -194,21 +242,15 @@ def pick_weighted(
     Raises:
         ValueError: ``fanout`` above :data:`MAX_WEIGHTED_FANOUT` without replacement, or below -1; dtypes.
     """
-    if fanout < -1 or (not replace and fanout > MAX_WEIGHTED_FANOUT):
-        raise ValueError(f"fanout {fanout} for weighted picks without replacement on the GPU must be -1 or in [0, {MAX_WEIGHTED_FANOUT}]; sample on the CPU")
-    if weights.dtype != torch.float64 or sums.dtype != torch.float64:
-        raise ValueError(f"weights and sums must be float64, but got {weights.dtype} and {sums.dtype}")
+    check_weighted(fanout, replace, weights, sums)
     num_seeds = bounds.numel() // 2
-    run = _runner(backend, bounds)
     out_indptr = torch.empty(num_seeds + 1, dtype=torch.int64, device=bounds.device)
     if num_seeds == 0:
         return out_indptr.zero_(), torch.empty(0, dtype=torch.int64, device=bounds.device)
-    common = [("i64", num_seeds), ("i32", int(fanout)), ("i32", int(replace))]
-    run("sample_count_weighted", num_seeds, [("ptr", int(bounds.data_ptr())), ("ptr", run.address(sums)), *common, ("ptr", int(out_indptr.data_ptr()))])
+    count_weighted(bounds, sums, fanout, replace, out_indptr, backend=backend)
     torch.cumsum(out_indptr, 0, out=out_indptr)
     pos = torch.empty(int(out_indptr[-1]), dtype=torch.int64, device=bounds.device)
-    args = [("ptr", int(bounds.data_ptr())), ("ptr", run.address(weights)), ("ptr", run.address(sums)), ("ptr", int(out_indptr.data_ptr())), *common]
-    run("sample_pick_weighted", num_seeds, [*args, ("u64", int(seed) % (1 << 64)), ("ptr", int(pos.data_ptr()))])
+    pick_weighted_into(bounds, weights, sums, out_indptr, fanout, replace, seed, pos, backend=backend)
     return out_indptr, pos
 
 
