@@ -202,12 +202,13 @@ def test_a_sampler_with_another_edge_dir_is_refused(dgl, small):
 def test_degree_is_the_default_policy():
     import inspect
 
-    from dgl_zerocopy import FeatureStore
+    from dgl_zerocopy.store import DeviceCache
     from dgl_zerocopy.store.cache import choose_rows
     from dgl_zerocopy.training.sources import CacheRequest
 
     assert DEFAULT_CACHE_POLICY == "degree" == CACHE_POLICIES[0]
-    for func in (FeatureStore, build_cache, choose_rows):
+    assert DeviceCache().policy == "degree"
+    for func in (build_cache, choose_rows):
         assert inspect.signature(func).parameters["cache_policy"].default == "degree", func
     assert CacheRequest().policy == "degree"
 

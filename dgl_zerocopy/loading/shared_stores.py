@@ -30,7 +30,7 @@ def shared_store(tensor, device: torch.device, **options) -> FeatureStore:
 
 def remember_store(store: FeatureStore) -> None:
     """Serve later requests for ``store``'s memory and device with ``store`` (unless one is held already)."""
-    _SHARED_STORES.setdefault(_memory_key(store._table, store.device), store)
+    _SHARED_STORES.setdefault(_memory_key(store.table, store.device), store)
 
 
 def _memory_key(tensor: torch.Tensor, device: torch.device) -> tuple:

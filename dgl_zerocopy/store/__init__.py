@@ -1,6 +1,8 @@
 """Where rows live: one host feature table, gathered by row ids.
 
 - :mod:`.feature_store`: :class:`FeatureStore`, the public face (input checks, then a backend).
+- :mod:`.options`: the parts a store is built from (``GatherOptions``, ``Compression``, ``DeviceCache``,
+  ``StorageTier``); :mod:`.legacy_keywords` maps the former keywords onto them; :mod:`.sharing`: ``StoreSpec``.
 - :mod:`.table_input`, :mod:`.devices`: what a store takes as its table; which device and backend.
 - :mod:`.backends`: the gather backends (``cpu``, ``gpu``, ``zerocopy``: the kernels of
   :mod:`dgl_zerocopy.cuda`).
@@ -14,5 +16,7 @@ the DGL-native route (:mod:`dgl_zerocopy.loading.dgl`, ``ZeroCopyStorage(store)`
 """
 
 from .feature_store import FeatureStore
+from .options import Compression, DeviceCache, GatherOptions, StorageTier
+from .sharing import StoreSpec
 
-__all__ = ["FeatureStore"]
+__all__ = ["Compression", "DeviceCache", "FeatureStore", "GatherOptions", "StorageTier", "StoreSpec"]

@@ -10,11 +10,6 @@ Device contract:
 
 Ids may be int32 or int64, on the CPU or on the store's device, as a torch tensor or NumPy array.
 
-A hot-row cache (``cache_bytes > 0``, :mod:`dgl_zerocopy.store.cache`) keeps the rows a static policy
-ranks highest in device memory: ``zerocopy`` reads hits from there and misses over PCIe in one
-fused kernel; ``cpu`` on a CUDA device gathers and copies only the misses; on device ``cpu`` the
-hits come from a separate CPU copy (no speed, the same logic). ``gpu`` already holds every row.
-
 Streams (CUDA devices; the protocol is in docs/architecture.md): ``gather(ids, stream=s)`` runs on
 ``s``. Device-resident ids are read only after the caller's current stream has produced them
 (``s`` waits for it), and the id check runs on ``s``. A result allocated by the store (``out=None``)
@@ -33,15 +28,17 @@ import numpy as np
 import torch
 
 from .backends import Backend, GatherOptions, make_backend
-from .cache import CachePolicy, HotRowCache, budget_for_rows, check_cache_args, policy_name
+from .cache import HotRowCache, budget_for_rows, check_cache_args, policy_name
 from .cache.hot_rows import rank_cache_rows as _rank_cache_rows
-from .compression import Codec, check_codec_name
+from .compression import Codec
 from .compression.table import params_nbytes
 from .devices import resolve_backend, resolve_device, resolve_store_device
 from .host_files import file_ref
-from .id_check import DeviceIdCheck, check_host_ids, checked_on_device
+from .id_check import DeviceIdCheck, check_host_ids, check_ids_arg, checked_on_device
+from .legacy_keywords import parts_from_keywords
 from .mapped_file import MappedFile
-from .sharing import reduce_store
+from .options import Compression, DeviceCache, StorageTier
+from .sharing import StoreSpec, TableState, make_spec, open_spec
 from .storage.open_storage import PreparedStorage, prepare_storage
 from .storage.tiers import ReadAhead, StorageBackend
 from .table_input import ArrayLike, as_table, check_out_dtype, check_out_tensor, codes_view, compressed_table, num_rows
@@ -59,33 +56,19 @@ class FeatureStore:
     mapped, never read whole). It must be 2-D; a non-contiguous table is copied to a contiguous
     one with a warning (pinning needs one contiguous range). The store keeps ``data`` alive.
 
-    Compressed host features (:mod:`dgl_zerocopy.store.compression`): ``compression="fp16"``, ``"bf16"``
-    or ``"int8"`` converts ``data`` once, a slab of rows at a time, and the store holds only the
-    codes (``data`` is not kept); ``data`` may also be a folder written by
-    :func:`dgl_zerocopy.compress` (its codes memory-mapped) or a :class:`CompressedTable`.
-    ``gather`` decodes to ``out_dtype``: float32 by default, or float16/bfloat16 (for AMP).
+    The parts (:mod:`dgl_zerocopy.store.options`, each checked when made, before anything is pinned):
+    ``kernel=GatherOptions(variant, sort_ids, max_blocks)`` the zero-copy kernel (the other backends
+    ignore it, so one script runs anywhere); ``compression=Compression(codec, out_dtype)`` (or a codec
+    name, ``"fp16"``, ``"bf16"``, ``"int8"``) host memory holding codes, decoded by ``gather``;
+    ``cache=DeviceCache(bytes, policy, graph, ...)`` hot rows in device memory, ranked once here
+    (``cache_stats()``, ``cache_nbytes``); ``storage=StorageTier(bytes, policy)`` rows left in their
+    file behind a host buffer (``read_ahead``, ``storage_stats()``; docs/storage.md). The former
+    keywords (``cache_bytes=``, ``variant=``, ...) still work, with a ``DeprecationWarning``.
+    ``data`` may also be a folder written by :func:`dgl_zerocopy.compress` or a ``CompressedTable``.
     ``dtype`` is what ``gather`` returns, ``stored_dtype`` and ``nbytes`` what host memory holds.
 
     ``gather`` without ``out`` returns a view of a buffer the store reuses on the CPU backend: it
     is valid until the next ``gather`` on the same store. Pass ``out`` to own the result.
-
-    Options of the zero-copy kernel (the other backends ignore them, so one script runs anywhere):
-    ``variant`` ``"aligned"`` (128-byte aligned warp reads) or ``"naive"`` (the baseline kernel),
-    ``sort_ids`` (gather in sorted id order, written back in place; ``"auto"``, the default: where the
-    fitted link model says it pays, :mod:`dgl_zerocopy.cuda.gather.sort_policy`), ``max_blocks`` (a cap on the
-    grid, leaving SMs to a training step that runs at the same time; ``None``: no cap).
-
-    Hot-row cache: ``cache_bytes`` of device memory (rows and slot map together; never exceeded)
-    hold the rows ``cache_policy`` ranks first: ``"degree"`` (the default: the highest degree that
-    sampling follows in ``graph``, out-degree for DGL's in-edge sampling, in-degree when ``sampler``
-    has ``edge_dir="out"``), ``"in_degree"``, ``"out_degree"``, or ``"presample"`` (the rows
-    ``sampler`` gathered most often over about one epoch of batches of ``seeds``, GNNLab's policy;
-    ``presample_options`` may set its ``batch_size``, ``epochs`` and ``seed``), or a :class:`~dgl_zerocopy.store.cache.CachePolicy` of your own (a ranking
-    of all rows, best first; no graph needed). The rows are ranked once, here; each process that binds the store
-    copies them to its own device. A compressed table caches its codes, so a budget holds 2-4x
-    more rows. ``cache_stats()`` counts hits and misses since ``reset_cache_stats()``;
-    ``cache_nbytes`` is the device memory the cache takes. ``backend="gpu"`` holds the whole table
-    on the device already: it ignores the cache with a warning.
 
     A file is never written: a table that maps one shared (``np.load(path, mmap_mode="r")``,
     ``"r+"``, a ``.npy`` path, a compressed folder) is pinned read-only where the GPU supports it;
@@ -102,15 +85,11 @@ class FeatureStore:
     a CPU store stays on the CPU. Each process pins its own mapping of the table once, for its own
     GPU, and ``close()`` (or garbage collection) unpins it; closing an unbound store pins nothing.
 
-    Sharing with other processes: pickling never copies the table. A table in shared memory
-    (``tensor.is_shared()``: after ``feat.share_memory_()``, or received through
-    ``torch.multiprocessing``) is sent as that tensor, so ``torch.multiprocessing`` passes a handle
-    to the same memory (plain ``pickle`` copies it, as it copies any tensor). A table memory-mapped
-    from a file (a ``.npy`` path or ``np.load(path, mmap_mode=...)``) is sent as (file, offset,
-    dtype, shape, mode) and mapped again by the receiver (writes to a copy-on-write map,
-    ``mode="c"``, stay in the process that made them). Any other table raises ``TypeError`` at once:
-    build the store over ``feat.share_memory_()`` (called before any store pins ``feat``), or over a
-    ``.npy`` file, or create a store in each process. The sender's store stays usable.
+    Sharing with other processes: pickling sends :meth:`spec` (opened by :meth:`from_spec`), which
+    names the table's memory and never copies it: a tensor in shared memory (``feat.share_memory_()``,
+    called before any store pins ``feat``) or a file map (a ``.npy`` path, ``np.load(path, mmap_mode=...)``;
+    a copy-on-write map's writes stay in their process). Any other table raises ``TypeError`` at once,
+    saying how to share it. The sender's store stays usable.
     """
 
     def __init__(
@@ -119,35 +98,42 @@ class FeatureStore:
         backend: str = "auto",
         device: str | torch.device | None = None,
         *,
-        compression: str | None = None,
-        out_dtype: torch.dtype | None = None,
-        variant: str = "aligned",
-        sort_ids: bool | str = "auto",
-        max_blocks: int | None = None,
-        cache_bytes: int = 0,
-        cache_policy: str | CachePolicy = "degree",
-        graph=None,
-        sampler=None,
-        seeds=None,
-        presample_options: dict | None = None,
-        host_cache_bytes: int | None = None,
-        host_cache_policy: str | None = None,
-        storage_options: dict | None = None,
+        kernel: GatherOptions | None = None,
+        compression: Compression | str | None = None,
+        cache: DeviceCache | None = None,
+        storage: StorageTier | None = None,
+        **deprecated,
     ) -> None:
+        """Build a store over ``data`` and bind it to ``device``.
+
+        Args:
+            data: a 2-D CPU ``torch.Tensor``, ``numpy.ndarray``, ``.npy`` path or compressed folder.
+            backend: ``"auto"`` (zero-copy where it runs, else ``"cpu"``), ``"zerocopy"``, ``"cpu"`` or ``"gpu"``.
+            device: where results go (default: the current CUDA device, else ``cpu``).
+            kernel: the zero-copy kernel's options (default ``GatherOptions()``).
+            compression: a :class:`Compression` or codec name (default: the table as given).
+            cache: a :class:`DeviceCache` (default: no cache).
+            storage: a :class:`StorageTier` (default: the table in memory; ``data`` must be a path).
+            **deprecated: the former keywords, each mapped onto its part with a ``DeprecationWarning``.
+
+        Raises:
+            ValueError, TypeError: a bad backend, device or part, naming the value and the fix; nothing is pinned then.
+        """
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {BACKENDS}, but got {backend!r}")
-        options = GatherOptions(variant, sort_ids, max_blocks)  # checked before anything is pinned
-        if host_cache_bytes is not None:  # rows stay in the file (docs/storage.md)
-            storage = prepare_storage(data, backend, device, compression, out_dtype, host_cache_bytes, host_cache_policy, storage_options, cache_bytes, cache_policy, graph, sampler, seeds, presample_options)  # fmt: skip
-            table = torch.empty(storage.table.shape, dtype=storage.table.dtype, device="meta")
-            folder, codec = storage.table.folder, storage.table.codec
-            self._init_unbound(table, None, None, storage.backend, storage.device.type, options, codec, storage.out_dtype, storage.table.method, folder, storage=storage)  # fmt: skip
-            self.bind(storage.device)
+        kernel, compression, cache, storage = parts_from_keywords(deprecated, kernel, compression, cache, storage)
+        if storage is not None:  # rows stay in the file (docs/storage.md)
+            prepared = prepare_storage(data, backend, device, compression, storage, cache)
+            table = torch.empty(prepared.table.shape, dtype=prepared.table.dtype, device="meta")
+            folder, codec = prepared.table.folder, prepared.table.codec
+            self._init_unbound(table, None, None, prepared.backend, prepared.device.type, kernel, codec, prepared.out_dtype, prepared.table.method, folder, storage=prepared)  # fmt: skip
+            self.bind(prepared.device)
             return
         rows = num_rows(data)
         if rows is not None:  # checked before the table is compressed, pinned or ranked
-            check_cache_args(cache_bytes, cache_policy, rows, graph, sampler, seeds)
-        compressed = compressed_table(data, check_codec_name(compression))
+            check_cache_args(cache.bytes, cache.policy, rows, cache.graph, cache.sampler, cache.seeds)
+        compressed = compressed_table(data, compression.codec)
+        out_dtype = compression.out_dtype
         if compressed is not None:
             out_dtype = check_out_dtype(out_dtype, compressed.codec.name)
             data = compressed.array if compressed.array is not None else compressed.codes
@@ -158,23 +144,40 @@ class FeatureStore:
             table = codes_view(table, compressed.codec)
         backend = resolve_backend(backend, device)
         device = resolve_store_device(device, backend)
-        cache_rows = _rank_cache_rows(table, backend, cache_bytes, cache_policy, graph, sampler, seeds, presample_options)
+        cache_rows = _rank_cache_rows(table, backend, cache.bytes, cache.policy, cache.graph, cache.sampler, cache.seeds, cache.presample_options)
         file = file_ref(read_only_array if read_only_array is not None else data, table)
-        self._init_unbound(
-            table,
-            read_only_array,
-            file,
-            backend,
-            device.type,
-            options,
-            compressed.codec if compressed is not None else None,
-            out_dtype,
-            compressed.method if compressed is not None else None,
-            compressed.path if compressed is not None else None,
-            cache_rows,
-            policy_name(cache_policy) if cache_rows is not None else None,
-        )
+        codec, method, path = (compressed.codec, compressed.method, compressed.path) if compressed is not None else (None, None, None)
+        cache_policy = policy_name(cache.policy) if cache_rows is not None else None
+        self._init_unbound(table, read_only_array, file, backend, device.type, kernel, codec, out_dtype, method, path, cache_rows, cache_policy)
         self.bind(device)
+
+    @classmethod
+    def from_spec(cls, spec: StoreSpec) -> FeatureStore:
+        """The store ``spec`` describes (see :meth:`spec`), over the same shared memory or file, *unbound*:
+        it binds on first use or by :meth:`bind`, pinning its own mapping for this process's device.
+
+        Raises:
+            TypeError: ``spec`` is not a :class:`~dgl_zerocopy.store.sharing.StoreSpec`.
+        """
+        if not isinstance(spec, StoreSpec):
+            raise TypeError(f"from_spec takes a StoreSpec (store.spec()), but got {type(spec).__name__}")
+        store = cls.__new__(cls)
+        store._init_unbound(*open_spec(spec))
+        return store
+
+    def spec(self) -> StoreSpec:
+        """What another process needs to open this store again (:meth:`from_spec`): a picklable
+        :class:`~dgl_zerocopy.store.sharing.StoreSpec` naming the table's shared memory or file, never a copy of it.
+
+        Raises:
+            RuntimeError: the store is closed.
+            TypeError: the table is in private memory (sending it would copy it); the message says how to share it.
+        """
+        if self.closed:
+            raise RuntimeError("this FeatureStore is closed; create a new one to send to another process")
+        device_type = self._device.type if self._device is not None else self._device_type
+        state = TableState(self._table, self._file, self._storage, self._codec, self._method, self._path, self._out_dtype)
+        return make_spec(state, self.backend, device_type, self.options, self._cache_rows, self._cache_policy)
 
     def _init_unbound(
         self,
@@ -262,12 +265,16 @@ class FeatureStore:
         return self
 
     def __reduce__(self):
-        """Pickle by reference to the table's memory, never a copy of it (see the class docstring)."""
-        if self.closed:
-            raise RuntimeError("this FeatureStore is closed; create a new one to send to another process")
-        return reduce_store(self)
+        """Pickle as :meth:`spec`, by reference to the table's memory, never a copy of it."""
+        return type(self).from_spec, (self.spec(),)
 
     # -- properties ------------------------------------------------------------------------
+    @property
+    def table(self) -> torch.Tensor:
+        """The host tensor rows are gathered from (read it, never write it): a compressed table's codes;
+        a ``"meta"`` tensor of the right shape and dtype for rows left in their file."""
+        return self._table
+
     @property
     def shape(self) -> tuple[int, int]:
         return tuple(self._table.shape)  # type: ignore[return-value]
@@ -363,7 +370,7 @@ class FeatureStore:
         """Start reading rows ``ids`` (a later batch's, checked as ``gather`` checks them) into the host buffer in the background;
         returns at once. They stay reserved until ``gather(ids, read_ahead=handle)`` (or ``handle.release()``). docs/storage.md."""
         storage = self._storage_backend()
-        ids = self._check_ids(ids).cpu()
+        ids = check_ids_arg(ids, self.device).cpu()
         check_host_ids(ids, self._table.shape[0])
         return storage.read_ahead(ids)
 
@@ -416,7 +423,7 @@ class FeatureStore:
         if self._mapped is not None:
             self._mapped.check()  # a mapped file cut short would kill the process (SIGBUS) at the first read past its end
         self._id_check.poll()  # an earlier batch's device-side check that has failed, if done; never waits
-        ids = self._check_ids(ids)
+        ids = check_ids_arg(ids, self.device)
         if out is not None:
             check_out_tensor(out, (ids.shape[0], self._table.shape[1]), self.dtype, self.device)
         if self.device.type != "cuda":
@@ -439,19 +446,6 @@ class FeatureStore:
         if out is None and crossing:
             result.record_stream(caller)  # allocated on `stream`, freed by the caller
         return result
-
-    def _check_ids(self, ids) -> torch.Tensor:
-        if isinstance(ids, np.ndarray):
-            ids = torch.from_numpy(ids)
-        if not isinstance(ids, torch.Tensor):
-            raise TypeError(f"ids must be a torch.Tensor or numpy.ndarray of int32/int64, but got {type(ids).__name__}")
-        if ids.dtype not in (torch.int32, torch.int64):
-            raise TypeError(f"ids must be int32 or int64, but got {ids.dtype}; convert with ids.long()")
-        if ids.dim() != 1:
-            raise ValueError(f"ids must be 1-D, but got shape {tuple(ids.shape)}")
-        if ids.device.type != "cpu" and ids.device != self.device:
-            raise ValueError(f"ids are on {ids.device} but this store gathers on {self.device}; move them with ids.to({str(self.device)!r})")
-        return ids.contiguous()
 
     def _check_range(self, ids: torch.Tensor) -> torch.Tensor:
         """The ids to gather (current stream: the gather's). Host ids, and device ids for the ``cpu``

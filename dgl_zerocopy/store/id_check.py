@@ -22,7 +22,23 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+import numpy as np
 import torch
+
+
+def check_ids_arg(ids, device: torch.device) -> torch.Tensor:
+    """``ids`` as a contiguous 1-D int32/int64 tensor on the CPU or ``device``; ``TypeError`` / ``ValueError`` otherwise."""
+    if isinstance(ids, np.ndarray):
+        ids = torch.from_numpy(ids)
+    if not isinstance(ids, torch.Tensor):
+        raise TypeError(f"ids must be a torch.Tensor or numpy.ndarray of int32/int64, but got {type(ids).__name__}")
+    if ids.dtype not in (torch.int32, torch.int64):
+        raise TypeError(f"ids must be int32 or int64, but got {ids.dtype}; convert with ids.long()")
+    if ids.dim() != 1:
+        raise ValueError(f"ids must be 1-D, but got shape {tuple(ids.shape)}")
+    if ids.device.type != "cpu" and ids.device != device:
+        raise ValueError(f"ids are on {ids.device} but this store gathers on {device}; move them with ids.to({str(device)!r})")
+    return ids.contiguous()
 
 
 def check_host_ids(ids: torch.Tensor, rows: int) -> None:

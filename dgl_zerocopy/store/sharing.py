@@ -1,8 +1,13 @@
-"""A FeatureStore sent to another process: pickled by reference to the table's memory (shared
-memory or the file it maps), never a copy; rebuilt unbound in the receiving process, which binds it
-to its own device. (``FeatureStore.__reduce__`` calls :func:`reduce_store`.)"""
+"""A FeatureStore described for another process: :class:`StoreSpec` names the table's memory (shared
+memory or the file it maps), never a copy of it, and its parts; ``FeatureStore.spec()`` makes one,
+``FeatureStore.from_spec(spec)`` opens it unbound in the receiving process, which binds it to its own
+device. Pickling a store sends its spec."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -12,47 +17,76 @@ from .compression import Codec, load_compressed
 from .table_input import as_table, codes_view, human_size
 
 
-def reduce_store(store) -> tuple:
-    """``(rebuild_store, args)`` for pickling an open FeatureStore ``store`` (untyped: this module
-    must not import the store's module, which imports it); ``TypeError`` when its table is in
-    private memory (sending it would copy it)."""
-    device_type = store._device.type if store._device is not None else store._device_type
-    options = (store.options.variant, store.options.sort_ids, store.options.max_blocks)
-    if store._storage is not None:  # sent as its file's name and options: each process buffers on its own
-        return rebuild_storage_store, (type(store), store._storage, device_type, options)
-    if store._file is not None:
-        table = store._file
-    elif store._table.is_shared():
-        table = store._table  # torch.multiprocessing's reduction sends a handle to its shared memory
+@dataclass(frozen=True)
+class TableState:
+    """What a store holds of its table, as :func:`make_spec` reads it (the store passes its own)."""
+
+    table: torch.Tensor
+    file: tuple | None
+    storage: Any  # a PreparedStorage: rows left in their file
+    codec: Codec | None
+    method: str | None
+    path: Path | None
+    out_dtype: torch.dtype
+
+
+@dataclass(frozen=True, eq=False)
+class StoreSpec:
+    """A picklable description of a FeatureStore (``FeatureStore.from_spec`` opens it).
+
+    ``table``: ``(filename, offset, dtype, shape, mode)`` of a file map, a tensor in shared memory
+    (``torch.multiprocessing`` sends a handle to it), or the storage tier's prepared file (opened again
+    by name). ``compressed``: the codec's name, axis, method, folder, int8 parameters and ``out_dtype``.
+    ``cache_rows``: the device cache's ranked rows (int64 CPU) or None.
+    """
+
+    table: Any
+    backend: str
+    device_type: str
+    kernel: GatherOptions
+    compressed: dict | None = None
+    cache_rows: torch.Tensor | None = None
+    cache_policy: str | None = None
+    on_storage: bool = False
+
+
+def make_spec(state: TableState, backend: str, device_type: str, kernel: GatherOptions, cache_rows=None, cache_policy=None) -> StoreSpec:
+    """The spec of a store; ``TypeError`` when its table is in private memory (sending it would copy it)."""
+    if state.storage is not None:  # sent as its file's name and options: each process buffers on its own
+        return StoreSpec(state.storage, state.storage.backend, device_type, kernel, on_storage=True)
+    if state.file is not None:
+        table = state.file
+    elif state.table.is_shared():
+        table = state.table  # torch.multiprocessing's reduction sends a handle to its shared memory
     else:
         # We never share_memory_() the table ourselves, nor hand a private tensor to torch's
         # ForkingPickler (whose reduction does the same): torch moves the storage into shared
         # memory in place and frees the old pages, which a zero-copy store has registered with
         # cudaHostRegister: the kernel would read freed memory and the registration would leak.
-        raise TypeError(private_table_message(store._table, store._codec))
+        raise TypeError(private_table_message(state.table, state.codec))
     compressed = None
-    if store._codec is not None:
-        params = (None, None) if store._path is not None or store._codec.scale is None else (_param_ref(store._codec.scale), _param_ref(store._codec.offset))
-        compressed = {
-            "name": store._codec.name,
-            "axis": store._codec.axis,
-            "method": store._method,
-            "path": store._path,
-            "scale": params[0],
-            "offset": params[1],
-            "out_dtype": store._out_dtype,
-        }
-    cache = (store._cache_rows, store._cache_policy) if store._cache_rows is not None else None
-    return rebuild_store, (type(store), table, store.backend, device_type, options, compressed, cache)
+    if state.codec is not None:
+        codec = state.codec
+        params = (None, None) if state.path is not None or codec.scale is None else (_param_ref(codec.scale), _param_ref(codec.offset))
+        compressed = {"name": codec.name, "axis": codec.axis, "method": state.method, "path": state.path, "scale": params[0], "offset": params[1]}
+        compressed["out_dtype"] = state.out_dtype
+    return StoreSpec(table, backend, device_type, kernel, compressed, cache_rows, cache_policy)
 
 
-def rebuild_store(cls: type, table, backend: str, device_type: str, options: tuple, compressed: dict | None = None, cache: tuple | None = None):
-    """A pickled store (an instance of ``cls``) in the receiving process: unbound, over the same shared memory or file."""
+def open_spec(spec: StoreSpec) -> tuple:
+    """The arguments of ``FeatureStore._init_unbound`` for ``spec`` in this process: the same shared memory or file."""
+    if spec.on_storage:
+        storage = spec.table
+        table = torch.empty(storage.table.shape, dtype=storage.table.dtype, device="meta")
+        codec, folder = storage.table.codec, storage.table.folder
+        return (table, None, None, storage.backend, spec.device_type, spec.kernel, codec, storage.out_dtype, storage.table.method, folder, None, None, storage)
+    table = spec.table
     file = table if isinstance(table, tuple) else None
     if file is not None:
         table = _open_file_ref(file)
     table, read_only_array = as_table(table)
     codec = out_dtype = method = path = None
+    compressed = spec.compressed
     if compressed is not None:
         method, path, out_dtype = compressed["method"], compressed["path"], compressed["out_dtype"]
         if path is not None:
@@ -63,19 +97,7 @@ def rebuild_store(cls: type, table, backend: str, device_type: str, options: tup
         else:
             codec = Codec(compressed["name"])
         table = codes_view(table, codec)
-    store = cls.__new__(cls)
-    cache_rows, cache_policy = cache if cache is not None else (None, None)
-    store._init_unbound(table, read_only_array, file, backend, device_type, GatherOptions(*options), codec, out_dtype, method, path, cache_rows, cache_policy)
-    return store
-
-
-def rebuild_storage_store(cls: type, storage, device_type: str, options: tuple):
-    """A pickled storage-backed store in the receiving process: unbound; binding opens the file and makes its own buffer."""
-    store = cls.__new__(cls)
-    table = torch.empty(storage.table.shape, dtype=storage.table.dtype, device="meta")
-    codec, folder = storage.table.codec, storage.table.folder
-    store._init_unbound(table, None, None, storage.backend, device_type, GatherOptions(*options), codec, storage.out_dtype, storage.table.method, folder, storage=storage)  # fmt: skip
-    return store
+    return (table, read_only_array, file, spec.backend, spec.device_type, spec.kernel, codec, out_dtype, method, path, spec.cache_rows, spec.cache_policy, None)
 
 
 def _open_file_ref(file: tuple) -> np.memmap:

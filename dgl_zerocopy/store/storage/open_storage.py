@@ -9,14 +9,11 @@ import torch
 
 from ..cache import CachePolicy, make_policy, policy_name
 from ..cache.hot_rows import check_cache_args, rank_cache_rows
-from ..compression import check_codec_name
 from ..devices import resolve_backend, resolve_store_device
+from ..options import Compression, DeviceCache, StorageTier
 from ..table_input import check_out_dtype
-from .direct_reader import DEFAULT_THREADS
 from .policy import StoragePlan, plan_storage
 from .table_file import TableFile, open_table_file
-
-STORAGE_OPTIONS = {"threads": DEFAULT_THREADS, "direct": True}
 
 
 @dataclass(frozen=True)
@@ -39,26 +36,13 @@ def _reopen(source: str, plan: StoragePlan, backend: str, device: torch.device, 
     return PreparedStorage(open_table_file(source), plan, backend, device, out_dtype)
 
 
-def prepare_storage(
-    data,
-    backend: str,
-    device,
-    compression,
-    out_dtype,
-    host_cache_bytes,
-    host_cache_policy: str | None,
-    storage_options: dict | None,
-    cache_bytes,
-    cache_policy: str | CachePolicy,
-    graph,
-    sampler,
-    seeds,
-    presample_options: dict | None,
-) -> PreparedStorage:
-    """Open ``data`` (a ``.npy`` path or compressed folder), check every argument, rank rows once
-    (the device cache and the host buffer's static share use the same ranking) and size the buffer."""
+def prepare_storage(data, backend: str, device, compression: Compression, storage: StorageTier, cache: DeviceCache) -> PreparedStorage:
+    """Open ``data`` (a ``.npy`` path or compressed folder), check every part, rank rows once
+    (the device cache and the host buffer's static share use the same ranking: ``cache``'s policy)
+    and size the buffer."""
     table = open_table_file(data)
-    codec = check_codec_name(compression)
+    codec, out_dtype = compression.codec, compression.out_dtype
+    cache_bytes, cache_policy, graph, sampler, seeds = cache.bytes, cache.policy, cache.graph, cache.sampler, cache.seeds
     if codec is not None and (table.codec is None or table.codec.name != codec):
         raise ValueError(
             f"compression={codec!r} with host_cache_bytes: the rows are read from the file as they are stored, so compress the file first, "
@@ -67,10 +51,6 @@ def prepare_storage(
     out_dtype = check_out_dtype(out_dtype, table.codec.name if table.codec is not None else None, table.dtype)
     if backend == "gpu":
         raise ValueError("backend='gpu' copies the whole table to the device; with host_cache_bytes use 'zerocopy', 'cpu' or 'auto'")
-    options = dict(STORAGE_OPTIONS, **(storage_options or {}))
-    unknown = sorted(set(options) - set(STORAGE_OPTIONS))
-    if unknown:
-        raise TypeError(f"storage_options takes {', '.join(STORAGE_OPTIONS)}, but got {unknown}")
     rows = table.shape[0]
     check_cache_args(cache_bytes, cache_policy, rows, graph, sampler, seeds)
     backend = resolve_backend(backend, device)
@@ -78,20 +58,20 @@ def prepare_storage(
     order = None
     if isinstance(cache_policy, CachePolicy):
         order = cache_policy.order
-    elif graph is not None and host_cache_policy not in ("dynamic", "lru", "clock", "fifo"):
-        cache_policy = make_policy(cache_policy, graph, sampler=sampler, seeds=seeds, **(presample_options or {}))
+    elif graph is not None and storage.policy not in ("dynamic", "lru", "clock", "fifo"):
+        cache_policy = make_policy(cache_policy, graph, sampler=sampler, seeds=seeds, **(cache.presample_options or {}))
         order = cache_policy.order  # ranked once: the device cache below takes its prefix
     meta = torch.empty(table.shape, dtype=table.dtype, device="meta")
-    cache_rows = rank_cache_rows(meta, backend, cache_bytes, cache_policy, graph, sampler, seeds, presample_options, stacklevel=5)
+    cache_rows = rank_cache_rows(meta, backend, cache_bytes, cache_policy, graph, sampler, seeds, cache.presample_options, stacklevel=5)
     plan = plan_storage(
         rows,
         table.row_bytes,
-        host_cache_bytes,
-        host_cache_policy,
+        storage.bytes,
+        storage.policy,
         order,
         cache_rows=cache_rows,
         cache_policy=policy_name(cache_policy) if cache_rows is not None else None,
-        threads=options["threads"],
-        direct=options["direct"],
+        threads=storage.threads,
+        direct=storage.direct,
     )
     return PreparedStorage(table, plan, backend, device, out_dtype)
