@@ -346,21 +346,59 @@ def test_hetero_types_of_one_size_number_apart(monkeypatch):
 
 
 @pytest.mark.skipif(not hop_kernels.available, reason="numba is not installed (it comes with dgl-zerocopy[pyg])")
-@pytest.mark.parametrize("grouped", [True, False], ids=["tree-by-tree", "hashed-after-an-ungrouped-call"])
-def test_compiled_disjoint_numberings_equal_the_numpy_one(grouped):
-    from dgl_zerocopy.sampling.cpu_hops import _Scratch
-    from dgl_zerocopy.sampling.disjoint import DisjointNumbering, TreeDisjointNumbering
+@pytest.mark.parametrize("strategy", ["uniform", "last"])
+def test_hetero_compiled_equals_numpy_where_a_type_joins_from_two_relations(strategy, monkeypatch):
+    """Each type gains nodes from two relations a hop (its next frontier two runs of trees), picks and cut-offs
+    split over threads: the compiled batch equal to the NumPy one, element for element."""
+    monkeypatch.setattr(hop_kernels, "available", True)
+    monkeypatch.setattr(hop_kernels, "PARALLEL_EDGES", 64)
+    n = 200
+    relations = {}
+    for i, (src, name, dst) in enumerate([("a", "aa", "a"), ("b", "ba", "a"), ("a", "ab", "b"), ("b", "bb", "b")]):
+        indptr, indices, times, _ = temporal_csc(n, 3000, 30 + i, edge_level=True)
+        relations[(src, name, dst)] = Relation(indptr, indices, src, dst, times=None if name == "ab" else times)
+    seeds = np.random.default_rng(40).integers(0, n, 40)
+    seed_time = np.random.default_rng(41).integers(0, 1000, 40)
+    fanouts = {key: [5, 3, 2] for key in relations}
+    outs = [
+        HopSampler(relations, {"a": n, "b": n}, compiled=path).sample(
+            {"a": seeds}, fanouts, disjoint=True, rng=np.random.default_rng(42), seed_times={"a": seed_time}, temporal_strategy=strategy
+        )
+        for path in (False, True)
+    ]
+    assert min(len(pos) for pos in outs[0].pos.values()) > 200
+    for part in ("nodes", "batch", "row", "col", "pos"):
+        for key, want in getattr(outs[0], part).items():
+            assert np.array_equal(want, getattr(outs[1], part)[key]), (part, key)
+    assert outs[0].nodes_per_hop == outs[1].nodes_per_hop and outs[0].edges_per_hop == outs[1].edges_per_hop
+
+
+@pytest.mark.skipif(not hop_kernels.available, reason="numba is not installed (it comes with dgl-zerocopy[pyg])")
+def test_tree_numbering_equals_the_numpy_one():
+    """:class:`TreeNumbering` against :class:`DisjointNumbering`: repeated seeds, two calls a hop (so the next
+    hop's destinations come in two runs of trees), the node-indexed array all -1 again at the end."""
+    from dgl_zerocopy.sampling.cpu_hops import _Growing
+    from dgl_zerocopy.sampling.disjoint import DisjointNumbering, TreeNumbering
 
     gen = np.random.default_rng(20)
-    reference, tree = DisjointNumbering(50), TreeDisjointNumbering(50, _Scratch(), "n")
-    for numbering in (reference, tree):
-        numbering.add_seeds(np.array([3, 3, 7, 49]))
-    for step in range(4):
-        batch = np.sort(gen.integers(0, 4, 60)) if grouped or step < 2 else gen.integers(0, 4, 60)
-        ids = gen.integers(0, 50, 60)
-        want, got = reference.add(ids, batch), tree.add(ids, batch)
-        assert np.array_equal(want[0], got[0]) and want[1] == got[1] > 0
-    assert np.array_equal(reference.nodes(), tree.nodes()) and np.array_equal(reference.batch(), tree.batch())
-    assert (tree.hashed is None) == grouped
-    tree.reset()
-    assert (tree.local == -1).all()
+    local = np.full(50, -1, dtype=np.int32)
+    reference, tree = DisjointNumbering(50), TreeNumbering(local, _Growing(), _Growing(), num_trees=4)
+    seeds = np.array([3, 3, 7, 49])
+    reference.add_seeds(seeds)
+    tree.add_seeds(seeds)
+    run_counts = []
+    for _ in range(3):
+        first, dst, dst_tree, runs = tree.start_hop()
+        run_counts.append(len(runs))
+        assert first == reference.count - len(dst)
+        for _ in range(2):  # two relations into this type
+            deg = gen.integers(0, 6, len(dst))
+            offset = np.concatenate([[0], np.cumsum(deg)])
+            src = gen.integers(0, 50, int(offset[-1]))
+            rows = np.empty(len(src), dtype=np.int64)
+            new = tree.add(src, offset, dst_tree, rows, runs)
+            want, want_new = reference.add(src, np.repeat(dst_tree, deg))
+            assert np.array_equal(rows, want) and new == want_new > 0
+    assert run_counts == [1, 2, 4]  # each call numbers each run of the hop before: a part per (call, run)
+    assert np.array_equal(reference.nodes(), tree.nodes.filled()) and np.array_equal(reference.batch(), tree.trees.filled())
+    assert (local == -1).all()

@@ -18,8 +18,9 @@ or the latest: :mod:`picks`; needs ``disjoint``), one with ``weights`` by weight
 
 Two paths give the same batch, element for element: numba's kernels (:mod:`hop_kernels`: one pass
 per edge, a hop split over torch's intra-op threads; the default where numba is installed) and
-NumPy's vectorised passes (:func:`pick`, the reference). Disjoint, temporal and weighted batches run the
-NumPy loop over hops with compiled picks (:mod:`pick_kernels`) and numbering (:mod:`disjoint`). The draws are
+NumPy's vectorised passes (:func:`pick`, the reference). Disjoint batches (temporal ones too) run
+:mod:`tree_hops` (compiled picks, tree-by-tree numbering, kept buffers); weighted ones that are not disjoint
+the NumPy loop over hops with compiled picks (:mod:`pick_kernels`). The draws are
 counter-based (:func:`hop_kernels.uniforms` of a seed per hop and relation, the destination's index and
 the draw's), so they do not depend on the path or the split.
 
@@ -40,8 +41,8 @@ import numpy as np
 import torch
 
 from ..data.graph_check import check_csc
-from . import hop_kernels, pick_kernels
-from .disjoint import DisjointNumbering, TreeDisjointNumbering
+from . import hop_kernels, pick_kernels, tree_hops
+from .disjoint import DisjointNumbering
 from .fanout import check_fanout
 from .picks import (
     TEMPORAL_STRATEGIES,
@@ -269,14 +270,11 @@ class HopSampler:
         if len(hops) > 1:
             raise ValueError(f"every relation needs the same number of hops; got fanout lists of lengths {sorted(hops)}")
         num_hops = hops.pop() if hops else 0
-        if self.compiled and not disjoint and not self.weights:
+        if self.compiled and disjoint:
+            return self._sample_trees(seeds, fanouts, num_hops, replace, rng, (seed_time, temporal_strategy))
+        if self.compiled and not self.weights:
             return self._sample_compiled(seeds, fanouts, num_hops, replace, rng)
-        numbering = {}
-        for t in self.num_nodes:
-            if disjoint:
-                numbering[t] = TreeDisjointNumbering(self.num_nodes[t], self._scratch(), t) if self.compiled else DisjointNumbering(self.num_nodes[t])
-            else:
-                numbering[t] = _Numbering(self._scratch(t))
+        numbering = {t: DisjointNumbering(self.num_nodes[t]) if disjoint else _Numbering(self._scratch(t)) for t in self.num_nodes}
         try:
             return self._sample(numbering, seeds, fanouts, num_hops, replace, disjoint, rng, (seed_time, temporal_strategy))
         finally:
@@ -308,14 +306,6 @@ class HopSampler:
         """One hop of one relation: ``(pos, which, sources or None)`` by time, by weight or uniformly (:mod:`picks`;
         compiled: :mod:`pick_kernels`)."""
         seed_time, strategy = temporal
-        if key in self.times and self.compiled:
-            bounds = pick_kernels.cut_by_time(rel.indptr, self.times[key], dst, seed_time[dst_batch], fanout, strategy)
-            cut = np.arange(0, len(bounds), 2, dtype=np.int64)
-            offset = np.empty(len(dst) + 1, dtype=np.int64)
-            total = hop_kernels.count(bounds, cut, fanout, replace, offset)
-            pos, which, src = (np.empty(total, dtype=np.int64) for _ in range(3))
-            hop_kernels.pick(bounds, rel.indices, cut, offset, fanout, replace, seed, 0, pos, which, src)
-            return pos, which, src
         if key in self.times:
             start, deg = cut_by_time(rel.indptr, self.times[key], dst, seed_time[dst_batch], fanout, strategy)
             return (*pick_ranges(start, deg, fanout, replace, seed), None)
@@ -385,6 +375,17 @@ class HopSampler:
         finally:
             for t in self.num_nodes:
                 local[t][nodes[t].filled()] = -1
+
+    def _sample_trees(self, seeds, fanouts, num_hops, replace, rng, temporal) -> Sampled:
+        """:meth:`_sample` with ``disjoint``, by :mod:`tree_hops` (compiled picks and tree-by-tree numbering)."""
+        seeds = {t: self._seeds(t, ids) for t, ids in seeds.items()}
+        picks = {key: ("time", times) for key, times in self.times.items()}
+        picks.update({key: ("weight", weights, self._sums[key]) for key, weights in self.weights.items()})
+        local = {t: self._scratch(t) for t in self.num_nodes}
+        nodes, batch, row, col, pos, per_hop, edges_per_hop = tree_hops.sample_trees(
+            self.relations, picks, self._scratch(), local, seeds, fanouts, num_hops, replace, rng, temporal
+        )
+        return Sampled(nodes=nodes, row=row, col=col, pos=pos, nodes_per_hop=per_hop, edges_per_hop=edges_per_hop, batch=batch)
 
     def _sample(self, numbering, seeds, fanouts, num_hops, replace, disjoint, rng, temporal=(None, "uniform")) -> Sampled:
         per_hop = {t: [0] for t in self.num_nodes}

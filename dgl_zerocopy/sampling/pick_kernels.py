@@ -1,14 +1,15 @@
-"""Compiled picks by time and by weight, and the numbering of disjoint trees, by numba (:mod:`hop_kernels`'s twins).
+"""Compiled picks by time and by weight, by numba (:mod:`hop_kernels`'s twins).
 
-- :func:`cut_by_time`: per destination, a binary search for the last in-edge no later than its seed's time
+- :func:`cut_by_time`: per destination, a binary search for the last in-edge no later than its tree's time
   (``'last'``: then the latest ``k``), written as a two-entry ``indptr`` per destination, so that
   :func:`hop_kernels.pick` (Floyd's draws, threads and all) picks inside the cut unchanged;
 - :func:`pick_weighted`: with replacement an inverse transform on the prefix sums, without the ``k``
   largest keys ``log(u) / w`` listed in CSC order.
 
 Each gives what its NumPy reference in :mod:`picks` gives, element for
-element (the same counter-based draws). Contracts: int64 ids, positions and offsets; ``times`` and
-``dst_time`` of one numeric dtype; ``weights``/``sums`` float64. No bounds checks: the caller checked ids.
+element (the same counter-based draws). Contracts: int64 ids, positions and offsets; ``times`` and the trees'
+times numeric (compared as NumPy compares them); ``weights``/``sums`` float64. No bounds checks: the caller
+checked ids.
 """
 
 from __future__ import annotations
@@ -21,20 +22,36 @@ from . import hop_kernels
 from .picks import weighted_counts
 
 available = hop_kernels.available
+# :func:`cut_by_time` prefetches the neighbourhood this many destinations ahead, up to this many cache lines of it.
+_AHEAD, _LINES = 8, 8
 
 if available:
     _jit = hop_kernels._jit
     _uniform = hop_kernels._uniform
     _HALF_UNIT = hop_kernels._HALF_UNIT
 
+    _prefetch = hop_kernels._prefetch
+
     @_jit
-    def _cut(indptr, times, dst, dst_time, fanout, last, bounds):
-        for i in range(len(dst)):
+    def _cut(indptr, times, dst, dst_tree, tree_time, fanout, last, bounds):
+        """``bounds[2 i], bounds[2 i + 1]``: destination ``i``'s in-edges no later than its tree's time (an upper
+        bound by binary search). Each search is a chain of reads of ``times``, each a miss past the cache; so
+        the neighbourhood ``_AHEAD`` destinations on is prefetched (up to ``_LINES`` of its cache lines, spread
+        over it) and its ``indptr`` entry before that: the misses of several searches are then in flight at once."""
+        n = len(dst)
+        for i in range(n):
+            if i + 2 * _AHEAD < n:
+                _prefetch(indptr, dst[i + 2 * _AHEAD])
+            if i + _AHEAD < n:
+                v = dst[i + _AHEAD]
+                lo, hi = indptr[v], indptr[v + 1]
+                for p in range(lo, hi, max(64 // times.itemsize, (hi - lo) // _LINES)):
+                    _prefetch(times, p)
             start, lo, hi = indptr[dst[i]], indptr[dst[i]], indptr[dst[i] + 1]
-            t = dst_time[i]
-            while lo < hi:  # upper bound: the first position later than t
+            limit = tree_time[dst_tree[i]]
+            while lo < hi:  # upper bound: the first position later than the limit
                 mid = (lo + hi) // 2
-                if times[mid] <= t:
+                if times[mid] <= limit:
                     lo = mid + 1
                 else:
                     hi = mid
@@ -76,23 +93,26 @@ if available:
                     pos[o + d] = start + won[d]
 
 
-def cut_by_time(indptr: np.ndarray, times: np.ndarray, dst: np.ndarray, dst_time: np.ndarray, fanout: int, strategy: str) -> np.ndarray:
-    """``bounds`` (int64 ``[2 * len(dst)]``): destination ``i``'s in-edges inside the cut are CSC positions
-    ``bounds[2 i] : bounds[2 i + 1]``; pass ``bounds`` as the indptr and ``2 * arange(len(dst))`` as the
-    destinations of :func:`hop_kernels.count` / :func:`hop_kernels.pick`."""
-    bounds = np.empty(2 * len(dst), dtype=np.int64)
-    dst_time = dst_time.astype(times.dtype, copy=False)
+def cut_by_time(
+    indptr: np.ndarray, times: np.ndarray, dst: np.ndarray, dst_tree: np.ndarray, tree_time: np.ndarray, fanout: int, strategy: str, bounds: np.ndarray
+) -> np.ndarray:
+    """Fill ``bounds`` (int64 ``[2 * len(dst)]``): destination ``i``'s in-edges no later than its tree's time
+    ``tree_time[dst_tree[i]]`` (``'last'``: the latest ``fanout`` of them) are CSC positions
+    ``bounds[2 i] : bounds[2 i + 1]``. Pass ``bounds`` as the indptr and ``2 * arange(len(dst))`` as the
+    destinations of :func:`hop_kernels.count` / :func:`hop_kernels.pick`. Returns ``bounds``."""
     last = strategy == "last"
     # Each search waits on a chain of misses past the cache: the destinations split over the hop's threads.
     parts = min(hop_kernels.threads(), len(dst) // (hop_kernels.PARALLEL_EDGES // 8))
     cuts = np.linspace(0, len(dst), max(parts, 1) + 1).astype(np.int64)
     helpers = [
-        threading.Thread(target=_cut, args=(indptr, times, dst[lo:hi], dst_time[lo:hi], fanout, last, bounds[2 * lo : 2 * hi]), name="dgl-zerocopy-cut")
+        threading.Thread(
+            target=_cut, args=(indptr, times, dst[lo:hi], dst_tree[lo:hi], tree_time, fanout, last, bounds[2 * lo : 2 * hi]), name="dgl-zerocopy-cut"
+        )
         for lo, hi in zip(cuts[1:-1], cuts[2:])
     ]
     for helper in helpers:
         helper.start()
-    _cut(indptr, times, dst[: cuts[1]], dst_time[: cuts[1]], fanout, last, bounds[: 2 * cuts[1]])
+    _cut(indptr, times, dst[: cuts[1]], dst_tree[: cuts[1]], tree_time, fanout, last, bounds[: 2 * cuts[1]])
     for helper in helpers:
         helper.join()
     return bounds
