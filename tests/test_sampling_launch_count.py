@@ -3,7 +3,8 @@ launcher's driver (same passes, grids and torch operations between them) on CPU 
 :func:`~dgl_zerocopy.cuda.sampling.op_count.count_ops` counts the torch operations that launch work,
 our kernel launches and every value read back. Bounds per batch for the DGL route
 (``GpuNeighborSampler.sample_blocks``) and the PyG route (``sample_with_blocks``, what the PyG
-loader's GPU route runs), for fanouts (15, 10, 5) and (25, 10); the batches stay equal to the
+loader's GPU route runs: one host read per batch, as the DGL route), for fanouts (15, 10, 5) and (25, 10),
+and for a temporal (disjoint) and a weighted batch on the PyG route; the batches stay equal to the
 reference backend's. The relabelling kernels are checked against their NumPy twin and the torch
 relabelling, and the snapshot sampler issues no more than the pinned path.
 """
@@ -26,8 +27,14 @@ PER_LAYER = 10
 #: And per batch: the fill of the batch's sizes (and one to spare).
 PER_BATCH = 2
 #: The PyG route's translation of the blocks per layer (degrees, positions, destinations, edge ids,
-#: and the concatenations at the end).
-PYG_PER_LAYER = 6
+#: and the concatenations at the end), and its emptying of the destinations an earlier hop expanded
+#: (an index, a comparison, a select: the layers after the first).
+PYG_PER_LAYER = 6 + 3
+#: A disjoint layer: its picks' tree keys (slot, owner search, clamp, tree, key, mask), the keys split into
+#: node ids and trees; temporal: the destinations' seed times and the cut.
+DISJOINT_PER_LAYER = 15
+#: And per disjoint batch: the seeds' keys and trees.
+DISJOINT_PER_BATCH = 4
 FANOUTS = [(15, 10, 5), (25, 10)]
 
 
@@ -82,24 +89,55 @@ def test_dgl_route_launches_and_one_host_sync_per_batch(graph, monkeypatch, fano
 
 
 @pytest.mark.parametrize("fanouts", FANOUTS, ids=str)
-def test_pyg_route_launches_and_host_syncs(graph, monkeypatch, fanouts):
-    """The PyG loader's GPU route: the block sampler, then its translation to PyG's output, which
-    reads one offset per layer after the first (where an earlier hop's destinations end)."""
+def test_pyg_route_launches_and_one_host_sync_per_batch(graph, monkeypatch, fanouts):
+    """The PyG loader's GPU route: the block sampler sampling each node at its hop (``expand_once``: the
+    destinations an earlier hop expanded get no picks, so no offset is read per layer), then its
+    translation to PyG's output: one host read per batch, as the DGL route."""
     pytest.importorskip("torch_geometric")
     from dgl_zerocopy.pyg.sampler import sample_with_blocks
 
     hops = list(fanouts)
-    sampler = GpuNeighborSampler(list(reversed(hops)), device="emulator")
+    sampler = GpuNeighborSampler(list(reversed(hops)), device="emulator", expand_once=True)
     seeds = seeds_of()
     keyed(monkeypatch)
     count, ours = counted(lambda: sample_with_blocks(sampler, graph, seeds, hops))
-    assert count.host_syncs <= len(hops) and count.syncs["tolist"] == 1, count.summary()
+    assert count.host_syncs == 1 and count.syncs == {"tolist": 1}, count.summary()
     assert count.launches <= (PER_LAYER + PYG_PER_LAYER) * len(hops) + PER_BATCH, count.summary()
     keyed(monkeypatch, 11 + len(hops))
-    ref = sample_with_blocks(GpuNeighborSampler(list(reversed(hops)), device="reference"), graph, seeds, hops)
+    ref = sample_with_blocks(GpuNeighborSampler(list(reversed(hops)), device="reference", expand_once=True), graph, seeds, hops)
     for name in ("node", "row", "col", "edge"):
         assert torch.equal(getattr(ours, name), getattr(ref, name)), name
     assert ours.num_sampled_nodes == ref.num_sampled_nodes and ours.num_sampled_edges == ref.num_sampled_edges
+
+
+@pytest.mark.parametrize("mode", ["temporal", "weighted"])
+def test_pyg_route_temporal_and_weighted_batches_read_the_device_once(graph, monkeypatch, mode):
+    """A temporal (disjoint trees, the time cut) and a weighted batch of the PyG route, fanouts (15, 10, 5):
+    one host read, launches bounded; the weighted kernels replace the uniform count and pick one for one."""
+    pytest.importorskip("torch_geometric")
+    from dgl_zerocopy.pyg.sampler import sample_with_blocks
+    from dgl_zerocopy.sampling.gpu_picks import TemporalPicks, WeightedPicks
+
+    hops, gen = [15, 10, 5], torch.Generator().manual_seed(5)
+    num_edges = len(graph.indices)
+    if mode == "temporal":
+        times = torch.sort(torch.randint(0, 100, (num_edges,), generator=gen)).values  # sorted in every neighbourhood
+        options, seed_time = dict(disjoint=True, temporal=TemporalPicks(graph.indptr, times, "uniform")), torch.randint(0, 100, (1024,), generator=gen)
+        bound = (PER_LAYER + PYG_PER_LAYER + DISJOINT_PER_LAYER) * len(hops) + PER_BATCH + DISJOINT_PER_BATCH
+    else:
+        options, seed_time = dict(weighted=WeightedPicks(graph.indptr, torch.rand(num_edges, generator=gen))), None
+        bound = (PER_LAYER + PYG_PER_LAYER) * len(hops) + PER_BATCH
+    sampler = GpuNeighborSampler(list(reversed(hops)), device="emulator", expand_once=True, **options)
+    seeds = seeds_of()
+    count, out = counted(lambda: sample_with_blocks(sampler, graph, seeds, hops, seed_time=seed_time))
+    assert count.host_syncs == 1 and count.syncs == {"tolist": 1}, count.summary()
+    assert count.launches <= bound, count.summary()
+    if mode == "temporal":
+        assert count.kernels["sample_cut_by_time<long long>"] == len(hops), count.kernels
+    else:  # the weighted count and pick instead of the uniform ones
+        assert count.kernels["sample_pick_weighted"] == count.kernels["sample_count_weighted"] == len(hops), count.kernels
+        assert "sample_pick" not in count.kernels and "sample_count" not in count.kernels, count.kernels
+    assert sum(out.num_sampled_edges) == len(out.row) > 0
 
 
 def test_snapshot_batch_issues_no_more_than_the_pinned_path(graph):

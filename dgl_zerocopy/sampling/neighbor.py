@@ -287,10 +287,10 @@ class GpuNeighborSampler:
             picks = sample_layer_deferred(graph, nodes, fanout, self.replace, key, self.backend, capacity=capacity, plan=plan, edge_ids=edge_ids, pick=pick)
             numbered = picks if trees is None else picks._replace(src=pick_keys(picks.src, picks.indptr, trees, num_nodes))
             relabelled = relabel_picks(graph, dst, count, numbered, sizes[1 + 2 * layer : 3 + 2 * layer], self.backend, bounded=trees is None)
-            layers.append(_Layer(picks.pos, relabelled, edge_ids is not None, num_nodes if trees is not None else None))
             expanded = num_trees if count is None else count
             dst, count = relabelled.nodes, relabelled.sizes[1:]
             nodes, trees = split_keys(dst, num_nodes, num_trees) if trees is not None else (dst, None)
+            layers.append(_Layer(picks.pos, relabelled, edge_ids is not None, nodes, trees))
         values = relabel.read_sizes(sizes)  # the batch's one host read
         _raise_bad(values[0], given, seeds, graph)
         for layer, num_edges, num_src in zip(layers, values[1::2], values[2::2]):
@@ -371,19 +371,18 @@ class _Layer:
     """One sampled layer on the device: the picks' CSC positions and the relabelled buffers; its sizes
     (picks, source nodes) once the batch's read has brought them."""
 
-    def __init__(self, pos: torch.Tensor, relabelled: Relabelled, pos_are_edge_ids: bool, key_base: int | None = None) -> None:
+    def __init__(self, pos: torch.Tensor, relabelled: Relabelled, pos_are_edge_ids: bool, nodes: torch.Tensor, trees: torch.Tensor | None) -> None:
         self.pos, self.relabelled, self.pos_are_edge_ids = pos, relabelled, pos_are_edge_ids
-        self.key_base = key_base  # disjoint: the nodes are tree keys, tree * key_base + node
+        self.nodes, self.trees = nodes, trees  # the source nodes' ids and (disjoint) trees; relabelled.nodes holds keys then
         self.num_edges = self.num_src = 0
 
     def block(self, graph: SamplingGraph, dst: torch.Tensor) -> DeviceBlock:
         """The layer's block for its ``dst`` (the live destinations): views of the buffers, cut to the sizes."""
         out = self.relabelled
-        nodes = out.nodes[: self.num_src]
+        nodes = self.nodes[: self.num_src]
         srcdata = {NID: nodes}
-        if self.key_base is not None:
-            nodes, trees = split_keys(nodes, self.key_base, self.num_src)
-            srcdata = {NID: nodes.to(dst.dtype), TREE: trees}
+        if self.trees is not None:
+            srcdata = {NID: nodes.to(dst.dtype), TREE: self.trees[: self.num_src]}
         block = DeviceBlock(out.indptr[: len(dst) + 1], out.local[: self.num_edges], self.num_src, srcdata, {NID: dst})
         picked = self.pos[: self.num_edges]
         if self.pos_are_edge_ids:  # read by the fetch kernel already: in the graph's edge id dtype
