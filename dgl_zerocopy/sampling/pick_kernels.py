@@ -23,7 +23,7 @@ from .picks import weighted_counts
 
 available = hop_kernels.available
 # :func:`cut_by_time` prefetches the neighbourhood this many destinations ahead, up to this many cache lines of it.
-_AHEAD, _LINES = 8, 8
+_AHEAD, _LINES = 16, 8
 
 if available:
     _jit = hop_kernels._jit
