@@ -106,6 +106,29 @@ def test_temporal_last_equals_the_cpu_sampler(emulated, level):
         assert len(ours.row) > len(SEEDS)
 
 
+@pytest.mark.parametrize("link", [False, True], ids=["NeighborLoader", "LinkNeighborLoader"])
+def test_temporal_loaders_on_the_gpu_route_equal_the_cpu_route(emulated, link):
+    """The loaders around the sampler (input_time, edge_label_time, PyG's filter, the features): batch for batch."""
+    from dgl_zerocopy.pyg import LinkNeighborLoader, NeighborLoader
+
+    data = make_data()
+    data.x = torch.randn(N, 4, generator=torch.Generator().manual_seed(5))
+    times = torch.randint(10, 50, (E if link else N,), generator=torch.Generator().manual_seed(6))
+    make = (
+        (lambda: LinkNeighborLoader(data, [3, 2], time_attr="time", temporal_strategy="last", edge_label_time=times, batch_size=32))
+        if link
+        else (lambda: NeighborLoader(data, [3, 2], time_attr="time", temporal_strategy="last", input_time=times, batch_size=32))
+    )
+    cpu, gpu = make(), make()
+    emulated(gpu.link_sampler if link else gpu.node_sampler)
+    batches = 0
+    for ref, ours in zip(cpu, gpu, strict=True):
+        for name in ("n_id", "e_id", "edge_index", "batch", "x"):
+            assert torch.equal(ref[name], ours[name]), name
+        batches += 1
+    assert batches == -(-(E if link else N) // 32)
+
+
 @pytest.mark.parametrize("level", ["node", "edge"])
 def test_temporal_uniform_never_picks_a_later_neighbour(emulated, level):
     data = make_data()
@@ -202,3 +225,38 @@ def test_cuda_route_equals_the_emulated_route(emulated, placement, mode):
     if mode != "weighted":
         assert later_neighbours(data, type(ours)(**{k: (v.cpu() if torch.is_tensor(v) else v) for k, v in vars(ours).items()}), seed_time, "node") == 0
     cuda.close()
+
+
+def test_gpu_sampler_refuses_what_its_modes_cannot_do():
+    from dgl_zerocopy.sampling import GpuNeighborSampler, SamplingGraph
+    from dgl_zerocopy.sampling.gpu_picks import TemporalPicks, WeightedPicks
+
+    indptr, indices = torch.tensor([0, 2, 3, 3]), torch.tensor([1, 2, 0])
+    times, weights = torch.tensor([1, 5, 2]), torch.tensor([0.5, 1.0, 2.0])
+    temporal, weighted = TemporalPicks(indptr, times), WeightedPicks(indptr, weights)
+    with pytest.raises(ValueError, match="needs disjoint=True"):
+        GpuNeighborSampler([2], device="emulator", temporal=temporal)
+    with pytest.raises(ValueError, match="together"):
+        GpuNeighborSampler([2], device="emulator", disjoint=True, temporal=temporal, weighted=weighted)
+    with pytest.raises(ValueError, match="'cuda' or 'emulator', but got 'reference'"):
+        GpuNeighborSampler([2], device="reference", weighted=weighted)
+    with pytest.raises(ValueError, match=f"fanout {MAX_WEIGHTED_FANOUT + 1} .* \\[0, {MAX_WEIGHTED_FANOUT}\\]"):
+        GpuNeighborSampler([2, MAX_WEIGHTED_FANOUT + 1], device="emulator", weighted=weighted)
+    graph = SamplingGraph(indptr, indices)
+    sampler = GpuNeighborSampler([2], device="emulator", disjoint=True, temporal=temporal)
+    with pytest.raises(ValueError, match="needs seed_time="):
+        sampler.sample_blocks(graph, torch.tensor([0, 1]))
+    with pytest.raises(ValueError, match=r"one time per seed \(2\), but has 3"):
+        sampler.sample_blocks(graph, torch.tensor([0, 1]), seed_time=torch.tensor([1, 2, 3]))
+    with pytest.raises(ValueError, match="seed_time= is for a temporal sampler"):
+        GpuNeighborSampler([2], device="emulator").sample_blocks(graph, torch.tensor([0]), seed_time=torch.tensor([1]))
+    _, _, blocks = sampler.sample_blocks(graph, torch.tensor([0, 0]), seed_time=torch.tensor([1, 5]))
+    assert blocks[0].indices.numel() == 1 + 2  # node 0's in-edges at times 1 and 5: one for the first tree, both for the second
+    with pytest.raises(ValueError, match="not sorted by time"):
+        TemporalPicks(indptr, torch.tensor([5, 1, 2]))
+    with pytest.raises(ValueError, match="temporal_strategy must be one of"):
+        TemporalPicks(indptr, times, "first")
+    with pytest.raises(TypeError, match="int32, int64, float32 or float64"):
+        TemporalPicks(indptr, times.to(torch.int16))
+    with pytest.raises(ValueError, match="not a finite number >= 0"):
+        WeightedPicks(indptr, torch.tensor([0.5, -1.0, 2.0]))

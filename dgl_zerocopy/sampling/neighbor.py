@@ -16,7 +16,9 @@ unused slots), destinations plus picks for the source nodes, and a layer's desti
 layer before's source-node buffer, its live prefix counted on the device. A layer of fanout -1 is
 sized by its total, read with the sizes so far before it is sampled: one read more per such layer.
 About ten device operations a layer (``dgl_zerocopy.cuda.sampling.op_count`` counts them; the
-tests hold the bound). The seeds go to the device from pinned memory. Edge ids (``edata[dgl.EID]``)
+tests hold the bound). PyG's modes (:mod:`.gpu_picks`) slot into the same passes without a read: the
+destinations an earlier hop expanded and a time cut shrink the bounds, weighted kernels replace the
+uniform count and pick, disjoint trees are keys ``tree * num_nodes + node`` for the relabelling. The seeds go to the device from pinned memory. Edge ids (``edata[dgl.EID]``)
 are computed when first read (:mod:`.lazy`). The kernels draw from a counter-based RNG keyed per
 layer by :func:`.layer.draw_seed`, from torch's generator: ``torch.manual_seed`` reproduces a batch.
 """
@@ -125,6 +127,15 @@ class GpuNeighborSampler:
     ``node_dtype``: the dtype of the blocks' node ids (default: the graph's id dtype); wider than the
     graph's, the kernels write it directly (a compact graph, as the GPU snapshot, gives the full
     graph's ids without a conversion per tensor).
+
+    PyG's modes (:mod:`.gpu_picks`; the PyG front end's GPU route sets them): ``expand_once``: a
+    destination an earlier layer expanded gets no in-edges again (PyG's hops; the blocks are then not
+    DGL's for those destinations). ``disjoint``: every seed roots its own tree (a node reached in two
+    trees is two sources; ``srcdata[TREE]`` names each source's tree). ``temporal``: a
+    :class:`~.gpu_picks.TemporalPicks` over the graph's CSC (needs ``disjoint``; :meth:`sample_blocks`
+    takes ``seed_time``). ``weighted``: a :class:`~.gpu_picks.WeightedPicks` over it (without
+    replacement, fanouts up to ``MAX_WEIGHTED_FANOUT`` = 64: larger ones raise ValueError here). Both
+    run on ``"cuda"`` and ``"emulator"`` only, and must describe the graph passed to :meth:`sample`.
 
     The graph of the last :meth:`sample` is kept (shared with other users of the same graph, see
     :func:`.graph.shared_graph`); :meth:`close` (or ``with``) gives it back: the last user unpins it.
