@@ -95,5 +95,5 @@ def test_a_mapped_file_cut_short_is_refused_not_a_bus_error(tmp_path):
         what, message = said[name]
         assert what == "refused", (name, said[name])
         assert message.startswith(f"the feature file {str(tmp_path / file)!r} was cut short to {size} bytes while a FeatureStore maps it"), message
-        assert "SIGBUS" in message and "FeatureStore(path, host_cache_bytes=N)" in message and "rename it into place" in message
+        assert "SIGBUS" in message and "FeatureStore(path, storage=StorageTier(N))" in message and "rename it into place" in message
     assert said["renamed over"] == ["gathered", True]  # the mapped file is untouched: its rows, no false alarm

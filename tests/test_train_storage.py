@@ -94,7 +94,7 @@ def test_the_host_cache_policy_reaches_the_store(policy, feature_npy, monkeypatc
     seen = []
 
     def recording(*args, **kwargs):
-        seen.append(kwargs.get("host_cache_policy", "not given"))
+        seen.append(kwargs["storage"].policy if "storage" in kwargs else "not given")
         return FeatureStore(*args, **kwargs)
 
     monkeypatch.setattr(sources, "FeatureStore", recording)

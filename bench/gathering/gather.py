@@ -76,7 +76,7 @@ SUMMARY_FIELDS = (
 CODECS = {"fp16": ("fp16", None), "bf16": ("bf16", None), "int8": ("int8", "column"), "int8-row": ("int8", "row")}
 # The zero-copy methods gather in the ids' own order (sort_ids=False), as the link model reads them;
 # ``+sort_ids`` sorts every batch and ``+sort_ids=auto`` lets the store's sort policy choose.
-STORE_METHODS = {  # method -> FeatureStore keyword arguments
+STORE_METHODS = {  # method -> the backend and GatherOptions fields
     "zerocopy": {"backend": "zerocopy", "sort_ids": False},
     "zerocopy-naive": {"backend": "zerocopy", "variant": "naive", "sort_ids": False},
     "cpu": {"backend": "cpu"},
@@ -109,7 +109,7 @@ def parse_max_blocks(text: str, sms: int) -> list[int]:
 
 
 def store_options(method: str) -> dict:
-    """FeatureStore keyword arguments for a store method: a name of ``STORE_METHODS``, optionally
+    """A store method's backend and kernel options (``GatherOptions`` fields): a name of ``STORE_METHODS``, optionally
     followed by ``+sort_ids``, ``+sort_ids=auto``, ``+max_blocks=N`` or ``+cache=F`` (``cache_fraction``: the share of
     the rows to cache, which :func:`open_method` turns into a budget)."""
     base, _, option = method.partition("+")
@@ -149,6 +149,7 @@ def open_compressed(
     return: the reference decode of the same codes). ``compressed_tables`` keeps each compressed
     form of ``table`` for the next batch (the caller empties it for the next table)."""
     from dgl_zerocopy import FeatureStore, compress
+    from dgl_zerocopy.store import Compression
 
     codec, axis = CODECS[name.removeprefix("zerocopy-")]
     cache = {} if compressed_tables is None else compressed_tables
@@ -156,7 +157,7 @@ def open_compressed(
         cache[name] = compress(table, codec, **({"axis": axis} if axis else {}))
     compressed = cache[name]
     want = compressed.decode(ids, out.dtype).to(out.device)
-    store = FeatureStore(compressed, backend="zerocopy", device=out.device, out_dtype=out.dtype)
+    store = FeatureStore(compressed, backend="zerocopy", device=out.device, compression=Compression(out_dtype=out.dtype))
     return (lambda: store.gather(ids, out=out)), store.close, want
 
 
@@ -190,15 +191,18 @@ def open_method(
     if name == "fancy":
         return (lambda: table[ids]), (lambda: None)
     from dgl_zerocopy import FeatureStore
+    from dgl_zerocopy.store import DeviceCache, GatherOptions
 
     options = store_options(name)
+    cache = None
     if "cache_fraction" in options:
         from dgl_zerocopy.store.cache import CachePolicy, budget_for_rows
 
         rows = round(options.pop("cache_fraction") * table.shape[0])
         order = torch.randperm(table.shape[0], generator=torch.Generator().manual_seed(rows))
-        options.update(cache_bytes=budget_for_rows(rows, table.shape[1] * table.element_size(), table.shape[0]), cache_policy=CachePolicy(order))
-    store = FeatureStore(table, device=out.device, **options)
+        cache = DeviceCache(budget_for_rows(rows, table.shape[1] * table.element_size(), table.shape[0]), CachePolicy(order))
+    backend = options.pop("backend")
+    store = FeatureStore(table, backend, out.device, kernel=GatherOptions(**options), cache=cache)
     if stores is not None:
         stores.append(store)
     return (lambda: store.gather(ids, out=out)), store.close

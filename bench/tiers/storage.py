@@ -13,8 +13,8 @@ a fresh process; before it the file's pages are dropped from the page cache
 - ``mmap``: ``FeatureStore(np.load(path, mmap_mode="r"))``, the whole file mapped, the kernel's
   default read-around on page faults (what a user gets); ``mmap-random``: the same with
   ``madvise(MADV_RANDOM)`` (no read-around: a stronger baseline);
-- ``static``, ``dynamic``, ``hybrid``: ``FeatureStore(path, host_cache_bytes=budget,
-  host_cache_policy=...)`` (docs/storage.md), each with the DataLoader reading ahead and without;
+- ``static``, ``dynamic``, ``hybrid``: ``FeatureStore(path, storage=StorageTier(budget,
+  policy))`` (docs/storage.md), each with the DataLoader reading ahead and without;
   ``static-int8``: the same budget over the table's int8 codes (``compressed_beside(path, "int8")``,
   written once beside the file, before the run), decoded in the gather, reading ahead.
 
@@ -391,6 +391,7 @@ def run_child(args) -> dict:
     import torch.nn.functional as F
 
     from dgl_zerocopy import DataLoader, FeatureStore
+    from dgl_zerocopy.store import DeviceCache, StorageTier
     from dgl_zerocopy.training.models import GraphSAGE
 
     method, ahead, path = args.child.split(":", 2)
@@ -422,7 +423,7 @@ def run_child(args) -> dict:
             optimizer.zero_grad()
             loss.backward()
             optimizer.step()
-        reading = {"threads": args.reader_threads} if args.reader_threads else None
+        reading = {"threads": args.reader_threads} if args.reader_threads else {}
         limit = memory.limit(budget + args.slack) if method != "memory" else "none: the whole table in memory (the reference)"
         if method == "memory":  # read whole before the epochs: no storage in the timed part
             store = FeatureStore(torch.from_numpy(np.load(path)), backend=ours, device=device)
@@ -434,17 +435,10 @@ def run_child(args) -> dict:
         elif method == "static-int8":  # the int8 codes (a folder beside the file, written once), decoded in the gather
             from dgl_zerocopy.store.compression import compressed_beside
 
-            store = FeatureStore(
-                compressed_beside(path, "int8"),
-                backend=ours,
-                device=device,
-                host_cache_bytes=budget,
-                host_cache_policy="static",
-                graph=graph,
-                storage_options=reading,
-            )
+            tier = StorageTier(budget, "static", **reading)
+            store = FeatureStore(compressed_beside(path, "int8"), backend=ours, device=device, storage=tier, cache=DeviceCache(graph=graph))
         else:
-            store = FeatureStore(path, backend=ours, device=device, host_cache_bytes=budget, host_cache_policy=method, graph=graph, storage_options=reading)
+            store = FeatureStore(path, backend=ours, device=device, storage=StorageTier(budget, method, **reading), cache=DeviceCache(graph=graph))
         loader = DataLoader(
             graph,
             train,

@@ -7,7 +7,7 @@ For each ``--fractions`` value (of ogbn-papers100M's 111,059,956 nodes; about 29
   run       in a second child process (its own peak RSS): open (memory maps, no copy), then ``--batches``
             batches of ``--batch-size`` training seeds through ``HopSampler`` (fanouts ``--fanouts``),
             each checked edge by edge against the files for the first batch, and the input nodes' rows
-            gathered through ``FeatureStore(features, host_cache_bytes=--host-cache)`` (int8 codes, decoded);
+            gathered through ``FeatureStore(features, storage=StorageTier(--host-cache))`` (int8 codes, decoded);
             per-batch sample and gather times (median and quartiles), sampled edges/s, storage bytes per
             batch; the sampled positions past 2**31 (where the graph has them) checked against
             ``indices.npy`` read with plain file reads; then ``--steps`` GraphSAGE steps (3 layers,

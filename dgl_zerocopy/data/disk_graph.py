@@ -21,7 +21,7 @@ Opening copies nothing: :attr:`DiskGraph.indptr`/``indices`` are the file mappin
 to :class:`~dgl_zerocopy.sampling.cpu_hops.HopSampler` (:func:`dgl_zerocopy.sampling.disk.hop_sampler`) and, as tensors
 over the same pages, to :class:`~dgl_zerocopy.sampling.graph.SamplingGraph` (:func:`dgl_zerocopy.sampling.disk.sampling_graph`,
 pinned in place with ``placement="pinned"``); the features are served by ``FeatureStore(path,
-host_cache_bytes=N)`` (:meth:`DiskGraph.feature_store`).
+storage=StorageTier(N))`` (:meth:`DiskGraph.feature_store`).
 """
 
 from __future__ import annotations
@@ -182,11 +182,13 @@ class DiskGraph:
             self.csc_files.check()
 
     def feature_store(self, host_cache_bytes: int, backend: str = "cpu", device=None, **options):
-        """``FeatureStore(features, host_cache_bytes=...)``: rows stay in their file, at most
-        ``host_cache_bytes`` of them in one host buffer (docs/storage.md)."""
+        """``FeatureStore(features, storage=StorageTier(host_cache_bytes, host_cache_policy))``: rows stay in their
+        file, at most ``host_cache_bytes`` of them in one host buffer (docs/storage.md); ``options``: the store's other parts."""
         from ..store.feature_store import FeatureStore
+        from ..store.options import StorageTier
 
-        return FeatureStore(str(self.features_path), backend=backend, device=device, host_cache_bytes=host_cache_bytes, **options)
+        storage = StorageTier(host_cache_bytes, options.pop("host_cache_policy", None))
+        return FeatureStore(str(self.features_path), backend=backend, device=device, storage=storage, **options)
 
     def to_dataset(self):
         """A :class:`~dgl_zerocopy.data.base.GraphDataset` over the same mappings, its features a

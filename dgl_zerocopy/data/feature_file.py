@@ -1,7 +1,7 @@
 """Node features left on storage: a dataset's ``features`` as the file that holds them.
 
 A :class:`GraphDataset` whose ``features`` is a :class:`FeatureFile` never holds the table in
-memory: the training sources serve it through ``FeatureStore(path, host_cache_bytes=N)``
+memory: the training sources serve it through ``FeatureStore(path, storage=StorageTier(N))``
 (docs/storage.md), which keeps at most ``N`` bytes of its rows in a host buffer.
 
 - :func:`attach_feature_file`: a ``.npy`` (or a folder written by :func:`dgl_zerocopy.compress`)

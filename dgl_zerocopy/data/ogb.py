@@ -77,7 +77,7 @@ def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None, *, feat
 
     ``features_on_storage=True``: ``features`` is the cache's ``features.npy`` as a
     :class:`~dgl_zerocopy.data.feature_file.FeatureFile`, never mapped nor read here; the training
-    sources serve it through ``FeatureStore(path, host_cache_bytes=N)`` (docs/storage.md).
+    sources serve it through ``FeatureStore(path, storage=StorageTier(N))`` (docs/storage.md).
     """
     if features_on_storage:
         dataset = load_ogb(name, root, meta_dict)

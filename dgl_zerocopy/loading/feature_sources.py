@@ -33,6 +33,8 @@ import torch
 from ..data.base import tensor_view
 from ..store.cache import budget_for_rows
 from ..store.feature_store import FeatureStore
+from ..store.legacy_keywords import CACHE_KEYWORDS
+from ..store.options import DeviceCache
 from ..store.table_input import SUPPORTED_DTYPES
 from ..store.transfer import to_device
 from .collate import Need
@@ -54,7 +56,7 @@ DECLARED = (
 
 class Sources:
     """The sources of one loader over ``graph``, gathering onto ``device``. ``store_options``:
-    keyword arguments of the FeatureStores it makes; ``cached_rows``: ``gpu_cache``'s rows per node
+    keyword arguments of the FeatureStores it makes (parts: ``kernel=``, ``compression=``, ...); ``cached_rows``: ``gpu_cache``'s rows per node
     feature name (homogeneous graphs); ``sampler``: for the cache's degree ranking; ``device_ids``:
     the ids come on ``device`` (GPU sampling): data not served into a slot is gathered there too."""
 
@@ -237,13 +239,11 @@ class Sources:
     def _make_store(self, kind: str, type_, name: str, tensor: torch.Tensor) -> FeatureStore:
         cached = self._cached_rows.get(name, 0) if kind == "node" else 0
         options = dict(self._store_options)
-        if cached:  # DGL's gpu_cache counts rows: the budget that holds that many
-            options.update(
-                cache_bytes=budget_for_rows(cached, tensor.shape[1] * tensor.dtype.itemsize, tensor.shape[0]),
-                cache_policy="degree",
-                graph=self.graph,
-                sampler=self._sampler,
-            )
+        if cached:  # DGL's gpu_cache counts rows: the budget that holds that many (in place of a cache in store_options)
+            for name in ("cache", *CACHE_KEYWORDS):
+                options.pop(name, None)
+            budget = budget_for_rows(cached, tensor.shape[1] * tensor.dtype.itemsize, tensor.shape[0])
+            options["cache"] = DeviceCache(budget, "degree", self.graph, self._sampler)
         store = shared_store(tensor, self.device, **options)
         if cached and store.cache is None and store.backend != "gpu":
             warn_once(

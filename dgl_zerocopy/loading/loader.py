@@ -103,7 +103,7 @@ class DataLoader:
     :class:`~dgl_zerocopy.loading.blocks.DeviceBlock`, for a CUDA device with PyPI's CPU-only DGL;
     default: ``"device"`` exactly then), ``timer``, ``store_options`` (keyword arguments for the
     FeatureStores the loader makes), ``read_ahead`` (default True: for stores whose rows stay in
-    their file, ``FeatureStore(path, host_cache_bytes=N)``, each batch is sampled ``max(1,
+    their file, ``FeatureStore(path, storage=StorageTier(N))``, each batch is sampled ``max(1,
     prefetch)`` batches before its gather and its rows are read from storage meanwhile, reserved
     in the host buffer until that gather; docs/storage.md). Such a loader serves one epoch at a time:
     a new ``iter()`` ends an unfinished epoch, whose next ``next()`` raises RuntimeError (two live
@@ -410,7 +410,7 @@ class DataLoader:
     def _read_ahead(self, tasks: Iterator) -> Iterator:
         """The epoch's tasks, each sampled ``max(1, prefetch)`` batches before it is gathered, with the
         storage reads of its rows started as soon as it is sampled (features left in their
-        file, ``FeatureStore(path, host_cache_bytes=N)``): they fill the host buffer while earlier
+        file, ``FeatureStore(path, storage=StorageTier(N))``): they fill the host buffer while earlier
         batches gather and train, and their rows stay reserved until their own gather. Runs on the
         thread that samples; closing it (after the last batch it gave was produced, or dropped: the
         prefetch worker may stop between the two) gives back the reads of the batches it still holds

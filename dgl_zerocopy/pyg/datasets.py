@@ -34,7 +34,7 @@ def to_pyg(dataset: GraphDataset, masks: bool = True) -> Data:
     if isinstance(dataset.features, FeatureFile):
         raise ValueError(
             f"{dataset.name!r} has its features left on storage ({str(dataset.features.path)!r}); load it without features_on_storage, "
-            f"or pass the file to the loader as features={{'x': dgl_zerocopy.FeatureStore(path, host_cache_bytes=...)}}"
+            f"or pass the file to the loader as features={{'x': dgl_zerocopy.FeatureStore(path, storage=dgl_zerocopy.store.StorageTier(...))}}"
         )
     n = dataset.num_nodes
     dst = torch.repeat_interleave(torch.arange(n, dtype=torch.int64), tensor_view(np.diff(dataset.indptr)))

@@ -361,7 +361,9 @@ class FeatureStore:
 
     def _storage_backend(self) -> StorageBackend:
         if self._storage is None:
-            raise TypeError("this FeatureStore holds its whole table in memory: reading ahead and storage_stats() need FeatureStore(path, host_cache_bytes=N)")
+            raise TypeError(
+                "this FeatureStore holds its whole table in memory: reading ahead and storage_stats() need FeatureStore(path, storage=StorageTier(N))"
+            )
         if self._backend is None:
             self.bind()
         return self._backend  # type: ignore[return-value]

@@ -32,6 +32,8 @@ def _new_form(part: str, field: str | None) -> str:
 
 #: old keyword -> (part, field of the part, how the new form is written)
 MOVED = {name: (part, field, _new_form(part, field)) for part, fields in _FIELDS.items() for name, field in fields.items()}
+#: the former keywords of the device cache (what ``cache=DeviceCache(...)`` replaces)
+CACHE_KEYWORDS = tuple(_FIELDS["cache"])
 STORAGE_OPTIONS = {"threads": DEFAULT_THREADS, "direct": True}
 
 

@@ -22,7 +22,7 @@ from .storage.direct_reader import StorageChangedError
 
 _STORE_FIX = (
     "the store stops: make a new store over the whole file (write a new file and rename it into place, never rewrite one in "
-    "use), or read it with FeatureStore(path, host_cache_bytes=N), which reads the file with checks instead of mapping it"
+    "use), or read it with FeatureStore(path, storage=StorageTier(N)), which reads the file with checks instead of mapping it"
 )
 
 

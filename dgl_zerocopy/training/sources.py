@@ -30,7 +30,7 @@ the bytes that hold that many stored rows (codes, when compressed). ``cache_stat
 
 Features left on storage (a dataset whose ``features`` is a
 :class:`~dgl_zerocopy.data.feature_file.FeatureFile`: ``train --feature-storage``): the FeatureStore
-sources build ``FeatureStore(path, host_cache_bytes=N)`` with ``N`` from the request's ``host_cache``
+sources build ``FeatureStore(path, storage=StorageTier(N))`` with ``N`` from the request's ``host_cache``
 (a share of the table's rows, its bookkeeping on top, or a size) and the graph for its static ranking (the degree sampling
 follows); our DataLoader reads the next batches' rows ahead. A buffer that cannot hold the distinct rows
 of the run's batches (training, and evaluation where ``cache.eval_batch_size`` is given) is refused when the
@@ -68,6 +68,7 @@ from ..store.cache import DEFAULT_CACHE_POLICY, budget_for_rows
 from ..store.compression import CODECS, check_codec_name, compressed_beside
 from ..store.compression.codec import STORED_DTYPES
 from ..store.feature_store import FeatureStore
+from ..store.options import DeviceCache, StorageTier
 from ..store.storage.policy import budget_for_slots
 from ..store.table_input import human_size
 from .config import ConfigError, parse_cache_size
@@ -150,21 +151,22 @@ class CacheRequest:
         return budget_for_slots(rows, row_bytes, math.ceil(round(amount * rows, 6)), self.host_cache_policy) if kind == "rows" else amount
 
     def store_options(self, graph, fanouts: list[int], rows: int, row_bytes: int, on_storage: bool = False) -> dict:
-        """``FeatureStore`` keyword arguments for a table of ``rows`` stored rows of ``row_bytes``;
+        """``FeatureStore`` parts (``cache=``, ``storage=``) for a table of ``rows`` stored rows of ``row_bytes``;
         ``on_storage``: the table is a path, its host buffer sized by ``host_cache`` and ranked by ``graph``."""
-        options = (
-            {"host_cache_bytes": self.host_cache_bytes(rows, row_bytes), "host_cache_policy": self.host_cache_policy, "graph": graph} if on_storage else {}
-        )
+        options = {"storage": StorageTier(self.host_cache_bytes(rows, row_bytes), self.host_cache_policy)} if on_storage else {}
         kind, amount = parse_cache_size(self.size)
         cache_bytes = budget_for_rows(round(amount * rows), row_bytes, rows) if kind == "rows" else amount
         if cache_bytes == 0:
+            if on_storage:
+                options["cache"] = DeviceCache(graph=graph)  # no device cache; the graph ranks the host buffer's static rows
             return options
         # "degree" needs no sampler: every source samples in-edges (DGL's default), so it ranks by out-degree.
-        options.update(cache_bytes=cache_bytes, cache_policy=self.policy, graph=graph)
+        sampler = seeds = presample = None
         if self.policy == "presample":
             import dgl
 
-            options.update(sampler=dgl.dataloading.NeighborSampler(fanouts), seeds=self.seeds, presample_options={"batch_size": self.batch_size})
+            sampler, seeds, presample = dgl.dataloading.NeighborSampler(fanouts), self.seeds, {"batch_size": self.batch_size}
+        options["cache"] = DeviceCache(cache_bytes, self.policy, graph, sampler, seeds, presample)
         return options
 
 
@@ -183,10 +185,11 @@ def _feature_store(dataset: GraphDataset, graph, fanouts: list[int], compression
     table, codec = feature_table(dataset, compression)
     row_bytes = _stored_row_bytes(dataset, compression)
     on_storage = isinstance(dataset.features, FeatureFile)
-    options = cache.store_options(graph, fanouts, dataset.num_nodes, row_bytes, on_storage)
     if not on_storage:
+        options = cache.store_options(graph, fanouts, dataset.num_nodes, row_bytes)
         return FeatureStore(table, backend=backend, device=device, compression=codec, **options)
     try:
+        options = cache.store_options(graph, fanouts, dataset.num_nodes, row_bytes, on_storage)
         store = FeatureStore(table, backend=backend, device=device, compression=codec, **options)
     except ValueError as error:  # a budget that holds no row
         raise ConfigError(f"host_cache {cache.host_cache!r}: {error}") from None
@@ -194,7 +197,7 @@ def _feature_store(dataset: GraphDataset, graph, fanouts: list[int], compression
     if rows < min(cache.batch_size, dataset.num_nodes):
         store.close()
         raise ConfigError(
-            f"host_cache {cache.host_cache!r} ({human_size(options['host_cache_bytes'])}) holds {rows:,} rows of {row_bytes:,} bytes beside its "
+            f"host_cache {cache.host_cache!r} ({human_size(options['storage'].bytes)}) holds {rows:,} rows of {row_bytes:,} bytes beside its "
             f"row -> slot map, fewer than one batch's {cache.batch_size:,} seeds (and a batch reads their sampled neighbours too); "
             f"give a larger --host-cache or a smaller --batch-size"
         )

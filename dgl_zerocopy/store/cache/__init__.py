@@ -12,7 +12,7 @@
 
 How :class:`dgl_zerocopy.FeatureStore` uses it:
 
-``FeatureStore(data, ..., cache_bytes=0, cache_policy="degree", graph=None, sampler=None, seeds=None)``
+``FeatureStore(data, ..., cache=DeviceCache(bytes=0, policy="degree", graph=None, sampler=None, seeds=None))``
 calls :func:`check_cache_args` in its constructor, before anything is pinned (bad policy name,
 negative budget, missing graph/sampler/seeds, a sampler's edge_dir neither "in" nor "out", node
 count != table rows: clear errors at once), and

@@ -1,6 +1,6 @@
 """Feature tables larger than host memory: rows stay in a file, at most a budget of them in one host buffer.
 
-``FeatureStore(path, ..., host_cache_bytes=N)`` gathers from three tiers: the device cache
+``FeatureStore(path, ..., storage=StorageTier(N))`` gathers from three tiers: the device cache
 (``cache_bytes``, :mod:`dgl_zerocopy.store.cache`), the host buffer (``N`` bytes), and storage.
 
 - :mod:`.table_file`: where the rows lie in a ``.npy`` or a compressed folder's codes file;

@@ -1,4 +1,4 @@
-"""The checks and decisions of ``FeatureStore(path, ..., host_cache_bytes=N)`` before anything is
+"""The checks and decisions of ``FeatureStore(path, ..., storage=StorageTier(N))`` before anything is
 allocated, pinned or read (beyond a ``.npy`` header): :func:`prepare_storage`."""
 
 from __future__ import annotations
