@@ -362,7 +362,7 @@ class FeatureStore:
     def _storage_backend(self) -> StorageBackend:
         if self._storage is None:
             raise TypeError(
-                "this FeatureStore holds its whole table in memory: reading ahead and storage_stats() need FeatureStore(path, storage=StorageTier(N))"
+                "this FeatureStore holds its whole table in memory: reading ahead and storage_stats() need FeatureStore(path, storage=StorageTier(N)), the host_cache_bytes=N of earlier releases"
             )
         if self._backend is None:
             self.bind()
