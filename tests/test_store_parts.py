@@ -209,7 +209,7 @@ def test_a_private_table_has_no_spec_and_from_spec_takes_only_a_spec(table):
 
 def _private_names() -> set[str]:
     """The private attributes FeatureStore sets (``self._x = ...``) and its private methods."""
-    tree = ast.parse((PACKAGE / "store" / "feature_store.py").read_text())
+    tree = ast.parse((PACKAGE / "store" / "feature_store.py").read_text(encoding="utf-8"))
     names = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "self" and node.attr.startswith("_"):
@@ -228,7 +228,7 @@ def _private_reads(package: Path) -> list[str]:
     for path in package.rglob("*.py"):
         if (package / "store") in path.parents:
             continue
-        for node in ast.walk(ast.parse(path.read_text())):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
             if not (isinstance(node, ast.Attribute) and node.attr in private):
                 continue
             receiver = ast.unparse(node.value)

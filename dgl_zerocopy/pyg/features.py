@@ -203,14 +203,15 @@ def shareable(table: Any, key: Any) -> Any:
     memory torch does not own (from ``torch.from_numpy``) is copied into shared memory, with one warning
     naming its size; so is a NumPy array in private memory. Anything else (a path, a built store, a shared
     tensor, a memory map) is returned as it is."""
-    if isinstance(table, np.ndarray) and mapped_file(table) is None and table.flags.writeable:
+    foreign = isinstance(table, np.ndarray) and mapped_file(table) is None and table.flags.writeable
+    if foreign:
         table = torch.from_numpy(np.ascontiguousarray(table))
     if not isinstance(table, torch.Tensor) or table.device.type != "cpu" or table.is_shared() or table.requires_grad:
         return table
     mapped = file_behind(table)
     if mapped is not None:
         return mapped
-    if not table.untyped_storage().resizable():
+    if foreign or not _torch_owns(table):
         warnings.warn(
             f"the table {key!r} is in memory that torch does not own (a NumPy array's): it is copied once into shared memory "
             f"({human_size(table.untyped_storage().nbytes())}) for the worker processes; build it with torch, or pass a .npy "
@@ -218,6 +219,14 @@ def shareable(table: Any, key: Any) -> Any:
             stacklevel=5,
         )
     return table.share_memory_()
+
+
+def _torch_owns(table: torch.Tensor) -> bool:
+    """Whether torch allocated ``table``'s memory (its storage is resizable; ``torch.from_numpy``'s is not).
+    torch before 2.3 has no ``UntypedStorage.resizable``: there such a tensor counts as torch's, so a
+    ``torch.from_numpy`` table is shared without the warning (a NumPy array given as such still warns)."""
+    resizable = getattr(table.untyped_storage(), "resizable", None)
+    return True if resizable is None else bool(resizable())
 
 
 def file_behind(table: torch.Tensor) -> np.memmap | None:
