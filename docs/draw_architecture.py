@@ -27,7 +27,7 @@ BOXES = {
     "event": (9.6, 2.2, 2.2, 1.2, "ready event", "per slot, on the\nside stream", "#d9ead3", "loading/ring.py"),
     "train": (9.6, 4.2, 2.8, 1.0, "training step i", "model(blocks, x) on\nthe current stream", "#f4cccc", "training/train.py"),
 }
-#: The package's layers, lowest first: each imports only the ones to its left (tests/test_layout.py).
+#: The package's layers, lowest first: each imports only the ones to its left (tests/package/test_layout.py).
 LAYERS = "dgl_zerocopy/ layers:  cuda/  <  store/  <  data/  <  loading/  <  nn.py  <  training/  <  dist/  <  cli.py"
 # (from box, side, to box, side, label); sides: l, r, t, b
 ARROWS = [

@@ -9,7 +9,7 @@ To switch to dgl-zerocopy, change one line:
     from torch_geometric.loader import NeighborLoader    ->    from dgl_zerocopy.pyg import NeighborLoader
 
 PyG's ``Planetoid`` reads the raw Planetoid files from ``<root>/Cora/raw``; ``--raw-from DIR`` links the
-``ind.cora.*`` files of ``DIR`` there first (``dgl_zerocopy.pyg.datasets.place_planetoid_raw``), so nothing downloads. tests/test_examples_pyg.py runs the
+``ind.cora.*`` files of ``DIR`` there first (``dgl_zerocopy.pyg.datasets.place_planetoid_raw``), so nothing downloads. tests/pyg/test_examples_pyg.py runs the
 switched script.
 
     python examples/graph_sage_inference.py --root /tmp/planetoid --raw-from ../shared/data/planetoid

@@ -9,7 +9,7 @@ To switch to dgl-zerocopy, change one line:
 
 PyG's ``Planetoid`` reads the raw Planetoid files from ``<root>/Cora/raw``; ``--raw-from DIR`` links the
 ``ind.cora.*`` files of ``DIR`` there first (``dgl_zerocopy.pyg.datasets.place_planetoid_raw``), so nothing downloads. Needs scikit-learn, as PyG's example does.
-tests/test_examples_pyg.py runs the switched script.
+tests/pyg/test_examples_pyg.py runs the switched script.
 
     python examples/graph_sage_unsup.py --root /tmp/planetoid --raw-from ../shared/data/planetoid
 """

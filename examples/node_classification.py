@@ -9,7 +9,7 @@ On a GPU with PyPI's DGL (a CPU build, whose graphs cannot move to CUDA) change 
 
     import dgl.nn as dglnn                    ->    import dgl_zerocopy.nn as dglnn
 
-tests/test_dropin.py runs all three versions and checks they reach the same accuracy.
+tests/loading/test_dropin.py runs all three versions and checks they reach the same accuracy.
 """
 
 import argparse

@@ -11,7 +11,7 @@ To switch to dgl-zerocopy, change one line:
 Our loader then samples without pyg-lib and gathers ``x`` through our store, on the CPU. On a GPU, pass
 ``device=device`` to our loaders as well to sample and gather there (zero-copy from pinned host memory).
 
-tests/test_examples_pyg.py runs the switched script (and the original where PyG can sample).
+tests/pyg/test_examples_pyg.py runs the switched script (and the original where PyG can sample).
 
     python examples/pyg_graphsage.py                           # Cora, on the CPU
     python examples/pyg_graphsage.py --dataset amazon-photo --epochs 30

@@ -11,7 +11,7 @@ On a GPU with PyPI's DGL (a CPU build, whose graphs cannot move to CUDA) change 
 
     import dgl.nn as dglnn                    ->    import dgl_zerocopy.nn as dglnn
 
-tests/test_examples_uses.py runs the versions side by side and checks they reach the same accuracy.
+tests/training/test_examples_uses.py runs the versions side by side and checks they reach the same accuracy.
 """
 
 import argparse

@@ -26,7 +26,7 @@
 // which keep subnormals whatever the flag says; the explicit .rn keeps them out of any FMA. The
 // conversions are inline PTX without .ftz for the same reason, and bf16 is integer code. So no
 // float arithmetic in these kernels may be written with C operators or CUDA's float intrinsics:
-// tests/test_kernels_nvrtc.py checks that the PTX of every instantiation, compiled with CuPy's
+// tests/cuda/test_kernels_nvrtc.py checks that the PTX of every instantiation, compiled with CuPy's
 // options, holds no .ftz instruction, and the CPU emulator flushes in __fmul_rn/__fadd_rn as the
 // GPU would (cpu_shim.h), so a kernel that used them fails the subnormal decode test.
 #pragma once

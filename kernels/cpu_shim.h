@@ -82,7 +82,7 @@ inline float zc_mul_rn(float a, float b) { return a * b; }
 inline float zc_add_rn(float a, float b) { return a + b; }
 
 // kernels/codecs.cuh uses the GPU's fp16 conversion instructions; here they are computed in
-// integer arithmetic. tests/test_emulator_decode.py compares both directions with torch for every
+// integer arithmetic. tests/cuda/test_emulator_decode.py compares both directions with torch for every
 // half and for floats around every rounding boundary (through zc_emu_convert below).
 
 // IEEE half bits -> float (exact), what cvt.f32.f16 computes on the GPU.

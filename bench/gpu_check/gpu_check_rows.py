@@ -3,7 +3,7 @@
 Shared by the step modules (gpu_check_sampling, gpu_check_storage, gpu_check_pyg, gpu_check_scale), the setup and
 the report; it imports none of them, so that the check's modules import one another in one direction only:
 gpu_check_main -> gpu_check_report -> gpu_check_sampling, gpu_check_storage, gpu_check_pyg, gpu_check_scale ->
-gpu_check_setup -> gpu_check_rows -> common (tests/test_bench_layout.py holds bench/ to no circle).
+gpu_check_setup -> gpu_check_rows -> common (tests/bench/test_bench_layout.py holds bench/ to no circle).
 """
 
 from __future__ import annotations

@@ -19,7 +19,7 @@ Checked first, per dataset: one batch of the emulator equals the reference backe
 keys, block for block, and each block's edges are in-edges of the graph named by their ``EID``,
 ``min(in-degree, fanout)`` per destination, none twice for one destination.
 
-Recipe (the slow test's in tests/test_sampling.py, longer and wider): GraphSAGE (mean, 2 layers,
+Recipe (the slow test's in tests/sampling/test_sampling.py, longer and wider): GraphSAGE (mean, 2 layers,
 hidden ``--hidden`` = 64, dropout 0.5), Adam lr 0.01, weight decay 5e-4, fanouts 10,10, batches of
 ``--batch-size`` = 32 training seeds, shuffled, ``--epochs`` = 100 epochs; every ``--eval-every`` = 5
 epochs the validation and test accuracy by full-neighbourhood inference (one block per layer from

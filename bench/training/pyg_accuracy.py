@@ -11,7 +11,7 @@ weight), on the CPU, through two routes that differ only in the front end:
 
 Same hidden size, layers, dropout, learning rate, weight decay, epochs, fanouts, batch sizes, evaluation schedule,
 split and seed; the two models compute the same function (``fc_neigh(mean) + fc_self(x)`` against ``lin_l(mean) +
-lin_r(x)``; tests/test_pyg_train.py checks it with copied weights) and start from their frameworks' own initial
+lin_r(x)``; tests/training/test_pyg_train.py checks it with copied weights) and start from their frameworks' own initial
 weights (DGL's Glorot with ReLU gain, PyG's Kaiming-uniform). Accuracy is the test accuracy at the evaluated epoch
 of best validation accuracy, both evaluated with sampled neighbourhoods at the training fanouts; mean and standard
 deviation over ``--seeds`` seeds. ``within noise``: the difference of the means is at most twice its standard error

@@ -104,7 +104,7 @@ def kernel_sources_digest() -> str:
 #: sees them: ``-ftz=true`` right after them (``_compile_with_cache_cuda``), then the architecture
 #: and ``--device-as-default-execution-space`` (``_compile_using_nvrtc``). Its include paths and
 #: default ``--std`` come first, from CuPy's own ``assemble_cupy_compiler_options`` where CuPy is
-#: importable (:func:`nvrtc_options`). tests/test_kernels_nvrtc.py runs CuPy's compile path with a
+#: importable (:func:`nvrtc_options`). tests/cuda/test_kernels_nvrtc.py runs CuPy's compile path with a
 #: recording stand-in for NVRTC and fails if these differ from what CuPy really passes.
 CUPY_OPTIONS_BEFORE_ARCH = ("-ftz=true",)
 CUPY_OPTIONS_AFTER_ARCH = ("--device-as-default-execution-space",)

@@ -52,7 +52,7 @@ from .snapshot_csc import PickTables, RefreshOrder, Relabel, Snapshot, build_sna
 
 try:  # the package imports without DGL; the sampler itself needs it
     from dgl.dataloading import BlockSampler as _BlockSampler
-except ModuleNotFoundError:  # pragma: no cover - exercised by tests/test_without_dgl.py
+except ModuleNotFoundError:  # pragma: no cover - exercised by tests/package/test_without_dgl.py
     _BlockSampler = object
 
 log = logging.getLogger(__name__)

@@ -14,7 +14,7 @@ host wait for everything queued before it, the caller's stream included):
    ``FeatureStore.raise_deferred_errors()`` (the end of an epoch) and ``close()``.
 
 The check enqueues a handful of small kernels; nothing on its path calls ``.item()``, ``.cpu()``,
-``bool()`` or a synchronize (``tests/test_store_zerocopy_cpu.py`` checks this on the CPU).
+``bool()`` or a synchronize (``tests/store/test_store_zerocopy_cpu.py`` checks this on the CPU).
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ memory), and its device address is asked of the runtime; this module never regis
 unregisters it. Whoever pinned it keeps it pinned (and alive) for as long as it is read.
 
 Every CUDA runtime call goes through :func:`_runtime` (``cupy.cuda.runtime``), so the CPU tests can
-stand in a fake with the same names, and ``tests/test_cuda_api_surface.py`` checks those names
+stand in a fake with the same names, and ``tests/cuda/test_cuda_api_surface.py`` checks those names
 against the installed CuPy.
 """
 

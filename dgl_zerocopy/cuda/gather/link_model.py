@@ -4,7 +4,7 @@
 The request model (:mod:`~dgl_zerocopy.cuda.gather.pcie_model`) counts what crosses the link; it
 cannot say why 64-512 B rows reached half a pinned copy on an H200 while 1-4 KB rows reached 0.85,
 nor why sorting ids helped. This model predicts GB/s, and it reproduces every committed zero-copy
-figure of ``bench/results/gpu/h200-2026-11-27/`` within 15 % (tests/test_link_model.py reads them).
+figure of ``bench/results/gpu/h200-2026-11-27/`` within 15 % (tests/cuda/test_link_model.py reads them).
 
 Model (each point an assumption; the constants are :data:`FITTED`, and
 ``python bench/pcie/link_model.py --fit`` fits them again):

@@ -11,7 +11,7 @@ What that means, with the fitted constants (``bench/pcie/link_model.py`` prints 
 - on the shape the H200 runs measured (one window per row), it sorts 262,144 ids of 256-512 B and
   of 4 KB, not of 1-2 KB, and no batch of 16,384 ids: as ``run3-sort`` measured (sorted 1.19-1.42x
   from 256 to 512 B at 262,144 ids, 1.05x and 1.04x at 1 and 2 KB, 1.14x at 4 KB; 0.46-0.87x at
-  16,384). tests/test_sort_policy.py holds it to every figure pair that differs by more than 10 %;
+  16,384). tests/cuda/test_sort_policy.py holds it to every figure pair that differs by more than 10 %;
 - on the default shape (line windows for rows of 129-512 B, which the model has near the link
   already), it does not sort those rows: sorted ids buy little more than the shape gives; it sorts
   large batches of large rows (262,144 ids of 4 KB), where the link's limit is lower for random ids.
