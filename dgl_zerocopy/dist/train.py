@@ -22,13 +22,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 import torch
-from torch.nn import functional as F
 
 from .._extras import import_dgl
 from ..loading.timing import StageTimer
 from ..training.config import ConfigError, TrainConfig, parse_cache_size
 from ..training.models import build_model
-from ..training.train import EpochStats, resolve_device, seed_everything
+from ..training.train import EpochStats, EpochTally, evaluates, resolve_device, seed_everything
 from .loader import DistLoader
 from .partition import PartitionInfo, load_partition_info
 from .single_host import install_from_env
@@ -130,22 +129,18 @@ def train_dist(
         for epoch in range(cfg.epochs):
             model.train()
             timer.reset()
-            loss_sum, correct, seen = 0.0, 0, 0
-            start = time.perf_counter()
+            tally = EpochTally()
             for _, _, blocks in timer.timed(train_loader, "wait"):
                 with timer.stage("compute"):
-                    step = _step(model, optimizer, blocks)
-                loss_sum, correct, seen = loss_sum + step[0], correct + step[1], seen + step[2]
-            loss_sum, correct, seen = _sum([loss_sum, correct, seen], parallel)
-            epoch_time = time.perf_counter() - start
-            stages = timer.reset()
+                    tally.step(optimizer, model(blocks, blocks[0].srcdata["feat"].float()), blocks[-1].dstdata["label"])
+            tally.loss_sum, tally.correct, tally.seen = _sum([tally.loss_sum, tally.correct, tally.seen], parallel)
+            epoch_time, stages = time.perf_counter() - tally.start, timer.reset()
             t0 = time.perf_counter()
-            if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
+            accuracies = (float("nan"), float("nan"))
+            if evaluates(cfg, epoch):
                 counts = _sum([_correct(module, eval_loaders[k]) for k in ("val", "test")], parallel)
-                val_acc, test_acc = (c / totals[k] if totals[k] else float("nan") for c, k in zip(counts, ("val", "test")))
-            else:
-                val_acc = test_acc = float("nan")
-            stats = EpochStats(epoch, loss_sum / max(seen, 1), correct / max(seen, 1), val_acc, test_acc, epoch_time, time.perf_counter() - t0, stages)
+                accuracies = tuple(c / totals[k] if totals[k] else float("nan") for c, k in zip(counts, ("val", "test")))
+            stats = tally.stats(epoch, accuracies, epoch_time, t0, stages)
             history.append(stats)
             if on_epoch is not None and rank == 0:
                 on_epoch(stats)
@@ -158,17 +153,6 @@ def train_dist(
         tdist.barrier()
         tdist.destroy_process_group()
     return history, info
-
-
-def _step(model: torch.nn.Module, optimizer: torch.optim.Optimizer, blocks: list) -> tuple[float, int, int]:
-    """One optimisation step on a batch; returns (summed loss, correct, seeds)."""
-    y = blocks[-1].dstdata["label"]
-    logits = model(blocks, blocks[0].srcdata["feat"].float())
-    loss = F.cross_entropy(logits, y)
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    optimizer.step()
-    return loss.item() * len(y), int((logits.argmax(1) == y).sum()), len(y)
 
 
 @torch.no_grad()

@@ -49,7 +49,7 @@ from ..loading.timing import StageTimer
 from ..store.feature_store import FeatureStore
 from .config import TrainConfig
 from .sources import feature_table
-from .train import EpochStats, resolve_device
+from .train import EpochStats, EpochTally, evaluates, resolve_device
 
 log = logging.getLogger(__name__)
 
@@ -116,28 +116,17 @@ def train_pyg(cfg: TrainConfig, dataset: GraphDataset, on_epoch: Callable[[Epoch
         for epoch in range(cfg.epochs):
             model.train()
             timer.reset()
-            loss_sum, correct, seen = 0.0, 0, 0
-            start = time.perf_counter()
+            tally = EpochTally()
             bar = tqdm(timer.timed(loaders.train, "wait"), total=len(loaders.train), desc=f"epoch {epoch}", leave=False, disable=not progress)
             for batch in bar:
                 with timer.stage("compute", stream=torch.cuda.current_stream(device) if device.type == "cuda" else None):
-                    logits, y = _forward(model, batch, device)
-                    loss = F.cross_entropy(logits, y)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    loss_sum += loss.item() * len(y)
-                    correct += int((logits.argmax(1) == y).sum())
-                    seen += len(y)
-                bar.set_postfix(loss=f"{loss.item():.3f}")
-            epoch_time = time.perf_counter() - start
-            stages = timer.reset()
+                    loss = tally.step(optimizer, *_forward(model, batch, device))
+                bar.set_postfix(loss=f"{loss:.3f}")
+            epoch_time, stages = time.perf_counter() - tally.start, timer.reset()
             t0 = time.perf_counter()
-            if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
-                val_acc, test_acc = evaluate_pyg(model, loaders.val, device), evaluate_pyg(model, loaders.test, device)
-            else:
-                val_acc = test_acc = float("nan")
-            stats = EpochStats(epoch, loss_sum / max(seen, 1), correct / max(seen, 1), val_acc, test_acc, epoch_time, time.perf_counter() - t0, stages)
+            nan = float("nan")
+            accuracies = (evaluate_pyg(model, loaders.val, device), evaluate_pyg(model, loaders.test, device)) if evaluates(cfg, epoch) else (nan, nan)
+            stats = tally.stats(epoch, accuracies, epoch_time, t0, stages)
             history.append(stats)
             log.debug(stats.line())
             if on_epoch is not None:

@@ -84,6 +84,41 @@ class EpochStats:
         )
 
 
+@dataclass
+class EpochTally:
+    """The training batches' running totals over one epoch (each route's loop keeps one)."""
+
+    loss_sum: float = 0.0  # the batches' mean losses weighted by their seeds
+    correct: int = 0
+    seen: int = 0
+    start: float = field(default_factory=time.perf_counter)
+
+    def step(self, optimizer: torch.optim.Optimizer, logits: torch.Tensor, y: torch.Tensor) -> float:
+        """One optimisation step on the seeds' ``logits`` and labels ``y`` (same device): cross
+        entropy, backward, ``optimizer.step()``; counts the batch and returns its mean loss."""
+        loss = F.cross_entropy(logits, y)
+        optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        optimizer.step()
+        value = loss.item()
+        self.loss_sum += value * len(y)
+        self.correct += int((logits.argmax(1) == y).sum())
+        self.seen += len(y)
+        return value
+
+    def stats(self, epoch: int, accuracies: tuple[float, float], epoch_time: float, eval_start: float, stages: dict, **extra) -> EpochStats:
+        """The epoch's :class:`EpochStats`: mean loss and accuracy over the counted seeds,
+        ``accuracies`` (validation, test), the evaluation timed from ``eval_start``; ``extra`` as
+        :class:`EpochStats` names them (``cache_hit_rate``, ``storage``)."""
+        seen = max(self.seen, 1)
+        return EpochStats(epoch, self.loss_sum / seen, self.correct / seen, *accuracies, epoch_time, time.perf_counter() - eval_start, stages, **extra)
+
+
+def evaluates(cfg: TrainConfig, epoch: int) -> bool:
+    """Whether the run evaluates after ``epoch`` (every ``cfg.eval_every`` epochs, and after the last)."""
+    return (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1
+
+
 def resolve_device(name: str, feature_source: str, nproc: int = 1, sampler: str = "cpu") -> torch.device:
     """``auto`` -> CUDA when it can be used, else CPU. DGL's own path (``dgl``) needs a CUDA build
     of DGL on a GPU; our sources hand device-side blocks to the models instead. On CUDA, ``nproc``
@@ -216,31 +251,23 @@ def _fit(
             on_storage = getattr(source, "on_storage", False)  # features left in their file (heterograph sources: never)
             if on_storage:
                 source.reset_storage_stats()
-            loss_sum, correct, seen = 0.0, 0, 0
-            start = time.perf_counter()
+            tally = EpochTally()
             batches = source.batches(train_idx, batch_size, shuffle=True, timer=timer, ddp=parallel)
             num_batches = -(-per_rank // batch_size)
             bar = tqdm(timer.timed(batches, "wait"), total=num_batches, desc=f"epoch {epoch}", leave=False, disable=not progress)
             for blocks, x, y in bar:
                 # On CUDA, the device time of the step (events; no synchronize in the loop).
                 with timer.stage("compute", stream=torch.cuda.current_stream(device) if device.type == "cuda" else None):
-                    logits = _logits(model, blocks, x, target)
-                    loss = F.cross_entropy(logits, y)
-                    optimizer.zero_grad(set_to_none=True)
-                    loss.backward()
-                    optimizer.step()
-                    loss_sum += loss.item() * len(y)
-                    correct += int((logits.argmax(1) == y).sum())
-                    seen += len(y)
-                bar.set_postfix(loss=f"{loss.item():.3f}")
+                    loss = tally.step(optimizer, _logits(model, blocks, x, target), y)
+                bar.set_postfix(loss=f"{loss:.3f}")
             if parallel:
-                loss_sum, correct, seen = _sum_over_ranks([loss_sum, correct, seen], device)
-            epoch_time = time.perf_counter() - start
+                tally.loss_sum, tally.correct, tally.seen = _sum_over_ranks([tally.loss_sum, tally.correct, tally.seen], device)
+            epoch_time = time.perf_counter() - tally.start
             stages = timer.reset()
             hit_rate = source.cache_stats()["hit_rate"] if source.has_cache else None  # this rank's training batches
             storage = source.storage_stats() if on_storage else None
             t0 = time.perf_counter()
-            if (epoch + 1) % cfg.eval_every == 0 or epoch == cfg.epochs - 1:
+            if evaluates(cfg, epoch):
                 if parallel:  # DDP's forward may talk to the other ranks; the plain module does not
                     val_acc, test_acc = (
                         _evaluate_split(module, source, eval_sets[k], len(getattr(dataset, k)), cfg.eval_batch_size, device, target)
@@ -252,9 +279,7 @@ def _fit(
                     test_acc = evaluate(model, source, dataset.test_idx, cfg.eval_batch_size, evaluator, target)
             else:  # skipped (eval_every): on large test sets evaluation costs more than the epoch
                 val_acc = test_acc = float("nan")
-            stats = EpochStats(
-                epoch, loss_sum / max(seen, 1), correct / max(seen, 1), val_acc, test_acc, epoch_time, time.perf_counter() - t0, stages, hit_rate, storage
-            )
+            stats = tally.stats(epoch, (val_acc, test_acc), epoch_time, t0, stages, cache_hit_rate=hit_rate, storage=storage)
             history.append(stats)
             log.debug(stats.line())
             if on_epoch is not None and rank == 0:
