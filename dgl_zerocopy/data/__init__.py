@@ -16,7 +16,7 @@ import numpy as np
 from ..store.cache_files import MANIFEST, DamagedFile, check_digests, partial_prefix, record_digests, sweep_partials
 from ..store.host_memory import load_npy
 from . import feature_file
-from .base import DatasetError, GraphDataset
+from .base import ARRAYS, DatasetError, GraphDataset, load_arrays
 from .feature_file import FeatureFile
 from .hetero import HeteroGraphDataset, HeteroSpec, generate_hetero
 from .synthetic import SyntheticSpec, generate
@@ -46,7 +46,6 @@ REAL_DATASETS = PLANETOID + GRAPHDATA + OGB  # read from a --data-root folder, n
 # a second at the default 20,000 papers), so not cached.
 HETERO_DATASETS = ("hetero-synthetic",)
 DATASETS = ("synthetic",) + HETERO_DATASETS + REAL_DATASETS
-_ARRAYS = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")
 CACHE_ENV = "DGL_ZEROCOPY_CACHE"  # the folder of generated datasets (and of the CPU emulator's build)
 
 
@@ -129,7 +128,7 @@ def _load_synthetic(spec: SyntheticSpec, root: Path, from_env: bool) -> GraphDat
     if (folder / "num_classes.txt").exists():
         try:
             return _read_synthetic(folder, spec)
-        except _DamagedCache as e:
+        except DamagedFile as e:
             warnings.warn(f"the dataset cache file {str(e.path)!r} is damaged ({e.reason}); regenerating its folder", stacklevel=3)
             try:
                 _move_aside(folder)
@@ -147,38 +146,24 @@ def _load_synthetic(spec: SyntheticSpec, root: Path, from_env: bool) -> GraphDat
     return data
 
 
-class _DamagedCache(Exception):
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path, self.reason = path, reason
-
-
 def _read_synthetic(folder: Path, spec: SyntheticSpec) -> GraphDataset:
     """The cached arrays of ``spec``, each checked against the digest recorded when it was written
-    and the shape ``spec`` gives it; raises :class:`_DamagedCache` naming the file."""
-    try:
-        check_digests(folder)
-    except DamagedFile as e:
-        raise _DamagedCache(e.path, e.reason) from None
+    and the shape ``spec`` gives it; raises :class:`DamagedFile` naming the file."""
+    check_digests(folder)
     path = folder / "num_classes.txt"
     try:
         num_classes = int(path.read_text())
     except (OSError, ValueError) as e:
-        raise _DamagedCache(path, str(e)) from None
+        raise DamagedFile(path, str(e)) from None
     if num_classes != spec.num_classes:
-        raise _DamagedCache(path, f"says {num_classes} classes, the spec {spec.num_classes}")
+        raise DamagedFile(path, f"says {num_classes} classes, the spec {spec.num_classes}")
     n = spec.num_nodes
-    arrays = {}
-    for k in _ARRAYS:
-        path = folder / f"{k}.npy"
-        try:
-            arrays[k] = load_npy(path) if k == "features" else np.load(path)  # the table in 2 MB pages by default
-        except (OSError, ValueError, EOFError) as e:
-            raise _DamagedCache(path, str(e) or type(e).__name__) from None
-    expected = {"indptr": (n + 1,), "features": (n, spec.feat_dim), "labels": (n,), "indices": (int(arrays["indptr"][-1]),)}
-    for k, shape in expected.items():
-        if arrays[k].shape != shape:
-            raise _DamagedCache(folder / f"{k}.npy", f"shape {arrays[k].shape}, expected {shape}")
+    arrays = load_arrays(
+        folder,
+        lambda path: load_npy(path) if path.stem == "features" else np.load(path),  # the table in 2 MB pages by default
+        lambda arrays: {"indptr": (n + 1,), "features": (n, spec.feat_dim), "labels": (n,), "indices": (int(arrays["indptr"][-1]),)},
+        "expected",
+    )
     return GraphDataset(name="synthetic", num_classes=num_classes, **arrays)
 
 
@@ -221,8 +206,8 @@ def _save(data: GraphDataset, folder: Path) -> None:
     folder.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=partial_prefix(folder.name), dir=folder.parent))
     try:
-        names = [f"{k}.npy" for k in _ARRAYS] + ["num_classes.txt"]
-        for k in _ARRAYS:
+        names = [f"{k}.npy" for k in ARRAYS] + ["num_classes.txt"]
+        for k in ARRAYS:
             np.save(tmp / f"{k}.npy", getattr(data, k))
         (tmp / "num_classes.txt").write_text(str(data.num_classes))
         record_digests({name: tmp / name for name in names}, tmp / MANIFEST)

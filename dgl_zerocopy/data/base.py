@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 
 import numpy as np
 
 from .._extras import import_dgl
+from ..store.cache_files import DamagedFile
 from ..store.host_files import tensor_view  # noqa: F401 - imported from here by much of the package
 
 
@@ -25,6 +28,26 @@ def symmetric_csc(src: np.ndarray, dst: np.ndarray, n: int) -> tuple[np.ndarray,
     keep = src != dst
     a, b = src[keep].astype(np.int64, copy=False), dst[keep].astype(np.int64, copy=False)
     return csc_from_sorted_keys(np.unique(np.concatenate([b * n + a, a * n + b])), n)
+
+
+ARRAYS = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")  # a cached dataset's .npy files
+
+
+def load_arrays(folder: Path, load: Callable[[Path], np.ndarray], shapes: Callable[[dict], dict], told: str) -> dict[str, np.ndarray]:
+    """Each of ``ARRAYS`` read by ``load`` from ``folder/<name>.npy``, of the shapes
+    ``shapes(arrays)`` gives by name (``told`` says who gave them, in the error); raises
+    ``DamagedFile`` naming the first file that does not read or fit."""
+    arrays = {}
+    for k in ARRAYS:
+        path = folder / f"{k}.npy"
+        try:
+            arrays[k] = load(path)
+        except (OSError, ValueError, EOFError) as e:
+            raise DamagedFile(path, str(e) or type(e).__name__) from None
+    for k, shape in shapes(arrays).items():
+        if arrays[k].shape != shape:
+            raise DamagedFile(folder / f"{k}.npy", f"shape {arrays[k].shape}, {told} {shape}")
+    return arrays
 
 
 class DatasetError(ValueError):

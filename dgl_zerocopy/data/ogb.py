@@ -43,7 +43,7 @@ from .._extras import import_dgl, install_hint
 from ..store.cache_files import MANIFEST, DamagedFile, check_digests, partial_prefix, record_digests, sweep_partials
 from ..store.compression import compressed_beside
 from ..store.host_files import replace_dir
-from .base import DatasetError, GraphDataset, csc_from_sorted_keys
+from .base import ARRAYS, DatasetError, GraphDataset, csc_from_sorted_keys, load_arrays
 from .feature_file import FeatureFile
 
 __all__ = ["load_ogb", "compressed_features", "OGB_DATASETS", "SYMMETRISED", "CACHE_DIR", "dataset_folder", "bidirected_csc", "directed_csc"]
@@ -54,7 +54,6 @@ OGB_DATASETS = ("ogbn-products", "ogbn-arxiv", "ogbn-papers100M")
 SYMMETRISED = ("ogbn-arxiv", "ogbn-papers100M")  # citation graphs stored one way; products is stored both ways
 CACHE_DIR = "dgl_zerocopy"  # inside the dataset's folder
 CACHE_FORMAT = 1  # bump when the cached arrays change meaning: older caches are rebuilt
-_ARRAYS = ("indptr", "indices", "features", "labels", "train_idx", "val_idx", "test_idx")
 _CHUNK_BYTES = 256 << 20  # feature rows are converted and written this many bytes at a time
 
 
@@ -95,7 +94,7 @@ def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None, *, feat
         log.info("%s: mapping the cached arrays in %s", name, cache)
         try:
             return _open_cache(cache, name)
-        except _DamagedCache as e:
+        except DamagedFile as e:
             damaged = e
             warnings.warn(f"{name}: the cache file {str(e.path)!r} is damaged ({e.reason}); rebuilding the cache from the dataset's files", stacklevel=2)
     try:
@@ -113,7 +112,7 @@ def load_ogb(name: str, root: str | Path, meta_dict: dict | None = None, *, feat
         ) from None
     try:
         return _open_cache(cache, name)
-    except _DamagedCache as e:
+    except DamagedFile as e:
         raise DatasetError(f"{name}: the cache file {str(e.path)!r} is damaged right after it was written ({e.reason}); check the disk") from None
 
 
@@ -193,35 +192,18 @@ def _cache_is_current(cache: Path, name: str) -> bool:
     return True
 
 
-class _DamagedCache(Exception):
-    def __init__(self, path: Path, reason: str) -> None:
-        super().__init__(f"{path}: {reason}")
-        self.path, self.reason = path, reason
-
-
 def _open_cache(cache: Path, name: str) -> GraphDataset:
     """The cached arrays, memory-mapped, each checked against the digest recorded when it was
-    written and the shapes ``meta.json`` records; raises :class:`_DamagedCache` naming the file."""
-    try:
-        check_digests(cache)
-    except DamagedFile as e:
-        raise _DamagedCache(e.path, e.reason) from None
+    written and the shapes ``meta.json`` records; raises :class:`DamagedFile` naming the file."""
+    check_digests(cache)
     path = cache / "meta.json"
     try:
         meta = json.loads(path.read_bytes())
         num_classes, n, m, feat_shape = int(meta["num_classes"]), int(meta["num_nodes"]), int(meta["num_edges"]), tuple(meta["feature_shape"])
     except (OSError, ValueError, KeyError, TypeError) as e:
-        raise _DamagedCache(path, f"{type(e).__name__}: {e}") from None
-    arrays = {}
-    for k in _ARRAYS:
-        path = cache / f"{k}.npy"
-        try:
-            arrays[k] = np.load(path, mmap_mode="r")
-        except (OSError, ValueError, EOFError) as e:
-            raise _DamagedCache(path, str(e) or type(e).__name__) from None
-    for k, shape in {"indptr": (n + 1,), "indices": (m,), "features": feat_shape, "labels": (n,)}.items():
-        if arrays[k].shape != shape:
-            raise _DamagedCache(cache / f"{k}.npy", f"shape {arrays[k].shape}, meta.json says {shape}")
+        raise DamagedFile(path, f"{type(e).__name__}: {e}") from None
+    shapes = {"indptr": (n + 1,), "indices": (m,), "features": feat_shape, "labels": (n,)}
+    arrays = load_arrays(cache, lambda path: np.load(path, mmap_mode="r"), lambda _: shapes, "meta.json says")
     return GraphDataset(name=name, num_classes=num_classes, evaluator=name, **arrays)
 
 
@@ -273,7 +255,7 @@ def _write_arrays(name: str, folder: Path, meta: dict, local: bool, out: Path) -
         "bidirected": name in SYMMETRISED,
     }
     (out / "meta.json").write_text(json.dumps(info, indent=1) + "\n")  # marks a whole cache
-    record_digests({name: out / name for name in ("meta.json", *(f"{k}.npy" for k in _ARRAYS))}, out / MANIFEST)
+    record_digests({name: out / name for name in ("meta.json", *(f"{k}.npy" for k in ARRAYS))}, out / MANIFEST)
     log.info("%s: cached %s nodes, %s edges, features %s", name, f"{num_nodes:,}", f"{len(indices):,}", feat_shape)
 
 

@@ -61,7 +61,7 @@ def start_time(pid: int) -> int | None:
     except FileNotFoundError:
         return None
     except (OSError, IndexError):
-        return 0 if _exists(pid) else None
+        return 0 if process_exists(pid) else None
     return None if fields[0] in "ZX" else int(fields[19])  # field 22 of proc(5); fields[0] is field 3
 
 
@@ -146,7 +146,8 @@ def sweep(shm_dir: Path = SHM_DIR, tmp_dir: str | Path | None = None) -> tuple[i
     return segments, folders
 
 
-def _exists(pid: int) -> bool:
+def process_exists(pid: int) -> bool:
+    """Whether a process ``pid`` exists (another user's counts; a zombie too)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:

@@ -21,6 +21,8 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
+from .reaper import process_exists
+
 log = logging.getLogger(__name__)
 
 SERVER_PIDS_ENV = "DGL_ZEROCOPY_SERVER_PIDS"
@@ -88,12 +90,8 @@ class Watchdog:
 
 
 def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
+    if not process_exists(pid):
         return False
-    except PermissionError:
-        return True
     try:  # a zombie (exited, not yet reaped by its parent) is gone too
         stat = Path(f"/proc/{pid}/stat").read_text()
         return stat.rsplit(")", 1)[1].split()[0] != "Z"
