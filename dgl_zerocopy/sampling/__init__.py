@@ -1,4 +1,9 @@
-"""Sampling on the GPU: DGL's neighbour sampling for PyPI's CPU-only DGL, on our kernels.
+"""Neighbour sampling over a graph's in-edge CSC, on the GPU (our CUDA kernels) and on the CPU (numba, or NumPy).
+
+Both front ends sample here: DGL's ``NeighborSampler`` arguments (PyPI's DGL samples on the CPU only) and PyG's
+``num_neighbors`` (PyPI's PyG cannot sample without pyg-lib).
+
+On the GPU:
 
 - :mod:`.graph`: :class:`SamplingGraph`, a graph's in-edge CSC pinned in place, in device memory,
   or as it is on the host (for the CPU backends); :func:`shared_graph`/:func:`release`: one per graph and placement.
@@ -14,6 +19,15 @@
   refreshed with the kernels (what ``use_uva=True`` makes of a SnapshotSampler).
 - :mod:`.blocks` (:mod:`.typed_data`): :class:`DeviceBlock` and :class:`HeteroDeviceBlock`, the blocks
   sampling builds, as plain torch tensors on any device (re-exported by :mod:`dgl_zerocopy.loading.blocks`).
+- :mod:`.gpu_picks`: what a GPU-sampled layer picks besides uniform in-edges (PyG's hops, a time cut, weights).
+
+On the CPU:
+
+- :mod:`.cpu_hops`: :class:`~.cpu_hops.HopSampler`, exact uniform sampling hop by hop (:mod:`.hop_kernels` compiled by
+  numba, :mod:`.picks` the NumPy reference); :mod:`.pick_kernels`: picks by time and by weight; :mod:`.disjoint` and
+  :mod:`.tree_hops`: disjoint trees (one per seed, as PyG's temporal sampling requires); :mod:`.disk`: samplers over a
+  graph mapped from disk.
+- :mod:`.fanout`: the one check of a fanout that every sampler shares.
 
 This layer sits below ``loading`` (which uses it) and imports only the kernel layer and the store.
 The samplers are imported on first use (:func:`__getattr__`): ``snapshot`` imports DGL, and
