@@ -50,10 +50,17 @@ def floyd_subsets(counts: np.ndarray, k: int, seed: int, rows: np.ndarray | None
     n = len(counts)
     if n == 0 or k == 0:
         return np.empty((n, k), dtype=np.int64)
-    counts = counts.astype(np.int64, copy=False)
-    first = np.cumsum(counts) - counts
-    taken = np.zeros(int(counts.sum()), dtype=bool)
     uniform = hop_kernels.uniforms(seed, np.arange(n) if rows is None else rows, np.arange(k))
+    return floyd_steps(counts.astype(np.int64, copy=False), uniform).T
+
+
+def floyd_steps(counts: np.ndarray, uniform: np.ndarray) -> np.ndarray:
+    """``[k, n]`` int64: column ``i`` holds ``k`` distinct offsets in ``[0, counts[i])`` (int64
+    ``counts``, every one ``>= k``), step ``s`` of Floyd's algorithm drawing ``uniform[s]`` (``[k, n]``
+    floats in ``[0, 1)``). "Taken" is a flag per (row, offset) in one scratch array."""
+    k, n = uniform.shape
+    first = np.cumsum(counts) - counts  # each row's first flag
+    taken = np.zeros(int(counts.sum()), dtype=bool)
     out = np.empty((k, n), dtype=np.int64)
     for step in range(k):
         j = counts - k + step
@@ -64,7 +71,7 @@ def floyd_subsets(counts: np.ndarray, k: int, seed: int, rows: np.ndarray | None
         out[step] = np.where(taken[t], j, t)
         taken[out[step]] = True
     out -= first
-    return out.T
+    return out
 
 
 def pick(indptr: np.ndarray, dst: np.ndarray, fanout: int, replace: bool, seed: int) -> tuple[np.ndarray, np.ndarray]:

@@ -152,7 +152,34 @@ def announce_rebuild(sampler: str, changed: str) -> None:
     )
 
 
-class SnapshotSampler(_BlockSampler):
+class SnapshotHolder:
+    """What the CPU and GPU snapshot samplers share: their state of the snapshot (set up by
+    :meth:`_hold_nothing`), what they tell of it, and the loader's epoch hook."""
+
+    def _hold_nothing(self) -> None:
+        self._snapshot: Snapshot | None = None
+        self._order: RefreshOrder | None = None
+        self._slots = 0  # slots per node at most: min(snapshot_size, the graph's largest in-degree)
+        self._lock = threading.Lock()
+        self.nodes_refreshed = 0  # nodes redrawn by refreshes since the build (the build not counted)
+
+    @property
+    def snapshot(self) -> Snapshot | None:
+        """The current snapshot, on the sampling device (None before the first build)."""
+        return self._snapshot
+
+    @property
+    def snapshot_nbytes(self) -> int:
+        """Bytes of the snapshot's compact CSC, on the sampling device (0 before the first build)."""
+        return self._snapshot.nbytes if self._snapshot is not None else 0
+
+    def on_epoch_start(self, g: Any) -> None:
+        """The epoch hook of :class:`dgl_zerocopy.DataLoader`: builds the snapshot of ``g`` if there is
+        none for it (so that worker processes start with it), else :meth:`refresh_snapshot`."""
+        self.refresh_snapshot(g)
+
+
+class SnapshotSampler(SnapshotHolder, _BlockSampler):
     """DGL's ``NeighborSampler`` over a snapshot: ``sample(g, seeds)`` returns ``(input_nodes,
     output_nodes, blocks)`` as DGL's does (one DGL block per layer, the first the input layer;
     destinations first among the sources; ``srcdata``/``dstdata[dgl.NID]`` and ``edata[dgl.EID]``
@@ -208,29 +235,15 @@ class SnapshotSampler(_BlockSampler):
         super().__init__(
             prefetch_node_feats=prefetch_node_feats, prefetch_labels=prefetch_labels, prefetch_edge_feats=prefetch_edge_feats, output_device=output_device
         )
-        self._snapshot: Snapshot | None = None
-        self._order: RefreshOrder | None = None
+        self._hold_nothing()
         self._tables: PickTables | None = None
         self._relabel: Relabel | None = None
         self._key: tuple | None = None  # _graph_key of the graph the snapshot was built from
         self._graph: weakref.ref | None = None
         self._stamp: GraphStamp | None = None  # that graph as it was (a change in place rebuilds)
-        self._slots = 0  # slots per node at most: min(snapshot_size, the graph's largest in-degree)
         self._full_nbytes = 0
-        self._lock = threading.Lock()
-        self.nodes_refreshed = 0  # nodes redrawn by refreshes since the build (the build not counted)
 
     # -- the snapshot -----------------------------------------------------------------------------
-
-    @property
-    def snapshot(self) -> Snapshot | None:
-        """The current snapshot (None before the first build)."""
-        return self._snapshot
-
-    @property
-    def snapshot_nbytes(self) -> int:
-        """Bytes of the snapshot's compact CSC (0 before the first build)."""
-        return self._snapshot.nbytes if self._snapshot is not None else 0
 
     @property
     def full_csc_nbytes(self) -> int:
@@ -242,11 +255,6 @@ class SnapshotSampler(_BlockSampler):
         """Bytes of everything the sampler keeps: the snapshot, the refresh order and the relabelling map."""
         parts = (self._order, self._tables, self._relabel)
         return self.snapshot_nbytes + sum(p.nbytes for p in parts if p is not None)
-
-    def on_epoch_start(self, g: Any) -> None:
-        """The epoch hook of :class:`dgl_zerocopy.DataLoader`: builds the snapshot of ``g`` if there is
-        none for it (so that worker processes start with it), else :meth:`refresh_snapshot`."""
-        self.refresh_snapshot(g)
 
     def refresh_snapshot(self, g: Any = None) -> int:
         """Redraw ``ceil(refresh * n)`` of the ``n`` nodes whose snapshot is partial (in-degree above

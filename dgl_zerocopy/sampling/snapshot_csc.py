@@ -18,6 +18,8 @@ from typing import NamedTuple
 import numpy as np
 import torch
 
+from .picks import floyd_steps
+
 _INT32_MAX = 2**31 - 1
 TABLE_SLOTS = 256  # PickTables: slot counts up to this are looked up in tables; larger ones drawn at each visit
 _CHUNK = 1 << 20  # entries of the [nodes, size] draw matrix made at once (bounds the build's scratch memory: ~40 bytes each)
@@ -71,22 +73,8 @@ def draw_subsets(counts: torch.Tensor, k: int) -> torch.Tensor:
     n = counts.numel()
     if n == 0 or k == 0:
         return torch.empty(n, k, dtype=torch.int64)
-    counts = counts.numpy().astype(np.int64)
-    first = np.cumsum(counts) - counts  # each row's first flag
-    taken = np.zeros(int(counts.sum()), dtype=bool)
     uniform = np.random.default_rng(int(torch.randint(0, 2**62, (1,)))).random((k, n))
-    out = np.empty((k, n), dtype=np.int64)
-    span = counts - k  # j - first at step 0
-    for step in range(k):
-        j = span + step
-        t = (uniform[step] * (j + 1)).astype(np.int64)
-        np.minimum(t, j, out=t)  # guards float rounding
-        t += first
-        j += first
-        out[step] = np.where(taken[t], j, t)
-        taken[out[step]] = True
-    out -= first
-    return torch.from_numpy(out).t()
+    return torch.from_numpy(floyd_steps(counts.numpy().astype(np.int64), uniform)).t()
 
 
 def ranges(starts: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

@@ -36,7 +36,6 @@ from __future__ import annotations
 
 import logging
 import math
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -45,7 +44,7 @@ import torch
 from .graph import GraphStamp, SamplingGraph, check_homogeneous, release, shared_graph
 from .layer import as_seeds, check_placement, draw_seed, resolve_device, sample_layer
 from .neighbor import GpuNeighborSampler
-from .snapshot import announce_rebuild, check_options, slots_per_node
+from .snapshot import SnapshotHolder, announce_rebuild, check_options, slots_per_node
 from .snapshot_csc import RefreshOrder, Snapshot, id_dtype
 
 log = logging.getLogger(__name__)
@@ -101,7 +100,7 @@ class StreamOrder:
             self.written.record(stream)
 
 
-class GpuSnapshotSampler:
+class GpuSnapshotSampler(SnapshotHolder):
     """:class:`~.snapshot.SnapshotSampler` with its snapshot on the sampling device: ``sample(g,
     seeds)`` returns ``(input_nodes, output_nodes, blocks)`` as :class:`~.neighbor.GpuNeighborSampler`
     does (one ``DeviceBlock`` per layer, the input layer first, destinations first among the sources,
@@ -147,38 +146,19 @@ class GpuSnapshotSampler:
         self._order_streams = StreamOrder(self.device, self.backend)
         self._source: Any = None  # the graph the snapshot was built from (a DGL graph or a SamplingGraph)
         self._stamp: GraphStamp | None = None  # that DGL graph as it was (a change in place rebuilds)
-        self._slots = 0  # slots per node at most: min(snapshot_size, the graph's largest in-degree)
         self._full: SamplingGraph | None = None  # its full CSC, where the kernels read it
         self._shared = False  # whether _full came from shared_graph (given back at close)
         self._graph: SamplingGraph | None = None  # the snapshot, placed for the kernels
-        self._snapshot: Snapshot | None = None
-        self._order: RefreshOrder | None = None
         self._out_dtype = torch.int64
-        self._lock = threading.Lock()
-        self.nodes_refreshed = 0  # nodes redrawn by refreshes since the build (the build not counted)
+        self._hold_nothing()
 
     # -- the snapshot -----------------------------------------------------------------------------
-
-    @property
-    def snapshot(self) -> Snapshot | None:
-        """The current snapshot on the sampling device (None before the first build)."""
-        return self._snapshot
-
-    @property
-    def snapshot_nbytes(self) -> int:
-        """Bytes of the snapshot's compact CSC in device memory (0 before the first build)."""
-        return self._snapshot.nbytes if self._snapshot is not None else 0
 
     @property
     def full_csc_nbytes(self) -> int:
         """Bytes of the full in-edge CSC the refresh reads (indptr and indices; 0 before the build)."""
         full = self._full
         return 0 if full is None else sum(t.numel() * t.element_size() for t in (full.indptr, full.indices))
-
-    def on_epoch_start(self, g: Any) -> None:
-        """The epoch hook of :class:`dgl_zerocopy.DataLoader`: builds the snapshot of ``g`` if there is
-        none for it, else :meth:`refresh_snapshot`."""
-        self.refresh_snapshot(g)
 
     def refresh_snapshot(self, g: Any = None) -> int:
         """Redraw the next ``ceil(refresh * n)`` of the ``n`` nodes whose snapshot is partial, on the
