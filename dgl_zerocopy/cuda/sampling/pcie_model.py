@@ -41,7 +41,7 @@ from dgl_zerocopy.cuda.gather.pcie_model import LINE_BYTES, SECTOR_BYTES, TLP_OV
 from dgl_zerocopy.cuda.sampling.api import SampledCSC
 from dgl_zerocopy.cuda.sampling.emulator import SampleTrace, emulate_sample
 
-__all__ = ["LayerMetrics", "RefreshMetrics", "model_layers", "model_refresh", "products_like_csc", "snapshot_link_per_edge", "totals"]
+__all__ = ["CscReads", "LayerMetrics", "RefreshMetrics", "model_layers", "model_refresh", "products_like_csc", "snapshot_link_per_edge", "totals"]
 
 #: ogbn-products: 2,449,029 nodes, 123,718,280 stored (directed) edges, largest in-degree 17,481.
 PRODUCTS_AVG_DEGREE = 123_718_280 / 2_449_029
@@ -62,8 +62,41 @@ def products_like_csc(
     return torch.from_numpy(indptr).to(dtype), torch.from_numpy(indices).to(dtype)
 
 
+@dataclass(frozen=True, kw_only=True)
+class CscReads:
+    """Modelled link reads of one emulated ``sample_csc`` launch: requests and fetched bytes of its
+    offsets (``indptr_*``), sources (``indices_*``) and the picks' edge ids (``eid_*``, 0 when not read)."""
+
+    indptr_requests: int
+    indptr_fetched: int
+    indices_requests: int
+    indices_fetched: int
+    eid_requests: int
+    eid_fetched: int
+
+    @property
+    def requests(self) -> int:
+        return self.indptr_requests + self.indices_requests + self.eid_requests
+
+    @property
+    def fetched(self) -> int:
+        return self.indptr_fetched + self.indices_fetched + self.eid_fetched
+
+
+def _csc_reads(trace: SampleTrace, sampled: SampledCSC, eids: np.ndarray | None) -> dict[str, int]:
+    """:class:`CscReads`' fields of the launch traced in ``trace`` that returned ``sampled``; the
+    picks' edge ids read from ``eids`` (one column), unless None."""
+    reads = {}
+    for name, where in (("indptr", trace.indptr_range), ("indices", trace.indices_range)):
+        reads[f"{name}_requests"], reads[f"{name}_fetched"] = _requests_and_bytes(trace, trace.within(where))
+    reads["eid_requests"] = reads["eid_fetched"] = 0
+    if eids is not None and len(sampled.pos):
+        reads["eid_requests"], reads["eid_fetched"] = _edge_id_cost(eids, sampled.pos.numpy())
+    return reads
+
+
 @dataclass(frozen=True)
-class LayerMetrics:
+class LayerMetrics(CscReads):
     """Modelled link traffic of sampling one layer (``scan_*``: a whole-list scan, for comparison).
 
     ``useful_bytes``: the ids delivered (``edges * id bytes``, plus two offsets per seed, plus
@@ -77,23 +110,9 @@ class LayerMetrics:
     id_bytes: int
     variant: str
     edge_ids: bool
-    indptr_requests: int
-    indptr_fetched: int
-    indices_requests: int
-    indices_fetched: int
-    eid_requests: int
-    eid_fetched: int
     scan_requests: int
     scan_fetched: int
     useful_bytes: int
-
-    @property
-    def requests(self) -> int:
-        return self.indptr_requests + self.indices_requests + self.eid_requests
-
-    @property
-    def fetched(self) -> int:
-        return self.indptr_fetched + self.indices_fetched + self.eid_fetched
 
     @property
     def link_bytes(self) -> int:
@@ -185,33 +204,10 @@ def model_layers(
         *out, trace = emulate_sample(indptr, indices, ids, fanout, seed=seed + layer, trace=True, fetch_variant=variant)
         sampled = SampledCSC(*out)
         edges = len(sampled.src)
-        ptr_req, ptr_bytes = _requests_and_bytes(trace, trace.within(trace.indptr_range))
-        idx_req, idx_bytes = _requests_and_bytes(trace, trace.within(trace.indices_range))
-        eid_req = eid_bytes = 0
-        if eids is not None and edges:
-            eid_req, eid_bytes = _edge_id_cost(eids, sampled.pos.numpy())
         scan_req, scan_bytes = _scan_cost(indptr, seeds, id_bytes, trace.indices_range[0])
         useful = edges * id_bytes * (2 if edge_ids else 1) + len(seeds) * 2 * indptr.element_size()
-        layers.append(
-            LayerMetrics(
-                layer,
-                fanout,
-                len(seeds),
-                edges,
-                id_bytes,
-                variant,
-                edge_ids,
-                ptr_req,
-                ptr_bytes,
-                idx_req,
-                idx_bytes,
-                eid_req,
-                eid_bytes,
-                scan_req,
-                scan_bytes,
-                useful,
-            )
-        )
+        reads = _csc_reads(trace, sampled, eids)
+        layers.append(LayerMetrics(layer, fanout, len(seeds), edges, id_bytes, variant, edge_ids, scan_req, scan_bytes, useful, **reads))
         seeds = _next_seeds(seeds, sampled.src.numpy().astype(np.int64))
     return layers
 
@@ -240,27 +236,17 @@ def totals(layers: list[LayerMetrics]) -> dict[str, float]:
 
 
 @dataclass(frozen=True)
-class RefreshMetrics:
+class RefreshMetrics(CscReads):
     """Modelled link traffic of redrawing the snapshot of ``nodes`` nodes (``picks`` in-edges in all)."""
 
     nodes: int
     picks: int
     id_bytes: int
-    indptr_requests: int
-    indptr_fetched: int
-    indices_requests: int
-    indices_fetched: int
-    eid_requests: int
-    eid_fetched: int
     upload_bytes: int  # the node list, host to device (a bulk copy)
 
     @property
-    def requests(self) -> int:
-        return self.indptr_requests + self.indices_requests + self.eid_requests
-
-    @property
     def link_bytes(self) -> int:
-        return self.indptr_fetched + self.indices_fetched + self.eid_fetched + TLP_OVERHEAD_BYTES * self.requests + self.upload_bytes
+        return self.fetched + TLP_OVERHEAD_BYTES * self.requests + self.upload_bytes
 
     @property
     def link_bytes_per_node(self) -> float:
@@ -277,13 +263,9 @@ def model_refresh(indptr: torch.Tensor, indices: torch.Tensor, nodes: np.ndarray
     ids = torch.from_numpy(np.asarray(nodes, dtype=np.int64)).to(indices.dtype)
     *out, trace = emulate_sample(indptr, indices, ids, size, seed=seed, trace=True)
     sampled = SampledCSC(*out)
-    ptr_req, ptr_bytes = _requests_and_bytes(trace, trace.within(trace.indptr_range))
-    idx_req, idx_bytes = _requests_and_bytes(trace, trace.within(trace.indices_range))
-    eid_req = eid_bytes = 0
-    if len(sampled.pos):
-        eid_req, eid_bytes = _edge_id_cost(np.arange(len(indices), dtype=indices.numpy().dtype).reshape(-1, 1), sampled.pos.numpy())
+    reads = _csc_reads(trace, sampled, np.arange(len(indices), dtype=indices.numpy().dtype).reshape(-1, 1))
     id_bytes = indices.element_size()
-    return RefreshMetrics(len(ids), len(sampled.src), id_bytes, ptr_req, ptr_bytes, idx_req, idx_bytes, eid_req, eid_bytes, len(ids) * id_bytes)
+    return RefreshMetrics(len(ids), len(sampled.src), id_bytes, len(ids) * id_bytes, **reads)
 
 
 def snapshot_link_per_edge(refresh: RefreshMetrics, refreshed_per_epoch: int, edges_per_epoch: float) -> float:
