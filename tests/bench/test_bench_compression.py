@@ -1,42 +1,16 @@
 """The compression benchmarks on small inputs, written to a temporary path (never bench/results/)."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
-from conftest import REPO, SHARED_DATA
+from conftest import SHARED_DATA
+from script_runs import run_bench
 
 
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"real datasets not present at {SHARED_DATA}")
 def test_reconstruction_bench_checks_and_reports_every_form(tmp_path):
     stem = tmp_path / "compression_tiny"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dgl_zerocopy.cli",
-            "bench",
-            "compression",
-            "--datasets",
-            "cora,hetero",
-            "--num-nodes",
-            "3000",
-            "--data-root",
-            str(SHARED_DATA),
-            "--out",
-            str(stem),
-        ],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=os.environ.copy(),
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr
-    rows = json.loads(stem.with_suffix(".json").read_text())["rows"]
+    args = ["--datasets", "cora,hetero", "--num-nodes", "3000", "--data-root", SHARED_DATA]
+    _, result = run_bench("compression", *args, out=stem)
+    rows = result["rows"]
     forms = {(row["dataset"], row["form"]): row for row in rows}
     assert len(forms) == 12
     # Row-normalised binary features: one scale per row is exact; per column every column survives.
@@ -51,32 +25,8 @@ def test_reconstruction_bench_checks_and_reports_every_form(tmp_path):
 def test_cpu_gather_bench_checks_compressed_methods_first(tmp_path):
     pytest.importorskip("dgl")
     stem = tmp_path / "cg_tiny"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "bench/gathering/cpu_gather.py",
-            "--num-nodes",
-            "3000",
-            "--batches",
-            "1",
-            "--repeats",
-            "1",
-            "--threads",
-            "1",
-            "--feature-compression",
-            "fp16,int8",
-            "--out",
-            str(stem),
-        ],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=os.environ.copy(),
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stderr
-    methods = {row["method"]: row for row in json.loads(stem.with_suffix(".json").read_text())["rows"]}
+    args = ["--num-nodes", "3000", "--batches", "1", "--repeats", "1", "--threads", "1", "--feature-compression", "fp16,int8"]
+    _, result = run_bench("bench/gathering/cpu_gather.py", *args, out=stem)
+    methods = {row["method"]: row for row in result["rows"]}
     assert {"store", "store_fp16", "tiled_fp16", "twostep_fp16", "naive_fp16", "store_int8", "twostep_int8"} <= set(methods)
     assert methods["store"]["ratio_to_store"] == 1.0 and methods["store_int8"]["gbps_median"] > 0
-    assert not (REPO / "bench" / "results" / "cg_tiny.json").exists()

@@ -4,13 +4,10 @@ count with positive rates and CPU times, the file written once and kept."""
 from __future__ import annotations
 
 import errno
-import json
 import os
-import subprocess
-import sys
 
 import pytest
-from conftest import REPO
+from script_runs import run_bench
 
 
 def test_a_tiny_run_measures_each_thread_count(tmp_path):
@@ -22,11 +19,10 @@ def test_a_tiny_run_measures_each_thread_count(tmp_path):
         assert e.errno == errno.EINVAL
         pytest.skip(f"{tmp_path} refuses O_DIRECT")
     data = tmp_path / "data.bin"
-    cmd = [sys.executable, "bench/tiers/disk_reads.py", "--file", str(data), "--size-mib", "2", "--threads", "1,2", "--reads", "400"]
-    r = subprocess.run([*cmd, "--out-dir", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
+    args = ["--file", data, "--size-mib", "2", "--threads", "1,2", "--reads", "400"]
+    r, result = run_bench("bench/tiers/disk_reads.py", *args, "--out-dir", tmp_path, results=tmp_path / "disk_reads.json", timeout=120)
     assert data.stat().st_size == 2 << 20
-    rows = json.loads((tmp_path / "disk_reads.json").read_text())["rows"]
+    rows = result["rows"]
     assert [(row["threads"], row["reads"], row["block"]) for row in rows] == [(1, 400, 512), (2, 400, 512)]
     assert all(row["reads_per_s"] > 0 and row["user_us_per_read"] + row["sys_us_per_read"] > 0 for row in rows)
     assert r.stdout.splitlines()[0].startswith("  1 threads: ")

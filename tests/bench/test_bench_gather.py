@@ -1,15 +1,13 @@
 """bench/gathering/gather.py on the CPU in a tiny configuration (written to a temporary path, never
 bench/results/), and its option parsing, summaries and plot on made-up GPU rows."""
 
-import json
 import math
-import os
-import subprocess
 import sys
 
 import pytest
 import torch
 from conftest import REPO
+from script_runs import run_bench, run_python
 
 sys.path.insert(0, str(REPO / "bench" / "gathering"))
 import gather  # noqa: E402
@@ -17,34 +15,8 @@ import gather  # noqa: E402
 
 def test_tiny_cpu_run_checks_times_and_writes_json_raw_rows(tmp_path):
     stem = tmp_path / "gather_tiny"
-    r = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "bench" / "gathering" / "gather.py"),
-            "--rows",
-            "2000",
-            "--cols",
-            "16,100",
-            "--dtypes",
-            "fp32",
-            "--batches",
-            "300",
-            "--repeats",
-            "2",
-            "--raw",
-            "json",
-            "--out",
-            str(stem),
-        ],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=os.environ.copy(),
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    data = json.loads(stem.with_suffix(".json").read_text())
+    args = ["--rows", "2000", "--cols", "16,100", "--dtypes", "fp32", "--batches", "300", "--repeats", "2", "--raw", "json"]
+    r, data = run_bench("bench/gathering/gather.py", *args, out=stem, timeout=300)
     rows = data["rows"]
     assert {(row["dim"], row["method"]) for row in rows} == {(d, m) for d in (16, 100) for m in gather.CPU_METHODS}
     assert all(row["status"] == "ok" and row["gbps_median"] > 0 for row in rows), rows
@@ -54,15 +26,7 @@ def test_tiny_cpu_run_checks_times_and_writes_json_raw_rows(tmp_path):
 
 
 def test_cols_is_the_dims_flag_and_bad_values_are_usage_errors(tmp_path):
-    r = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "gathering" / "gather.py"), "--dtypes", "fp64", "--out", str(tmp_path / "g")],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=os.environ.copy(),
-        timeout=120,
-    )
+    r = run_python("bench/gathering/gather.py", "--dtypes", "fp64", "--out", tmp_path / "g")
     assert r.returncode == 2 and "unknown dtype 'fp64'" in r.stderr
 
 

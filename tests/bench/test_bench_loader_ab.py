@@ -1,12 +1,7 @@
 """bench/training/loader_ab.py on a tiny graph, written to a temporary path (never bench/results/)."""
 
-import json
-import os
-import subprocess
-import sys
-
 import pytest
-from conftest import REPO
+from script_runs import run_bench, run_python
 
 
 @pytest.mark.slow  # two child processes that each load DGL and iterate five loaders
@@ -14,11 +9,9 @@ def test_loader_ab_times_each_route_in_both_trees(tmp_path):
     pytest.importorskip("dgl")
     stem = tmp_path / "loader_ab_tiny"
     # --base HEAD: a clone may be shallow; the machinery (archive, both trees imported, rows) is what is checked.
-    command = [sys.executable, "bench/training/loader_ab.py", "--base", "HEAD", "--rounds", "1", "--epochs", "2", "--num-nodes", "3000", "--out", str(stem)]
-    r = subprocess.run(command, capture_output=True, text=True, cwd=REPO, env=os.environ.copy(), timeout=300, check=False)
-    assert r.returncode == 0, r.stderr[-2000:]
+    args = ["--base", "HEAD", "--rounds", "1", "--epochs", "2", "--num-nodes", "3000"]
+    _, result = run_bench("bench/training/loader_ab.py", *args, out=stem, timeout=300)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["loader_ab_tiny.csv", "loader_ab_tiny.json", "loader_ab_tiny.png"]
-    result = json.loads((tmp_path / "loader_ab_tiny.json").read_text())
     rows = result["rows"]
     assert {(row["route"], row["version"]) for row in rows} == {
         (route, v) for route in ("dgl", "dropin-p0", "dropin-p2", "store-p0", "store-p2") for v in ("base", "head")
@@ -29,5 +22,5 @@ def test_loader_ab_times_each_route_in_both_trees(tmp_path):
 
 
 def test_bad_rounds_are_refused_in_one_line():
-    r = subprocess.run([sys.executable, "bench/training/loader_ab.py", "--epochs", "1"], capture_output=True, text=True, cwd=REPO, timeout=60, check=False)
+    r = run_python("bench/training/loader_ab.py", "--epochs", "1", timeout=60)
     assert r.returncode == 2 and "--epochs >= 2" in r.stderr

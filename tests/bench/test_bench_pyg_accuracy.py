@@ -4,14 +4,12 @@ bench/results/)."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
 import sys
 
 import pytest
 from conftest import REPO, SHARED_DATA
+from script_runs import run_bench
 
 sys.path.insert(0, str(REPO / "bench" / "training"))
 
@@ -70,10 +68,8 @@ def test_pyg_accuracy_bench_smoke(tmp_path):
     if not (SHARED_DATA / "planetoid").is_dir():
         pytest.skip(f"real datasets not present at {SHARED_DATA}")
     out = tmp_path / "pa"
-    cmd = [sys.executable, "bench/training/pyg_accuracy.py", "--datasets", "cora", "--seeds", "1", "--epochs", "1", "--data-root", str(SHARED_DATA)]
-    r = subprocess.run([*cmd, "--out", str(out)], cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, encoding="utf-8", timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    result = json.loads(out.with_suffix(".json").read_text())
+    args = ["--datasets", "cora", "--seeds", "1", "--epochs", "1", "--data-root", SHARED_DATA]
+    _, result = run_bench("bench/training/pyg_accuracy.py", *args, out=out)
     rows = result["rows"]
     assert [(row["dataset"], row["route"]) for row in rows] == [("cora", "dgl"), ("cora", "pyg")]
     assert all(0 <= row["test_acc_mean"] <= 1 and row["seeds"] == 1 and row["epochs"] == 1 for row in rows)

@@ -3,13 +3,13 @@ ImportError a PyPI install gives), and a smoke run of every route through ``dgl-
 
 import json
 import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
 from conftest import REPO
+from script_runs import run_bench
 
 from dgl_zerocopy.cli import BENCHMARKS
 
@@ -105,17 +105,7 @@ def test_smoke_run_of_every_route_through_the_cli(tmp_path):
     stem = tmp_path / "out" / "pyg_epoch"
     args = [*TINY, "--num-nodes", "2000", "--model", "sage", "--prefetch", "0,2"]
     env = {**os.environ, "DGL_ZEROCOPY_CACHE": str(tmp_path / "cache"), "MPLBACKEND": "Agg"}
-    r = subprocess.run(
-        [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "pyg_epoch", *args, "--out", str(stem)],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=env,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
-    data = json.loads(stem.with_suffix(".json").read_text())
+    r, data = run_bench("pyg_epoch", *args, out=stem, env=env)
     assert data["meta"]["command"].endswith("pyg_epoch.py " + " ".join(args) + f" --out {stem}")
     rows = {(row["route"], row["prefetch"]): row for row in data["rows"]}
     ours = [("pyg", 0), ("pyg", 2), ("dgl-route", 0), ("dgl-route", 2)]

@@ -5,13 +5,13 @@ whose figures are positive and consistent (edges counted = the sum of the blocks
 import json
 import os
 import statistics
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
 from conftest import CUDA, REPO
+from script_runs import run_bench
 
 from dgl_zerocopy.cli import BENCHMARKS
 from dgl_zerocopy.data.synthetic import SyntheticSpec, generate
@@ -209,18 +209,8 @@ def test_smoke_run_through_the_cli_writes_consistent_figures(tmp_path):
     stem = tmp_path / "out" / "sampling"
     args = ["--num-nodes", "3000", "--batch-size", "64", "--batches", "3", "--repeats", "2", "--warmup", "1", "--methods", "dgl-cpu,reference,emulator"]
     env = {**os.environ, "DGL_ZEROCOPY_CACHE": str(tmp_path / "cache"), "MPLBACKEND": "Agg"}
-    r = subprocess.run(
-        [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "sampling", *args, "--out", str(stem)],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=env,
-        timeout=600,
-    )
-    assert r.returncode == 0, r.stdout + r.stderr
+    r, data = run_bench("sampling", *args, out=stem, env=env)
     assert all(stem.with_suffix(s).stat().st_size > 0 for s in (".csv", ".json", ".png"))
-    data = json.loads(stem.with_suffix(".json").read_text())
     assert data["meta"]["command"].endswith("sampling.py " + " ".join(args) + f" --out {stem}")
     assert data["meta"]["device"].startswith("cpu (no GPU") or CUDA
     rows = {row["method"]: row for row in data["rows"]}

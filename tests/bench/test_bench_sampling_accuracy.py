@@ -3,14 +3,12 @@ temporary folder (never bench/results/)."""
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
 
 import pytest
 import torch
 from conftest import REPO, SHARED_DATA
+from script_runs import run_bench
 
 sys.path.insert(0, str(REPO / "bench" / "sampler"))
 
@@ -80,11 +78,8 @@ def test_sampling_accuracy_bench_smoke(tmp_path):
     if not SHARED_DATA.is_dir():
         pytest.skip(f"real datasets not present at {SHARED_DATA}")
     out = tmp_path / "sa"
-    cmd = [sys.executable, "bench/sampler/sampling_accuracy.py", "--datasets", "cora", "--seeds", "2", "--epochs", "2", "--eval-every", "1"]
-    cmd += ["--hidden", "8", "--samplers", "emulator,reference", "--data-root", str(SHARED_DATA), "--out", str(out)]
-    r = subprocess.run(cmd, cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, encoding="utf-8", timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    result = json.loads(out.with_suffix(".json").read_text())
+    args = ["--datasets", "cora", "--seeds", "2", "--epochs", "2", "--eval-every", "1", "--hidden", "8", "--samplers", "emulator,reference"]
+    r, result = run_bench("bench/sampler/sampling_accuracy.py", *args, "--data-root", SHARED_DATA, out=out)
     rows = result["rows"]
     assert [row["sampler"] for row in rows] == ["emulator", "reference", "dgl"]
     assert all(0 <= row["test_acc_mean"] <= 1 and row["seeds"] == 2 for row in rows)

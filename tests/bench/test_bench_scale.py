@@ -5,14 +5,13 @@ DGL's sampler beside ours (slow tier). The GPU route: tests/bench/test_bench_sca
 
 import importlib.util
 import json
-import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 import torch
 from conftest import CUDA, REPO
+from script_runs import run_bench, run_python
 
 from dgl_zerocopy.data import papers_disk as pd
 from dgl_zerocopy.data.disk_graph import open_disk_graph
@@ -61,14 +60,10 @@ def test_a_tiny_run_writes_its_results_to_the_given_folder(tmp_path):
         "--stem",
         "scale_test",
     ]
-    r = subprocess.run(
-        [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "scale", *args], capture_output=True, text=True, cwd=REPO, env=os.environ.copy(), timeout=300
-    )
-    assert r.returncode == 0, r.stderr
+    _, result = run_bench("scale", *args, results=out / "scale_test.json", timeout=300)
     for suffix in (".csv", ".json", ".png"):
         assert (out / f"scale_test{suffix}").stat().st_size > 0
-        assert not (REPO / "bench" / "results" / f"scale_test{suffix}").exists()
-    (row,) = json.loads((out / "scale_test.json").read_text())["rows"]
+    (row,) = result["rows"]
     assert row["nodes"] == 11_106 and row["loss_falls"] and row["sampled_edges_per_s"] > 0 and row["disk_gb"] > 0
     assert (row["status"], row["device"]) == ("ok", "cpu") and "pin_s" not in row
     if importlib.util.find_spec("dgl") is not None:  # DGL's sampler over the same CSC and seeds
@@ -81,9 +76,8 @@ def test_a_stage_that_fails_is_recorded_in_its_row(tmp_path):
     """The data folder is a file: the generate stage fails; the row says where and why, the run exits 1."""
     (tmp_path / "data").write_text("not a folder")
     args = ["--fractions", "0.0001", "--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "out"), "--stem", "failed"]
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "training" / "scale.py"), *args], capture_output=True, text=True, timeout=300)
-    assert r.returncode == 1, r.stderr
-    (row,) = json.loads((tmp_path / "out" / "failed.json").read_text())["rows"]
+    r, result = run_bench("bench/training/scale.py", *args, results=tmp_path / "out" / "failed.json", returncode=1, timeout=300)
+    (row,) = result["rows"]
     assert row["status"].startswith("failed: generate: ") and row["device"] == "cpu", row
     assert "Traceback" in r.stderr and not (tmp_path / "out" / "failed.png").exists()
 
@@ -92,7 +86,7 @@ def test_a_stage_that_fails_is_recorded_in_its_row(tmp_path):
 def test_device_cuda_without_cuda_is_one_clear_line(tmp_path):
     """Before any work: one line on stderr, exit 2, nothing generated or written."""
     args = ["--device", "cuda", "--fractions", "0.0001", "--data-dir", str(tmp_path / "data"), "--out-dir", str(tmp_path / "out")]
-    r = subprocess.run([sys.executable, str(REPO / "bench" / "training" / "scale.py"), *args], capture_output=True, text=True, timeout=120)
+    r = run_python("bench/training/scale.py", *args)
     assert (r.returncode, r.stdout) == (2, "")
     assert r.stderr.strip().splitlines() == [
         "scale.py: --device cuda needs a CUDA GPU, but torch.cuda.is_available() is False here; leave --device out to run on the CPU"

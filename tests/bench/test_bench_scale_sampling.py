@@ -3,11 +3,11 @@ bench/results/): every variant's row, its faults and its plot; the refusal of to
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 from conftest import REPO
+from script_runs import run_cli
 
 from dgl_zerocopy.data import papers_disk as pd
 from dgl_zerocopy.data.synthetic import SyntheticSpec
@@ -27,8 +27,7 @@ def data_dir(tmp_path_factory):
 
 def _run(data_dir, out, *extra):
     args = ["--fractions", "0.0002", "--data-dir", str(data_dir), "--batches", "2", "--batch-size", "16", "--out-dir", str(out), *extra]
-    cmd = [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "scale_sampling", *args]
-    return subprocess.run(cmd, capture_output=True, text=True, cwd=REPO, env=os.environ.copy(), timeout=300)
+    return run_cli("bench", "scale_sampling", *args, timeout=300)
 
 
 def test_every_variant_is_measured_and_written(data_dir, tmp_path):

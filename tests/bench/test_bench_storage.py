@@ -3,13 +3,12 @@ run's row and figures, the file's pages dropped before each run, no cgroup left 
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
 import sys
 
 import pytest
 from conftest import REPO
+from script_runs import run_bench, run_python
 
 sys.path.insert(0, str(REPO / "bench" / "tiers"))
 
@@ -20,12 +19,9 @@ def test_storage_bench_smoke(tmp_path):
     from storage import MemoryLimit
 
     runs = "mmap-random,static-int8+ahead,static+ahead,dynamic"
-    cmd = [sys.executable, "bench/tiers/storage.py", "--nodes", "6000", "--dim", "32", "--epochs", "2", "--max-batches", "4", "--batch-size", "8"]
-    cmd += ["--hidden", "8", "--runs", runs, "--dir", str(tmp_path / "data"), "--out-dir", str(tmp_path)]
+    args = ["--nodes", "6000", "--dim", "32", "--epochs", "2", "--max-batches", "4", "--batch-size", "8", "--hidden", "8", "--runs", runs]
     (tmp_path / "data").mkdir()
-    r = subprocess.run(cmd, cwd=REPO, env=os.environ.copy(), capture_output=True, text=True, encoding="utf-8", timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
-    result = json.loads((tmp_path / "storage.json").read_text())
+    _, result = run_bench("bench/tiers/storage.py", *args, "--dir", tmp_path / "data", "--out-dir", tmp_path, results=tmp_path / "storage.json")
     rows = result["rows"]
     assert [row["run"] for row in rows] == runs.split(",")
     for row in rows:
@@ -44,14 +40,7 @@ def test_storage_bench_smoke(tmp_path):
 
 def test_the_gpu_mode_without_cuda_is_refused_in_one_line(tmp_path):
     """``--device cuda`` where torch sees no GPU: exit 2 and one line that names the fix, before any table is written."""
-    r = subprocess.run(
-        [sys.executable, "bench/tiers/storage.py", "--device", "cuda", "--dir", str(tmp_path), "--out-dir", str(tmp_path)],
-        cwd=REPO,
-        env={**os.environ, "CUDA_VISIBLE_DEVICES": ""},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    r = run_python("bench/tiers/storage.py", "--device", "cuda", "--dir", tmp_path, "--out-dir", tmp_path, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})
     assert r.returncode == 2, r.stderr
     assert r.stderr.strip().splitlines()[-1] == (
         "storage.py: error: --device cuda: no CUDA GPU here (torch.cuda.is_available() is False); leave it out to train on the CPU"
@@ -66,11 +55,10 @@ def test_without_dgl_every_run_says_why_it_did_not_run(tmp_path):
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('DGL is not installed here')\n")
     env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(shadow.parent), os.environ.get("PYTHONPATH", "")])}
-    cmd = [sys.executable, "bench/tiers/storage.py", "--runs", "static+ahead,mmap-random", "--dir", str(tmp_path / "data"), "--out-dir", str(tmp_path)]
+    args = ["--runs", "static+ahead,mmap-random", "--dir", tmp_path / "data", "--out-dir", tmp_path]
     (tmp_path / "data").mkdir()
-    r = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
-    assert r.returncode == 0, r.stderr
-    rows = json.loads((tmp_path / "storage.json").read_text())["rows"]
+    _, result = run_bench("bench/tiers/storage.py", *args, results=tmp_path / "storage.json", timeout=120, env=env)
+    rows = result["rows"]
     why = "skipped: import dgl failed: ImportError: DGL is not installed here"
     assert rows == [{"run": "static+ahead", "status": why}, {"run": "mmap-random", "status": why}]
     assert list((tmp_path / "data").iterdir()) == []

@@ -6,10 +6,10 @@ summary.json's figures and summary.md."""
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 
 from conftest import REPO
+from script_runs import run_bench
 
 sys.path[:0] = [str(REPO / "bench" / folder) for folder in ("gpu_check", ".", "sampler")]
 import gpu_check_sampling as gs  # noqa: E402
@@ -17,24 +17,8 @@ import gpu_check_sampling as gs  # noqa: E402
 
 def test_launch_count_runs_on_the_emulated_kernels_and_writes_its_rows(tmp_path):
     stem = tmp_path / "launch_count"
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(REPO / "bench" / "sampler" / "launch_count.py"),
-            "--methods",
-            "emulator,snapshot-emulator,gpu-pinned",
-            "--batch-size",
-            "256",
-            "--out",
-            str(stem),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=600,
-        cwd=REPO,
-    )
-    assert done.returncode == 0, done.stdout + done.stderr
-    rows = {r["method"]: r for r in json.loads(stem.with_suffix(".json").read_text())["rows"]}
+    done, result = run_bench("bench/sampler/launch_count.py", "--methods", "emulator,snapshot-emulator,gpu-pinned", "--batch-size", "256", out=stem)
+    rows = {r["method"]: r for r in result["rows"]}
     for method in ("emulator", "snapshot-emulator"):
         row = rows[method]
         assert row["status"] == "ok" and row["host_syncs_per_batch"] == 1 and row["syncs"] == {"tolist": 1}, row
