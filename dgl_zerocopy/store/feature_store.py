@@ -34,7 +34,7 @@ from .compression import Codec
 from .compression.table import params_nbytes
 from .devices import resolve_backend, resolve_device, resolve_store_device
 from .host_files import file_ref
-from .id_check import DeviceIdCheck, check_host_ids, check_ids_arg, checked_on_device
+from .id_check import DeviceIdCheck, check_ids
 from .legacy_keywords import parts_from_keywords
 from .mapped_file import MappedFile
 from .options import Compression, DeviceCache, StorageTier
@@ -52,44 +52,25 @@ BACKENDS = ("auto", "zerocopy", "cpu", "gpu")
 class FeatureStore:
     """Gathers rows of a 2-D host table for batches of node ids.
 
-    ``data`` is a CPU ``torch.Tensor``, a ``numpy.ndarray`` or a path to a ``.npy`` file (memory
-    mapped, never read whole). It must be 2-D; a non-contiguous table is copied to a contiguous
-    one with a warning (pinning needs one contiguous range). The store keeps ``data`` alive.
-
-    The parts (:mod:`dgl_zerocopy.store.options`, each checked when made, before anything is pinned):
-    ``kernel=GatherOptions(variant, sort_ids, max_blocks)`` the zero-copy kernel (the other backends
-    ignore it, so one script runs anywhere); ``compression=Compression(codec, out_dtype)`` (or a codec
-    name, ``"fp16"``, ``"bf16"``, ``"int8"``) host memory holding codes, decoded by ``gather``;
-    ``cache=DeviceCache(bytes, policy, graph, ...)`` hot rows in device memory, ranked once here
-    (``cache_stats()``, ``cache_nbytes``); ``storage=StorageTier(bytes, policy)`` rows left in their
-    file behind a host buffer (``read_ahead``, ``storage_stats()``; docs/storage.md). The former
-    keywords (``cache_bytes=``, ``variant=``, ...) still work, with a ``DeprecationWarning``.
-    ``data`` may also be a folder written by :func:`dgl_zerocopy.compress` or a ``CompressedTable``.
+    The store keeps ``data`` alive. The parts (:mod:`dgl_zerocopy.store.options`) are each checked when made, before anything is pinned.
     ``dtype`` is what ``gather`` returns, ``stored_dtype`` and ``nbytes`` what host memory holds.
 
-    ``gather`` without ``out`` returns a view of a buffer the store reuses on the CPU backend: it
-    is valid until the next ``gather`` on the same store. Pass ``out`` to own the result.
+    A file is never written: a table that maps one shared (``np.load(path, mmap_mode="r")``, ``"r+"``, a ``.npy`` path, a compressed
+    folder) is pinned read-only where the GPU supports it; elsewhere its bytes are re-mapped copy-on-write (with a warning: pinning then
+    keeps a private copy of its pages in RAM). A table that is page-locked already (``tensor.pin_memory()``) is read as it is: never
+    registered nor unregistered by the store.
 
-    A file is never written: a table that maps one shared (``np.load(path, mmap_mode="r")``,
-    ``"r+"``, a ``.npy`` path, a compressed folder) is pinned read-only where the GPU supports it;
-    elsewhere its bytes are re-mapped copy-on-write (with a warning: pinning then keeps a private
-    copy of its pages in RAM). A table that is page-locked already (``tensor.pin_memory()``) is
-    read as it is: never registered nor unregistered by the store.
+    Devices and pinning: a store made by the constructor is *bound* at once: its backend is made on ``device`` there (the zero-copy
+    backend pins the table in the constructor). A store that arrives in another process by pickling (e.g. an argument of
+    ``torch.multiprocessing.spawn``) arrives *unbound*: it knows its table, backend and options, and binds on first use (``gather``,
+    ``device``) or by :meth:`bind`. A store made on a CUDA device binds to the receiver's current CUDA device at that moment (so call
+    ``torch.cuda.set_device(rank)`` first, or ``bind(rank)``); a CPU store stays on the CPU. Each process pins its own mapping of the
+    table once, for its own GPU, and ``close()`` (or garbage collection) unpins it; closing an unbound store pins nothing.
 
-    Devices and pinning: a store made by the constructor is *bound* at once: its backend is made on
-    ``device`` there (the zero-copy backend pins the table in the constructor). A store that arrives
-    in another process by pickling (e.g. an argument of ``torch.multiprocessing.spawn``) arrives
-    *unbound*: it knows its table, backend and options, and binds on first use (``gather``,
-    ``device``) or by :meth:`bind`. A store made on a CUDA device binds to the receiver's current
-    CUDA device at that moment (so call ``torch.cuda.set_device(rank)`` first, or ``bind(rank)``);
-    a CPU store stays on the CPU. Each process pins its own mapping of the table once, for its own
-    GPU, and ``close()`` (or garbage collection) unpins it; closing an unbound store pins nothing.
-
-    Sharing with other processes: pickling sends :meth:`spec` (opened by :meth:`from_spec`), which
-    names the table's memory and never copies it: a tensor in shared memory (``feat.share_memory_()``,
-    called before any store pins ``feat``) or a file map (a ``.npy`` path, ``np.load(path, mmap_mode=...)``;
-    a copy-on-write map's writes stay in their process). Any other table raises ``TypeError`` at once,
-    saying how to share it. The sender's store stays usable.
+    Sharing with other processes: pickling sends :meth:`spec` (opened by :meth:`from_spec`), which names the table's memory and never
+    copies it: a tensor in shared memory (``feat.share_memory_()``, called before any store pins ``feat``) or a file map (a ``.npy``
+    path, ``np.load(path, mmap_mode=...)``; a copy-on-write map's writes stay in their process). Any other table raises ``TypeError`` at
+    once, saying how to share it. The sender's store stays usable.
     """
 
     def __init__(
@@ -107,14 +88,19 @@ class FeatureStore:
         """Build a store over ``data`` and bind it to ``device``.
 
         Args:
-            data: a 2-D CPU ``torch.Tensor``, ``numpy.ndarray``, ``.npy`` path or compressed folder.
+            data: the 2-D table: a CPU ``torch.Tensor``, a ``numpy.ndarray``, a ``.npy`` path (memory mapped, never read whole),
+                a folder written by :func:`dgl_zerocopy.compress` or a ``CompressedTable``. A non-contiguous table is copied,
+                with a warning (pinning needs one range).
             backend: ``"auto"`` (zero-copy where it runs, else ``"cpu"``), ``"zerocopy"``, ``"cpu"`` or ``"gpu"``.
             device: where results go (default: the current CUDA device, else ``cpu``).
-            kernel: the zero-copy kernel's options (default ``GatherOptions()``).
-            compression: a :class:`Compression` or codec name (default: the table as given).
-            cache: a :class:`DeviceCache` (default: no cache).
-            storage: a :class:`StorageTier` (default: the table in memory; ``data`` must be a path).
-            **deprecated: the former keywords, each mapped onto its part with a ``DeprecationWarning``.
+            kernel: the zero-copy kernel's :class:`GatherOptions` (default ``GatherOptions()``; other backends ignore it).
+            compression: a :class:`Compression` or codec name (``"fp16"``, ``"bf16"``, ``"int8"``): host memory holds codes,
+                which ``gather`` decodes (default: the table as given).
+            cache: a :class:`DeviceCache`: hot rows in device memory, ranked once here (default: none).
+            storage: a :class:`StorageTier`: rows left in their file behind a host buffer (default: the table in memory;
+                ``data`` must then be a path; docs/storage.md).
+            **deprecated: the former keywords (``cache_bytes=``, ``variant=``, ...), each mapped onto its part with a
+                ``DeprecationWarning``.
 
         Raises:
             ValueError, TypeError: a bad backend, device or part, naming the value and the fix; nothing is pinned then.
@@ -222,9 +208,13 @@ class FeatureStore:
     def bind(self, device: str | int | torch.device | None = None) -> FeatureStore:
         """Make the backend on ``device`` (the zero-copy backend pins the table) unless done; returns self.
 
-        ``device=None``: the device already bound, else the current CUDA device for a store made on
-        CUDA, else ``cpu``. Binding again to the same device does nothing; to another device raises
-        ``ValueError`` (a store gathers on one device: make or send one store per device).
+        Args:
+            device: None: the device already bound, else the current CUDA device for a store made on CUDA, else ``cpu``.
+                Binding again to the same device does nothing.
+
+        Raises:
+            ValueError: another device than the one bound (a store gathers on one device: make or send one store per device).
+            RuntimeError: the store is closed.
         """
         with self._lock:
             if self.closed:
@@ -369,12 +359,20 @@ class FeatureStore:
         return self._backend  # type: ignore[return-value]
 
     def read_ahead(self, ids) -> ReadAhead:
-        """Start reading rows ``ids`` (a later batch's, checked as ``gather`` checks them) into the host buffer in the background;
-        returns at once. They stay reserved until ``gather(ids, read_ahead=handle)`` (or ``handle.release()``). docs/storage.md."""
+        """Start reading rows ``ids`` of a later batch into the host buffer in the background (docs/storage.md).
+
+        Args:
+            ids: row ids as :meth:`gather` takes them, checked as it checks them (device ids are copied to the host).
+
+        Returns:
+            A :class:`~dgl_zerocopy.store.storage.tiers.ReadAhead`, at once: its rows stay reserved until
+            ``gather(ids, read_ahead=handle)`` or ``handle.release()``.
+
+        Raises:
+            TypeError, ValueError, IndexError: bad ids, as :meth:`gather` raises them; TypeError: a table held in memory.
+        """
         storage = self._storage_backend()
-        ids = check_ids_arg(ids, self.device).cpu()
-        check_host_ids(ids, self._table.shape[0])
-        return storage.read_ahead(ids)
+        return storage.read_ahead(check_ids(ids, self._table.shape[0], self.device, self._id_check, on_host=True))
 
     def storage_stats(self) -> dict[str, int | float]:
         """Counters since :meth:`reset_storage_stats` (:mod:`dgl_zerocopy.store.storage.stats`): storage bytes and reads, rows per tier."""
@@ -394,22 +392,33 @@ class FeatureStore:
 
     # -- gather ----------------------------------------------------------------------------
     def gather(self, ids, out: torch.Tensor | None = None, stream=None, unchecked: bool = False, read_ahead: ReadAhead | None = None) -> torch.Tensor:
-        """Rows ``data[ids]`` on ``self.device``, shape ``(len(ids), dim)``, dtype ``self.dtype``
-        (a compressed table's rows decoded: equal to ``store.codec.decode(codes[ids], ids, store.dtype)``).
+        """Rows ``data[ids]``; a compressed table's rows decoded (``store.codec.decode(codes[ids], ids, store.dtype)``).
 
-        ``ids``: 1-D int32/int64 (torch or NumPy), on the CPU or on ``self.device``. Ids must lie in
-        ``[0, rows)``: no negative wrap-around. Unless ``unchecked=True`` (an out-of-range id is then
-        undefined behaviour), a bad id raises ``IndexError`` naming it: at once for CPU ids (and for
-        the ``cpu`` backend, which reads the ids on the host anyway); for ids on a CUDA device the
-        check runs on the device, so the host never waits for it, and its ``IndexError`` is raised
-        later: by a gather that finds the check done, by :meth:`raise_deferred_errors` (call it at
-        the end of an epoch) or by :meth:`close`. Meanwhile an out-of-range device id reads the
-        nearest valid row (the batch is wrong, and reported), never memory outside the table.
-        ``out``: optional contiguous tensor of shape ``(len(ids), dim)`` on ``self.device``; the
-        caller makes sure nothing still reads it when ``stream`` writes it (e.g. an event).
-        ``stream``: a ``torch.cuda.Stream`` to run on (CUDA devices); default the current stream.
-        The result is ready on ``stream``: a caller on another stream waits for it before reading.
-        ``read_ahead``: the handle :meth:`read_ahead` returned for these ids; released after the gather.
+        The ids are checked once, here (:func:`dgl_zerocopy.store.id_check.check_ids`); the backend trusts them.
+
+        Args:
+            ids: 1-D int32/int64 row ids (``torch.Tensor`` or ``numpy.ndarray``) on the CPU or on :attr:`device`, each in
+                ``[0, rows)`` (no negative wrap-around). Device ids are read once the caller's current stream has produced them.
+            out: a contiguous ``(len(ids), dim)`` tensor of :attr:`dtype` on :attr:`device` to gather into; the caller makes sure
+                nothing still reads it when ``stream`` writes it (e.g. an event). Default None: the store allocates the result
+                (on the CPU backend a view of a reused buffer, valid until the next ``gather``: pass ``out`` to own it).
+            stream: the ``torch.cuda.Stream`` to run on (CUDA devices); default the current stream.
+            unchecked: True skips the range check (the caller vouches: an out-of-range id is then undefined behaviour);
+                type, dtype, shape and device are still checked.
+            read_ahead: the handle :meth:`read_ahead` returned for these ids; released after the gather.
+
+        Returns:
+            A ``(len(ids), dim)`` tensor of :attr:`dtype` on :attr:`device` (``out`` when given), ready on ``stream``: a caller
+            on another stream waits for it before reading.
+
+        Raises:
+            TypeError: ids that are not a tensor or array, or not int32/int64; an ``out`` that is not a tensor.
+            ValueError: ids not 1-D or on another device; an ``out`` of another shape, dtype or device.
+            IndexError: an id outside ``[0, rows)``, naming it, its position and the range: at once for CPU ids (and with the
+                ``cpu`` backend). Ids on a CUDA device are checked on the device, the host never waiting for it, and the error
+                is raised later: by a gather that finds the check done, by :meth:`raise_deferred_errors` (at the end of an
+                epoch) or by :meth:`close`; meanwhile such an id reads the nearest valid row, never outside the table.
+            RuntimeError: the store is closed.
         """
         try:
             return self._gather(ids, out, stream, unchecked)
@@ -425,53 +434,48 @@ class FeatureStore:
         if self._mapped is not None:
             self._mapped.check()  # a mapped file cut short would kill the process (SIGBUS) at the first read past its end
         self._id_check.poll()  # an earlier batch's device-side check that has failed, if done; never waits
-        ids = check_ids_arg(ids, self.device)
-        if out is not None:
-            check_out_tensor(out, (ids.shape[0], self._table.shape[1]), self.dtype, self.device)
         if self.device.type != "cuda":
-            if not unchecked:
-                check_host_ids(ids, self._table.shape[0])
-            return self._backend.gather(ids, out, None)
+            return self._backend.gather(self._check_ids(ids, out, unchecked), out, None)
         caller = torch.cuda.current_stream(self.device)
         stream = stream if stream is not None else caller
         crossing = stream != caller
         with torch.cuda.stream(stream):
-            if crossing:
-                if ids.is_cuda:
-                    stream.wait_stream(caller)  # the ids may still be being written on the caller's stream
-                    ids.record_stream(stream)
-                if out is not None:
-                    out.record_stream(stream)
-            if not unchecked:
-                ids = self._check_range(ids)  # on `stream`, after the ids exist
+            if crossing and isinstance(ids, torch.Tensor) and ids.device == self.device:
+                stream.wait_stream(caller)  # the ids may still be being written on the caller's stream
+                ids.record_stream(stream)
+            ids = self._check_ids(ids, out, unchecked)  # on `stream`, after the ids exist
+            if crossing and out is not None:
+                out.record_stream(stream)
             result = self._backend.gather(ids, out, stream)
         if out is None and crossing:
             result.record_stream(caller)  # allocated on `stream`, freed by the caller
         return result
 
-    def _check_range(self, ids: torch.Tensor) -> torch.Tensor:
-        """The ids to gather (current stream: the gather's). Host ids, and device ids for the ``cpu``
-        backend (which copies them to the host anyway), are checked now; other device ids are
-        clamped on the device and checked there, their error raised later (:mod:`.id_check`)."""
-        if checked_on_device(ids) and self.backend == "cpu":
-            ids = ids.cpu()
-        if not checked_on_device(ids):
-            check_host_ids(ids, self._table.shape[0])
-            return ids
-        return self._id_check.check(ids)
+    def _check_ids(self, ids, out: torch.Tensor | None, unchecked: bool) -> torch.Tensor:
+        """The gather's one check of ``ids`` (:func:`.id_check.check_ids`, on the current stream: the
+        gather's), then of ``out``. The ``cpu`` backend copies device ids to the host anyway: they are checked there."""
+        ids = check_ids(ids, self._table.shape[0], self.device, self._id_check, in_range=not unchecked, on_host=self.backend == "cpu")
+        if out is not None:
+            check_out_tensor(out, (ids.shape[0], self._table.shape[1]), self.dtype, self.device)
+        return ids
 
     def raise_deferred_errors(self) -> None:
-        """Wait for the range checks of the device ids gathered so far, and raise ``IndexError``
-        naming the first out-of-range id (of the earliest bad batch) if one had any. Gathers of
-        CPU ids raise at once and leave nothing here. Call it where the host waits anyway (the
-        end of an epoch); :meth:`close` calls it too."""
+        """Wait for the range checks of the device ids gathered so far. Gathers of CPU ids raise at once and leave nothing
+        here. Call it where the host waits anyway (the end of an epoch); :meth:`close` calls it too.
+
+        Raises:
+            IndexError: the first out-of-range id of the earliest bad batch, naming it, its position and that gather.
+        """
         self._id_check.wait()
 
     # -- lifecycle -------------------------------------------------------------------------
     def close(self) -> None:
         """Wait for the gathers in flight, then release device memory and unpin the host table. Idempotent;
-        an unbound store has nothing to release. Then raises the ``IndexError`` of an out-of-range
-        device id not reported yet (see :meth:`raise_deferred_errors`)."""
+        an unbound store has nothing to release.
+
+        Raises:
+            IndexError: an out-of-range device id not reported yet (see :meth:`raise_deferred_errors`), after the release.
+        """
         self._close(report=True)
 
     def _close(self, report: bool) -> None:

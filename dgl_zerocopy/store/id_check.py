@@ -1,4 +1,12 @@
-"""Range checks of the row ids given to ``FeatureStore.gather``.
+"""The check of the row ids given to ``FeatureStore.gather``: made once per gather, here.
+
+:func:`check_ids` is the one check a gather makes (``FeatureStore.gather`` and ``read_ahead`` call
+it once per batch): the ids' type, dtype, shape and device, then their range. What it returns is
+what the layers below take as given (the backends, the cache's split, the kernel launcher): a
+contiguous 1-D int32/int64 tensor on the CPU or the store's device, within ``[0, rows)``; those
+layers check nothing again. Their public functions called directly (``split_hits``,
+``cached_gather``, ``HotRowCache.gather``, ``launch_gather``) check their own input unless the
+caller says it did (``unchecked=True``), as the store's backends do.
 
 Host ids are checked at once: reading them costs nothing. Device ids are checked *on the device*,
 on the gather's stream, without the host waiting for them (reading a result back would make the
@@ -42,13 +50,47 @@ def check_ids_arg(ids, device: torch.device) -> torch.Tensor:
 
 
 def check_host_ids(ids: torch.Tensor, rows: int) -> None:
-    """Raise ``IndexError`` naming the first id of the CPU tensor ``ids`` outside ``[0, rows)``."""
+    """Raise ``IndexError`` naming the first id of ``ids`` outside ``[0, rows)``. ``ids`` is read on
+    the host: for a CPU tensor that costs nothing, for a device tensor it is a host sync."""
     if ids.numel() == 0:
         return
     lo, hi = torch.aminmax(ids)
     if int(lo) < 0 or int(hi) >= rows:
         bad = ((ids < 0) | (ids >= rows)).nonzero()[0, 0]
         raise IndexError(f"id {int(ids[bad])} at position {int(bad)} is out of range for a table of {rows} rows (valid: 0 to {rows - 1})")
+
+
+def check_ids(ids, rows: int, device: torch.device, deferred: DeviceIdCheck, *, in_range: bool = True, on_host: bool = False) -> torch.Tensor:
+    """The one check of a batch of ids; returns them as the layers below take them.
+
+    Args:
+        ids: the caller's ids: a 1-D int32/int64 ``torch.Tensor`` or ``numpy.ndarray``, on the CPU
+            or on ``device``.
+        rows: the table's rows; ids must lie in ``[0, rows)``.
+        device: the store's device.
+        deferred: where device ids are checked (on the current stream, reported later).
+        in_range: False skips the range check (the caller vouches for it: ``unchecked=True``).
+        on_host: check device ids on the host (copied there: a host sync), for a backend that
+            reads them there anyway.
+
+    Returns:
+        ``ids`` as a contiguous 1-D int32/int64 tensor on the CPU or ``device``. Host ids are in
+        range; device ids are clamped into ``[0, rows)`` by ``deferred`` (their error comes later).
+
+    Raises:
+        TypeError: ids that are not a tensor or array, or not int32/int64.
+        ValueError: ids that are not 1-D, or on a device other than the CPU and ``device``.
+        IndexError: a host id outside ``[0, rows)``, naming it, its position and the range.
+    """
+    ids = check_ids_arg(ids, device)
+    if not in_range:
+        return ids
+    if checked_on_device(ids):
+        if not on_host:
+            return deferred.check(ids)
+        ids = ids.cpu()
+    check_host_ids(ids, rows)
+    return ids
 
 
 def checked_on_device(ids: torch.Tensor) -> bool:

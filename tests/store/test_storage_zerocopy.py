@@ -372,7 +372,6 @@ def ids_on_device(monkeypatch):
     from dgl_zerocopy.store import id_check
 
     monkeypatch.setattr(id_check, "checked_on_device", lambda ids: True)
-    monkeypatch.setattr(feature_store_module, "checked_on_device", lambda ids: True)
 
 
 def test_device_ids_out_of_range_read_the_nearest_row_and_are_reported_later(device, table, ids_on_device):

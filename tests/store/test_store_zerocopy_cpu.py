@@ -28,6 +28,7 @@ import cupy  # noqa: E402
 import numpy as np
 import pytest
 import torch
+from conftest import saved_table  # noqa: E402
 from test_pinning import FakeRuntime, mapping_of, use  # noqa: E402 - also skips without CuPy
 from torch.overrides import TorchFunctionMode
 
@@ -212,9 +213,6 @@ def zerocopy_store(data) -> FeatureStore:
 def ids_on_device(monkeypatch):
     """CPU ids take the path of ids on the device."""
     monkeypatch.setattr(id_check, "checked_on_device", lambda ids: True)
-    import dgl_zerocopy.store.feature_store as store_module
-
-    monkeypatch.setattr(store_module, "checked_on_device", lambda ids: True)
 
 
 def _table():
@@ -370,22 +368,14 @@ def test_a_page_locked_table_is_read_as_it_is(device):
 @pytest.mark.parametrize("supported", [1, 0], ids=["read-only-supported", "read-only-unsupported"])
 @pytest.mark.parametrize("source", ["path", "r", "r+", "c", "compressed"])
 def test_pin_gather_close_leave_the_file_as_it_was(tmp_path, device, source, supported):
-    from dgl_zerocopy import compress
-
     data = np.arange(1024 * 12, dtype=np.float32).reshape(1024, 12)
-    np.save(tmp_path / "f.npy", data)
-    if source == "compressed":
-        compress(tmp_path / "f.npy", "fp16", out=tmp_path / "f.fp16")
-        path, want = tmp_path / "f.fp16" / "codes.npy", torch.from_numpy(data).half().float()
-    else:
-        path, want = tmp_path / "f.npy", torch.from_numpy(data)
+    table, path, want = saved_table(tmp_path, data, source)
     before = path.read_bytes()
     os.utime(path, ns=(10**18, 10**18))  # far from now: any update shows, whatever the clock's resolution
     device.runtime._read_only = supported
-    arg = {"path": tmp_path / "f.npy", "compressed": tmp_path / "f.fp16"}.get(source)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the copy-on-write warning (tests/store/test_pinning.py checks it)
-        store = zerocopy_store(arg if arg is not None else np.load(path, mmap_mode=source))
+        store = zerocopy_store(table)
     pinned_at, entry = next(iter(device.runtime.registered.items()))
     assert mapping_of(pinned_at)[1] == str(path)
     if source != "c":  # a shared map: pinned read-only, or a private map of it pinned

@@ -179,14 +179,20 @@ def launch_gather(
     cache: DeviceCache | None = None,
     threads_per_row: int | None = None,
     threads_per_block: int = 256,
+    unchecked: bool = False,
 ) -> gather_plan.GatherPlan:
     """Enqueue ``out[j] = table[ids[j]]`` on ``stream`` (asynchronous; no synchronisation).
 
-    The contract with the caller (``FeatureStore``), which validates in public:
+    The contract with the caller (``FeatureStore``, whose one id check runs before):
         * ``table_ptr`` is device-accessible: pinned and mapped host memory (UVA), or device memory.
         * every id is in ``[0, table_shape[0])``; the kernel does not check (an out-of-range id
           reads outside the table).
         * ``out`` is on the current CUDA device and stays alive until the stream has run the gather.
+
+    Called directly, it checks the ids' type and shape and the cache's slot map on each call;
+    ``unchecked=True`` skips those checks for a caller that made them (the zero-copy backend: ids
+    already checked, int32/int64 on the current device, within ``[0, table_shape[0])``; a slot map
+    checked when its cache was made).
 
     Args:
         table_ptr: address of the table's first row.
@@ -211,6 +217,7 @@ def launch_gather(
         threads_per_row: aligned variant: lanes per row (a power of two up to 32; None: the
             plan's choice), as for :func:`~dgl_zerocopy.cuda.gather.gather_plan.plan_gather`.
         threads_per_block: threads per block (a multiple of 32, at most 1024).
+        unchecked: skip the checks of ``ids`` and of ``cache.slot_map`` (see above).
 
     Returns:
         The launch plan used (``grid == 0``: nothing was launched).
@@ -253,6 +260,7 @@ def launch_gather(
         out_stride_bytes=out_stride_bytes,
         cache=cache,
         table_rows=int(table_shape[0]),
+        unchecked=unchecked,
     )
 
 
@@ -272,6 +280,7 @@ def launch_decode(
     max_blocks: int | None = None,
     out_stride_bytes: int | None = None,
     cache: DeviceCache | None = None,
+    unchecked: bool = False,
 ) -> gather_plan.GatherPlan:
     """Enqueue ``out[j] = decode(table[ids[j]])`` on ``stream``: the compressed rows are read
     over PCIe with the aligned scheme and decoded in registers (``gather_decode``,
@@ -291,7 +300,7 @@ def launch_decode(
 
     ``cache``: as for :func:`launch_gather`, its rows holding the table's *codes*; a hit is
     decoded exactly as a miss (with its row's (scale, offset) from ``cache.row_pairs_ptr`` when
-    given, else from ``affine_ptr``).
+    given, else from ``affine_ptr``). ``unchecked``: as for :func:`launch_gather`.
 
     Returns:
         The launch plan used (``grid == 0``: nothing was launched).
@@ -339,6 +348,7 @@ def launch_decode(
         affine_ptr=int(affine_ptr),
         cache=cache,
         table_rows=int(table_shape[0]),
+        unchecked=unchecked,
     )
 
 
@@ -369,9 +379,10 @@ def _enqueue(
     affine_ptr: int = 0,
     cache: DeviceCache | None = None,
     table_rows: int = 0,
+    unchecked: bool = False,
 ) -> gather_plan.GatherPlan:
-    """Validate ids, out and the cache, plan (``plan_for(num_ids, id_bytes, out_address, out_stride,
-    num_sms, **cache_layout)``), sort if asked, and launch; everything on ``stream``."""
+    """Validate ids, out and the cache (ids and slot map not when ``unchecked``), plan (``plan_for(num_ids,
+    id_bytes, out_address, out_stride, num_sms, **cache_layout)``), sort if asked, and launch; everything on ``stream``."""
     sort_policy.check_sort(sort)
     cupy = _cupy()
     if stream is not None:
@@ -382,7 +393,7 @@ def _enqueue(
     # the kernel, so dropping them on return is safe.
     with stream if stream is not None else contextlib.nullcontext():
         ids = cupy.asarray(ids)
-        if ids.ndim != 1 or ids.dtype not in (cupy.dtype("int32"), cupy.dtype("int64")):
+        if not unchecked and (ids.ndim != 1 or ids.dtype not in (cupy.dtype("int32"), cupy.dtype("int64"))):
             raise TypeError(
                 f"ids must be a 1-D int32 or int64 device array, but got dtype {ids.dtype} and "
                 f"shape {ids.shape}; convert with ids.to(torch.int64) or ids.astype(cupy.int64)"
@@ -399,7 +410,7 @@ def _enqueue(
         cache_plan: dict[str, int] = {}
         cache_args: dict[str, int] = {}
         if cache is not None:
-            slot_map = _slot_map_array(cupy, cache, table_rows)
+            slot_map = cupy.asarray(cache.slot_map) if unchecked else _slot_map_array(cupy, cache, table_rows)
             cache_plan = dict(cache_address=int(cache.rows_ptr), cache_stride=int(cache.row_stride_bytes), slot_bytes=slot_map.dtype.itemsize)
             cache_args = dict(
                 slot_map_address=int(slot_map.data.ptr),

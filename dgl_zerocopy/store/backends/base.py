@@ -15,7 +15,19 @@ VARIANTS = ("aligned", "naive")
 
 @dataclass(frozen=True)
 class GatherOptions:
-    """Options of the zero-copy gather kernel (see ``FeatureStore``); checked on construction."""
+    """Options of the zero-copy gather kernel (``FeatureStore(kernel=...)``); the other backends ignore them.
+
+    Args:
+        variant: ``"aligned"`` (default: vector loads sized to the rows' alignment; the only kernel that
+            decodes compressed rows and reads a device cache) or ``"naive"`` (the baseline: one thread per element).
+        sort_ids: gather in sorted id order (better locality on the host side) and write each row back
+            to its position: True, False, or ``"auto"`` (default: the fitted link model decides per batch).
+        max_blocks: a cap on the kernel's grid, to leave SMs to concurrent training (default None: no cap).
+
+    Raises:
+        ValueError: an unknown variant, or ``max_blocks`` that is not a positive int.
+        TypeError: ``sort_ids`` other than True, False or ``"auto"``.
+    """
 
     variant: str = "aligned"
     sort_ids: bool | str = "auto"
@@ -33,6 +45,10 @@ class GatherOptions:
 class Backend(Protocol):
     """What FeatureStore needs of a backend. Input is already validated by the store.
 
+    ``gather``'s ids are already checked (:func:`dgl_zerocopy.store.id_check.check_ids`, once per
+    gather): a contiguous 1-D int64/int32 tensor on the CPU or the backend's device, within
+    ``[0, num_rows)`` (unless the store's caller passed ``unchecked=True``, vouching for the range);
+    a backend checks them no further. ``out`` (if given) has the result's shape, dtype and device.
     ``gather`` runs on ``stream`` (CUDA; the store has made it current and ordered it after the
     ids) and allocates there; ``close`` waits for the gathers in flight before releasing memory."""
 

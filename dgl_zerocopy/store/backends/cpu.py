@@ -59,6 +59,8 @@ class CpuBackend:
         return self._host_out[:n]
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor:
+        """``table[ids]`` on ``self.device`` (the store's contract: :class:`~.base.Backend`). ids are
+        already checked: int64/int32 on the CPU or the device, within ``[0, num_rows)``."""
         ids = ids.cpu()
         if self.cache is not None:
             return self._gather_cached(ids, out, stream)

@@ -19,6 +19,8 @@ class GpuBackend:
         self._decoder = Decoder(codec, self.out_dtype, device) if codec is not None else None
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor:
+        """``table[ids]`` on the device, on ``stream``. ids are already checked: int64/int32 on the
+        CPU or the device, within ``[0, num_rows)`` (device ids clamped there)."""
         with torch.cuda.stream(stream):
             ids = to_device(ids, self.table.device)
             if self._decoder is None or self._decoder.passthrough:

@@ -120,6 +120,9 @@ class ZeroCopyBackend:
         )
 
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor:
+        """Enqueue the kernel for ``table[ids]`` on ``stream``. ids are already checked: int64/int32
+        on the CPU or the device, within ``[0, num_rows)`` (device ids clamped there), so the launcher
+        is told not to check them (nor the cache's slot map, checked once when the backend was made)."""
         from ...cuda.gather.launcher import launch_decode, launch_gather
 
         cupy = self._cupy
@@ -129,7 +132,7 @@ class ZeroCopyBackend:
             ids = to_device(ids, self.device)
             if out is None:
                 out = torch.empty((ids.shape[0], table.shape[1]), dtype=self.out_dtype, device=self.device)
-            common = dict(stream=stream, sort=self.options.sort_ids, max_blocks=self.options.max_blocks, cache=self._launch_cache)
+            common = dict(stream=stream, sort=self.options.sort_ids, max_blocks=self.options.max_blocks, cache=self._launch_cache, unchecked=True)
             row_stride = table.stride(0) * table.element_size()
             if self.codec is None:
                 launch_gather(

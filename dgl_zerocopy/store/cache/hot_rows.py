@@ -63,7 +63,8 @@ class HotRowCache:
         return self.rows.numel() * self.rows.element_size() + self.slot_map.numel() * self.slot_map.element_size()
 
     def split(self, ids: torch.Tensor, *, unchecked: bool = False) -> SplitHits:
-        """:func:`split_hits` of ``ids`` (on :attr:`device`), counted in :attr:`stats`."""
+        """:func:`split_hits` of ``ids`` (on :attr:`device`), counted in :attr:`stats`; ``unchecked=True``:
+        ids already checked (int32/int64 on :attr:`device`, within ``[0, rows)``), not checked again."""
         split = split_hits(ids, self.slot_map, unchecked=unchecked)
         self.stats.record(split.hit_positions.numel(), split.miss_positions.numel())
         return split
@@ -110,7 +111,9 @@ class HotRowCache:
 
     def gather(self, ids: torch.Tensor, table: torch.Tensor, out: torch.Tensor | None = None, *, unchecked: bool = False) -> torch.Tensor:
         """``table[ids]`` with hits read from :attr:`rows`: the reference path (``table``, ``ids`` and
-        ``out`` on :attr:`device`; on ``cpu`` that is the store's own path)."""
+        ``out`` on :attr:`device`; on ``cpu`` that is the store's own path). ``ids`` are checked as
+        :func:`split_hits` checks them, unless ``unchecked=True`` (the store's backends: ids already
+        checked, int32/int64 on :attr:`device`, within ``[0, rows)``)."""
         if table.shape[1:] != self.rows.shape[1:] or table.dtype != self.rows.dtype or table.shape[0] != self.slot_map.shape[0]:
             raise ValueError(
                 f"table {table.dtype} {tuple(table.shape)} is not the table this cache was built from "

@@ -14,6 +14,8 @@ from typing import NamedTuple
 
 import torch
 
+from ..id_check import check_host_ids
+
 __all__ = ["SLOTS_INT32", "SplitHits", "build_slot_map", "cached_gather", "gather_split", "slot_dtype", "split_hits"]
 
 #: Most cached rows an int32 slot map can number (slots 0 .. SLOTS_INT32 - 1).
@@ -58,24 +60,36 @@ class SplitHits(NamedTuple):
 def split_hits(ids: torch.Tensor, slot_map: torch.Tensor, *, unchecked: bool = False) -> SplitHits:
     """Split a batch of row ids into cache hits and misses, each in batch order.
 
-    ``ids``: 1-D int32/int64 on the slot map's device. Ids outside ``[0, len(slot_map))`` raise
-    ``IndexError`` (naming the first) unless ``unchecked=True`` (a caller that checked already)."""
-    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
-        what = f"{ids.dtype} of shape {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
-        raise TypeError(f"ids must be a 1-D int32/int64 tensor, but got {what}")
-    if ids.device != slot_map.device:
-        raise ValueError(f"ids are on {ids.device} but the slot map is on {slot_map.device}; move them with ids.to({str(slot_map.device)!r})")
-    if not unchecked and ids.numel():
-        rows = slot_map.shape[0]
-        lo, hi = torch.aminmax(ids)
-        if int(lo) < 0 or int(hi) >= rows:
-            bad = int(((ids < 0) | (ids >= rows)).nonzero()[0, 0])
-            raise IndexError(f"id {int(ids[bad])} at position {bad} is out of range for a table of {rows} rows (valid: 0 to {rows - 1})")
+    Args:
+        ids: 1-D int32/int64 tensor on the slot map's device, within ``[0, len(slot_map))``.
+        slot_map: the cache's slot map (:func:`build_slot_map`).
+        unchecked: True for a caller that checked ``ids`` already (a store's backend: they come
+            from :func:`dgl_zerocopy.store.id_check.check_ids`); nothing is checked then.
+
+    Returns:
+        The :class:`SplitHits` of the batch, on the slot map's device.
+
+    Raises:
+        TypeError: ids that are not a 1-D int32/int64 tensor.
+        ValueError: ids on another device than the slot map.
+        IndexError: an id out of range, naming the first (it reads the ids on the host).
+    """
+    if not unchecked:
+        _check_split_ids(ids, slot_map)
     slots = slot_map[ids]
     hit = slots >= 0
     hit_positions = hit.nonzero().flatten()
     miss_positions = (~hit).nonzero().flatten()
     return SplitHits(hit_positions, slots[hit_positions], miss_positions, ids[miss_positions])
+
+
+def _check_split_ids(ids, slot_map: torch.Tensor) -> None:
+    if not isinstance(ids, torch.Tensor) or ids.dtype not in (torch.int32, torch.int64) or ids.dim() != 1:
+        what = f"{ids.dtype} of shape {tuple(ids.shape)}" if isinstance(ids, torch.Tensor) else type(ids).__name__
+        raise TypeError(f"ids must be a 1-D int32/int64 tensor, but got {what}")
+    if ids.device != slot_map.device:
+        raise ValueError(f"ids are on {ids.device} but the slot map is on {slot_map.device}; move them with ids.to({str(slot_map.device)!r})")
+    check_host_ids(ids, slot_map.shape[0])
 
 
 def gather_split(split: SplitHits, table: torch.Tensor, cache_rows: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
@@ -92,7 +106,8 @@ def cached_gather(
 ) -> torch.Tensor:
     """``table[ids]``, reading cached rows from ``cache_rows`` (via ``slot_map``) and the others from
     ``table``: the CPU reference of the fused hit/miss gather. All tensors on one device;
-    ``out`` (optional) is a ``(len(ids), dim)`` tensor of the table's dtype."""
+    ``out`` (optional) is a ``(len(ids), dim)`` tensor of the table's dtype. ``ids`` are checked
+    as :func:`split_hits` checks them, unless ``unchecked=True``."""
     if cache_rows.dim() != 2 or table.dim() != 2 or cache_rows.shape[1] != table.shape[1] or cache_rows.dtype != table.dtype:
         raise ValueError(
             f"cache_rows must be rows of the table: got {cache_rows.dtype} {tuple(cache_rows.shape)} for a {table.dtype} {tuple(table.shape)} table"

@@ -110,6 +110,8 @@ class StorageBackend:
 
     # -- gather ----------------------------------------------------------------------------
     def gather(self, ids: torch.Tensor, out: torch.Tensor | None, stream) -> torch.Tensor:
+        """``table[ids]`` through the tiers (module docstring). ids are already checked: int64/int32
+        on the CPU or the device, within ``[0, num_rows)``; the slots it passes on are the buffer's own."""
         ids = ids.cpu()
         unique, inverse = torch.unique(ids, sorted=True, return_inverse=True)
         hit = self._host_slots[unique] >= 0 if self.cache is not None else None
