@@ -8,13 +8,19 @@ from pathlib import Path
 from typing import Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, PositiveFloat, PositiveInt, ValidationError, ValidationInfo, field_validator, model_validator
 
 from ..data import DATASETS, HETERO_DATASETS
 from ..store.compression.codec import check_codec_name
 from ..store.storage.policy import HOST_POLICIES
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
+# The settings checked against a range: what the error says each must be, and the check.
+_RANGES = {
+    "prefetch": (">= 0 (0 = no background thread)", lambda v: v >= 0),
+    "weight_decay": (">= 0", lambda v: v >= 0),
+    "dropout": ("in [0, 1)", lambda v: 0.0 <= v < 1.0),
+}
 
 
 class ConfigError(ValueError):
@@ -300,25 +306,12 @@ class TrainConfig(BaseModel):
             raise ValueError(f"fanouts must be one or more positive integers (or -1 for all neighbours), but got {v}")
         return v
 
-    @field_validator("prefetch")
+    @field_validator(*_RANGES)
     @classmethod
-    def _valid_prefetch(cls, v: int) -> int:
-        if v < 0:
-            raise ValueError(f"prefetch must be >= 0 (0 = no background thread), but got {v}")
-        return v
-
-    @field_validator("weight_decay")
-    @classmethod
-    def _valid_weight_decay(cls, v: float) -> float:
-        if v < 0:
-            raise ValueError(f"weight_decay must be >= 0, but got {v}")
-        return v
-
-    @field_validator("dropout")
-    @classmethod
-    def _valid_dropout(cls, v: float) -> float:
-        if not 0.0 <= v < 1.0:
-            raise ValueError(f"dropout must be in [0, 1), but got {v}")
+    def _in_range(cls, v: float, info: ValidationInfo) -> float:
+        rule, holds = _RANGES[info.field_name]
+        if not holds(v):
+            raise ValueError(f"{info.field_name} must be {rule}, but got {v}")
         return v
 
 
