@@ -1,20 +1,16 @@
 """The ``dgl-zerocopy`` command: ``train``, ``info``, ``bench``, ``generate`` and the distributed ``partition`` and ``launch-local``.
 
-User mistakes (unknown names, malformed values, bad config files) print one line saying what is
-wrong and what is allowed, and exit with code 2, without a traceback. Ctrl-C prints
-``dgl-zerocopy: interrupted`` and exits with code 130; ``train`` and ``launch-local`` do the same on SIGTERM (what
-``timeout``, ``kill`` and Slurm send) and SIGHUP (a closed terminal), with code 128 + the signal's
-number (143, 129), after stopping its processes and removing its temporary folder. A ``train
---nproc`` rank killed by a signal ends the job with one line naming the rank and the signal, code 1.
-A feature file (``--feature-storage``) truncated, rewritten, replaced or removed while ``train`` reads it
-ends the run with one line, code 1 (a job that failed while it ran); under ``--nproc`` a rank's own error
-of these kinds (and a refused config) gives the line and code of one process.
-``partition``, ``launch-local`` and ``train`` on the DGL route run on DGL: where it is not installed, they print one
-line naming the extra that brings it (``pip install "dgl-zerocopy[dgl]"``) and exit with code 2; ``train`` says so
-before any dataset is generated, and names the PyG route (``--frontend pyg``) as the other way.
-``train --config`` takes a YAML file or the name of a config shipped with the package (``--config cora-gcn``).
-``generate`` onto a folder holding a graph made with other parameters refuses, naming ``--overwrite``; with the same
-parameters it keeps the graph (one log line).
+User mistakes (unknown names, malformed values, bad config files) print one line saying what is wrong and what is allowed, and exit with code 2,
+without a traceback. Ctrl-C prints ``dgl-zerocopy: interrupted`` and exits with code 130; ``train`` and ``launch-local`` do the same on SIGTERM (what
+``timeout``, ``kill`` and Slurm send) and SIGHUP (a closed terminal), with code 128 + the signal's number (143, 129), after stopping its processes and
+removing its temporary folder. A ``train --nproc`` rank killed by a signal ends the job with one line naming the rank and the signal, code 1. A
+feature file (``--feature-storage``) truncated, rewritten, replaced or removed while ``train`` reads it ends the run with one line, code 1 (a job that
+failed while it ran); under ``--nproc`` a rank's own error of these kinds (and a refused config) gives the line and code of one process.
+``partition``, ``launch-local`` and ``train`` on the DGL route run on DGL: where it is not installed, they print one line naming the extra that brings
+it (``pip install "dgl-zerocopy[dgl]"``) and exit with code 2; ``train`` says so before any dataset is generated, and names the PyG route
+(``--frontend pyg``) as the other way. ``train --config`` takes a YAML file or the name of a config shipped with the package (``--config cora-gcn``).
+``generate`` onto a folder holding a graph made with other parameters refuses, naming ``--overwrite``; with the same parameters it keeps the graph
+(one log line).
 """
 
 from __future__ import annotations
@@ -188,6 +184,18 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one ``dgl-zerocopy`` command as the console script does (``train``, ``info``, ``generate``, ``partition``, ``launch-local``, ``bench``).
+
+    Args:
+        argv: the command line without the program's name (default: ``sys.argv[1:]``).
+
+    Returns:
+        The exit status: 0 done; 1 a job that failed while it ran; 2 a user mistake, printed as one line (a bad config or dataset, a
+        missing extra); 130 Ctrl-C; 128 + the signal's number for SIGTERM and SIGHUP (``train``, ``launch-local``).
+
+    Raises:
+        SystemExit: argparse's, for unknown arguments (status 2) and ``--help`` (status 0).
+    """
     args = _parser().parse_args(_glue_negative_values(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:

@@ -3,25 +3,12 @@
 They compute what ``dgl.nn.SAGEConv`` (mean aggregator) and ``dgl.nn.GraphConv`` compute, on any
 torch device, without DGL: PyPI's DGL is a CPU build, so its own layers cannot run on CUDA blocks.
 
-- Drop-in: the constructors and ``forward`` take DGL 2.1's arguments (names, order, defaults), so
-  ``import dgl.nn as dglnn`` can become ``import dgl_zerocopy.nn as dglnn``. Each argument does
-  what it does in DGL; what is not supported fails at once and says so: aggregators other than
-  ``"mean"`` (ValueError), ``edge_weight`` (NotImplementedError), a pair of sizes as ``in_feats``
-  (ValueError).
-- Parameter names and shapes equal DGL 2.1's, so state dicts are interchangeable both ways
-  (``ours.load_state_dict(theirs.state_dict())``), a ``norm`` or ``activation`` module's own
-  parameters included; :func:`load_dgl_weights` does that and checks that the two layers are
-  configured alike.
-- ``forward(graph, feat)``: ``graph`` is a :class:`DeviceBlock` on ``feat``'s device, or a DGL
-  block (converted on each call with :meth:`DeviceBlock.from_dgl`; hand DeviceBlocks in to convert
-  once). ``feat`` is ``(num_src_nodes, in_feats)``; the destination nodes are its first
-  ``num_dst_nodes`` rows (DGL's block convention), or ``feat`` is a pair ``(src, dst)`` of the
-  source and destination rows, as in DGL. The result is ``(num_dst_nodes, out_feats)`` in
-  ``feat``'s dtype.
-- Aggregation is a sparse CSR x dense product (one SpMM, cuSPARSE on CUDA, MKL on the CPU; the
-  backward pass multiplies by the block's cached CSR transpose) for float32/float64, and a gather +
-  ``index_add_`` for other dtypes (float16/bfloat16, which the CPU SpMM lacks). It runs outside
-  autocast, in the rows' own dtype. A destination without in-edges aggregates to zero.
+- Drop-in: the constructors and ``forward`` take DGL 2.1's arguments (names, order, defaults), so ``import dgl.nn as dglnn``
+  can become ``import dgl_zerocopy.nn as dglnn``. Each argument does what it does in DGL; what is not supported fails at once.
+- Parameter names and shapes equal DGL 2.1's, so state dicts are interchangeable both ways (``ours.load_state_dict(theirs.state_dict())``),
+  a ``norm`` or ``activation`` module's own parameters included; :func:`load_dgl_weights` also checks the layers are configured alike.
+- Aggregation (:mod:`dgl_zerocopy.sampling.block_sums`): one SpMM per direction for float32/float64, a gather + ``index_add_``
+  for other dtypes; outside autocast, in the rows' own dtype. A destination without in-edges aggregates to zero.
 - Typed (heterograph) blocks: :class:`HeteroGraphConv` applies one layer per edge type and sums
   (or averages, ...) per destination type, as ``dgl.nn.HeteroGraphConv`` does, over a
   :class:`~dgl_zerocopy.loading.blocks.HeteroDeviceBlock` or a typed DGL block. What runs on what:
@@ -36,7 +23,6 @@ torch device, without DGL: PyPI's DGL is a CPU build, so its own layers cannot r
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import operator
 from collections.abc import Callable, Mapping
@@ -45,6 +31,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from .sampling.block_sums import degree_scale, neighbour_mean, neighbour_sum
 from .sampling.blocks import DeviceBlock, HeteroDeviceBlock
 
 __all__ = ["SAGEConv", "GraphConv", "HeteroGraphConv", "load_dgl_weights"]  # what docs/api.md lists
@@ -58,16 +45,22 @@ Features = torch.Tensor | tuple[torch.Tensor, torch.Tensor]  # feat, or a (src, 
 
 
 class SAGEConv(nn.Module):
-    """GraphSAGE layer (Hamilton et al. 2017) with mean aggregation:
-    ``norm(activation(fc_self(x_dst) + fc_neigh(mean of in-neighbours' x)))``, the bias living in
-    ``fc_self``, ``x`` the input after dropout.
+    """GraphSAGE layer (Hamilton et al. 2017) with mean aggregation: ``norm(activation(fc_self(x_dst) + fc_neigh(mean of in-neighbours'
+    x)))``, ``x`` the input after dropout. Parameters as DGL's: ``fc_self`` (Linear in->out, with the bias) and ``fc_neigh`` (Linear
+    in->out, no bias). A destination with no in-edges gets a zero neighbour term. Arguments as ``dgl.nn.SAGEConv``'s.
 
-    Arguments as ``dgl.nn.SAGEConv``'s: ``aggregator_type`` (``"mean"`` only; DGL's ``"gcn"``,
-    ``"pool"`` and ``"lstm"`` are a ValueError), ``feat_drop`` (dropout probability on the input
-    rows, sources and destinations, in training mode), ``bias``, ``norm`` and ``activation``
-    (callables or None, applied to the output in that order: activation first, as DGL does).
-    Parameters as DGL's: ``fc_self`` (Linear in->out, with ``bias``) and ``fc_neigh`` (Linear
-    in->out, no bias). A destination with no in-edges gets a zero neighbour term.
+    Args:
+        in_feats: features per input row (a positive int; DGL's pair of sizes is not supported).
+        out_feats: features per output row (a positive int).
+        aggregator_type: ``"mean"``, the only one (DGL's ``"gcn"``, ``"pool"`` and ``"lstm"`` are not supported).
+        feat_drop: dropout probability on the input rows, sources and destinations, in training mode (default 0).
+        bias: whether ``fc_self`` has a bias (default True).
+        norm: a callable applied to the output last (e.g. ``torch.nn.LayerNorm(out_feats)``), or None.
+        activation: a callable applied to the output before ``norm`` (as DGL does), or None.
+
+    Raises:
+        ValueError: another aggregator; sizes that are not positive ints; ``feat_drop`` outside ``[0, 1]``.
+        TypeError: a ``norm`` or ``activation`` that is not callable.
     """
 
     def __init__(
@@ -105,8 +98,22 @@ class SAGEConv(nn.Module):
             nn.init.uniform_(self.fc_self.bias, -bound, bound)
 
     def forward(self, graph: BlockLike, feat: Features, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        """Destination features ``(num_dst_nodes, out_feats)`` from source features ``feat`` (or a
-        ``(src, dst)`` pair). ``edge_weight`` is not supported (NotImplementedError)."""
+        """Destination features from source features.
+
+        Args:
+            graph: a :class:`DeviceBlock` on ``feat``'s device, or a DGL block (converted on each call).
+            feat: the source rows ``(num_src_nodes, in_feats)``, whose first ``num_dst_nodes`` rows are the destinations (DGL's
+                block convention), or a ``(src, dst)`` pair of the source and destination rows; on one device.
+            edge_weight: not supported; must be None.
+
+        Returns:
+            ``(num_dst_nodes, out_feats)`` on ``feat``'s device, in its dtype.
+
+        Raises:
+            TypeError: ``feat`` not 2-D tensors; a typed block (use :class:`HeteroGraphConv`).
+            ValueError: ``feat`` whose rows or columns do not match the block and ``in_feats``; block and ``feat`` on two devices.
+            NotImplementedError: an ``edge_weight``.
+        """
         _refuse_edge_weight(edge_weight)
         block, src, dst = _inputs(graph, feat, self.in_feats)
         # One dropout over the sources, whose first rows are the destinations (DGL's order: the
@@ -114,9 +121,9 @@ class SAGEConv(nn.Module):
         src = self.feat_drop(src)
         dst = src[: block.num_dst_nodes()] if dst is None else self.feat_drop(dst)
         if _project_first(block, self.in_feats, self.out_feats):  # equal in exact arithmetic
-            neigh = _neighbour_mean(block, self.fc_neigh(src))
+            neigh = neighbour_mean(block, self.fc_neigh(src))
         else:
-            neigh = self.fc_neigh(_neighbour_mean(block, src))
+            neigh = self.fc_neigh(neighbour_mean(block, src))
         out = self.fc_self(dst) + neigh
         if self.activation is not None:
             out = self.activation(out)
@@ -129,21 +136,28 @@ class SAGEConv(nn.Module):
 
 
 class GraphConv(nn.Module):
-    """Graph convolution (Kipf & Welling 2017) on a block:
-    ``activation(D_dst^-a · A · D_src^-b · x · weight + bias)``, with the degrees taken within the
-    block and clamped to at least 1; ``norm`` picks the exponents: ``"both"`` (a = b = 1/2),
-    ``"right"`` (a = 1, b = 0: the mean), ``"left"`` (a = 0, b = 1) or ``"none"`` (the sum).
+    """Graph convolution (Kipf & Welling 2017) on a block: ``activation(D_dst^-a · A · D_src^-b · x · weight + bias)``, with the degrees
+    taken within the block and clamped to at least 1. Parameters as DGL's: ``weight`` ``(in_feats, out_feats)`` and ``bias``
+    ``(out_feats,)``. Arguments as ``dgl.nn.GraphConv``'s.
 
-    Arguments as ``dgl.nn.GraphConv``'s. Parameters as DGL's: ``weight`` ``(in_feats, out_feats)``
-    and ``bias`` ``(out_feats,)``. With ``weight=False`` the layer has no weight: ``forward`` then
-    takes one (``forward(graph, feat, weight=W)``), or the rows are aggregated unprojected, the
-    output keeping ``in_feats`` columns (as in DGL; a bias then needs ``in_feats == out_feats``).
+    A destination with no in-edges gets the bias alone. As in DGL, that is an error unless ``allow_zero_in_degree=True`` (or
+    :meth:`set_allow_zero_in_degree`): a ValueError rather than DGL's ``DGLError``, raised before any computation. The check reads the
+    degrees back to the host, a sync on CUDA; sampled blocks usually have such destinations, so models on them pass True.
 
-    A destination with no in-edges gets the bias alone. As in DGL, that is an error unless
-    ``allow_zero_in_degree=True`` (or :meth:`set_allow_zero_in_degree`): a ValueError rather than
-    DGL's ``DGLError`` (see the module's notes), raised before any computation. The check reads
-    the degrees back to the host, a sync on CUDA; sampled blocks usually have such destinations
-    (nodes without in-edges), so models built on sampled blocks pass ``allow_zero_in_degree=True``.
+    Args:
+        in_feats: features per input row (a positive int).
+        out_feats: features per output row (a positive int).
+        norm: the exponents: ``"both"`` (default: a = b = 1/2), ``"right"`` (a = 1, b = 0: the mean), ``"left"`` (a = 0, b = 1) or
+            ``"none"`` (the sum).
+        weight: False: no weight of its own; ``forward`` then takes one (``forward(graph, feat, weight=W)``), or the rows are
+            aggregated unprojected, the output keeping ``in_feats`` columns (as in DGL; a bias then needs ``in_feats == out_feats``).
+        bias: whether the layer has a bias (default True).
+        activation: a callable applied to the output last, or None.
+        allow_zero_in_degree: skip the zero-in-degree check (default False).
+
+    Raises:
+        ValueError: an unknown ``norm``; sizes that are not positive ints.
+        TypeError: an ``activation`` that is not callable.
     """
 
     def __init__(
@@ -180,10 +194,23 @@ class GraphConv(nn.Module):
         self.allow_zero_in_degree = set_value
 
     def forward(self, graph: BlockLike, feat: Features, weight: torch.Tensor | None = None, edge_weight: torch.Tensor | None = None) -> torch.Tensor:
-        """Destination features ``(num_dst_nodes, out_feats)`` from source features ``feat`` (or a
-        ``(src, dst)`` pair, whose ``dst`` is not read, as in DGL). ``weight``: an
-        ``(in_feats, out_feats)`` tensor for a layer built with ``weight=False``. ``edge_weight``
-        is not supported (NotImplementedError)."""
+        """Destination features from source features.
+
+        Args:
+            graph: a :class:`DeviceBlock` on ``feat``'s device, or a DGL block (converted on each call).
+            feat: the source rows ``(num_src_nodes, in_feats)``, or a ``(src, dst)`` pair whose ``dst`` is not read (as in DGL).
+            weight: an ``(in_feats, out_feats)`` tensor, for a layer built with ``weight=False`` only.
+            edge_weight: not supported; must be None.
+
+        Returns:
+            ``(num_dst_nodes, out_feats)`` (``in_feats`` columns without any weight) on ``feat``'s device, in its dtype.
+
+        Raises:
+            TypeError: ``feat`` or ``weight`` of the wrong kind; a typed block (use :class:`HeteroGraphConv`).
+            ValueError: shapes that do not match; a destination with no in-edges unless allowed; a ``weight`` given to a layer
+                with its own; a bias that an unprojected output does not fit.
+            NotImplementedError: an ``edge_weight``.
+        """
         _refuse_edge_weight(edge_weight)
         block, h, _ = _inputs(graph, feat, self.in_feats)
         weight = self._weight(weight)
@@ -194,15 +221,15 @@ class GraphConv(nn.Module):
             )
         width = self.in_feats if weight is None else weight.shape[1]
         if self.norm in ("both", "left"):
-            h = h * _degree_scale(block.out_degrees(), self.norm == "both", h.dtype).unsqueeze(1)
+            h = h * degree_scale(block.out_degrees(), self.norm == "both", h.dtype).unsqueeze(1)
         if weight is not None and _project_first(block, self.in_feats, width):
-            h = _neighbour_sum(block, h @ weight)
+            h = neighbour_sum(block, h @ weight)
         else:
-            h = _neighbour_sum(block, h)
+            h = neighbour_sum(block, h)
             if weight is not None:
                 h = h @ weight
         if self.norm in ("both", "right"):
-            h = h * _degree_scale(block.in_degrees(), self.norm == "both", h.dtype).unsqueeze(1)
+            h = h * degree_scale(block.in_degrees(), self.norm == "both", h.dtype).unsqueeze(1)
         if self.bias is not None:
             h = h + self.bias
         if self._activation is not None:
@@ -240,14 +267,18 @@ class GraphConv(nn.Module):
 
 
 class HeteroGraphConv(nn.Module):
-    """One module per edge type over a typed block, the results summed (or otherwise aggregated)
-    per destination node type: ``dgl.nn.HeteroGraphConv``'s arguments, parameters and results.
+    """One module per edge type over a typed block, the results summed (or otherwise aggregated) per destination node type:
+    ``dgl.nn.HeteroGraphConv``'s arguments, parameters and results.
 
-    ``mods`` maps an edge type's name (or a canonical edge type) to a module called as
-    ``mod(block[canonical etype], (src_features, dst_features), *mod_args[etype], **mod_kwargs[etype])``
-    (this module's SAGEConv/GraphConv, whose zero-in-degree check is turned off, as DGL does);
-    they live in ``self.mods`` under ``str(key)``, so state dicts match DGL's. ``aggregate``: one of
-    :data:`HETERO_AGGREGATES` (``"stack"`` stacks on dimension 1) or ``fn(tensors, dsttype)``.
+    Args:
+        mods: an edge type's name (or a canonical edge type) -> the module called as ``mod(block[canonical etype], (src_features,
+            dst_features), *mod_args[etype], **mod_kwargs[etype])`` (this module's SAGEConv/GraphConv, whose zero-in-degree check is
+            turned off, as DGL does); kept in ``self.mods`` under ``str(key)``, so state dicts match DGL's.
+        aggregate: one of :data:`HETERO_AGGREGATES` (default ``"sum"``; ``"stack"`` stacks on dimension 1) or ``fn(tensors, dsttype)``.
+
+    Raises:
+        ValueError: an unknown aggregate name.
+        TypeError: an aggregate that is neither a name nor a callable.
     """
 
     def __init__(
@@ -275,11 +306,22 @@ class HeteroGraphConv(nn.Module):
         mod_args: Mapping[str, tuple] | None = None,
         mod_kwargs: Mapping[str, dict] | None = None,
     ) -> dict[str, torch.Tensor]:
-        """``{dsttype: features}`` from ``inputs`` ``{ntype: source features}`` (the destinations
-        being their first rows) or a ``(src, dst)`` pair of such dicts. ``g``: a
-        :class:`HeteroDeviceBlock` on the features' device or a DGL block or graph (converted on
-        each call). A relation whose source or destination type has no input is left out; a
-        destination type that no relation reaches is absent from the result."""
+        """Destination features per type from source features per type.
+
+        Args:
+            g: a :class:`HeteroDeviceBlock` on the features' device, or a DGL block or graph (converted on each call).
+            inputs: ``{ntype: source features}`` (the destinations being their first rows), or a ``(src, dst)`` pair of such dicts.
+            mod_args: ``{etype: positional arguments}`` passed on to that relation's module.
+            mod_kwargs: ``{etype: keyword arguments}`` passed on to that relation's module.
+
+        Returns:
+            ``{dsttype: features}`` on the inputs' device. A relation whose source or destination type has no input is left out; a
+            destination type that no relation reaches is absent.
+
+        Raises:
+            TypeError: ``inputs`` that are not dicts of tensors.
+            KeyError: an edge type of the block without a module.
+        """
         mod_args, mod_kwargs = mod_args or {}, mod_kwargs or {}
         src_inputs, dst_inputs = inputs if isinstance(inputs, tuple) else (inputs, None)
         if not isinstance(src_inputs, Mapping) or not all(isinstance(v, torch.Tensor) for v in src_inputs.values()):
@@ -305,10 +347,14 @@ class HeteroGraphConv(nn.Module):
 def load_dgl_weights(ours: nn.Module, theirs: nn.Module) -> None:
     """Copy the parameters of ``theirs`` into ``ours`` in place.
 
-    Works for one layer (``dgl.nn.SAGEConv`` -> :class:`SAGEConv`, ``dgl.nn.GraphConv`` ->
-    :class:`GraphConv`) or for whole models built alike (same module names), the parameter names
-    being the same. Raises ValueError when the layers are configured differently (aggregator, norm)
-    or when names or shapes do not match."""
+    Args:
+        ours: a layer of this module, or a model built of them.
+        theirs: the same layer of ``dgl.nn`` (``SAGEConv`` -> :class:`SAGEConv`, ``GraphConv`` -> :class:`GraphConv`), or a
+            model built alike (the same module and parameter names).
+
+    Raises:
+        ValueError: layers configured differently (aggregator, norm), or names or shapes that do not match.
+    """
     pairs = dict(theirs.named_modules())
     for name, layer in ours.named_modules():
         other = pairs.get(name)
@@ -421,52 +467,6 @@ def _project_first(block: DeviceBlock, in_feats: int, out_feats: int) -> bool:
     compute took 7.0 s under that rule and 2.1 s under this one."""
     src, dst, edges = block.num_src_nodes(), block.num_dst_nodes(), block.num_edges()
     return src * in_feats * out_feats + edges * out_feats < edges * in_feats + dst * in_feats * out_feats
-
-
-def _neighbour_sum(block: DeviceBlock, h: torch.Tensor) -> torch.Tensor:
-    """``(num_dst, d)``: for each destination, the sum of ``h``'s rows of its in-neighbours."""
-    if h.dtype in (torch.float32, torch.float64):
-        with _no_autocast(h.device):
-            return _CSRMatmul.apply(block, h)
-    out = h.new_zeros((block.num_dst_nodes(), h.shape[1]))
-    return out.index_add_(0, block.edge_dst(), h.index_select(0, block.indices))
-
-
-class _CSRMatmul(torch.autograd.Function):
-    """``adj @ h`` whose backward multiplies by a prebuilt CSR transpose, cached on the block.
-    torch's own backward for a CSR operand transposes the matrix again on every call (measured
-    several times slower on small blocks on the CPU); here each direction is one plain CSR SpMM."""
-
-    @staticmethod
-    def forward(ctx: Any, block: DeviceBlock, h: torch.Tensor) -> torch.Tensor:
-        # The block, not a tensor: the graph is a constant, and the transpose is built only
-        # when a backward pass asks for it (never in inference).
-        ctx.block = block
-        return block.adjacency(h.dtype) @ h
-
-    @staticmethod
-    @torch.autograd.function.once_differentiable
-    def backward(ctx: Any, grad: torch.Tensor) -> tuple[None, torch.Tensor]:
-        with _no_autocast(grad.device):
-            return None, ctx.block.adjacency(grad.dtype, transpose=True) @ grad.contiguous()
-
-
-def _neighbour_mean(block: DeviceBlock, h: torch.Tensor) -> torch.Tensor:
-    """``(num_dst, d)``: the mean of the in-neighbours' rows, zero for a destination with none."""
-    return _neighbour_sum(block, h) / block.in_degrees().clamp(min=1).to(h.dtype).unsqueeze(1)
-
-
-def _degree_scale(degrees: torch.Tensor, sqrt: bool, dtype: torch.dtype) -> torch.Tensor:
-    d = degrees.clamp(min=1).to(dtype)
-    return d.rsqrt() if sqrt else d.reciprocal()
-
-
-def _no_autocast(device: torch.device) -> contextlib.AbstractContextManager:
-    # Under autocast, mm would recast the sparse adjacency and the rows to half precision; the sum
-    # stays in the rows' own dtype instead (the SpMM is memory-bound, precision is free here).
-    if device.type in ("cuda", "cpu"):
-        return torch.autocast(device.type, enabled=False)
-    return contextlib.nullcontext()
 
 
 def _positive(name: str, value: int) -> int:

@@ -76,53 +76,66 @@ BLOCK_KINDS = ("dgl", "device")
 class DataLoader:
     """Minibatches of whatever the sampler returns, with the data it marks gathered onto ``device``.
 
-    The arguments up to ``gpu_cache`` are DGL 2.1's, in its order and with its defaults:
-    ``graph`` (a DGL graph on the CPU), ``indices`` (what the sampler takes: node ids, edge ids for
-    an edge-prediction sampler, partition ids for ``ClusterGCNSampler``; a 1-D int32/int64 tensor,
-    or ``{type: ids}`` on a heterograph; node and edge ids are range-checked per type and passed in
-    the graph's id dtype), ``graph_sampler`` (any DGL sampler, used as it is), ``device``
-    (default: the graph's), ``use_ddp``/``ddp_seed`` (split the indices across the
-    ``torch.distributed`` ranks as DGL does), ``batch_size``, ``drop_last``, ``shuffle``, and DGL's
-    options of its prefetcher and UVA, each mapped to its nearest equivalent here (a one-time
-    warning says so where one cannot apply). ``gpu_cache`` (``{"node": {name: rows}}``,
-    homogeneous graphs) gives the store the loader makes for that feature a hot-row cache of that
-    many rows, chosen by the degree the sampler follows. torch DataLoader keywords:
-    ``num_workers > 0`` samples in worker processes, split and seeded as DGL's are, that feed the
-    gather thread (with ``persistent_workers``, ``worker_init_fn``, ``prefetch_factor``,
-    ``timeout``, ``multiprocessing_context``, ``generator``).
+    The arguments up to ``gpu_cache`` are DGL 2.1's, in its order and with its defaults; DGL's prefetcher and UVA options are
+    each mapped to their nearest equivalent here (a one-time warning says so where one cannot apply).
 
-    Extras, keyword-only: ``features`` (name -> :class:`FeatureStore` on ``device``, or a CPU
-    tensor; ``(ntype, name)`` keys on a heterograph) and ``labels`` (the same, for labels): for a
-    sampler that returns blocks, put in ``blocks[0].srcdata`` at the input nodes and
-    ``blocks[-1].dstdata`` at the output nodes, and the sources of any mark of that name;
-    ``prefetch`` (batches prepared ahead on a thread; 0: serial, sampling on the calling thread as
-    DGL's loader does on the CPU), ``seed`` (None, the default: shuffling with NumPy's global
-    generator, as DGL; an int: epoch ``e`` is the permutation of ``numpy.random.default_rng([seed,
-    e])``, and with DDP ``default_rng([ddp_seed, e])``, the same on every rank, dealt out anew each
-    epoch), ``blocks`` (``"dgl"``; ``"device"``: blocks as
-    :class:`~dgl_zerocopy.loading.blocks.DeviceBlock`, for a CUDA device with PyPI's CPU-only DGL;
-    default: ``"device"`` exactly then), ``timer``, ``store_options`` (keyword arguments for the
-    FeatureStores the loader makes), ``read_ahead`` (default True: for stores whose rows stay in
-    their file, ``FeatureStore(path, storage=StorageTier(N))``, each batch is sampled ``max(1,
-    prefetch)`` batches before its gather and its rows are read from storage meanwhile, reserved
-    in the host buffer until that gather; docs/storage.md). Such a loader serves one epoch at a time:
-    a new ``iter()`` ends an unfinished epoch, whose next ``next()`` raises RuntimeError (two live
-    epochs would starve each other of host-buffer slots); every other loader gives each ``iter()``
-    an epoch of its own.
+    Every ``iter(loader)`` is an epoch of its own (the next epoch number, its own order), with its own worker thread and ring of
+    ``prefetch + 2`` slots: iterators alive at the same time (``zip(loader, loader)``, nested loops, one per thread) each yield a
+    whole epoch, their feature tensors in buffers of their own. A second ring is made only while two iterators are alive at once
+    (and kept). Persistent worker processes serve one iterator at a time; an iterator made while they are busy gets processes of
+    its own. An iterator that is left (``break``) stops when it is freed, or with :meth:`close`.
 
-    ``use_uva=True`` samples on the GPU (:mod:`.gpu_sampling`: DGL's ``NeighborSampler``, or our
-    ``SnapshotSampler`` with its snapshot in device memory, on a homogeneous graph; RuntimeError
-    without CUDA), the graph's CSC placed by ``graph_placement`` (keyword-only: ``"pinned"``, in
-    place, or ``"device"``, a copy in GPU memory), held until :meth:`close`.
+    Batches: what DGL's loader yields, on ``device``. On CUDA a batch is gathered on a side stream (unless
+    ``use_alternate_streams=False``) and is ready on the stream current where ``next()`` returned it: that stream waits for the
+    batch's event, on the device. Its feature tensors live in ring slots, valid until the loop has asked for ``prefetch + 1`` more
+    batches (clone them to keep them longer; a warning says when a kept one was overwritten).
 
-    Every ``iter(loader)`` is an epoch of its own (the next epoch number, its own order), with its
-    own worker thread and ring of ``prefetch + 2`` slots, whatever ``prefetch`` is: iterators alive
-    at the same time (``zip(loader, loader)``, nested loops, one per thread) each yield a whole
-    epoch, their feature tensors in buffers of their own, and the batches ``prefetch=0`` gives. A
-    second ring is made only while two iterators are alive at once (and kept for the next time).
-    With persistent worker processes the processes serve one iterator at a time; an iterator made
-    while they are busy gets processes of its own for its epoch. An iterator that is left (``break``)
-    stops when it is freed, or with :meth:`close`.
+    Args:
+        graph: a DGL graph (homogeneous or a heterograph) on the CPU.
+        indices: what the sampler takes: node ids, edge ids for an edge-prediction sampler, partition ids for
+            ``ClusterGCNSampler``; a 1-D int32/int64 tensor, or ``{type: ids}`` on a heterograph. Node and edge ids are range-checked
+            per type and passed in the graph's id dtype.
+        graph_sampler: any DGL sampler, used as it is (block, edge-prediction and subgraph samplers).
+        device: where batches go (default: the graph's; with ``use_uva``, the current CUDA device).
+        use_ddp: split the indices across the ``torch.distributed`` ranks, as DGL does (default False).
+        ddp_seed: the seed of that split's shuffle (default 0).
+        batch_size: indices per batch (a positive int; default 1).
+        drop_last: drop the last, smaller batch (default False).
+        shuffle: a new order each epoch (default False).
+        use_prefetch_thread: DGL's: False means ``prefetch=0``, True at least 1; None (default): ``prefetch`` decides.
+        use_alternate_streams: DGL's: False gathers on the default stream, like the training step (default: a side stream).
+        pin_prefetcher: DGL's; rows are read from pinned memory on CUDA always (a warning where it would differ).
+        use_uva: sample on the GPU (:mod:`.gpu_sampling`: DGL's ``NeighborSampler``, or our ``SnapshotSampler``, on a homogeneous
+            graph); the sampled ids stay on the device and feed the gathers unchecked.
+        gpu_cache: DGL's ``{"node": {name: rows}}`` (homogeneous graphs): a hot-row cache of that many rows in the store the
+            loader makes for that feature, chosen by the degree the sampler follows.
+        features: keyword-only, as are the rest: name (``(ntype, name)`` on a heterograph) -> :class:`FeatureStore` on ``device``,
+            or a CPU tensor. For a block sampler they go in ``blocks[0].srcdata`` at the input nodes, and serve any mark of that name.
+        labels: the same, for ``blocks[-1].dstdata`` at the output nodes.
+        prefetch: batches prepared ahead on a background thread (default 2; 0: serial, sampling on the calling thread as DGL's
+            loader does on the CPU).
+        seed: None (default): shuffle with NumPy's global generator, as DGL; an int: epoch ``e`` is the permutation of
+            ``numpy.random.default_rng([seed, e])`` (with DDP ``default_rng([ddp_seed, e])``, the same on every rank).
+        blocks: ``"dgl"`` or ``"device"`` (blocks as :class:`~dgl_zerocopy.loading.blocks.DeviceBlock`, for a CUDA device with
+            PyPI's CPU-only DGL); default: ``"device"`` exactly then.
+        timer: a :class:`~dgl_zerocopy.loading.timing.StageTimer` to time the stages with (default: a new one).
+        store_options: keyword arguments for the FeatureStores the loader makes.
+        graph_placement: with ``use_uva``: ``"pinned"`` (default: the graph's CSC pinned in place) or ``"device"`` (a copy in GPU
+            memory), held until :meth:`close`.
+        read_ahead: for stores whose rows stay in their file (``FeatureStore(path, storage=StorageTier(N))``), sample each batch
+            ``max(1, prefetch)`` batches before its gather and read its rows meanwhile (default True; docs/storage.md). Such a loader
+            serves one epoch at a time: a new ``iter()`` ends an unfinished one, whose next ``next()`` raises RuntimeError.
+        **kwargs: torch DataLoader keywords: ``num_workers > 0`` samples in worker processes, split and seeded as DGL's are
+            (with ``persistent_workers``, ``worker_init_fn``, ``prefetch_factor``, ``timeout``, ``multiprocessing_context``,
+            ``generator``); ``pin_memory``, ``pin_memory_device`` and ``in_order`` are accepted.
+
+    Raises:
+        TypeError: an unknown keyword argument.
+        ValueError: a bad ``batch_size``, ``prefetch``, ``seed``, ``blocks``, ``num_workers``, ``gpu_cache`` or ``graph_placement``;
+            a graph not on the CPU; ``blocks="dgl"`` on CUDA with a CPU build of DGL.
+        IndexError: an index outside the graph's nodes or edges (per type), naming it.
+        RuntimeError: ``use_ddp`` without a process group; ``use_uva`` without CUDA.
+        MissingExtraError: DGL is not installed (the line names the extra that brings it).
     """
 
     def __init__(

@@ -32,12 +32,21 @@ class TableState:
 
 @dataclass(frozen=True, eq=False)
 class StoreSpec:
-    """A picklable description of a FeatureStore (``FeatureStore.from_spec`` opens it).
+    """A picklable description of a FeatureStore, made by ``FeatureStore.spec()`` and opened by
+    ``FeatureStore.from_spec``; it names the table's memory and never holds a copy of it.
 
-    ``table``: ``(filename, offset, dtype, shape, mode)`` of a file map, a tensor in shared memory
-    (``torch.multiprocessing`` sends a handle to it), or the storage tier's prepared file (opened again
-    by name). ``compressed``: the codec's name, axis, method, folder, int8 parameters and ``out_dtype``.
-    ``cache_rows``: the device cache's ranked rows (int64 CPU) or None.
+    Args:
+        table: ``(filename, offset, dtype, shape, mode)`` of a file map, a tensor in shared memory
+            (``torch.multiprocessing`` sends a handle to it), or the storage tier's prepared file
+            (opened again by name).
+        backend: the backend's name (``"zerocopy"``, ``"cpu"`` or ``"gpu"``).
+        device_type: ``"cuda"`` (the receiver binds to its current CUDA device) or ``"cpu"``.
+        kernel: the zero-copy kernel's :class:`~dgl_zerocopy.store.GatherOptions`.
+        compressed: the codec's name, axis, method, folder, int8 parameters and ``out_dtype``; None
+            for an uncompressed table.
+        cache_rows: the device cache's ranked rows (int64, CPU), or None: no cache.
+        cache_policy: the name of the policy that ranked them.
+        on_storage: True when ``table`` is a storage tier's file (rows left in the file).
     """
 
     table: Any
