@@ -26,7 +26,19 @@ def to_pyg(dataset: GraphDataset, masks: bool = True) -> Data:
     """``dataset`` as a PyG ``Data``: ``x`` (the feature table, viewed), ``y`` (the labels, viewed),
     ``edge_index`` (the CSC's in-edges: sources in row 0, destinations in row 1, grouped by destination)
     and, with ``masks``, ``train_mask``/``val_mask``/``test_mask`` of the dataset's split; ``num_nodes``
-    is set explicitly. Heterographs and features left on storage are refused (TypeError, ValueError)."""
+    is set explicitly.
+
+    Args:
+        dataset: A homogeneous dataset from :func:`dgl_zerocopy.data.load_dataset`, its features in memory.
+        masks: Add the split's boolean masks.
+
+    Returns:
+        The ``Data``, on the CPU (``edge_index`` ``int64``).
+
+    Raises:
+        TypeError: for a heterograph or anything but a ``GraphDataset``.
+        ValueError: for a dataset whose features were left on storage (pass the file as ``features=``).
+    """
     if isinstance(dataset, HeteroGraphDataset):
         raise TypeError(f"to_pyg converts homogeneous datasets, but {dataset.name!r} is a heterograph (a HeteroGraphDataset)")
     if not isinstance(dataset, GraphDataset):

@@ -152,7 +152,18 @@ class FeatureRoute:
 
 
 def gather(store: TableStore, ids: torch.Tensor) -> torch.Tensor:
-    """Rows ``ids`` of ``store`` in a tensor of their own (the store's reused buffer is never handed out)."""
+    """Rows ``ids`` of ``store`` in a tensor of their own (the store's reused buffer is never handed out).
+
+    Args:
+        store: Our store.
+        ids: Row ids (``int64``/``int32``, 1-D), on the CPU or the store's device.
+
+    Returns:
+        ``[len(ids), store.shape[1]]`` of the store's dtype, on the store's device.
+
+    Raises:
+        IndexError: from the store, for an id outside ``[0, len(store))``.
+    """
     out = torch.empty((ids.numel(), store.shape[1]), dtype=store.dtype, device=store.device)
     if ids.numel():
         store.gather(ids, out=out)
@@ -160,10 +171,22 @@ def gather(store: TableStore, ids: torch.Tensor) -> torch.Tensor:
 
 
 def route_features(data: Any, features: Any, device: torch.device, *, share: bool = False) -> FeatureRoute:
-    """The tables our stores gather for ``data`` (module docstring), each store built over the data's own
-    tensor; ``share``: worker processes will be started by ``spawn`` or ``forkserver`` (:func:`shareable`).
-    ``data`` that is neither ``Data`` nor ``HeteroData`` (a ``(FeatureStore, GraphStore)`` pair) gives an
-    empty route."""
+    """The tables our stores gather for ``data`` (module docstring), each store built over the data's own tensor.
+
+    Args:
+        data: A loader's data: ``Data``, ``HeteroData``, or a ``(FeatureStore, GraphStore)`` pair (an empty route).
+        features: A loader's ``features=`` (:data:`Features`).
+        device: Where the stores gather.
+        share: Worker processes will be started by ``spawn`` or ``forkserver`` (:func:`shareable`).
+
+    Returns:
+        The route; empty (false) when nothing is routed.
+
+    Raises:
+        ValueError: for ``features=`` with a ``(FeatureStore, GraphStore)`` pair, a ``HeteroData`` key that is
+            not ``(type, name)``, or a table on a GPU.
+        TypeError: for a table in ``features=`` that requires grad.
+    """
     route = FeatureRoute(device=device)
     if not isinstance(data, (Data, HeteroData)) and features not in (None, False):
         raise ValueError(
@@ -202,7 +225,16 @@ def shareable(table: Any, key: Any) -> Any:
     lives there), one that views a mapped file is reopened from the file (a ``np.memmap``), and one whose
     memory torch does not own (from ``torch.from_numpy``) is copied into shared memory, with one warning
     naming its size; so is a NumPy array in private memory. Anything else (a path, a built store, a shared
-    tensor, a memory map) is returned as it is."""
+    tensor, a memory map) is returned as it is.
+
+    Args:
+        table: A table as ``features=`` takes it.
+        key: Its key, for the warning.
+
+    Returns:
+        The table to build the store over (the same tensor moved into shared memory, a ``np.memmap``, a
+        shared copy, or ``table`` itself).
+    """
     foreign = isinstance(table, np.ndarray) and mapped_file(table) is None and table.flags.writeable
     if foreign:
         table = torch.from_numpy(np.ascontiguousarray(table))
@@ -231,8 +263,11 @@ def _torch_owns(table: torch.Tensor) -> bool:
 
 def file_behind(table: torch.Tensor) -> np.memmap | None:
     """A read-only ``np.memmap`` over the same file bytes as ``table`` when ``table`` views a file mapped
-    into this process (``torch.from_numpy(np.load(path, mmap_mode="r"))``), found in ``/proc/self/maps``;
-    None for anonymous or shared memory, or where that file cannot be read."""
+    into this process (``torch.from_numpy(np.load(path, mmap_mode="r"))``), found in ``/proc/self/maps``.
+
+    Returns:
+        The memory map, or None for anonymous or shared memory, or where that file cannot be read.
+    """
     start = table.data_ptr()
     nbytes = table.numel() * table.element_size()
     try:
@@ -259,8 +294,20 @@ _NUMPY_DTYPES = {torch.float32: np.float32, torch.float64: np.float64, torch.flo
 
 
 def as_store(table: Any, device: torch.device, key: Any) -> TableStore:
-    """``table`` as our store on ``device`` (a built store is used as it is). Raises TypeError for a tensor
-    that requires grad (a store's rows carry no autograd graph)."""
+    """``table`` as our store on ``device`` (a built store is used as it is).
+
+    Args:
+        table: A CPU tensor, an array, a ``.npy`` path or a built store.
+        device: Where the store gathers.
+        key: The table's key, for the errors.
+
+    Returns:
+        The store.
+
+    Raises:
+        TypeError: for a tensor that requires grad (a store's rows carry no autograd graph).
+        ValueError: for a tensor on a GPU (our stores gather from host memory).
+    """
     if isinstance(table, TableStore):
         return table
     if isinstance(table, torch.Tensor) and table.requires_grad:
@@ -276,7 +323,11 @@ def as_store(table: Any, device: torch.device, key: Any) -> TableStore:
 def check_table_rows(key: Any, rows: int, count: int | None, level: str, where: str, group: Any = None) -> None:
     """Refuse a ``level`` (``"node"``/``"edge"``) table of ``rows`` rows where its type (``group``; None for a
     homogeneous graph) has ``count`` (None: unknown, nothing checked); ``where`` names the argument or store
-    it came from."""
+    it came from.
+
+    Raises:
+        ValueError: naming ``where[key]``, ``rows`` and ``count``.
+    """
     if count is not None and rows != int(count):
         of = "" if group is None else f" of type {group!r}"
         article = "an" if level == "edge" else "a"
@@ -333,5 +384,10 @@ def node_and_edge_ids(batch: Any) -> tuple[Any, Any]:
 
 
 def check_mapping(features: Any) -> None:
+    """Refuse a loader's ``features=`` that is neither a mapping nor ``None``/``False``.
+
+    Raises:
+        TypeError: naming the type given.
+    """
     if features is not None and features is not False and not isinstance(features, Mapping):
         raise TypeError(f"features must be a dict of tables (or False), but got {type(features).__name__}")

@@ -44,7 +44,7 @@ from ..loading.ring import RingPool, SlotRing
 from ..loading.timing import StageTimer
 from ..loading.workers import stop_processes
 from .features import FeatureRoute, Features, check_mapping, node_and_edge_ids, route_features
-from .sampler import NeighborSampler, refuse_unsupported
+from .sampler import NeighborSampler
 from .stores import FeatureStore
 
 
@@ -71,6 +71,19 @@ class _OurRoute:
     @data.setter
     def data(self, data: Data | HeteroData | tuple[TorchFeatureStore, GraphStore]) -> None:
         self._data = data
+
+    def _build(self, arguments: dict[str, Any]) -> None:
+        """The constructor of both loaders: ``arguments`` is the constructor's ``locals()`` (PyG's arguments
+        by PyG's names, ours, ``kwargs`` for torch's ``DataLoader``). Our sampler is built unless
+        ``neighbor_sampler`` is given, then the feature route, then PyG's constructor with PyG's arguments."""
+        pyg = {name: value for name, value in arguments.items() if name not in ("self", "__class__", "kwargs", *_OURS)}
+        ours, kwargs = {name: arguments[name] for name in _OURS}, arguments["kwargs"]
+        data = pyg.pop("data")
+        if pyg["neighbor_sampler"] is None:
+            pyg["neighbor_sampler"] = _our_sampler(data, pyg, ours, kwargs)
+        self._take_over(data, ours["device"], ours["graph_placement"], ours["features"], ours["prefetch"], kwargs)
+        super().__init__(data, **pyg, **kwargs)
+        self._after_pyg_init()
 
     def _take_over(self, data: Data | HeteroData | tuple, device: torch.device | str | None, graph_placement: str, features: Features, prefetch: int | None, kwargs: dict) -> None:  # fmt: skip
         check_mapping(features)
@@ -221,25 +234,19 @@ def workers_are_sent_data(kwargs: dict) -> bool:
     return method != "fork"
 
 
-def _our_sampler(
-    data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs, picks=("uniform", None, None)
-) -> NeighborSampler:
-    """Our sampler for a loader's arguments (its CSC in shared memory when workers will read it);
-    ``picks``: ``(temporal_strategy, time_attr, weight_attr)``."""
+_OURS = ("device", "graph_placement", "features", "prefetch")  # the loaders' keyword arguments that PyG's lack
+_SAMPLER_ARGUMENTS = ("num_neighbors", "replace", "subgraph_type", "disjoint", "temporal_strategy", "time_attr", "weight_attr", "is_sorted", "directed")
+
+
+def _our_sampler(data: Any, pyg: dict[str, Any], ours: dict[str, Any], kwargs: dict[str, Any]) -> NeighborSampler:
+    """Our sampler for a loader's PyG arguments ``pyg`` and our ``device``/``graph_placement``, as PyG's loader
+    builds its own (its CSC in shared memory when workers will read it)."""
     return NeighborSampler(
         data,
-        num_neighbors=num_neighbors,
-        replace=replace,
-        subgraph_type=subgraph_type,
-        disjoint=disjoint,
-        temporal_strategy=picks[0],
-        time_attr=picks[1],
-        weight_attr=picks[2],
-        is_sorted=is_sorted,
+        **{name: pyg[name] for name in _SAMPLER_ARGUMENTS},
         share_memory=kwargs.get("num_workers", 0) > 0,
-        directed=directed,
-        device=device,
-        graph_placement=graph_placement,
+        device=ours["device"],
+        graph_placement=ours["graph_placement"],
     )
 
 
@@ -305,10 +312,55 @@ def _drop_added_num_nodes(batch: Any, had: Any) -> None:
 
 
 class NeighborLoader(_OurRoute, PygNeighborLoader):
-    """``torch_geometric.loader.NeighborLoader`` with our sampler, store and prefetch (module docstring);
-    every PyG argument means what it means there, temporal (``time_attr``, ``input_time``,
-    ``temporal_strategy``) and weighted (``weight_attr``) sampling included. Raises ValueError for what
-    docs/pyg.md lists as refused."""
+    """``torch_geometric.loader.NeighborLoader`` with our sampler, store and prefetch (module docstring).
+
+    Each batch is PyG's: a ``Data``/``HeteroData`` with ``n_id``, ``e_id``, ``batch_size``, ``input_id``,
+    ``num_sampled_nodes``/``num_sampled_edges`` and the features of its nodes and edges.
+
+    Args:
+        data: A ``Data``, a ``HeteroData`` or a ``(feature_store, graph_store)`` pair (ours or any PyG
+            remote backend); tensors on the CPU.
+        num_neighbors: Neighbours per node and hop (a list, or a dict of lists by edge type); ``-1`` takes all.
+        input_nodes: The seeds: ids (``int64`` or ``int32`` tensor), a boolean mask, a node type, or
+            ``(node_type, ids)``; ``None``: every node.
+        input_time: The seeds' times (one per seed) for temporal sampling; needs ``time_attr``.
+        replace: Draw with replacement.
+        subgraph_type: ``"directional"``, ``"bidirectional"`` or ``"induced"`` (the last on the CPU).
+        disjoint: One tree per seed, each numbering its own nodes (``batch`` says whose a node is).
+        temporal_strategy: ``"uniform"`` or ``"last"`` (the most recent neighbours).
+        time_attr: A node- or edge-level time attribute: no neighbour is later than its seed's time.
+        weight_attr: An edge attribute of non-negative finite weights: neighbours drawn in proportion.
+        transform: Applied to each batch after its features are attached.
+        transform_sampler_output: Applied to each sampler output, as in PyG.
+        is_sorted: ``edge_index`` is already sorted by destination (PyG's meaning; the CSC it builds is
+            then checked by us).
+        filter_per_worker: Where the batch is built from the sampler output, as in PyG.
+        neighbor_sampler: A sampler to use instead of ours (PyG's or ours, built by the caller).
+        directed: Deprecated in PyG; ``False`` means ``subgraph_type="bidirectional"``.
+        device: Where to sample and gather: ``None``/``"cpu"`` (NumPy and numba on the CPU, batches in host
+            memory) or ``"cuda"``/``"cuda:N"`` (our kernels for homogeneous directional/bidirectional graphs, the
+            CPU sampler otherwise; ``n_id``, ``e_id``, ``edge_index`` and the gathered tables on that device).
+        graph_placement: ``"pinned"`` (the GPU reads the CSC pinned in host memory) or ``"device"`` (copied into
+            GPU memory once); ``"device"`` needs a CUDA ``device``.
+        features: The tables our store gathers (:mod:`dgl_zerocopy.pyg.features`): ``None`` routes every 2-D
+            floating-point node or edge attribute on the CPU, a dict adds or replaces tables (tensors, arrays,
+            ``.npy`` paths or built :class:`dgl_zerocopy.FeatureStore`, one row per node or edge, by name for
+            ``Data`` and by ``(type, name)`` for ``HeteroData``), ``False`` routes nothing.
+        prefetch: Batches sampled and gathered ahead on a thread (side CUDA stream on a GPU); default 1 on a
+            GPU and 0 on the CPU; must be 0 or ``None`` with ``num_workers > 0``.
+        **kwargs: torch ``DataLoader`` arguments (``batch_size``, ``shuffle``, ``num_workers``, ...), as in PyG.
+
+    Raises:
+        ValueError: for what docs/pyg.md lists as refused (``time_attr`` with ``weight_attr``, temporal or
+            ``disjoint`` sampling with induced subgraphs, an unknown ``temporal_strategy``, ``prefetch > 0``
+            with ``num_workers > 0``, ``graph_placement="device"`` on the CPU, ``features=`` with a
+            ``(feature_store, graph_store)`` pair), for a ``num_neighbors`` value outside -1 to 2**31 - 1,
+            for a ``time_attr``/``weight_attr`` the data lacks, and for a table whose rows are not one per
+            node (or edge) of its type.
+        IndexError: for an ``edge_index`` or a seed outside its node type's range.
+        TypeError: for a ``features`` that is not a dict (or ``False``), or a table that requires grad.
+        RuntimeError: for a CUDA ``device`` where CUDA is not available.
+    """
 
     def __init__(
         self,
@@ -335,36 +387,50 @@ class NeighborLoader(_OurRoute, PygNeighborLoader):
         prefetch: int | None = None,
         **kwargs: Any,
     ) -> None:
-        refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=input_time)
-        if neighbor_sampler is None:
-            picks = (temporal_strategy, time_attr, weight_attr)
-            neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs, picks)
-        self._take_over(data, device, graph_placement, features, prefetch, kwargs)
-        super().__init__(
-            data,
-            num_neighbors=num_neighbors,
-            input_nodes=input_nodes,
-            input_time=input_time,
-            time_attr=time_attr,
-            replace=replace,
-            subgraph_type=subgraph_type,
-            disjoint=disjoint,
-            transform=transform,
-            transform_sampler_output=transform_sampler_output,
-            is_sorted=is_sorted,
-            filter_per_worker=filter_per_worker,
-            neighbor_sampler=neighbor_sampler,
-            directed=directed,
-            **kwargs,
-        )
-        self._after_pyg_init()
+        self._build(locals())
 
 
 class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
-    """``torch_geometric.loader.LinkNeighborLoader`` with our sampler, store and prefetch (module
-    docstring): ``edge_label_index``, ``edge_label``, ``neg_sampling`` (binary, triplet) and
-    ``neg_sampling_ratio`` as in PyG, temporal (``edge_label_time``, ``time_attr``) and weighted
-    (``weight_attr``) sampling included. Raises ValueError for what docs/pyg.md lists as refused."""
+    """``torch_geometric.loader.LinkNeighborLoader`` with our sampler, store and prefetch (module docstring).
+
+    Each batch is PyG's: the subgraph around the seed links' endpoints with ``n_id``, ``e_id``,
+    ``edge_label_index`` (renumbered into the batch), ``edge_label`` and ``input_id`` (``src_index``,
+    ``dst_pos_index``, ``dst_neg_index`` for triplet negatives).
+
+    Args:
+        data: A ``Data``, a ``HeteroData`` or a ``(feature_store, graph_store)`` pair; tensors on the CPU.
+        num_neighbors: Neighbours per node and hop (a list, or a dict of lists by edge type); ``-1`` takes all.
+        edge_label_index: The seed links, ``[2, num_links]`` (or ``(edge_type, index)``); ``None``: every edge.
+        edge_label: One label per seed link; with binary negatives, 0-based labels are shifted by one and the
+            negatives labelled 0 (PyG's rule); ``None`` with triplet negatives.
+        edge_label_time: The seed links' times for temporal sampling; given if and only if ``time_attr`` is.
+        replace: Draw with replacement.
+        subgraph_type: ``"directional"``, ``"bidirectional"`` or ``"induced"`` (the last on the CPU).
+        disjoint: One tree per seed link.
+        temporal_strategy: ``"uniform"`` or ``"last"`` (the most recent neighbours).
+        neg_sampling: PyG's ``NegativeSampling`` (``"binary"`` or ``"triplet"``, an amount, a weight).
+        neg_sampling_ratio: Deprecated in PyG; binary negatives per seed link.
+        time_attr: A node- or edge-level time attribute: no neighbour is later than its seed link's time.
+        weight_attr: An edge attribute of non-negative finite weights: neighbours drawn in proportion.
+        transform: Applied to each batch after its features are attached.
+        transform_sampler_output: Applied to each sampler output, as in PyG.
+        is_sorted: ``edge_index`` is already sorted by destination (PyG's meaning; checked by us).
+        filter_per_worker: Where the batch is built from the sampler output, as in PyG.
+        neighbor_sampler: A sampler to use instead of ours.
+        directed: Deprecated in PyG; ``False`` means ``subgraph_type="bidirectional"``.
+        device: As in :class:`NeighborLoader`.
+        graph_placement: As in :class:`NeighborLoader`.
+        features: As in :class:`NeighborLoader`.
+        prefetch: As in :class:`NeighborLoader`.
+        **kwargs: torch ``DataLoader`` arguments, as in PyG.
+
+    Raises:
+        ValueError: as :class:`NeighborLoader` does, and (PyG's) for ``edge_label_time`` without ``time_attr``
+            or the other way round, and for ``edge_label`` with triplet negatives.
+        IndexError: for an ``edge_index`` or a seed link's endpoint outside its node type's range.
+        TypeError: as :class:`NeighborLoader` does.
+        RuntimeError: for a CUDA ``device`` where CUDA is not available.
+    """
 
     def __init__(
         self,
@@ -394,29 +460,4 @@ class LinkNeighborLoader(_OurRoute, PygLinkNeighborLoader):
         prefetch: int | None = None,
         **kwargs: Any,
     ) -> None:
-        refuse_unsupported(time_attr=time_attr, weight_attr=weight_attr, input_time=edge_label_time)
-        if neighbor_sampler is None:
-            picks = (temporal_strategy, time_attr, weight_attr)
-            neighbor_sampler = _our_sampler(data, num_neighbors, replace, subgraph_type, disjoint, is_sorted, directed, device, graph_placement, kwargs, picks)
-        self._take_over(data, device, graph_placement, features, prefetch, kwargs)
-        super().__init__(
-            data,
-            num_neighbors=num_neighbors,
-            edge_label_index=edge_label_index,
-            edge_label=edge_label,
-            edge_label_time=edge_label_time,
-            time_attr=time_attr,
-            replace=replace,
-            subgraph_type=subgraph_type,
-            disjoint=disjoint,
-            neg_sampling=neg_sampling,
-            neg_sampling_ratio=neg_sampling_ratio,
-            transform=transform,
-            transform_sampler_output=transform_sampler_output,
-            is_sorted=is_sorted,
-            filter_per_worker=filter_per_worker,
-            neighbor_sampler=neighbor_sampler,
-            directed=directed,
-            **kwargs,
-        )
-        self._after_pyg_init()
+        self._build(locals())

@@ -62,10 +62,20 @@ _HOMOGENEOUS = "node"  # the one node type (and relation) of a homogeneous graph
 
 
 class NeighborSampler(PygNeighborSampler):
-    """PyG's ``NeighborSampler(data, num_neighbors, subgraph_type=, replace=, disjoint=, is_sorted=,
-    share_memory=)`` sampling with our samplers (module docstring); ``device``: where to sample
-    (``None`` or ``"cpu"``: NumPy on the CPU; ``"cuda"``/``"cuda:N"``: our kernels);
-    ``graph_placement``: ``"pinned"`` or ``"device"``, where the GPU reads the CSC."""
+    """PyG's ``NeighborSampler`` sampling with our samplers (module docstring); PyG's arguments mean
+    what they mean there (our loaders build it from theirs).
+
+    Args:
+        device: Where to sample: ``None``/``"cpu"`` (NumPy and numba on the CPU) or ``"cuda"``/``"cuda:N"``
+            (our kernels, for homogeneous directional or bidirectional graphs).
+        graph_placement: ``"pinned"`` or ``"device"``: where the GPU reads the CSC.
+
+    Raises:
+        ValueError: for ``sample_direction="backward"``, an unknown ``graph_placement`` or
+            ``temporal_strategy``, ``disjoint``/temporal sampling with induced subgraphs, ``time_attr`` with
+            ``weight_attr``, an attribute the data lacks, a bad ``num_neighbors``, or a CSC that is not one.
+        IndexError: for an ``edge_index`` outside its node counts.
+    """
 
     def __init__(
         self,

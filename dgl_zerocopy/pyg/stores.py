@@ -33,8 +33,20 @@ _HOMOGENEOUS_EDGES = None  # the edge group of a homogeneous graph
 
 class FeatureStore(PygFeatureStore):
     """Node tables by ``(group_name, attr_name)`` (``group_name`` ``None`` for a homogeneous graph, else a node
-    type) and edge tables by ``(edge_type, attr_name)``; ``device``: where our stores gather (``None``: the
-    CPU). Tables put with an ``index`` are refused: put whole tables."""
+    type) and edge tables by ``(edge_type, attr_name)``.
+
+    A 2-D floating-point CPU tensor put here becomes our store (rows gathered on ``device``, in tensors of
+    their own); any other tensor (labels, ids, masks, a tensor that requires grad) is kept and indexed as it
+    is. ``put_tensor`` with an ``index`` is refused (put whole tables): our store serves whole tables.
+
+    Args:
+        device: Where our stores gather: ``None``/``"cpu"``, or ``"cuda"``/``"cuda:N"`` (zero-copy from
+            pinned host memory).
+
+    Raises:
+        ValueError: from ``put_tensor`` for a table put with an ``index``.
+        KeyError: from ``get_tensor``/:meth:`get_edge_tensor` for a table never put.
+    """
 
     def __init__(self, device: Any = None) -> None:
         super().__init__()
@@ -96,11 +108,31 @@ class FeatureStore(PygFeatureStore):
     # -- edge tables ---------------------------------------------------------------------------------
 
     def put_edge_tensor(self, tensor: Any, attr_name: str, edge_type: Any = _HOMOGENEOUS_EDGES) -> None:
-        """Put an edge table (rows in edge-id order: the order of the graph's ``edge_index``)."""
+        """Put an edge table, which our loaders attach to each batch by its ``e_id``.
+
+        Args:
+            tensor: One row per edge, in edge-id order (the order of the graph's ``edge_index``): a 2-D
+                floating-point CPU tensor becomes our store, anything else is kept as it is.
+            attr_name: The batch attribute it fills (``edge_attr``, ...).
+            edge_type: The edge type; ``None`` for a homogeneous graph.
+        """
         self._put("_edges", (edge_type, attr_name), tensor)
 
     def get_edge_tensor(self, attr_name: str, index: Any = None, edge_type: Any = _HOMOGENEOUS_EDGES) -> torch.Tensor:
-        """Rows ``index`` (edge ids) of an edge table; all of them for ``None``."""
+        """Rows of an edge table.
+
+        Args:
+            attr_name: The table's name, as put.
+            index: Edge ids (a tensor or a list, on any device); ``None`` or ``slice(None)``: every row.
+            edge_type: The edge type; ``None`` for a homogeneous graph.
+
+        Returns:
+            The rows, in a tensor of their own on this store's device for our stores (the kept tensor's
+            device otherwise).
+
+        Raises:
+            KeyError: for a table never put.
+        """
         key = (edge_type, attr_name)
         if key not in self._edges:
             raise KeyError(f"no edge table {attr_name!r} of edge type {edge_type!r}; put it with put_edge_tensor first")
@@ -140,7 +172,16 @@ class FeatureStore(PygFeatureStore):
 
     @classmethod
     def from_data(cls, data: Data | HeteroData, device: Any = None) -> FeatureStore:
-        """Every node- and edge-level attribute of ``data`` but the graph's structure."""
+        """A store holding every node- and edge-level tensor attribute of ``data`` but the graph's structure
+        (``edge_index``, ``adj``, ``adj_t``, ``num_nodes``).
+
+        Args:
+            data: A ``Data`` or ``HeteroData`` on the CPU.
+            device: Where our stores gather, as in the constructor.
+
+        Returns:
+            The store; pair it with :meth:`GraphStore.from_data` as a loader's ``data``.
+        """
         store = cls(device)
         if isinstance(data, Data):
             groups = [(None, data._store, data.is_node_attr, data.is_edge_attr)]
@@ -158,13 +199,19 @@ class FeatureStore(PygFeatureStore):
 
 
 class GraphStore(PygGraphStore):
-    """Edge indices by edge type (``None`` for a homogeneous graph), in the layout given.
+    """Edge indices by edge type (``None`` for a homogeneous graph), in the layout given (``"coo"``:
+    ``(row, col)``, ``"csr"``: ``(rowptr, col)``, ``"csc"``: ``(row, colptr)``; integer CPU tensors).
 
     A put is refused, naming the edge type, the array, the first bad position and its value, when a sampling
-    kernel could not read what it describes: ``IndexError`` for an id outside ``size`` (``[0, size[0])``
-    for sources, ``[0, size[1])`` for destinations; only negative ids without a ``size``), ``ValueError``
-    for offsets (CSR's row pointer, CSC's column pointer) that do not start at 0, decrease, or end elsewhere
-    than at the number of edges, or arrays of different lengths, ``TypeError`` for a non-integer dtype.
+    kernel could not read what it describes.
+
+    Raises:
+        IndexError: from ``put_edge_index`` for an id outside ``size`` (``[0, size[0])`` for sources,
+            ``[0, size[1])`` for destinations; without a ``size``, only for a negative id).
+        ValueError: from ``put_edge_index`` for offsets (CSR's row pointer, CSC's column pointer) that do not
+            start at 0, decrease, or end elsewhere than at the number of edges, for arrays of different
+            lengths, or for an ``edge_index`` that is not a pair.
+        TypeError: from ``put_edge_index`` for a non-integer dtype.
     """
 
     def __init__(self) -> None:
@@ -187,7 +234,17 @@ class GraphStore(PygGraphStore):
 
     @classmethod
     def from_data(cls, data: Data | HeteroData) -> GraphStore:
-        """``data``'s ``edge_index`` of every edge type, as COO."""
+        """A store holding ``data``'s ``edge_index`` of every edge type, as COO with its node counts as ``size``.
+
+        Args:
+            data: A ``Data`` or ``HeteroData`` on the CPU.
+
+        Returns:
+            The store; pair it with :meth:`FeatureStore.from_data` as a loader's ``data``.
+
+        Raises:
+            IndexError: for an edge whose source or destination is outside its node type's count.
+        """
         store = cls()
         if isinstance(data, Data):
             store.put_edge_index((data.edge_index[0], data.edge_index[1]), edge_type=None, layout="coo", size=(data.num_nodes, data.num_nodes))
