@@ -3,13 +3,12 @@ and its least-squares fit on known lines."""
 
 import json
 import math
-import os
-import subprocess
 import sys
 
 import numpy as np
 import pytest
 from conftest import REPO
+from script_runs import run_bench, run_cli
 
 sys.path.insert(0, str(REPO / "bench" / "training"))
 from scaling import fit_linear, verdict  # noqa: E402
@@ -39,24 +38,11 @@ TINY = [
 STEM = "scaling_test_tiny"
 
 
-def run_bench(*args):
-    return subprocess.run(
-        [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "scaling", *args],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=os.environ.copy(),
-        timeout=300,
-    )
-
-
 @pytest.fixture(scope="module")
 def tiny_run(tmp_path_factory):
     pytest.importorskip("dgl")  # the bench samples with DGL
     out = tmp_path_factory.mktemp("scaling")
-    r = run_bench(*TINY, "--out", STEM, "--out-dir", str(out))
-    assert r.returncode == 0, r.stderr
+    r, _ = run_bench("scaling", *TINY, "--out", STEM, "--out-dir", out, timeout=300)
     return out, r.stdout
 
 
@@ -132,6 +118,6 @@ def test_too_few_sizes_give_nan_not_a_fake_fit():
 @pytest.mark.slow  # runs the benchmark; the fit below is tested on known lines in the fast tier
 def test_batch_larger_than_the_training_set_is_a_clear_error(tmp_path):
     pytest.importorskip("dgl")  # the bench imports DGL before it checks the batch size
-    r = run_bench("--nodes", "2000", "--widths", "16", "--width-nodes", "2000", "--batch-size", "1024", "--out-dir", str(tmp_path))
+    r = run_cli("bench", "scaling", "--nodes", "2000", "--widths", "16", "--width-nodes", "2000", "--batch-size", "1024", "--out-dir", tmp_path)
     assert r.returncode != 0
     assert "--batch-size 1024 exceeds the 21 training nodes" in r.stderr and "lower --batch-size" in r.stderr

@@ -158,27 +158,20 @@ def test_negative_sizes_raise_value_error():
         name_expression("aligned", 3, 8)
 
 
+# The kinds of an aligned kernel's arguments (kernels/gather.cu): table, row stride and bytes, ids, permutation,
+# id count, output and its stride; the optional cache (slot map, slot bytes, cache rows, their stride; null: none);
+# a decoding kernel's own; last, how the rows are split (threads per row, alignment, steps per row).
+ROWS_IDS_OUT = ["ptr", "i64", "i64", "ptr", "ptr", "i64", "ptr", "i64"]
+OPTIONAL_CACHE = ["ptr", "i32", "ptr", "i64"]
+DECODING = ["ptr", "i32", "ptr", "i32", "i32"]  # a decoding kernel's: affine pairs, per row or not, cached pairs, store and id bytes
+SPLIT_ROWS = ["i32", "i64", "i64"]
+
+
 def test_kernel_arguments_follow_the_kernel_signatures():
     common = dict(table_address=1024, row_stride=400, ids_address=2048, perm_address=0, out_address=4096, out_stride=400)
     plan = aligned(400, num_ids=5, elem_size=4)
     args = kernel_arguments(plan, **common)
-    assert [kind for kind, _ in args] == [
-        "ptr",
-        "i64",
-        "i64",
-        "ptr",
-        "ptr",
-        "i64",
-        "ptr",
-        "i64",
-        "ptr",  # slot map (null: no cache)
-        "i32",
-        "ptr",
-        "i64",
-        "i32",
-        "i64",
-        "i64",
-    ]
+    assert [kind for kind, _ in args] == [*ROWS_IDS_OUT, *OPTIONAL_CACHE, *SPLIT_ROWS]
     assert [value for _, value in args] == [1024, 400, 400, 2048, 0, 5, 4096, 400, 0, 0, 0, 0, plan.threads_per_row, plan.align_bytes, plan.steps_per_row]
     naive = plan_gather(400, 0, 5, variant="naive", elem_size=4)
     assert len(kernel_arguments(naive, **common)) == 8
@@ -263,28 +256,7 @@ def test_decode_kernel_arguments():
     common = dict(table_address=1024, row_stride=100, ids_address=2048, perm_address=0, out_address=4096, out_stride=400)
     plan = decode(100, affine="row")
     args = kernel_arguments(plan, **common, affine_address=8192)
-    assert [kind for kind, _ in args] == [
-        "ptr",
-        "i64",
-        "i64",
-        "ptr",
-        "ptr",
-        "i64",
-        "ptr",
-        "i64",
-        "ptr",
-        "i32",
-        "ptr",
-        "i64",
-        "ptr",
-        "i32",
-        "ptr",
-        "i32",
-        "i32",
-        "i32",
-        "i64",
-        "i64",
-    ]
+    assert [kind for kind, _ in args] == [*ROWS_IDS_OUT, *OPTIONAL_CACHE, *DECODING, *SPLIT_ROWS]
     assert [value for _, value in args][8:12] == [0, 0, 0, 0]  # no cache
     assert [value for _, value in args][12:] == [8192, 1, 0, plan.store_bytes, 8, plan.threads_per_row, plan.align_bytes, plan.steps_per_row]
     assert kernel_arguments(decode(100, id_bytes=4), **common, affine_address=8192)[16] == ("i32", 4)
