@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
 import tempfile
 from pathlib import Path
 
@@ -22,6 +23,10 @@ from dgl_zerocopy.data import SyntheticSpec, load_dataset  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 SHARED_DATA = REPO.parent / "shared" / "data"
+
+# Test modules share helpers across layers (test_ogb's raw OGB files, test_pinning's stand-in CUDA runtime,
+# test_blocks' sampled blocks): every layer's folder is importable, whichever file pytest is asked to run.
+sys.path[1:1] = [str(p) for p in sorted(REPO.joinpath("tests").iterdir()) if p.is_dir() and p.name.isidentifier() and str(p) not in sys.path]
 
 SMALL = SyntheticSpec(num_nodes=3000, avg_degree=10, feat_dim=16, num_classes=5, noise=1.5, seed=0)
 
