@@ -128,6 +128,67 @@ def _cell(value) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
+def table_head(header: str, align: str) -> list[str]:
+    """A Markdown table's first two lines: ``header`` (``"| a | b |"``) and its rule, a column per
+    letter of ``align``: ``r`` right-aligned (numbers), ``l`` left."""
+    return [header, "|" + "|".join({"r": "---:", "l": "---"}[a] for a in align) + "|"]
+
+
+def pyplot():
+    """matplotlib's ``pyplot`` drawing to files only (the Agg backend: benchmarks run without a display)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    return plt
+
+
+def save_figure(fig, path: Path, dpi: int = 110) -> None:
+    """Write ``fig`` to ``path`` laid out tight, and free it."""
+    fig.tight_layout()
+    fig.savefig(path, dpi=dpi)
+    pyplot().close(fig)
+
+
+def grouped_bars(
+    rows: list[dict],
+    key: str,
+    height: Callable[[dict], float],
+    label: Callable[[str], str] = str,
+    inch_per_dataset: float = 1.5,
+    margin: float = 2.0,
+    error: Callable[[dict], float] | None = None,
+    capsize: int = 3,
+):
+    """A bar chart grouped by dataset (in the rows' order): one bar per value of the rows' ``key``
+    (legend ``label(value)``), ``height(row)`` high, with error bars ``error(row)`` if given (a
+    missing dataset and value draws nothing). Returns ``(fig, ax, x, datasets)``: the caller names
+    the axes and saves it (:func:`save_figure`)."""
+    import numpy as np
+
+    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    kinds = list(dict.fromkeys(r[key] for r in rows))
+    width = 0.8 / len(kinds)
+    x = np.arange(len(datasets))
+    fig, ax = pyplot().subplots(figsize=(inch_per_dataset * len(datasets) + margin, 4))
+    for i, kind in enumerate(kinds):
+        mine = [next((r for r in rows if r["dataset"] == d and r[key] == kind), None) for d in datasets]
+        yerr = None if error is None else [error(r) if r else 0 for r in mine]
+        ax.bar(x + (i - (len(kinds) - 1) / 2) * width, [height(r) if r else 0 for r in mine], width, yerr=yerr, capsize=capsize, label=label(kind))
+    return fig, ax, x, datasets
+
+
+def accuracy_pct(row: dict) -> float:
+    """A row's mean test accuracy in % (a bar of :func:`grouped_bars`)."""
+    return 100 * row["test_acc_mean"]
+
+
+def accuracy_std_pct(row: dict) -> float:
+    """A row's test accuracy's standard deviation in % (its error bar)."""
+    return 100 * row["test_acc_std"]
+
+
 #: The real graphs of ../shared/data and the shipped config each is trained with (bench/training/accuracy.py).
 REAL_GRAPH_CONFIGS = {
     "cora": "cora-gcn.yaml",

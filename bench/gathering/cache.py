@@ -68,7 +68,7 @@ import numpy as np  # noqa: E402
 import torch  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import REAL_GRAPH_CONFIGS, command_line, machine, write_results  # noqa: E402
+from common import REAL_GRAPH_CONFIGS, command_line, machine, pyplot, save_figure, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 SYNTHETIC = {  # full-size node count, fanouts and batch of the graph each preset is shaped after
@@ -409,10 +409,7 @@ def markdown(rows: list[dict], sizes: list[float]) -> str:
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
     """Hit rate against cache size per graph, a line per policy (median; the band spans min to max of the repeats)."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     summ = [s for s in summary(rows) if s["stored"] == "fp32"]
     graphs = list(dict.fromkeys(s["graph"] for s in summ))
@@ -439,9 +436,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ax.axis("off")
     axes.flat[0].legend(fontsize=7)
     fig.suptitle("\n".join(textwrap.wrap(title, width=int(16 * fig.get_figwidth()))), fontsize=8)  # a lone panel is narrow
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

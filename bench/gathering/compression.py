@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import command_line, machine, write_results  # noqa: E402
+from common import command_line, grouped_bars, machine, save_figure, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DATASETS = ("cora", "citeseer", "amazon-computers", "amazon-photo", "coauthor-cs", "coauthor-physics", "synthetic", "hetero")
@@ -128,26 +128,13 @@ def _measure(x: np.ndarray, codec: str, axis: str | None, method: str | None) ->
 
 
 def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-    forms = list(dict.fromkeys(r["form"] for r in rows))
-    width = 0.8 / len(forms)
-    x = np.arange(len(datasets))
-    fig, ax = plt.subplots(figsize=(1.2 * len(datasets) + 3, 4))
-    for i, form in enumerate(forms):
-        vals = [next(r["col_error_mean"] for r in rows if r["dataset"] == d and r["form"] == form) for d in datasets]
-        ax.bar(x + (i - (len(forms) - 1) / 2) * width, np.maximum(vals, 1e-9), width, label=form)
+    fig, ax, x, datasets = grouped_bars(rows, "form", lambda r: max(r["col_error_mean"], 1e-9), inch_per_dataset=1.2, margin=3)
     ax.set_yscale("log")
     ax.set_xticks(x, datasets, fontsize=8)
     ax.set_ylabel("mean column relative error")
     ax.set_title("reconstruction error per codec (lower is better); every column weighs alike", fontsize=9)
     ax.legend(fontsize=7, ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

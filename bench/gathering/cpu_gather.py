@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import command_line, machine, summarize, time_repeated, write_results  # noqa: E402
+from common import command_line, machine, pyplot, save_figure, summarize, time_repeated, write_results  # noqa: E402
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
@@ -181,10 +181,7 @@ class _TiledDecode:
 
 
 def _plot(summary: list[dict], meta: dict, path: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [s["method"] for s in summary]
     med = np.array([s["gbps_median"] for s in summary])
@@ -201,8 +198,7 @@ def _plot(summary: list[dict], meta: dict, path: str) -> None:
     ax.tick_params(axis="x", labelrotation=45 if len(names) > 8 else 0, labelsize=8)
     ax.set_ylabel("GB/s (useful bytes, median, IQR)")
     ax.set_title("CPU gather of sampled rows\n" + meta["batches"], fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

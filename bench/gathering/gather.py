@@ -48,6 +48,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
+import common  # noqa: E402
 from common import RESULTS, TIME_LIMIT_STATUS, append_csv_row, begin_csv, command_line, machine, summarize, time_cuda_events, time_repeated, write_results  # noqa: E402
 
 DTYPES = {"fp32": torch.float32, "fp16": torch.float16}
@@ -444,10 +445,7 @@ def summarize_rows(raw: list[dict], failures: list[dict], ceiling: str, walls: d
 def _plot(summary: list[dict], meta: dict, path: Path) -> None:
     """Bars of GB/s (median, IQR) per width and method at the largest batch, one panel per dtype,
     and a panel of the zero-copy options where they were timed. Failed methods draw no bar."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = common.pyplot()
 
     batch = max(s["batch"] for s in summary)
     sel = [s for s in summary if s["batch"] == batch]
@@ -478,9 +476,7 @@ def _plot(summary: list[dict], meta: dict, path: Path) -> None:
             ax.set_title(f"{meta['device']}: gather of {batch:,} random rows", fontsize=9)
             ax.legend(fontsize=8)
         ax.set_ylabel("GB/s (median, IQR)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    common.save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -45,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
+import common  # noqa: E402
 import link_plan  # noqa: E402
 from common import RESULTS, TIME_LIMIT_STATUS, append_csv_row, begin_csv, command_line, machine, summarize, time_cuda_events, time_repeated, write_results  # noqa: E402
 from link_devices import CpuEmulator, GpuDevice, model_metrics  # noqa: E402
@@ -233,10 +234,7 @@ def _label(row: dict) -> str:
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     """Three panels of median GB/s (IQR bars): against table size (512 B rows), against row size,
     per kernel shape. A dry run's figure says so in its title and axis: it is no GPU figure."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = common.pyplot()
 
     ok = [r for r in rows if r["status"] == "ok"]
     dry = meta["dry_run"]
@@ -291,9 +289,7 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
         ax.legend(fontsize=6)
     title = f"{'DRY RUN on the CPU (emulated kernels, tiny sizes): ' if dry else ''}{meta['device']}: zero-copy at the link"
     fig.suptitle(title, fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    common.save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,7 +27,7 @@ from pathlib import Path
 from dgl_zerocopy.cuda.gather import gather_plan, link_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, pyplot, table_head, write_results  # noqa: E402
 
 H200 = RESULTS / "gpu" / "h200-2026-11-27"
 #: The quick GPU check's gather table (bench/gpu_check/gpu_check_main.py, GATHER_ARGS["quick"]).
@@ -96,10 +96,7 @@ def predictions(constants: link_model.LinkConstants) -> list[dict]:
 
 
 def markdown(compared: list[dict]) -> str:
-    lines = [
-        "| source | method | row B | batch | table GB | measured GB/s | spread | model GB/s | error | held | bound |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|---|",
-    ]
+    lines = table_head("| source | method | row B | batch | table GB | measured GB/s | spread | model GB/s | error | held | bound |", "llrrrrrrrll")
     for r in compared:
         lines.append(
             f"| {r['source']} | {r['method']} | {r['row_bytes']} | {r['batch']} | {r['table_bytes'] / 1e9:.2f} | {r['gbps']:.1f} | {r['spread']:.0%} "
@@ -109,10 +106,7 @@ def markdown(compared: list[dict]) -> str:
 
 
 def plot(compared: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6, 5.5))
     styles = {"zerocopy": ("s", "tab:blue"), "zerocopy-naive": ("o", "tab:orange"), "zerocopy+sort_ids": ("^", "tab:green")}

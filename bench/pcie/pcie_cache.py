@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, pyplot, save_figure, write_results  # noqa: E402
 
 from dgl_zerocopy.cuda.gather.pcie_model import CODEC_VARIANTS, TLP_OVERHEAD_BYTES, compare_cached  # noqa: E402
 
@@ -66,10 +66,7 @@ def markdown(rows: list[dict], hit_rates: tuple[float, ...] = HIT_RATES) -> str:
 
 def plot(rows: list[dict], path: Path, hit_rates: tuple[float, ...] = HIT_RATES) -> None:
     """Link bytes per row against hit rate, one line per stored form, one panel per width."""
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     widths = list(dict.fromkeys(r["columns"] for r in rows))
     fig, axes = plt.subplots(1, len(widths), figsize=(4.5 * len(widths), 3.4), squeeze=False, sharey=True)
@@ -83,9 +80,7 @@ def plot(rows: list[dict], path: Path, hit_rates: tuple[float, ...] = HIT_RATES)
         ax.grid(True, alpha=0.3)
     axes[0][0].set_ylabel("PCIe link bytes per gathered row")
     axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

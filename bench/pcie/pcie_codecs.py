@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, pyplot, table_head, write_results  # noqa: E402
 
 from dgl_zerocopy.cuda.gather.pcie_model import CODEC_VARIANTS, LINE_BYTES, LINK_GBPS, SECTOR_BYTES, TLP_OVERHEAD_BYTES, compare_codecs  # noqa: E402
 
@@ -41,10 +41,7 @@ def run(columns: tuple[int, ...], num_ids: int, num_rows: int, base_offset: int,
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = [
-        "| columns | stored as | row B | vec B | requests/row | of which scale pairs | link B/row | fp32-equiv. GB/s | vs fp32 |",
-        "|---:|---|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    lines = table_head("| columns | stored as | row B | vec B | requests/row | of which scale pairs | link B/row | fp32-equiv. GB/s | vs fp32 |", "rlrrrrrrr")
     for r in rows:
         if r["columns"] not in HEADLINE:
             continue
@@ -68,10 +65,7 @@ def goal_lines(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, (ax_bytes, ax_gbps) = plt.subplots(1, 2, figsize=(11, 4.2))
     styles = {"fp32": "o-", "fp16": "s-", "bf16": "x:", "int8/column": "^-", "int8/row": "v--"}

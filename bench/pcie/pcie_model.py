@@ -20,7 +20,7 @@ from pathlib import Path
 from dgl_zerocopy.cuda.gather.pcie_model import LINE_BYTES, SECTOR_BYTES, TLP_OVERHEAD_BYTES, compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import command_line, machine, write_results  # noqa: E402
+from common import command_line, machine, pyplot, table_head, write_results  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # fp32 columns: powers of two, odd counts, and the two headline datasets
@@ -57,10 +57,9 @@ def run(columns: tuple[int, ...], num_ids: int, num_rows: int, base_offset: int,
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = [
-        "| row B | fp32 cols | vec B | requests/row naive | aligned | fetched/useful naive | aligned | link eff. naive | aligned | gain |",
-        "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|",
-    ]
+    lines = table_head(
+        "| row B | fp32 cols | vec B | requests/row naive | aligned | fetched/useful naive | aligned | link eff. naive | aligned | gain |", "rrrrrrrrrr"
+    )
     for r in rows:
         name = f" ({r['dataset']})" if r["dataset"] else ""
         lines.append(
@@ -74,10 +73,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     x = [r["row_bytes"] for r in rows]
     fig, (ax_req, ax_eff) = plt.subplots(1, 2, figsize=(11, 4.2))

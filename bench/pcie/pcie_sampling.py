@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from common import RESULTS, command_line, machine, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, table_head, write_results  # noqa: E402
 
 from dgl_zerocopy.cuda.gather.pcie_model import TLP_OVERHEAD_BYTES  # noqa: E402
 from dgl_zerocopy.cuda.sampling.pcie_model import model_layers, model_refresh, products_like_csc, snapshot_link_per_edge, totals  # noqa: E402
@@ -131,10 +131,7 @@ def run_snapshot(
 
 
 def snapshot_markdown(rows: list[dict]) -> str:
-    lines = [
-        "| CSC | method | refresh | batch link B/edge | refresh link B/edge (per epoch / epoch's edges) | link B/edge | UVA / this |",
-        "|---|---|---:|---:|---:|---:|---:|",
-    ]
+    lines = table_head("| CSC | method | refresh | batch link B/edge | refresh link B/edge (per epoch / epoch's edges) | link B/edge | UVA / this |", "llrrrrr")
     for r in rows:
         share = "–" if math.isnan(r["refresh"]) else f"{r['refresh']:g}"
         ratio = "∞ (build only)" if math.isinf(r["uva_over_this"]) else f"{r['uva_over_this']:.1f}"
@@ -157,10 +154,9 @@ def snapshot_markdown(rows: list[dict]) -> str:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = [
-        "| CSC | edge ids | fetch | requests/edge | fetched B/edge | link B/edge | useful B/edge | indptr share | whole-list scan link B/edge |",
-        "|---|---|---|---:|---:|---:|---:|---:|---:|",
-    ]
+    lines = table_head(
+        "| CSC | edge ids | fetch | requests/edge | fetched B/edge | link B/edge | useful B/edge | indptr share | whole-list scan link B/edge |", "lllrrrrrr"
+    )
     for r in rows:
         lines.append(
             f"| {r['csc']} | {'yes' if r['edge_ids'] else 'no'} | {r['fetch']} | {r['requests_per_edge']:.3f} | {r['fetched_per_edge']:.1f} | "

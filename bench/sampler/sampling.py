@@ -71,7 +71,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 import sampling_hops  # noqa: E402
-from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, summarize, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, pyplot, save_figure, summarize, table_head, write_results  # noqa: E402
 from sampling_hops import HOP_METHODS, TREE_METHODS, check_hops, check_same, check_trees  # noqa: E402
 
 METHODS = ("gpu-pinned", "gpu-device", "gpu-snapshot", "dgl-cpu", "reference", "emulator", "snapshot-reference", *HOP_METHODS)
@@ -575,11 +575,11 @@ def _line(r: dict) -> str:
 
 def markdown(rows: list[dict]) -> str:
     """The rows as a markdown table: figures with their interquartile range, what each is."""
-    lines = [
+    lines = table_head(
         "| method | ms per batch median (q1–q3) | M sampled edges/s median (q1–q3) | × DGL CPU | M edges per CPU-s | edges per batch (layers) "
         "| input nodes | what | status |",
-        "|---|---:|---:|---:|---:|---:|---:|---|---|",
-    ]
+        "lrrrrrrll",
+    )
     for r in rows:
         if r["status"] != "ok":
             lines.append(f"| {r['method']} | – | – | – | – | – | – | {r['what']} | {r['status']} |")
@@ -622,10 +622,7 @@ def snapshot_line(ratio: float, row: dict) -> str:
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     done = [r for r in rows if r["status"] == "ok"]
     fig, axes = plt.subplots(1, 2, figsize=(2.2 * max(len(done), 1) + 5, 4.2))
@@ -643,9 +640,7 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
         ax.set_yscale("log")
         ax.set_ylabel(label)
     fig.suptitle("\n".join(textwrap.fill(meta[k], 170) for k in ("device", "graph", "sampling")), fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, write_results  # noqa: E402
+from common import RESULTS, accuracy_pct, accuracy_std_pct, command_line, grouped_bars, machine, save_figure, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DATASETS = ("cora", "citeseer", "amazon-computers", "amazon-photo", "coauthor-cs", "coauthor-physics")
@@ -219,37 +219,15 @@ def summarize(name: str, runs: dict[str, list[dict]], args) -> list[dict]:
 
 
 def plot(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import numpy as np
-
-    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-    kinds = list(dict.fromkeys(r["sampler"] for r in rows))
-    width = 0.8 / len(kinds)
-    x = np.arange(len(datasets))
-    fig, ax = plt.subplots(figsize=(1.8 * len(datasets) + 2, 4))
-    for i, kind in enumerate(kinds):
-        mine = [next(r for r in rows if r["dataset"] == d and r["sampler"] == kind) for d in datasets]
-        label = {"emulator": "ours (CUDA kernels emulated on the CPU)", "reference": "ours (NumPy reference)", "dgl": "DGL NeighborSampler"}[kind]
-        ax.bar(
-            x + (i - (len(kinds) - 1) / 2) * width,
-            [100 * r["test_acc_mean"] for r in mine],
-            width,
-            yerr=[100 * r["test_acc_std"] for r in mine],
-            capsize=3,
-            label=label,
-        )
+    labels = {"emulator": "ours (CUDA kernels emulated on the CPU)", "reference": "ours (NumPy reference)", "dgl": "DGL NeighborSampler"}
+    fig, ax, x, datasets = grouped_bars(rows, "sampler", accuracy_pct, labels.__getitem__, 1.8, error=accuracy_std_pct)
     low = min(100 * (r["test_acc_mean"] - r["test_acc_std"]) for r in rows)
     ax.set_ylim(max(0, low - 10), 100)
     ax.set_xticks(x, [NAMES[d] for d in datasets], fontsize=8)
     ax.set_ylabel("test accuracy % (mean ± std, ddof=1)")
     ax.set_title(f"{meta['model']}; fanouts {meta['fanouts']}; seeds {meta['seeds']}", fontsize=8)
     ax.legend(fontsize=7, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:

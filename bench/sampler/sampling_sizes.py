@@ -28,7 +28,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # bench/: common.py; bench/sampler/: sampling.py
 import sampling  # noqa: E402
-from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, pyplot, save_figure, write_results  # noqa: E402
 
 SIZES = (200_000, sampling.PRODUCTS["nodes"])
 
@@ -95,10 +95,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     done = [r for r in rows if r.get("status") == "ok"]
     methods = list(dict.fromkeys(r["method"] for r in done))
@@ -114,9 +111,7 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     ax.set_title(f"{meta.get('device')}: {meta.get('sampling', '')}", fontsize=7)
     if sizes:
         ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

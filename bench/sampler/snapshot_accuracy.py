@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import write_results  # noqa: E402
+from common import accuracy_pct, accuracy_std_pct, grouped_bars, save_figure, write_results  # noqa: E402
 
 #: Batch size per dataset: the real graphs' training sets (20 per class, or Planetoid's 140/120) in
 #: one or two batches; the synthetic graph's 8 % in batches of 1024.
@@ -161,32 +161,12 @@ def summarize_dataset(name: str, runs: dict, args) -> list[dict]:
 
 
 def plot_accuracy(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
+    fig, ax, x, datasets = grouped_bars(rows, "sampler", accuracy_pct, inch_per_dataset=1.6, error=accuracy_std_pct, capsize=2)
     kinds = list(dict.fromkeys(r["sampler"] for r in rows))
-    width = 0.8 / len(kinds)
-    x = np.arange(len(datasets))
-    fig, ax = plt.subplots(figsize=(1.6 * len(datasets) + 2, 4))
-    for i, kind in enumerate(kinds):
-        mine = [next((r for r in rows if r["dataset"] == d and r["sampler"] == kind), None) for d in datasets]
-        ax.bar(
-            x + (i - (len(kinds) - 1) / 2) * width,
-            [100 * r["test_acc_mean"] if r else 0 for r in mine],
-            width,
-            yerr=[100 * r["test_acc_std"] if r else 0 for r in mine],
-            capsize=2,
-            label=kind,
-        )
     low = min(100 * r["test_acc_mean"] - 100 * r["test_acc_std"] for r in rows)
     ax.set_ylim(max(0, low - 5), 100)
     ax.set_xticks(x, datasets, fontsize=8)
     ax.set_ylabel("test accuracy % (mean ± std over seeds)")
     ax.set_title(f"{meta['model']}; fanouts {meta['fanouts']}; seeds {meta['seeds']}", fontsize=8)
     ax.legend(fontsize=7, ncol=len(kinds), loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import summarize, write_results  # noqa: E402
+from common import pyplot, save_figure, summarize, write_results  # noqa: E402
 
 FANOUTS = [15, 10, 5]  # DGL's ogbn-products example
 TRAIN_SHARE = 0.08  # ogbn-products: 196,615 training nodes of 2,449,029
@@ -219,10 +219,7 @@ def run_speed(args, base: dict) -> None:
 
 
 def plot_speed(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [r["sampler"] for r in rows]
     fig, (left, right) = plt.subplots(1, 2, figsize=(11, 4))
@@ -241,9 +238,7 @@ def plot_speed(rows: list[dict], meta: dict, path: Path) -> None:
     right.tick_params(axis="x", labelrotation=30, labelsize=8)
     right.legend(fontsize=8)
     fig.suptitle(f"{meta['graph']}; {meta['workload']}; threads {meta['threads']}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":  # the memory child: NAME NODES BATCH

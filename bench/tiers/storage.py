@@ -66,7 +66,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, pyplot, save_figure, write_results  # noqa: E402
 
 RUNS = (
     ("mmap-random", False),
@@ -527,10 +527,7 @@ def run_child(args) -> dict:
 
 
 def plot(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [r["run"] for r in rows]
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.2))
@@ -547,9 +544,7 @@ def plot(rows: list[dict], meta: dict, path: Path) -> None:
         ax.tick_params(axis="x", rotation=45)
     axes[2].axhline(0.05, color="red", lw=0.8, ls="--")
     fig.suptitle(f"{meta['table']}; budget {meta['budget']}; limit {meta['memory_limit']}", fontsize=9)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 if __name__ == "__main__":

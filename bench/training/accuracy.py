@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import REAL_GRAPH_CONFIGS, command_line, machine, summarize, write_results  # noqa: E402
+from common import REAL_GRAPH_CONFIGS, accuracy_pct, accuracy_std_pct, command_line, grouped_bars, machine, save_figure, summarize, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {**REAL_GRAPH_CONFIGS, "synthetic": "synthetic-sage.yaml"}
@@ -200,26 +200,15 @@ def _check(dataset, cfg) -> None:
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
     codecs = list(dict.fromkeys(r["compression"] for r in rows))
-    width = 0.8 / len(codecs)
-    x = np.arange(len(datasets))
-    fig, ax = plt.subplots(figsize=(1.3 * len(datasets) * max(1, len(codecs) / 2) + 2, 4))
-    for i, codec in enumerate(codecs):
-        mine = [next((r for r in rows if r["dataset"] == d and r["compression"] == codec), None) for d in datasets]
-        ax.bar(
-            x + (i - (len(codecs) - 1) / 2) * width,
-            [100 * r["test_acc_mean"] if r else 0 for r in mine],
-            width,
-            yerr=[100 * r["test_acc_std"] if r else 0 for r in mine],
-            capsize=3,
-            label=f"{codec} (mean ± std over seeds)" if codec != "none" or len(codecs) > 1 else "ours (mean ± std over seeds)",
-        )
+    fig, ax, x, datasets = grouped_bars(
+        rows,
+        "compression",
+        accuracy_pct,
+        lambda codec: f"{codec} (mean ± std over seeds)" if codec != "none" or len(codecs) > 1 else "ours (mean ± std over seeds)",
+        1.3 * max(1, len(codecs) / 2),
+        error=accuracy_std_pct,
+    )
     models = {r["dataset"]: r["model"] for r in rows}
     ax.scatter(x, [PUBLISHED[d] for d in datasets], color="black", marker="_", s=400, zorder=3, label="published (GCN)")
     ax.set_xticks(x, [f"{d}\n{models[d]}" for d in datasets], fontsize=8)
@@ -227,8 +216,7 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     ax.set_ylim(50, 100)
     ax.set_title(f"{meta['device']}; seeds {meta['seeds']}; best-validation epoch", fontsize=8)
     ax.legend(fontsize=8, loc="lower right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

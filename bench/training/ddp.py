@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import command_line, machine, write_results  # noqa: E402
+from common import command_line, machine, pyplot, save_figure, write_results  # noqa: E402
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
@@ -221,10 +221,7 @@ def _print_table(rows: list[dict], meta: dict) -> None:
 
 
 def _plot(raw: list[dict], rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     names = [r["setup"] for r in rows]
     fig, axes = plt.subplots(1, 2, figsize=(10, 4.2))
@@ -240,8 +237,7 @@ def _plot(raw: list[dict], rows: list[dict], meta: dict, path: Path) -> None:
         ax.legend(fontsize=8)
     axes[0].set_title("grey: one repetition (same seed)", fontsize=8)
     fig.suptitle(f"{meta['machine']}, load average {meta['load_average_1min']}\n" + textwrap.fill(meta["setup"], 150), fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

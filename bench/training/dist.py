@@ -33,7 +33,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, summarize, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, pyplot, save_figure, summarize, write_results  # noqa: E402
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
@@ -190,10 +190,7 @@ def _summarize(raw: list[dict]) -> list[dict]:
 
 
 def _plot(rows: list[dict], path: Path, meta: dict) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     labels = [f"{r['parts']} part{'s' if r['parts'] > 1 else ''}\ntrainer {r['trainer']}" for r in rows]
     x = range(len(rows))
@@ -212,9 +209,7 @@ def _plot(rows: list[dict], path: Path, meta: dict) -> None:
     b.set_ylabel("ms per batch (median, quartiles)")
     b.legend(fontsize=8)
     fig.suptitle(f"DistDGL on 127.0.0.1: {meta['dataset'].split(' nodes')[0]} nodes, fanouts {meta['fanouts']}, batch {meta['batch_size']}", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

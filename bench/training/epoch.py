@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import command_line, machine, write_results  # noqa: E402
+from common import command_line, machine, pyplot, save_figure, write_results  # noqa: E402
 
 NUMBERS = ("epoch_time", "epoch_min", "epoch_max", "sample", "gather", "transfer", "compute", "wait", "wait_share", "test_acc")
 
@@ -182,10 +182,7 @@ def _save(stem: str, rows: list[dict], meta: dict):
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     labels = [f"{r['source']}\n{r['sampler']} sampling\nprefetch {r['prefetch']}" for r in rows]
     fig, ax = plt.subplots(figsize=(1.6 * len(rows) + 2, 4))
@@ -199,8 +196,7 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     ax.set_ylabel("seconds per epoch")
     ax.set_title(f"{meta['device']}: {meta['setup']}", fontsize=8)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

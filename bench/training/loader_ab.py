@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import command_line, machine, write_results  # noqa: E402
+from common import command_line, machine, pyplot, save_figure, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
 ROUTES = ("dgl", "dropin-p0", "dropin-p2", "store-p0", "store-p2")
@@ -160,10 +160,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def plot(rows: list[dict], path: Path, title: str) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(8, 4))
     width = 0.38
@@ -177,9 +174,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     ax.set_ylabel("loader epoch time (s), median and range")
     ax.set_title(title, fontsize=7)
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # bench/: common.py; bench/training/: papers_check.py
-from common import TIME_LIMIT_STATUS, command_line, machine, write_results  # noqa: E402
+from common import TIME_LIMIT_STATUS, command_line, machine, pyplot, save_figure, write_results  # noqa: E402
 from papers_check import Regenerated, check_batch, dgl_batch, pyg_batch  # noqa: E402
 
 ROUTES = ("a", "b", "b8", "c", "d")
@@ -350,10 +350,7 @@ def _save(out: str, rows: list[dict], meta: dict):
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     done = [r for r in rows if r.get("status") == "ok"]
     fig, ax = plt.subplots(figsize=(1.8 * max(1, len(done)) + 2, 4))
@@ -368,9 +365,7 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     ax.set_title(f"{meta['device']}\n{meta['graph']}", fontsize=7)
     ax.tick_params(axis="x", labelsize=7)
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

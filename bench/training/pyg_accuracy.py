@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import REAL_GRAPH_CONFIGS, RESULTS, command_line, machine, summarize, write_results  # noqa: E402
+from common import REAL_GRAPH_CONFIGS, RESULTS, accuracy_pct, accuracy_std_pct, command_line, grouped_bars, machine, save_figure, summarize, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES = ("dgl", "pyg")
@@ -187,33 +187,14 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 
 def plot(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    datasets = list(dict.fromkeys(r["dataset"] for r in rows))
-    routes = list(dict.fromkeys(r["route"] for r in rows))
-    width = 0.8 / len(routes)
-    x = np.arange(len(datasets))
-    fig, ax = plt.subplots(figsize=(1.4 * len(datasets) + 2, 4))
-    for i, route in enumerate(routes):
-        mine = [next((r for r in rows if r["dataset"] == d and r["route"] == route), None) for d in datasets]
-        ax.bar(
-            x + (i - (len(routes) - 1) / 2) * width,
-            [100 * r["test_acc_mean"] if r else 0 for r in mine],
-            width,
-            yerr=[100 * r["test_acc_std"] if r else 0 for r in mine],
-            capsize=3,
-            label={"dgl": "DGL route (dgl_zerocopy.nn SAGEConv)", "pyg": "PyG route (PyG SAGEConv, dgl_zerocopy.pyg loader)"}[route],
-        )
+    labels = {"dgl": "DGL route (dgl_zerocopy.nn SAGEConv)", "pyg": "PyG route (PyG SAGEConv, dgl_zerocopy.pyg loader)"}
+    fig, ax, x, datasets = grouped_bars(rows, "route", accuracy_pct, labels.__getitem__, 1.4, error=accuracy_std_pct)
     ax.set_xticks(x, datasets, fontsize=8)
     ax.set_ylabel("test accuracy % (mean ± std)")
     ax.set_ylim(50, 100)
     ax.set_title(f"GraphSAGE, two front ends; {meta['device']}; seeds {meta['seeds']}; best-validation epoch", fontsize=8)
     ax.legend(fontsize=8, loc="upper center", ncol=2)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, pyplot, save_figure, table_head, write_results  # noqa: E402
 
 ROUTES = ("pyg", "dgl-route", "dgl", "pyg-own")
 OURS = ("pyg", "dgl-route")  # the routes with a prefetch knob
@@ -425,11 +425,11 @@ def markdown(rows: list[dict]) -> str:
     def cell(v, fmt=".2f"):
         return "–" if not isinstance(v, (int, float)) or v != v else format(v, fmt)
 
-    lines = [
+    lines = table_head(
         "| route | prefetch | epoch s median (q1–q3, min–max) | batch ms median (q1–q3) | CPU-s per epoch | M sampled edges/s | edges per batch "
         "| nodes per batch | DGL's epoch / this | status |",
-        "|---|---|---:|---:|---:|---:|---:|---:|---:|---|",
-    ]
+        "llrrrrrrrl",
+    )
     for r in rows:
         if r["status"] != "ok":
             lines.append(f"| {r['route']} | {r['prefetch']} | – | – | – | – | – | – | – | {r['status']} |")
@@ -444,10 +444,7 @@ def markdown(rows: list[dict]) -> str:
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     done = [r for r in rows if r["status"] == "ok"]
     fig, axes = plt.subplots(1, 2, figsize=(1.8 * max(len(done), 1) + 5, 4.2))
@@ -462,9 +459,7 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
         ax.set_xticks(range(len(done)), [_name(r).replace(" prefetch ", "\nprefetch ") for r in done], fontsize=8)
         ax.set_ylabel(label + " (median, q1–q3)")
     fig.suptitle("\n".join(textwrap.fill(meta[k], 170) for k in ("device", "graph", "loading")), fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":

@@ -48,7 +48,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 import scale_gpu  # noqa: E402 - beside this file: the GPU route, and the check of sampled edges against the files
-from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, summarize, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, pyplot, save_figure, summarize, write_results  # noqa: E402
 
 
 def _peak_rss_bytes() -> int:
@@ -315,10 +315,7 @@ def _stage_main(args, fraction: float) -> None:
 
 
 def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     edges = [r["edges"] for r in rows]
     on = rows[0].get("device", "cpu")
@@ -339,8 +336,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     for a in ax:
         a.set_ylim(bottom=0)
     fig.suptitle("papers100M-shaped graphs on disk: flat = cost linear in the work")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 def main() -> int:

@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, summarize, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, pyplot, save_figure, summarize, write_results  # noqa: E402
 
 
 def last_level_cache_bytes() -> int | None:
@@ -228,10 +228,7 @@ def _child(args, fraction: float) -> list[dict]:
 
 
 def _plot(rows: list[dict], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, ax = plt.subplots(figsize=(6.5, 4))
     for variant in dict.fromkeys(r["variant"] for r in rows):
@@ -244,8 +241,7 @@ def _plot(rows: list[dict], path: Path) -> None:
     ax.set(xscale="log", xlabel="graph edges", ylabel="ns per sampled edge (median, q1-q3)", title="HopSampler on papers100M-shaped graphs")
     ax.set_ylim(bottom=0)
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    save_figure(fig, path)
 
 
 def main() -> None:

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, time_repeated, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, pyplot, save_figure, time_repeated, write_results  # noqa: E402
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
@@ -304,10 +304,7 @@ def _print_table(rows: list[dict], meta: dict) -> None:
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    plt = pyplot()
 
     fig, axes = plt.subplots(1, 2, figsize=(12, 4.8))
     for ax, key, mb, fit, title in (
@@ -342,8 +339,7 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
         ax.set_title(title, fontsize=10)
         ax.legend(fontsize=7)
     fig.suptitle(f"{meta['device']}, {meta['machine']}\n{meta['setup']}", fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=120)
+    save_figure(fig, path, dpi=120)
 
 
 if __name__ == "__main__":
