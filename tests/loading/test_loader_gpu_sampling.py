@@ -12,7 +12,6 @@ accurate as with CPU sampling.
 from __future__ import annotations
 
 import random
-from collections import Counter
 
 import numpy as np
 import pytest
@@ -21,6 +20,7 @@ import torch
 dgl = pytest.importorskip("dgl")
 
 from conftest import SHARED_DATA, requires_cuda  # noqa: E402
+from host_reads import count_host_reads  # noqa: E402
 from stream_model import CudaModel, ModelStream  # noqa: E402
 
 from dgl_zerocopy import FeatureStore  # noqa: E402
@@ -379,17 +379,7 @@ def test_the_only_host_reads_are_the_samplers_size_reads(monkeypatch):
         pass
     keys = random.Random(0)
     monkeypatch.setattr(neighbor, "draw_seed", lambda: keys.getrandbits(62))
-    counts = Counter()
-    for name in ("item", "tolist", "numpy", "__int__", "__index__", "__bool__", "__float__", "__array__"):
-        original = getattr(torch.Tensor, name)
-
-        def counted(self, *args, _original=original, _name=name, **kwargs):
-            counts[_name] += 1
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
-    original_read = relabel.read_sizes
-    monkeypatch.setattr(relabel, "read_sizes", lambda t: counts.update(["read_sizes"]) or original_read(t))
+    counts = count_host_reads(monkeypatch)
     batches = sum(1 for _ in ours)
     monkeypatch.undo()
     ours.close()

@@ -18,6 +18,8 @@ import torch
 
 dgl = pytest.importorskip("dgl")
 
+from host_reads import count_host_reads  # noqa: E402
+
 from dgl_zerocopy.loading.blocks import DeviceBlock  # noqa: E402
 from dgl_zerocopy.sampling import GpuNeighborSampler, SamplingGraph, neighbor, relabel, sample_neighbors, shared_graph  # noqa: E402
 from dgl_zerocopy.sampling import graph as graph_module  # noqa: E402
@@ -289,17 +291,7 @@ def test_one_size_read_per_batch_and_no_other(monkeypatch, fanouts, reads):
     expected = GpuNeighborSampler(fanouts, device="reference").sample_blocks(g, torch.arange(64))
     torch.manual_seed(0)
     keys = iter([neighbor.draw_seed() for _ in fanouts])  # the same keys, drawn before the count
-    counts = Counter()
-    for name in ("item", "tolist", "numpy", "__int__", "__index__", "__bool__", "__float__", "__array__"):
-        original = getattr(torch.Tensor, name)
-
-        def counted(self, *args, _original=original, _name=name, **kwargs):
-            counts[_name] += 1
-            return _original(self, *args, **kwargs)
-
-        monkeypatch.setattr(torch.Tensor, name, counted)
-    original_read = relabel.read_sizes
-    monkeypatch.setattr(relabel, "read_sizes", lambda t: counts.update(["read_sizes"]) or original_read(t))
+    counts = count_host_reads(monkeypatch)
     monkeypatch.setattr(neighbor, "draw_seed", lambda: next(keys))  # a host generator, not the device
     ours = sampler.sample_blocks(g, torch.arange(64))
     assert counts == {"read_sizes": reads, "tolist": reads}, counts
