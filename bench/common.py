@@ -128,6 +128,16 @@ def _cell(value) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
+def chosen(parser, text: str, choices, what: str) -> list[str]:
+    """The names in the comma-separated ``text``; ``parser.error`` (exit 2) names one not among
+    ``choices`` (the ``what``: ``"dataset"``) and lists them."""
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    for name in names:
+        if name not in choices:
+            parser.error(f"unknown {what} {name!r}; choose from {', '.join(choices)}")
+    return names
+
+
 def table_head(header: str, align: str) -> list[str]:
     """A Markdown table's first two lines: ``header`` (``"| a | b |"``) and its rule, a column per
     letter of ``align``: ``r`` right-aligned (numbers), ``l`` left."""
@@ -145,8 +155,9 @@ def pyplot():
 
 
 def save_figure(fig, path: Path, dpi: int = 110) -> None:
-    """Write ``fig`` to ``path`` laid out tight, and free it."""
+    """Write ``fig`` to ``path`` (its folder made if need be) laid out tight, and free it."""
     fig.tight_layout()
+    Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)
     pyplot().close(fig)
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from dgl_zerocopy.cuda.gather import gather_plan, link_model
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, pyplot, table_head, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, pyplot, save_figure, table_head, write_results  # noqa: E402
 
 H200 = RESULTS / "gpu" / "h200-2026-11-27"
 #: The quick GPU check's gather table (bench/gpu_check/gpu_check_main.py, GATHER_ARGS["quick"]).
@@ -133,10 +133,7 @@ def plot(compared: list[dict], path: Path, title: str) -> None:
     ax.legend(fontsize=7, loc="upper left")
     ax.grid(True, alpha=0.3)
     ax.set_title(title, fontsize=8)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main() -> None:

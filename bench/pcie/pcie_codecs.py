@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, pyplot, table_head, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, pyplot, save_figure, table_head, write_results  # noqa: E402
 
 from dgl_zerocopy.cuda.gather.pcie_model import CODEC_VARIANTS, LINE_BYTES, LINK_GBPS, SECTOR_BYTES, TLP_OVERHEAD_BYTES, compare_codecs  # noqa: E402
 
@@ -87,10 +87,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8, loc="best")
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main(argv: list[str] | None = None) -> int:

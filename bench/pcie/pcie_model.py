@@ -20,7 +20,7 @@ from pathlib import Path
 from dgl_zerocopy.cuda.gather.pcie_model import LINE_BYTES, SECTOR_BYTES, TLP_OVERHEAD_BYTES, compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import command_line, machine, pyplot, table_head, write_results  # noqa: E402
+from common import command_line, machine, pyplot, save_figure, table_head, write_results  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # fp32 columns: powers of two, odd counts, and the two headline datasets
@@ -95,10 +95,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
         ax.legend(fontsize=8, loc="best")
     ax_req.set_yscale("log")
     fig.suptitle(title, fontsize=9)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=120)
-    plt.close(fig)
+    save_figure(fig, path, dpi=120)
 
 
 def main() -> None:

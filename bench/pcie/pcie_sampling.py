@@ -34,7 +34,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
-from common import RESULTS, command_line, machine, table_head, write_results  # noqa: E402
+from common import RESULTS, chosen, command_line, machine, table_head, write_results  # noqa: E402
 
 from dgl_zerocopy.cuda.gather.pcie_model import TLP_OVERHEAD_BYTES  # noqa: E402
 from dgl_zerocopy.cuda.sampling.pcie_model import model_layers, model_refresh, products_like_csc, snapshot_link_per_edge, totals  # noqa: E402
@@ -185,9 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     fanouts = tuple(int(f) for f in args.fanouts.split(","))
-    parts = [p.strip() for p in args.parts.split(",") if p.strip()]
-    if unknown := [p for p in parts if p not in PARTS]:
-        parser.error(f"unknown part {unknown[0]!r}; choose from {', '.join(PARTS)}")
+    parts = chosen(parser, args.parts, PARTS, "part")
     size = args.snapshot_size if args.snapshot_size is not None else 2 * max(fanouts)
     if size < max(fanouts):
         parser.error(f"--snapshot-size {size} is below the largest fanout {max(fanouts)}")

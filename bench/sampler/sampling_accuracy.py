@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, accuracy_pct, accuracy_std_pct, command_line, grouped_bars, machine, save_figure, write_results  # noqa: E402
+from common import RESULTS, accuracy_pct, accuracy_std_pct, chosen, command_line, grouped_bars, machine, save_figure, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DATASETS = ("cora", "citeseer", "amazon-computers", "amazon-photo", "coauthor-cs", "coauthor-physics")
@@ -79,14 +79,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--data-root", default=str(REPO.parent / "shared" / "data"), help="folder of the real datasets")
     parser.add_argument("--out", default=str(RESULTS / "sampling_accuracy"), help="result path without suffix")
     args = parser.parse_args(argv)
-    args.dataset_list = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    args.sampler_list = [s.strip() for s in args.samplers.split(",") if s.strip()]
-    for name in args.dataset_list:
-        if name not in DATASETS:
-            parser.error(f"unknown dataset {name!r}; choose from {', '.join(DATASETS)}")
-    for name in args.sampler_list:
-        if name not in SAMPLERS:
-            parser.error(f"unknown sampler {name!r}; choose from {', '.join(SAMPLERS)}")
+    args.dataset_list = chosen(parser, args.datasets, DATASETS, "dataset")
+    args.sampler_list = chosen(parser, args.samplers, SAMPLERS, "sampler")
     if "dgl" not in args.sampler_list:
         args.sampler_list.append("dgl")
     args.sampler_list.sort(key=SAMPLERS.index)

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import command_line, machine, pyplot, save_figure, write_results  # noqa: E402
+from common import chosen, command_line, machine, pyplot, save_figure, write_results  # noqa: E402
 
 NUMBERS = ("epoch_time", "epoch_min", "epoch_max", "sample", "gather", "transfer", "compute", "wait", "wait_share", "test_acc")
 
@@ -76,9 +76,7 @@ def main(argv: list[str] | None = None) -> int:
     if compression != "none":
         sources = [s for s in sources if s != "dgl"]
     if args.sources:
-        sources = [s.strip() for s in args.sources.split(",") if s.strip()]
-        if unknown := [s for s in sources if s not in FEATURE_SOURCES]:
-            parser.error(f"unknown source {unknown[0]!r}; choose from {', '.join(FEATURE_SOURCES)}")
+        sources = chosen(parser, args.sources, FEATURE_SOURCES, "source")
     samplers = [s.strip() for s in args.samplers.split(",") if s.strip()]
     if not samplers or (unknown := [s for s in samplers if s not in ("cpu", "gpu")]):
         parser.error(f"unknown sampler {(unknown or [args.samplers])[0]!r}; choose from cpu, gpu")

@@ -49,7 +49,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # bench/: common.py; bench/training/: papers_check.py
-from common import TIME_LIMIT_STATUS, command_line, machine, pyplot, save_figure, write_results  # noqa: E402
+from common import TIME_LIMIT_STATUS, chosen, command_line, machine, pyplot, save_figure, write_results  # noqa: E402
 from papers_check import Regenerated, check_batch, dgl_batch, pyg_batch  # noqa: E402
 
 ROUTES = ("a", "b", "b8", "c", "d")
@@ -265,9 +265,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default="papers_epoch", help="result file stem under bench/results/, or a path (without suffix) elsewhere")
     args = parser.parse_args(argv)
     began = time.monotonic()
-    args.routes = [r.strip() for r in args.routes.split(",") if r.strip()]
-    if unknown := [r for r in args.routes if r not in ROUTES]:
-        parser.error(f"unknown route {unknown[0]!r}; choose from {', '.join(ROUTES)}")
+    args.routes = chosen(parser, args.routes, ROUTES, "route")
     if not 0.0 < args.fraction <= 1.0:
         parser.error(f"--fraction must be in (0, 1], but got {args.fraction}")
     if args.epochs < 1 or (args.workers is not None and args.workers < 1):

@@ -38,7 +38,19 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import REAL_GRAPH_CONFIGS, RESULTS, accuracy_pct, accuracy_std_pct, command_line, grouped_bars, machine, save_figure, summarize, write_results  # noqa: E402
+from common import (  # noqa: E402
+    REAL_GRAPH_CONFIGS,
+    RESULTS,
+    accuracy_pct,
+    accuracy_std_pct,
+    chosen,
+    command_line,
+    grouped_bars,
+    machine,
+    save_figure,
+    summarize,
+    write_results,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES = ("dgl", "pyg")
@@ -55,14 +67,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, help="override every config's epochs (quick runs)")
     parser.add_argument("--out", default=str(RESULTS / "pyg_accuracy"), help="result path without suffix")
     args = parser.parse_args(argv)
-    args.dataset_list = [d.strip() for d in args.datasets.split(",") if d.strip()]
-    args.route_list = [r.strip() for r in args.routes.split(",") if r.strip()]
-    for name in args.dataset_list:
-        if name not in REAL_GRAPH_CONFIGS:
-            parser.error(f"unknown dataset {name!r}; choose from: {', '.join(REAL_GRAPH_CONFIGS)}")
-    for route in args.route_list:
-        if route not in ROUTES:
-            parser.error(f"unknown route {route!r}; choose from: {', '.join(ROUTES)}")
+    args.dataset_list = chosen(parser, args.datasets, REAL_GRAPH_CONFIGS, "dataset")
+    args.route_list = chosen(parser, args.routes, ROUTES, "route")
     if not args.dataset_list or not args.route_list or args.seeds < 1:
         parser.error("--datasets and --routes must name at least one each, and --seeds must be at least 1")
     return args

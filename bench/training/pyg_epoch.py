@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, pyplot, save_figure, table_head, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, chosen, command_line, machine, pyplot, save_figure, table_head, write_results  # noqa: E402
 
 ROUTES = ("pyg", "dgl-route", "dgl", "pyg-own")
 OURS = ("pyg", "dgl-route")  # the routes with a prefetch knob
@@ -285,9 +285,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if not values or min(values) < least:
             parser.error(f"--{flag} must be comma-separated ints >= {least}, e.g. {example}, but got {text!r}")
         setattr(args, flag, values)
-    args.routes = [r.strip() for r in args.routes.split(",") if r.strip()]
-    if unknown := [r for r in args.routes if r not in ROUTES]:
-        parser.error(f"unknown route {unknown[0]!r}; choose from {', '.join(ROUTES)}")
+    args.routes = chosen(parser, args.routes, ROUTES, "route")
     for flag in ("num_nodes", "batch_size", "epochs", "hidden"):
         if getattr(args, flag) < 1:
             parser.error(f"--{flag.replace('_', '-')} must be at least 1, but got {getattr(args, flag)}")
