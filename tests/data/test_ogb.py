@@ -8,14 +8,12 @@ one (as ogbn-papers100M, with NaN labels) and check what :func:`load_ogb` makes 
 import builtins
 import gzip
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pandas as pd
 import pytest
 import torch
-from conftest import REPO
+from script_runs import run_cli
 
 from dgl_zerocopy.data import DatasetError, load_dataset
 from dgl_zerocopy.data import ogb as ogb_data
@@ -219,15 +217,7 @@ def test_folder_without_release_file_is_refused_not_prompted(tmp_path, no_prompt
 
 @pytest.mark.slow  # a process; in-process: test_missing_dataset_names_url_and_layout, test_real_graphs::test_cli_reports_missing_dataset_in_one_line
 def test_cli_missing_dataset_exits_2_with_one_line(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "-m", "dgl_zerocopy.cli", "train", "--dataset", "ogbn-arxiv", "--data-root", str(tmp_path), "--device", "cpu", "--no-progress"],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
+    r = run_cli("train", "--dataset", "ogbn-arxiv", "--data-root", tmp_path, "--device", "cpu", "--no-progress")
     assert r.returncode == 2, r.stderr
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
@@ -274,35 +264,8 @@ def test_training_accuracy_is_ogb_evaluators(tmp_path, monkeypatch, no_prompt):
 def test_cli_trains_on_ogbs_own_folder_layout(tmp_path):
     # no meta_dict: ogb's master.csv and its <root>/ogbn_arxiv folder, first load through the command
     write_ogb(tmp_path / "ogbn_arxiv", "ogbn-arxiv", _raw_data())
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dgl_zerocopy.cli",
-            "train",
-            "--dataset",
-            "ogbn-arxiv",
-            "--data-root",
-            str(tmp_path),
-            "--device",
-            "cpu",
-            "--no-progress",
-            "--fanouts",
-            "3,3",
-            "--batch-size",
-            "8",
-            "--hidden",
-            "8",
-            "--epochs",
-            "1",
-        ],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        timeout=300,
-    )
+    args = ["--dataset", "ogbn-arxiv", "--data-root", tmp_path, "--device", "cpu", "--no-progress"]
+    r = run_cli("train", *args, "--fanouts", "3,3", "--batch-size", "8", "--hidden", "8", "--epochs", "1")
     assert r.returncode == 0, r.stderr
     assert "ogbn-arxiv: 60 nodes" in r.stdout and "40 classes" in r.stdout  # ogb's class count for arxiv
     assert "final test accuracy" in r.stdout

@@ -1,16 +1,14 @@
 """The DGL-native route: DGL's own DataLoader, ``with_features`` and ``attach``, against DGL's
 ``prefetch_node_feats`` path and ``g.ndata`` as the reference."""
 
-import os
-import subprocess
-import sys
 import threading
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, requires_cuda
+from conftest import requires_cuda
+from script_runs import run_cli
 
 from dgl_zerocopy import FeatureStore
 from dgl_zerocopy.training.config import TrainConfig
@@ -232,15 +230,7 @@ def test_dgl_storage_source_trains(small_dataset):
 @pytest.mark.slow  # the console script in a process; the source trains in-process in the test above
 def test_cli_trains_with_dgl_storage():
     args = ["--num-nodes", "1500", "--fanouts", "4,4", "--batch-size", "128", "--hidden", "16", "--epochs", "1", "--no-progress"]
-    r = subprocess.run(
-        [sys.executable, "-m", "dgl_zerocopy.cli", "train", *args, "--feature-source", "dgl-storage", "--device", "cpu"],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=os.environ.copy(),
-        timeout=300,
-    )
+    r = run_cli("train", *args, "--feature-source", "dgl-storage", "--device", "cpu")
     assert r.returncode == 0, r.stderr
     assert "feature source dgl-storage" in r.stdout and "final test accuracy" in r.stdout
 

@@ -4,18 +4,15 @@ and bench/gathering/cache.py on a tiny graph."""
 
 from __future__ import annotations
 
-import json
 import math
-import os
-import subprocess
-import sys
 import threading
 import warnings
 
 import numpy as np
 import pytest
 import torch
-from conftest import REPO, SMALL, devices
+from conftest import SMALL, devices
+from script_runs import run_bench, run_python
 
 from dgl_zerocopy.store.cache import (
     CACHE_POLICIES,
@@ -528,37 +525,8 @@ def test_presample_cache_end_to_end(dgl, small):
 @pytest.mark.slow
 def test_cache_bench_on_a_tiny_graph(dgl, tmp_path):
     stem = tmp_path / "cache_tiny"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "dgl_zerocopy.cli",
-            "bench",
-            "cache",
-            "--graphs",
-            "products,directed",
-            "--products-nodes",
-            str(SMALL.num_nodes),
-            "--directed-nodes",
-            "3000",
-            "--sizes",
-            "5,50",
-            "--repeats",
-            "2",
-            "--feature-compression",
-            "int8",
-            "--out",
-            str(stem),
-        ],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=os.environ.copy(),
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr
-    result = json.loads(stem.with_suffix(".json").read_text())
+    args = ["--graphs", "products,directed", "--products-nodes", SMALL.num_nodes, "--directed-nodes", "3000", "--sizes", "5,50", "--repeats", "2"]
+    r, result = run_bench("cache", *args, "--feature-compression", "int8", out=stem, timeout=300)
     everything = result["rows"]
     policies = ("degree", "in_degree", "out_degree", "presample", "oracle")
     for graph, repeat in [(g, k) for g in ("products", "directed") for k in (0, 1)]:
@@ -597,7 +565,6 @@ def test_cache_bench_on_a_tiny_graph(dgl, tmp_path):
         assert s["hit_rate_median"] == pytest.approx(sum(rates) / 2)
     assert stem.with_suffix(".png").stat().st_size > 0 and "| products | presample |" in r.stdout and "| directed | degree |" in r.stdout
     assert "| products | int8 codes |" in r.stdout and "median [min-max] of 2 repeats" in r.stdout
-    assert not (REPO / "bench" / "results" / "cache_tiny.json").exists()
 
 
 @pytest.mark.slow
@@ -609,28 +576,9 @@ def test_cache_bench_reads_an_amazon_graph_as_stored(dgl, tmp_path):
     if not (SHARED_DATA / "graphdata" / "amazon_photo.npz").is_file():
         pytest.skip(f"needs {SHARED_DATA}/graphdata/amazon_photo.npz")
     stem = tmp_path / "cache_stored"
-    r = subprocess.run(
-        [
-            sys.executable,
-            "bench/gathering/cache.py",
-            "--graphs",
-            "amazon-photo-stored,amazon-photo",
-            "--sizes",
-            "10",
-            "--data-root",
-            str(SHARED_DATA),
-            "--out",
-            str(stem),
-        ],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=os.environ.copy(),
-        timeout=300,
-    )
-    assert r.returncode == 0, r.stderr
-    rows = {(row["graph"], row["policy"]): row for row in json.loads(stem.with_suffix(".json").read_text())["rows"]}
+    args = ["--graphs", "amazon-photo-stored,amazon-photo", "--sizes", "10", "--data-root", SHARED_DATA]
+    _, result = run_bench("bench/gathering/cache.py", *args, out=stem, timeout=300)
+    rows = {(row["graph"], row["policy"]): row for row in result["rows"]}
     stored, symmetric = rows[("amazon-photo-stored", "degree")], rows[("amazon-photo", "degree")]
     assert stored["edges"] < 0.7 * symmetric["edges"] and (stored["batch"], symmetric["batch"]) == (64, 200)
     assert stored["hit_rate"] == rows[("amazon-photo-stored", "out_degree")]["hit_rate"]
@@ -639,14 +587,6 @@ def test_cache_bench_reads_an_amazon_graph_as_stored(dgl, tmp_path):
 
 @pytest.mark.slow
 def test_cache_bench_refuses_the_same_seed_twice(tmp_path):
-    r = subprocess.run(
-        [sys.executable, "bench/gathering/cache.py", "--presample-seed", "3", "--eval-seed", "3", "--out", str(tmp_path / "c")],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=os.environ.copy(),
-        timeout=120,
-    )
+    r = run_python("bench/gathering/cache.py", "--presample-seed", "3", "--eval-seed", "3", "--out", tmp_path / "c")
     assert r.returncode == 2 and "must differ" in r.stderr, r.stderr
     assert not list(tmp_path.iterdir())

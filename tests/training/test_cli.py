@@ -1,20 +1,10 @@
 """The console script, run as a user would: a subprocess, exit codes, one-line errors."""
 
-import os
-import subprocess
-import sys
-
 import pytest
 import torch
-from conftest import REPO
+from script_runs import run_cli, run_python
 
 TINY = ["--num-nodes", "1500", "--fanouts", "4,4", "--batch-size", "128", "--hidden", "16", "--epochs", "1", "--no-progress"]
-
-
-def run_cli(*args, cwd=REPO):
-    return subprocess.run(
-        [sys.executable, "-m", "dgl_zerocopy.cli", *args], capture_output=True, text=True, encoding="utf-8", cwd=cwd, env=os.environ.copy(), timeout=300
-    )
 
 
 # "dgl" in the slow tier: the same run through another source; test_train checks the sources give the same batches.
@@ -51,7 +41,7 @@ def test_all_neighbour_fanouts_can_be_written_with_a_minus():
 
 def _info_lines(code_before: str = "") -> dict[str, str]:
     code = f"{code_before}\nimport sys\nfrom dgl_zerocopy.cli import main\nsys.exit(main(['info']))\n"
-    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8", cwd=REPO, timeout=300)
+    r = run_python("-c", code)
     assert r.returncode == 0, r.stderr
     return dict(tuple(part.strip() for part in line.split(" : ", 1)) for line in r.stdout.splitlines() if " : " in line)
 
