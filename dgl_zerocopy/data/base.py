@@ -50,12 +50,27 @@ def load_arrays(folder: Path, load: Callable[[Path], np.ndarray], shapes: Callab
     return arrays
 
 
+class CscSizes:
+    """``num_nodes`` and ``num_edges`` of a class holding a CSC as ``indptr`` and ``indices``."""
+
+    indptr: np.ndarray
+    indices: np.ndarray
+
+    @property
+    def num_nodes(self) -> int:
+        return int(self.indptr.shape[0] - 1)
+
+    @property
+    def num_edges(self) -> int:
+        return int(self.indices.shape[0])
+
+
 class DatasetError(ValueError):
     """A dataset that cannot be loaded as asked (missing files, no root given): one line for the user."""
 
 
 @dataclass(frozen=True)
-class GraphDataset:
+class GraphDataset(CscSizes):
     """A node-classification dataset held in host memory.
 
     Contract: ``indptr``/``indices`` are the in-edges in CSC form (int64, ``indptr`` has
@@ -74,14 +89,6 @@ class GraphDataset:
     test_idx: np.ndarray
     num_classes: int
     evaluator: str | None = None  # an OGB dataset name: accuracy through ogb's Evaluator
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.indptr.shape[0] - 1)
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.indices.shape[0])
 
     def with_self_loops(self) -> GraphDataset:
         """The same dataset with one self-loop per node (GCN's A + I); existing self-loops are kept once."""

@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 
 from ..store.host_memory import host_copy
-from .base import DatasetError
+from .base import CscSizes, DatasetError
 from .disk_check import CSC_FILES, CscFiles, verify_csc
 
 __all__ = ["DiskGraph", "open_disk_graph", "NpyAppender", "META", "FORMAT"]
@@ -86,7 +86,7 @@ def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
 
 
 @dataclass(frozen=True, eq=False)
-class DiskGraph:
+class DiskGraph(CscSizes):
     """A graph opened from its folder: every array a read-only memory map of its file (no copy)."""
 
     path: Path
@@ -103,14 +103,6 @@ class DiskGraph:
     #: True when ``indptr``/``indices`` passed :func:`~dgl_zerocopy.data.graph_check.check_csc` (at open, or by a
     #: verdict recorded for these files): the samplers of :mod:`dgl_zerocopy.sampling.disk` then skip their pass.
     checked: bool = False
-
-    @property
-    def num_nodes(self) -> int:
-        return int(self.indptr.shape[0] - 1)
-
-    @property
-    def num_edges(self) -> int:
-        return int(self.indices.shape[0])
 
     @property
     def num_classes(self) -> int:

@@ -362,14 +362,20 @@ def _signal_name(code: int) -> str:
     return ""
 
 
+def _wait_all(procs: list[_Proc], seconds: float, least: float, late: str) -> None:
+    """Wait for ``procs`` to exit, ``seconds`` for them all (at least ``least`` each); one that does
+    not is logged as ``late % (name, seconds)``."""
+    deadline = time.monotonic() + seconds
+    for p in procs:
+        try:
+            p.popen.wait(timeout=max(least, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            log.warning(late, p.name, seconds)
+
+
 def _wait_servers(servers: list[_Proc], grace: float) -> None:
     """The trainers' exit tells the servers to shut down; give them ``grace`` seconds."""
-    deadline = time.monotonic() + grace
-    for p in servers:
-        try:
-            p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            log.warning("%s did not shut down within %.0f s after the trainers finished; stopping it", p.name, grace)
+    _wait_all(servers, grace, 0.0, "%s did not shut down within %.0f s after the trainers finished; stopping it")
 
 
 def _stop(procs: list[_Proc], wait: float = 5.0) -> None:
@@ -380,12 +386,7 @@ def _stop(procs: list[_Proc], wait: float = 5.0) -> None:
             os.killpg(p.popen.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
-    deadline = time.monotonic() + wait
-    for p in alive:
-        try:
-            p.popen.wait(timeout=max(0.1, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            log.warning("%s did not exit within %.0f s of SIGKILL", p.name, wait)
+    _wait_all(alive, wait, 0.1, "%s did not exit within %.0f s of SIGKILL")
 
 
 def _failure(p: _Proc, what: str, lines: int = 20) -> str:
