@@ -47,3 +47,41 @@ def devices() -> list:
 @pytest.fixture(scope="session")
 def small_dataset():
     return load_dataset("synthetic", synthetic=SMALL)
+
+
+@pytest.fixture
+def one_thread():
+    """One torch thread for the test, restored after: on shared cores more threads only wait for each
+    other, and a subprocess run beside it gets one too."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def saved_table(tmp_path: Path, data, source: str):
+    """``data`` (a float32 NumPy table) saved under ``tmp_path`` as the ``source`` a store opens: ``"path"``
+    (the .npy file's path), ``"compressed"`` (an fp16 folder's path) or a ``np.load`` mmap_mode (``"r"``,
+    ``"r+"``, ``"c"``: the file mapped so). Returns what to open, the file the store maps, and the rows
+    a gather must give (fp16's rounding for the compressed one)."""
+    import numpy as np
+
+    from dgl_zerocopy import compress
+
+    np.save(tmp_path / "f.npy", data)
+    if source == "compressed":
+        compress(tmp_path / "f.npy", "fp16", out=tmp_path / "f.fp16")
+        path, want = tmp_path / "f.fp16" / "codes.npy", torch.from_numpy(data).half().float()
+    else:
+        path, want = tmp_path / "f.npy", torch.from_numpy(data)
+    named = {"path": tmp_path / "f.npy", "compressed": tmp_path / "f.fp16"}.get(source)
+    return (named if named is not None else np.load(path, mmap_mode=source)), path, want
+
+
+def mapped(start: int, end: int) -> bool:
+    """Whether any byte of ``[start, end)`` is mapped in this process (/proc/self/maps)."""
+    for line in Path("/proc/self/maps").read_text().splitlines():
+        low, high = (int(x, 16) for x in line.split()[0].split("-"))
+        if low < end and start < high:
+            return True
+    return False

@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 import torch
-from conftest import requires_cuda
+from conftest import requires_cuda, saved_table
 
 from dgl_zerocopy import FeatureStore
 
@@ -235,21 +235,13 @@ def test_pin_gather_close_leave_a_mapped_file_as_it_was(tmp_path, source):
     import os
     import warnings
 
-    from dgl_zerocopy import compress
-
     data = np.arange(4096 * 64, dtype=np.float32).reshape(4096, 64) / 8  # 1 MiB: 256 pages; within fp16's range (the compressed case)
-    np.save(tmp_path / "f.npy", data)
-    if source == "compressed":
-        compress(tmp_path / "f.npy", "fp16", out=tmp_path / "f.fp16")
-        path, want = tmp_path / "f.fp16" / "codes.npy", torch.from_numpy(data).half().float()
-    else:
-        path, want = tmp_path / "f.npy", torch.from_numpy(data)
+    table, path, want = saved_table(tmp_path, data, source)
     before = path.read_bytes()
     os.utime(path, ns=(10**18, 10**18))  # far from now: any update shows, whatever the clock's resolution
-    arg = {"path": tmp_path / "f.npy", "compressed": tmp_path / "f.fp16"}.get(source)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the copy-on-write warning where the GPU cannot pin read-only memory
-        store = FeatureStore(arg if arg is not None else np.load(path, mmap_mode=source), backend="zerocopy", device="cuda")
+        store = FeatureStore(table, backend="zerocopy", device="cuda")
     ids = torch.randint(0, 4096, (2000,))
     torch.testing.assert_close(store.gather(ids).cpu(), want[ids], rtol=0, atol=0)
     torch.testing.assert_close(store.gather(ids.cuda()).cpu(), want[ids], rtol=0, atol=0)
