@@ -111,16 +111,11 @@ __global__ void gather_aligned(const char* __restrict__ table, long long row_str
                                int threads_per_row, long long align_bytes, long long steps_per_row) {
   const long long vec = (long long)sizeof(VecT);
   const long long window = (long long)threads_per_row * vec;
-  const unsigned lane = threadIdx.x & 31u;
-  const unsigned lane_in_row = lane & (unsigned)(threads_per_row - 1);
-  const long long group_in_warp = (long long)(lane / (unsigned)threads_per_row);
-  const long long rows_per_warp = 32 / threads_per_row;
-  const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const long long num_warps = ((long long)gridDim.x * blockDim.x) >> 5;
+  const ZcRowGroups rows(threads_per_row);
   const unsigned long long align_mask = ~(unsigned long long)(align_bytes - 1);
 
-  for (long long first = warp * rows_per_warp; first < num_ids; first += num_warps * rows_per_warp) {
-    const long long j = first + group_in_warp;
+  for (long long first = rows.first; first < num_ids; first += rows.stride) {
+    const long long j = first + rows.group;
     const bool row_active = j < num_ids;
     // A group past the last row still walks the loop (masked) with a valid row's addresses.
     const long long jj = row_active ? j : first;
@@ -128,7 +123,7 @@ __global__ void gather_aligned(const char* __restrict__ table, long long row_str
     const unsigned long long src =
         zc_row_source(table, row_stride, (long long)ids[jj], slot_map, slot_bytes, cache_rows, cache_stride, slot);
     const unsigned long long end = src + (unsigned long long)row_bytes;
-    const unsigned long long start = (src & align_mask) + (unsigned long long)lane_in_row * vec;
+    const unsigned long long start = (src & align_mask) + (unsigned long long)rows.lane_in_row * vec;
     char* dst_row = out + (perm != 0 ? perm[jj] : jj) * out_stride;
 
     for (long long s0 = 0; s0 < steps_per_row; s0 += ZC_STEPS_IN_FLIGHT) {
@@ -222,17 +217,12 @@ __global__ void gather_decode(const char* __restrict__ table, long long row_stri
   static_assert(sizeof(VecT) % sizeof(CodeBits) == 0, "a load holds whole codes");
   const long long vec = (long long)sizeof(VecT);
   const long long window = (long long)threads_per_row * vec;
-  const unsigned lane = threadIdx.x & 31u;
-  const unsigned lane_in_row = lane & (unsigned)(threads_per_row - 1);
-  const long long group_in_warp = (long long)(lane / (unsigned)threads_per_row);
-  const long long rows_per_warp = 32 / threads_per_row;
-  const long long warp = ((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
-  const long long num_warps = ((long long)gridDim.x * blockDim.x) >> 5;
+  const ZcRowGroups rows(threads_per_row);
   const unsigned long long align_mask = ~(unsigned long long)(align_bytes - 1);
   const bool per_row = CodeT::kAffine && affine_per_row != 0;  // the same for every thread
 
-  for (long long first = warp * rows_per_warp; first < num_ids; first += num_warps * rows_per_warp) {
-    const long long j = first + group_in_warp;
+  for (long long first = rows.first; first < num_ids; first += rows.stride) {
+    const long long j = first + rows.group;
     const bool row_active = j < num_ids;
     const long long jj = row_active ? j : first;
     const long long id = id_bytes == 4 ? (long long)static_cast<const int*>(ids)[jj]
@@ -241,7 +231,7 @@ __global__ void gather_decode(const char* __restrict__ table, long long row_stri
     const unsigned long long src =
         zc_row_source(table, row_stride, id, slot_map, slot_bytes, cache_rows, cache_stride, slot);
     const unsigned long long end = src + (unsigned long long)row_bytes;
-    const unsigned long long start = (src & align_mask) + (unsigned long long)lane_in_row * vec;
+    const unsigned long long start = (src & align_mask) + (unsigned long long)rows.lane_in_row * vec;
     char* dst_row = out + (perm != 0 ? perm[jj] : jj) * out_stride;
 
     // The row's (scale, offset): every lane of the group loads the same 8 bytes, one request.

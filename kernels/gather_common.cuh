@@ -19,6 +19,24 @@
 #define ZC_UNROLL _Pragma("unroll")
 #endif
 
+// Where a thread stands in the aligned scheme's grid-stride loop over rows: the lanes of a warp in
+// groups of threads_per_row (a power of two dividing 32), one row per group; the warps stride over
+// the rows together, so all lanes of a warp iterate alike. Rows first, first + stride, ... are this
+// warp's (plus group for this lane's row).
+struct ZcRowGroups {
+  long long first, stride, group;
+  unsigned lane_in_row;
+
+  __device__ explicit ZcRowGroups(int threads_per_row) {
+    const unsigned lane = threadIdx.x & 31u;
+    const long long rows_per_warp = 32 / threads_per_row;
+    lane_in_row = lane & (unsigned)(threads_per_row - 1);
+    group = (long long)(lane / (unsigned)threads_per_row);
+    first = (((long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5) * rows_per_warp;
+    stride = (((long long)gridDim.x * blockDim.x) >> 5) * rows_per_warp;
+  }
+};
+
 // Reads *ptr when active, else returns a zero value without touching memory.
 // Masked lanes must not read: their address may lie outside the table (before its first row
 // or after its last), and over PCIe a read is never free.
