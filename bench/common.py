@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import platform
 import shlex
 import statistics
@@ -138,6 +139,30 @@ def chosen(parser, text: str, choices, what: str) -> list[str]:
     return names
 
 
+class SeedRuns:
+    """The training runs of one setting, a seed each: the test accuracy at each run's best
+    validation epoch (``accs``), epoch times past the first (it warms up), the evaluations' times
+    and each run's seconds."""
+
+    def __init__(self) -> None:
+        self.accs: list[float] = []
+        self.epoch_times: list[float] = []
+        self.eval_times: list[float] = []
+        self.seconds: list[float] = []
+
+    def add(self, history: list, start: float, what: str) -> None:
+        """Count a run's ``history`` (``EpochStats`` per epoch) begun at ``start`` (``time.perf_counter()``)
+        and print one line on it, ``what`` first."""
+        from dgl_zerocopy.training.train import best_epoch
+
+        best = best_epoch(history)
+        self.accs.append(best.test_acc)
+        self.epoch_times += [h.epoch_time for h in history[1:] or history]  # epoch 0 warms up
+        self.eval_times += [h.eval_time for h in history if not math.isnan(h.val_acc)]  # the evaluated epochs
+        self.seconds.append(time.perf_counter() - start)
+        print(f"  {what}: test {best.test_acc:.4f} at epoch {best.epoch} (val {best.val_acc:.4f}), {self.seconds[-1]:.0f}s", flush=True)
+
+
 def table_head(header: str, align: str) -> list[str]:
     """A Markdown table's first two lines: ``header`` (``"| a | b |"``) and its rule, a column per
     letter of ``align``: ``r`` right-aligned (numbers), ``l`` left."""
@@ -160,6 +185,19 @@ def save_figure(fig, path: Path, dpi: int = 110) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)
     pyplot().close(fig)
+
+
+def width_axes(axes, label: str, marks: dict) -> None:
+    """Each of ``axes`` as a log2 axis of widths named ``label``, a green line and name at each of
+    ``marks`` (``{width: name}``: the datasets' widths), a grid and a legend."""
+    for ax in axes:
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel(label)
+        for width, name in marks.items():
+            ax.axvline(width, color="tab:green", lw=0.8, alpha=0.6)
+            ax.text(width, ax.get_ylim()[1] * 0.97, f" {name}", rotation=90, va="top", fontsize=7, color="tab:green")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8, loc="best")
 
 
 def grouped_bars(

@@ -22,7 +22,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, pyplot, save_figure, table_head, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, pyplot, save_figure, table_head, width_axes, write_results  # noqa: E402
 
 from dgl_zerocopy.cuda.gather.pcie_model import CODEC_VARIANTS, LINE_BYTES, LINK_GBPS, SECTOR_BYTES, TLP_OVERHEAD_BYTES, compare_codecs  # noqa: E402
 
@@ -78,14 +78,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     ax_gbps.axhline(link, color="grey", lw=0.8, ls=":", label=f"link ({link:g} GB/s)")
     ax_bytes.set_ylabel("link bytes per fp32 byte delivered")
     ax_gbps.set_ylabel(f"fp32-equivalent GB/s on a {link:g} GB/s link")
-    for ax in (ax_bytes, ax_gbps):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("feature columns")
-        for cols, name in HEADLINE.items():
-            ax.axvline(cols, color="tab:green", lw=0.8, alpha=0.6)
-            ax.text(cols, ax.get_ylim()[1] * 0.97, f" {name}", rotation=90, va="top", fontsize=7, color="tab:green")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
+    width_axes((ax_bytes, ax_gbps), "feature columns", HEADLINE)
     fig.suptitle(title, fontsize=9)
     save_figure(fig, path, dpi=120)
 

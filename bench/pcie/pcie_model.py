@@ -20,7 +20,7 @@ from pathlib import Path
 from dgl_zerocopy.cuda.gather.pcie_model import LINE_BYTES, SECTOR_BYTES, TLP_OVERHEAD_BYTES, compare
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import command_line, machine, pyplot, save_figure, table_head, write_results  # noqa: E402
+from common import command_line, machine, pyplot, save_figure, table_head, width_axes, write_results  # noqa: E402
 
 DOCS = Path(__file__).resolve().parents[2] / "docs"
 # fp32 columns: powers of two, odd counts, and the two headline datasets
@@ -85,14 +85,7 @@ def plot(rows: list[dict], path: Path, title: str) -> None:
     ax_req.set_ylabel("PCIe read requests per KiB of features")
     ax_eff.set_ylabel("modelled link efficiency (%)")
     ax_eff.set_ylim(0, 100)
-    for ax in (ax_req, ax_eff):
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("row width (bytes, fp32 table)")
-        for row_bytes, name in HEADLINE.items():
-            ax.axvline(row_bytes, color="tab:green", lw=0.8, alpha=0.6)
-            ax.text(row_bytes, ax.get_ylim()[1] * 0.97, f" {name}", rotation=90, va="top", fontsize=7, color="tab:green")
-        ax.grid(True, which="both", alpha=0.3)
-        ax.legend(fontsize=8, loc="best")
+    width_axes((ax_req, ax_eff), "row width (bytes, fp32 table)", HEADLINE)
     ax_req.set_yscale("log")
     fig.suptitle(title, fontsize=9)
     save_figure(fig, path, dpi=120)

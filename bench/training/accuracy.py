@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import REAL_GRAPH_CONFIGS, accuracy_pct, accuracy_std_pct, command_line, grouped_bars, machine, save_figure, summarize, write_results  # noqa: E402
+from common import REAL_GRAPH_CONFIGS, SeedRuns, accuracy_pct, accuracy_std_pct, command_line, grouped_bars, machine, save_figure, summarize, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {**REAL_GRAPH_CONFIGS, "synthetic": "synthetic-sage.yaml"}
@@ -118,11 +118,11 @@ COMPRESSIONS = ("none", "fp16", "bf16", "int8", *[f for f in INT8_FORMS if f != 
 def _run(name: str, codec: str, args: argparse.Namespace) -> dict:
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
     from dgl_zerocopy.training.config import build_config, read_yaml
-    from dgl_zerocopy.training.train import best_epoch, train
+    from dgl_zerocopy.training.train import train
 
     through_store = codec in ("none", "fp16", "bf16", "int8")
     overrides = {"dataset": name, "device": "cpu", "feature_source": "cpu", "epochs": args.epochs, "feature_compression": codec if through_store else "none"}
-    accs, epoch_times, eval_times = [], [], []
+    runs = SeedRuns()
     cfg = None
     for seed in range(args.seeds):
         cfg = build_config(read_yaml(REPO / "configs" / CONFIGS[name]), {**overrides, "seed": seed})
@@ -139,17 +139,9 @@ def _run(name: str, codec: str, args: argparse.Namespace) -> dict:
             dataset = dataset.with_self_loops()
         if seed == 0:
             _check(dataset, cfg)
-        history = train(cfg, dataset, progress=False)
-        best = best_epoch(history)
-        accs.append(best.test_acc)
-        epoch_times += [h.epoch_time for h in history[1:] or history]  # epoch 0 warms up
-        eval_times += [h.eval_time for h in history if not np.isnan(h.val_acc)]
-        print(
-            f"  {name} [{codec}] seed {seed}: test {best.test_acc:.4f} at epoch {best.epoch} (val {best.val_acc:.4f}), {time.perf_counter() - start:.0f}s",
-            flush=True,
-        )
+        runs.add(train(cfg, dataset, progress=False), start, f"{name} [{codec}] seed {seed}")
         del dataset
-    ep, ev = summarize(epoch_times), summarize(eval_times)
+    accs, ep, ev = runs.accs, summarize(runs.epoch_times), summarize(runs.eval_times)
     return {
         "dataset": name,
         "compression": codec,

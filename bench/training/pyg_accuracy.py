@@ -41,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.p
 from common import (  # noqa: E402
     REAL_GRAPH_CONFIGS,
     RESULTS,
+    SeedRuns,
     accuracy_pct,
     accuracy_std_pct,
     chosen,
@@ -112,11 +113,11 @@ def check_pyg_batch(dataset, cfg) -> None:
 def run(name: str, route: str, args: argparse.Namespace) -> dict:
     from dgl_zerocopy.data import load_dataset
     from dgl_zerocopy.training.pyg_train import train_pyg
-    from dgl_zerocopy.training.train import best_epoch, train
+    from dgl_zerocopy.training.train import train
 
     fit = train_pyg if route == "pyg" else train
 
-    accs, epoch_times, eval_times, seconds = [], [], [], []
+    runs = SeedRuns()
     cfg = None
     for seed in range(args.seeds):
         cfg = config(name, route, seed, args.epochs)
@@ -124,15 +125,9 @@ def run(name: str, route: str, args: argparse.Namespace) -> dict:
         dataset = load_dataset(name, root=args.data_root, split_seed=seed)
         if seed == 0 and route == "pyg":
             check_pyg_batch(dataset, cfg)
-        history = fit(cfg, dataset, progress=False)
-        best = best_epoch(history)
-        accs.append(best.test_acc)
-        epoch_times += [h.epoch_time for h in history[1:] or history]  # epoch 0 warms up
-        eval_times += [h.eval_time for h in history if not math.isnan(h.val_acc)]
-        seconds.append(time.perf_counter() - start)
-        print(f"  {name} [{route}] seed {seed}: test {best.test_acc:.4f} at epoch {best.epoch} (val {best.val_acc:.4f}), {seconds[-1]:.0f}s", flush=True)
+        runs.add(fit(cfg, dataset, progress=False), start, f"{name} [{route}] seed {seed}")
         del dataset
-    ep, ev = summarize(epoch_times), summarize(eval_times)
+    accs, ep, ev = runs.accs, summarize(runs.epoch_times), summarize(runs.eval_times)
     return {
         "dataset": name,
         "route": route,
@@ -147,7 +142,7 @@ def run(name: str, route: str, args: argparse.Namespace) -> dict:
         "test_accs": " ".join(f"{a:.4f}" for a in accs),
         "epoch_time_median": ep["median"],
         "eval_time_median": ev["median"],
-        "seconds_per_run": float(np.mean(seconds)),
+        "seconds_per_run": float(np.mean(runs.seconds)),
     }
 
 
