@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 from conftest import CUDA, REPO
+from script_runs import run_python
 
 from dgl_zerocopy.cuda.gather import instantiations
 
@@ -37,15 +38,7 @@ def _env_without_pythonpath() -> dict:
 @pytest.mark.skipif(CUDA, reason="checks the machine without a GPU")
 def test_without_cuda_it_prints_one_line_and_exits_2_from_any_folder(tmp_path):
     """``python3 bench/gpu_check.py`` needs neither make nor PYTHONPATH nor the checkout as its folder."""
-    r = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--out", str(tmp_path / "res")],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=tmp_path,
-        env=_env_without_pythonpath(),
-        timeout=120,
-    )
+    r = run_python(REPO / "bench" / "gpu_check.py", "--out", tmp_path / "res", cwd=tmp_path, env=_env_without_pythonpath(), timeout=120)
     assert r.returncode == 2, r.stdout + r.stderr
     lines = (r.stdout + r.stderr).strip().splitlines()
     assert lines == ["gpu-check: no CUDA GPU here (torch.cuda.is_available() is False); run it on a machine with one"]
@@ -102,14 +95,7 @@ def test_make_runs_what_the_docs_say_to_run_without_make():
 
 @pytest.mark.skipif(CUDA, reason="checks the machine without a GPU")
 def test_probe_prints_the_line_and_exits_0():
-    r = subprocess.run(
-        [sys.executable, str(REPO / "bench" / "gpu_check.py"), "--probe"],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        env=_env_without_pythonpath(),
-        timeout=120,
-    )
+    r = run_python(REPO / "bench" / "gpu_check.py", "--probe", env=_env_without_pythonpath(), timeout=120)
     assert (r.returncode, r.stderr) == (0, "")
     assert r.stdout.startswith("gpu-check: no CUDA GPU here")
 
@@ -813,17 +799,6 @@ def test_the_sampling_rows_are_in_summary_json_and_md(tmp_path):
     assert "## Sampling" not in gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "sampling": []}})
 
 
-def test_main_runs_the_sampling_step_after_gather_with_its_limit(on_cpu, tmp_path, capsys):
-    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--parts", "sampling,gather"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert out.index("step gather runs") < out.index(f"step sampling runs with a limit of {gpu_check.LIMITS['sampling']} s")
-    assert "gpu-check [2/2] sampling: ok" in out and f"sampling {gpu_check.LIMITS['sampling']} s" in out.splitlines()[6]
-    data = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert [p["name"] for p in data["parts"]] == ["wheels", "pytest", "gather", "sampling", "storage", "epoch", "pyg", "scale", "ddp"]
-    assert data["figures"]["sampling"] == []
-
-
 @pytest.mark.slow
 def test_the_sampling_step_runs_bench_sampling_with_the_reference_backend(tmp_path, monkeypatch):
     """The real step without CUDA: bench/sampler/sampling.py in a subprocess, the reference backend standing in
@@ -911,14 +886,16 @@ def test_the_storage_rows_are_in_summary_json_and_md(tmp_path):
     assert "## Tables larger" not in gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "storage": []}})
 
 
-@pytest.mark.parametrize("step, after, place", [("storage", "sampling", 4), ("scale", "pyg", 7)])
+@pytest.mark.parametrize("step, after, place", [("sampling", "gather", 3), ("pyg", "epoch", 6), ("storage", "sampling", 4), ("scale", "pyg", 7)])
 def test_main_runs_a_step_after_the_one_before_it_with_its_limit(on_cpu, tmp_path, capsys, step, after, place):
+    """``--parts STEP,AFTER`` runs them in the check's order (AFTER first), STEP with its own limit."""
     code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--parts", f"{step},{after}"])
     out = capsys.readouterr().out
     assert code == 0, out
     assert out.index(f"step {after} runs") < out.index(f"step {step} runs with a limit of {gpu_check.LIMITS[step]} s")
     assert f"gpu-check [2/2] {step}: ok" in out and f"{step} {gpu_check.LIMITS[step]} s" in out.splitlines()[6]
     data = json.loads((tmp_path / "out" / "summary.json").read_text())
+    assert [p["name"] for p in data["parts"]] == ["wheels", "pytest", "gather", "sampling", "storage", "epoch", "pyg", "scale", "ddp"]
     assert data["figures"][step] == [] and data["parts"][place]["name"] == step
 
 
@@ -1077,16 +1054,6 @@ def test_the_pyg_rows_are_in_summary_json_and_md(tmp_path):
     assert "Our PyG route's epoch takes 1.25x our DGL route's (prefetch 2, the same kernels and store)." in md
     assert gpu_check.transfer_problems(tmp_path) == [] and not any("pyg" in f for f in gpu_check.RESULT_FILES)
     assert "## PyG route" not in gpu_check.render_markdown({**summary, "figures": {**summary["figures"], "pyg": []}})
-
-
-def test_main_runs_the_pyg_step_after_epoch_with_its_limit(on_cpu, tmp_path, capsys):
-    code = gpu_check.main(["--out", str(tmp_path / "out"), "--wheels", str(tmp_path / "none"), "--parts", "pyg,epoch"])
-    out = capsys.readouterr().out
-    assert code == 0, out
-    assert out.index("step epoch runs") < out.index(f"step pyg runs with a limit of {gpu_check.LIMITS['pyg']} s")
-    assert "gpu-check [2/2] pyg: ok" in out and f"pyg {gpu_check.LIMITS['pyg']} s" in out.splitlines()[6]
-    data = json.loads((tmp_path / "out" / "summary.json").read_text())
-    assert data["figures"]["pyg"] == [] and data["parts"][6]["name"] == "pyg"
 
 
 @pytest.mark.slow

@@ -12,21 +12,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from nvrtc_archs import ARCH_PARAMS, requires_nvrtc
 
-from dgl_zerocopy.cuda import nvrtc
 from dgl_zerocopy.cuda.sampling import temporal
 from dgl_zerocopy.sampling.picks import cut_by_time, prefix_sums
-
-
-def _archs() -> tuple[str, ...]:
-    try:
-        return nvrtc.default_archs()
-    except OSError:
-        return ()
-
-
-ARCHS = _archs()
-FAST_ARCH = "sm_90" if "sm_90" in ARCHS else ARCHS[-1] if ARCHS else "no-nvrtc"
 
 
 def _emulator_available() -> bool:
@@ -49,8 +38,8 @@ def sorted_csc(num_nodes: int, num_edges: int, seed: int):
     return indptr, gen.integers(0, num_nodes, len(dst)), times
 
 
-@pytest.mark.skipif(not ARCHS, reason="no NVRTC found (torch's CUDA wheels bring it)")
-@pytest.mark.parametrize("arch", [a if a == FAST_ARCH else pytest.param(a, marks=pytest.mark.slow) for a in ARCHS or ["no-nvrtc"]])
+@requires_nvrtc
+@pytest.mark.parametrize("arch", ARCH_PARAMS)
 def test_every_instantiation_compiles(arch):
     assert len(temporal.compile_check(arch)) > 0
     ptx = temporal.compile_check(f"compute_{arch.removeprefix('sm_')}").decode()

@@ -6,34 +6,18 @@ from __future__ import annotations
 import importlib
 import logging
 import re
-import subprocess
-import sys
 
 import pytest
+from nvrtc_archs import ARCH_PARAMS, ARCHS, requires_nvrtc
+from script_runs import run_python
 
 from dgl_zerocopy.cuda import nvrtc
 from dgl_zerocopy.cuda.gather import instantiations, launcher
 from dgl_zerocopy.cuda.kernel_source import flush_to_zero, gpu_flushes_subnormals, kernel_dir, kernel_options, kernel_sources_digest, nvrtc_options, read_kernel
 
 
-def _nvrtc_archs() -> tuple[str, ...]:
-    try:
-        return nvrtc.default_archs()
-    except OSError:  # not found (FileNotFoundError) or not loadable
-        return ()
-
-
-ARCHS = _nvrtc_archs()
-requires_nvrtc = pytest.mark.skipif(not ARCHS, reason="no NVRTC found (torch's CUDA wheels bring it; or pip install dgl-zerocopy[cuda12] or [cuda13])")
-
-
-# The fast tier compiles every instantiation for one architecture, sm_90 (H100/H200, the GPUs this is
-# checked on; both NVRTC 12 and 13 support it); the others (~4-8 s each) run in the slow tier.
-FAST_ARCH = "sm_90" if "sm_90" in ARCHS else ARCHS[-1] if ARCHS else "no-nvrtc"
-
-
 @requires_nvrtc
-@pytest.mark.parametrize("arch", [a if a == FAST_ARCH else pytest.param(a, marks=pytest.mark.slow) for a in ARCHS or ["no-nvrtc"]])
+@pytest.mark.parametrize("arch", ARCH_PARAMS)
 def test_all_instantiations_compile_without_warnings(arch, caplog):
     with caplog.at_level(logging.WARNING, logger="dgl_zerocopy.cuda.gather.launcher"):
         launcher.compile_check(arch)
@@ -205,7 +189,7 @@ def test_launcher_imports_without_cupy():
         "else:\n"
         "    raise SystemExit('launch_gather ran without CuPy')\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8")
+    result = run_python("-c", code)
     assert result.returncode == 0, result.stderr
 
 

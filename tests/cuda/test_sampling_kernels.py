@@ -6,12 +6,12 @@ from __future__ import annotations
 import itertools
 import logging
 import random
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
+from nvrtc_archs import ARCH_PARAMS, FAST_ARCH, requires_nvrtc
+from script_runs import run_python
 
 from dgl_zerocopy.cuda import nvrtc
 from dgl_zerocopy.cuda.sampling import SampledCSC, instantiations, pcie_model, rng, sample_csc
@@ -317,20 +317,8 @@ def test_bad_arguments_name_the_value():
 # --------------------------------------------------------------------------- NVRTC (no GPU)
 
 
-def _nvrtc_archs() -> tuple[str, ...]:
-    try:
-        return nvrtc.default_archs()
-    except OSError:
-        return ()
-
-
-ARCHS = _nvrtc_archs()
-requires_nvrtc = pytest.mark.skipif(not ARCHS, reason="no NVRTC found (torch's CUDA wheels bring it)")
-FAST_ARCH = "sm_90" if "sm_90" in ARCHS else ARCHS[-1] if ARCHS else "no-nvrtc"
-
-
 @requires_nvrtc
-@pytest.mark.parametrize("arch", [a if a == FAST_ARCH else pytest.param(a, marks=pytest.mark.slow) for a in ARCHS or ["no-nvrtc"]])
+@pytest.mark.parametrize("arch", ARCH_PARAMS)
 def test_every_sampling_instantiation_compiles_without_warnings(arch, caplog):
     """With CuPy's own options (kernel_source.nvrtc_options), for every architecture of the found
     NVRTC's CUDA major (sm_90 here, the others in the slow tier)."""
@@ -371,7 +359,7 @@ def test_cuda_backend_without_a_gpu_is_a_clear_error():
         "except RuntimeError as e:\n"
         "    assert 'CuPy' in str(e) and 'emulator' in str(e), e\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    result = run_python("-c", code, timeout=120)
     assert result.returncode == 0, result.stderr
 
 

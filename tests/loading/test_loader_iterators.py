@@ -208,17 +208,22 @@ def test_dgl_zip_over_persistent_workers_and_close_ends_them(dgl_setup):
         loader.close()
 
 
+def _close_ends_each(loader, threads, iterators) -> None:
+    """``loader.close()`` ends each live iterator: its worker thread ends (no wait for ever), ``next`` stops."""
+    loader.close()
+    for t in threads:
+        t.join()
+    for it in iterators:
+        with pytest.raises(StopIteration):
+            next(it)
+
+
 def test_dgl_close_ends_every_live_iterator(dgl_setup):
     loader = _dgl_loader(dgl_setup, 2)
     a, b = iter(loader), iter(loader)
     next(a), next(b)
     threads = [a.thread, b.thread]
-    loader.close()
-    for t in threads:
-        t.join()  # ended by close(): no wait for ever
-    for it in (a, b):
-        with pytest.raises(StopIteration):
-            next(it)
+    _close_ends_each(loader, threads, (a, b))
     assert sum(1 for _ in loader) == len(loader), "the loader iterates again after close()"
 
 
@@ -397,12 +402,7 @@ def test_pyg_close_ends_every_live_iterator():
     next(a), next(b)
     threads = [t for t in _prefetch_threads() if t.name == THREADS[1] and t not in before and t.is_alive()]
     assert len(threads) == 2, "one worker per iterator"
-    loader.close()
-    for t in threads:
-        t.join()  # ended by close(): no wait for ever
-    for it in (a, b):
-        with pytest.raises(StopIteration):
-            next(it)
+    _close_ends_each(loader, threads, (a, b))
 
 
 @pytest.mark.gpu

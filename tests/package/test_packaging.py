@@ -2,13 +2,12 @@
 
 import os
 import re
-import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
 import pytest
 from conftest import REPO
+from script_runs import run_python
 
 
 def test_every_package_folder_is_listed_for_the_wheel():
@@ -23,13 +22,7 @@ def test_every_package_folder_is_listed_for_the_wheel():
 
 @pytest.mark.slow
 def test_wheel_ships_kernels_and_finds_them(tmp_path):
-    build = subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path / "dist"), str(REPO)],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=300,
-    )
+    build = run_python("-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", tmp_path / "dist", REPO)
     assert build.returncode == 0, build.stderr
     (wheel,) = (tmp_path / "dist").glob("dgl_zerocopy-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
@@ -40,28 +33,11 @@ def test_wheel_ships_kernels_and_finds_them(tmp_path):
     assert shipped >= {str(p.parent.relative_to(REPO)) for p in (REPO / "dgl_zerocopy").rglob("__init__.py")}, "a package folder left out"
 
     target = tmp_path / "site"
-    install = subprocess.run(
-        [sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        timeout=300,
-    )
+    install = run_python("-m", "pip", "install", "--no-deps", "-q", "--target", target, wheel)
     assert install.returncode == 0, install.stderr
     env = {**os.environ, "PYTHONPATH": str(target)}
-    probe = subprocess.run(
-        [
-            sys.executable,
-            "-c",
-            "from dgl_zerocopy.cuda.kernel_source import kernel_dir, read_kernel; print(kernel_dir()); print(len(read_kernel('gather.cu')))",
-        ],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=tmp_path,
-        env=env,
-        timeout=120,
-    )
+    code = "from dgl_zerocopy.cuda.kernel_source import kernel_dir, read_kernel; print(kernel_dir()); print(len(read_kernel('gather.cu')))"
+    probe = run_python("-c", code, cwd=tmp_path, env=env, timeout=120)
     assert probe.returncode == 0, probe.stderr
     where, size = probe.stdout.split()
     assert where.startswith(str(target)), f"kernels found at {where}, not in the installed package"
@@ -73,15 +49,7 @@ def test_wheel_ships_kernels_and_finds_them(tmp_path):
         "import site, sys; site.addsitedir(sys.argv[1])\n"
         "print(sum(type(f).__name__ == '_Finder' for f in sys.meta_path), [m for m in ('torch', 'dgl', 'numpy') if m in sys.modules])"
     )
-    hooked = subprocess.run(
-        [sys.executable, "-c", code, str(target)],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=tmp_path,
-        env={**os.environ, "PYTHONPATH": ""},
-        timeout=120,
-    )
+    hooked = run_python("-c", code, target, cwd=tmp_path, env={**os.environ, "PYTHONPATH": ""}, timeout=120)
     assert hooked.returncode == 0, hooked.stderr
     assert hooked.stdout.split() == ["1", "[]"], hooked.stdout
 
@@ -91,7 +59,7 @@ def test_editable_wheel_ships_the_hook_after_its_finder(tmp_path):
     """``pip install -e .`` builds this wheel (PEP 660). Python reads .pth files in name order: ours imports
     ``_dgl_zerocopy_graphbolt``, which the ``__editable__`` finder makes importable, so it must come later."""
     code = f"from setuptools import build_meta; print(build_meta.build_editable({str(tmp_path)!r}))"
-    build = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8", cwd=REPO, timeout=300)
+    build = run_python("-c", code)
     assert build.returncode == 0, build.stderr
     wheel = tmp_path / build.stdout.split()[-1]
     archive = zipfile.ZipFile(wheel)
@@ -104,8 +72,6 @@ def test_editable_wheel_ships_the_hook_after_its_finder(tmp_path):
 def test_the_documented_api_is_importable_without_dgl():
     """README and docs/usage.md use ``dgl_zerocopy.FeatureStore`` and ``dgl_zerocopy.DataLoader``;
     the GPU machine has no DGL, so importing the package must not need it."""
-    import subprocess
-    import sys
 
     code = (
         "import sys; sys.modules['dgl'] = None\n"
@@ -114,7 +80,7 @@ def test_the_documented_api_is_importable_without_dgl():
         "from dgl_zerocopy import DataLoader, FeatureStore\n"
         "import dgl_zerocopy.nn, dgl_zerocopy.training.models\n"
     )
-    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, encoding="utf-8")
+    run = run_python("-c", code)
     assert run.returncode == 0, run.stderr
 
 

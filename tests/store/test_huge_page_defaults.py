@@ -22,6 +22,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from conftest import mapped
 from test_pinning import FakeRuntime, mapping_of, use  # noqa: E402 - also skips without CuPy
 
 from dgl_zerocopy.data import SyntheticSpec, load_dataset
@@ -49,15 +50,6 @@ def no_huge_pages(monkeypatch):
     """A machine without transparent huge pages and with an empty hugetlb pool (the probe's answers)."""
     monkeypatch.setattr(huge_pages, "_thp_mode", lambda: "never")
     monkeypatch.setattr(huge_pages, "_free_hugetlb_pages", lambda: 0)
-
-
-def mapped(start: int, end: int) -> bool:
-    """Whether any byte of ``[start, end)`` is mapped in this process (/proc/self/maps)."""
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        low, high = (int(x, 16) for x in line.split()[0].split("-"))
-        if low < end and start < high:
-            return True
-    return False
 
 
 def _features(rows: int = BIG[0], dim: int = BIG[1]) -> np.ndarray:

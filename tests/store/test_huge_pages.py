@@ -19,6 +19,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import mapped
 
 from dgl_zerocopy.store import huge_pages, pinning
 from dgl_zerocopy.store.huge_pages import HUGE_PAGE_BYTES, HostTable
@@ -65,15 +66,6 @@ def runtime(monkeypatch) -> FakeRuntime:
     monkeypatch.setattr(pinning, "_runtime", lambda: fake)
     monkeypatch.setattr(pinning, "_registered", {})
     return fake
-
-
-def mapped(start: int, end: int) -> bool:
-    """Whether any byte of ``[start, end)`` is mapped in this process (/proc/self/maps)."""
-    for line in Path("/proc/self/maps").read_text().splitlines():
-        low, high = (int(x, 16) for x in line.split()[0].split("-"))
-        if low < end and start < high:
-            return True
-    return False
 
 
 def test_the_stand_in_has_only_names_the_real_runtime_has():
