@@ -12,6 +12,7 @@ import time
 import numpy as np
 import pytest
 import torch
+from script_runs import run_cli
 
 from dgl_zerocopy.data import DatasetError
 from dgl_zerocopy.data import papers_disk as pd
@@ -272,13 +273,12 @@ def test_the_partial_prefix_names_the_writer(tmp_path):
 
 @pytest.mark.slow  # two child processes, each importing torch
 def test_the_generate_command(tmp_path):
-    run = [sys.executable, "-m", "dgl_zerocopy.cli", "generate"]
-    r = subprocess.run([*run, str(tmp_path / "g"), "--fraction", "0.0001", "--no-progress", "--seed", "3"], capture_output=True, text=True, timeout=120)
+    r = run_cli("generate", tmp_path / "g", "--fraction", "0.0001", "--no-progress", "--seed", "3", timeout=120)
     assert r.returncode == 0, r.stderr
     assert "11,106 nodes" in r.stdout and "int32 indices" in r.stdout and "int8 features" in r.stdout
     graph = open_disk_graph(tmp_path / "g")
     assert graph.meta["spec"]["seed"] == 3 and graph.feature_store(host_cache_bytes=1 << 20).gather(torch.tensor([0])).shape == (1, 128)
-    r = subprocess.run([*run, str(tmp_path / "h"), "--fraction", "2"], capture_output=True, text=True, timeout=120)
+    r = run_cli("generate", tmp_path / "h", "--fraction", "2", timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == "dgl-zerocopy: error: fraction must be in (0, 1], but got 2.0" and not (tmp_path / "h").exists()
 
 

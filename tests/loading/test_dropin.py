@@ -19,6 +19,7 @@ import torch
 dgl = pytest.importorskip("dgl")
 
 from conftest import REPO  # noqa: E402
+from script_runs import metric, run_side_by_side  # noqa: E402
 
 from dgl_zerocopy import DataLoader, FeatureStore  # noqa: E402
 from dgl_zerocopy.loading import dgl_options  # noqa: E402
@@ -253,29 +254,8 @@ def _variant(tmp_path, *changes) -> tuple:
 
 def _test_accuracies(scripts, seed: int) -> list[float]:
     """Run the scripts side by side (CPU) and read their test accuracies."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}  # three processes share the cores
-    runs = [
-        subprocess.Popen(
-            [sys.executable, str(script), "--num-nodes", "20000", "--seed", str(seed), "--mode", "cpu"],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            env=env,
-            cwd=REPO,
-        )
-        for script in scripts
-    ]
-    accuracies = []
-    try:
-        for run in runs:
-            out, err = run.communicate(timeout=300)
-            assert run.returncode == 0, out[-2000:] + err[-4000:]
-            accuracies.append(float(re.search(r"Test Accuracy ([0-9.]+)", out).group(1)))
-    finally:
-        for run in runs:
-            run.kill()
-    return accuracies
+    outputs = run_side_by_side(scripts, ["--num-nodes", "20000", "--seed", seed, "--mode", "cpu"])
+    return [metric(r"Test Accuracy ([0-9.]+)", out) for out in outputs]
 
 
 @pytest.mark.slow

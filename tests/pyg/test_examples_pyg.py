@@ -5,12 +5,9 @@ the switched figure; on PyPI's PyG they stop at PyG's own ImportError, which is 
 
 from __future__ import annotations
 
-import re
-import runpy
-import sys
-
 import pytest
 from conftest import REPO, SHARED_DATA
+from script_runs import metric, run_in_process
 
 torch_geometric = pytest.importorskip("torch_geometric")
 
@@ -38,42 +35,20 @@ def _switched(tmp_path, script, line):
     return path
 
 
-def _run(script, argv, capsys, monkeypatch) -> str:
-    monkeypatch.setattr(sys, "argv", [str(script), *argv])
-    runpy.run_path(str(script), run_name="__main__")
-    return capsys.readouterr().out
-
-
-def _metric(pattern: str, out: str) -> float:
-    found = re.search(pattern, out)
-    assert found, out[-2000:]
-    return float(found.group(1))
-
-
-@pytest.fixture
-def one_thread():
-    import torch
-
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
-
-
 @pytest.mark.parametrize(
     "script,line,argv,pattern,bound",
     [(NODE, NODE_LINE, NODE_RUN, r"Test Accuracy ([0-9.]+)", NODE_BOUND), (LINK, LINK_LINE, LINK_RUN, r"Test AUC ([0-9.]+)", LINK_BOUND)],
     ids=["graphsage", "link_pred"],
 )
 def test_each_pyg_example_trains_switched_by_one_line(tmp_path, capsys, monkeypatch, one_thread, script, line, argv, pattern, bound):
-    ours = _metric(pattern, _run(_switched(tmp_path, script, line), argv, capsys, monkeypatch))
+    ours = metric(pattern, run_in_process(_switched(tmp_path, script, line), argv, capsys, monkeypatch))
     assert ours > bound, ours
     if PYG_CAN_SAMPLE:  # PyG's own loader, same seed: same figure within one run's noise
-        theirs = _metric(pattern, _run(script, argv, capsys, monkeypatch))
+        theirs = metric(pattern, run_in_process(script, argv, capsys, monkeypatch))
         assert abs(ours - theirs) < 0.1, (theirs, ours)
     else:
         with pytest.raises(ImportError, match="pyg-lib"):
-            _run(script, argv, capsys, monkeypatch)
+            run_in_process(script, argv, capsys, monkeypatch)
 
 
 # -- PyG's examples on PyG's own Planetoid dataset (the raw files linked where it looks: nothing downloads) --------
@@ -95,9 +70,9 @@ def test_pygs_planetoid_examples_train_switched_by_one_line(tmp_path, capsys, mo
     if script == UNSUP:
         pytest.importorskip("sklearn")
     run = ["--root", str(tmp_path / "planetoid"), "--raw-from", str(SHARED_DATA / "planetoid"), "--seed", "0", *argv]
-    ours = _metric(r"Test Accuracy ([0-9.]+)", _run(_switched(tmp_path, script, line), run, capsys, monkeypatch))
+    ours = metric(r"Test Accuracy ([0-9.]+)", run_in_process(_switched(tmp_path, script, line), run, capsys, monkeypatch))
     assert ours > bound, ours
     assert not list((tmp_path / "planetoid").glob("Cora/raw/*.tmp")), "nothing downloaded"
     if not PYG_CAN_SAMPLE:
         with pytest.raises(ImportError, match="pyg-lib"):
-            _run(script, run, capsys, monkeypatch)
+            run_in_process(script, run, capsys, monkeypatch)

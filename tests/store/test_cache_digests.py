@@ -20,14 +20,14 @@ import os
 import re
 import signal
 import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, SHARED_DATA
+from conftest import SHARED_DATA
+from script_runs import run_cli
 
 from dgl_zerocopy.data import SyntheticSpec, load_dataset
 from dgl_zerocopy.data.feature_file import features_on_storage
@@ -204,14 +204,12 @@ def test_an_ogb_cache_overwritten_in_place_is_rebuilt_with_a_warning(tmp_path):
 def test_the_command_on_a_zeroed_features_cache_warns_and_trains_as_before(tmp_path):
     """The issue's command: zeros over the cached cora features (same size), then the same command:
     one warning naming the file, and the same scores as the first run (one thread, no prefetch)."""
-    command = [sys.executable, "-m", "dgl_zerocopy.cli", "train", "--config", "configs/cora-gcn.yaml", "--data-root", str(SHARED_DATA)]
+    command = ["train", "--config", "configs/cora-gcn.yaml", "--data-root", SHARED_DATA]
     command += ["--epochs", "3", "--feature-storage", "auto", "--host-cache", "100%", "--no-progress", "--prefetch", "0"]
     env = {**os.environ, "DGL_ZEROCOPY_CACHE": str(tmp_path), "OMP_NUM_THREADS": "1"}
 
     def run() -> subprocess.CompletedProcess:
-        done = subprocess.run(
-            command, capture_output=True, text=True, encoding="utf-8", errors="replace", cwd=REPO, env=env, stdin=subprocess.DEVNULL, timeout=600
-        )
+        done = run_cli(*command, env=env, timeout=600)
         assert done.returncode == 0 and "Traceback" not in done.stderr, done.stderr
         return done
 

@@ -9,13 +9,13 @@ import json
 import os
 import shutil
 import subprocess
-import sys
 import warnings
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import REPO, SHARED_DATA, SMALL
+from conftest import SHARED_DATA, SMALL
+from script_runs import run_cli
 
 from dgl_zerocopy.cli import main
 from dgl_zerocopy.cuda.gather import emulator_build
@@ -270,14 +270,7 @@ def test_console_script_on_a_damaged_partition_prints_one_line(parts, tmp_path):
     folder = tmp_path / "p"
     shutil.copytree(parts, folder)
     _truncate(folder / "synthetic.json")
-    r = subprocess.run(
-        [sys.executable, "-m", "dgl_zerocopy.cli", "train", "--dist", str(folder), "--epochs", "1", "--no-progress"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        stdin=subprocess.DEVNULL,
-        timeout=120,
-    )
+    r = run_cli("train", "--dist", folder, "--epochs", "1", "--no-progress", timeout=120)
     assert r.returncode == 2, r.stderr
     assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr, r.stderr
     assert "synthetic.json' is damaged" in r.stderr

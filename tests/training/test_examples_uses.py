@@ -5,15 +5,9 @@ runs whose figures the docs quote, side by side in subprocesses."""
 
 from __future__ import annotations
 
-import os
-import re
-import runpy
-import subprocess
-import sys
-
 import pytest
-import torch
 from conftest import REPO, SHARED_DATA
+from script_runs import metric, run_in_process, run_side_by_side
 
 pytest.importorskip("dgl")
 
@@ -47,48 +41,8 @@ def _variant(tmp_path, script, *changes, device_blocks=False):
     return path
 
 
-def _in_process(script, argv, capsys, monkeypatch) -> str:
-    monkeypatch.setattr(sys, "argv", [str(script), *argv])
-    runpy.run_path(str(script), run_name="__main__")
-    return capsys.readouterr().out
-
-
-def _metric(pattern: str, out: str) -> float:
-    found = re.search(pattern, out)
-    assert found, out[-2000:]
-    return float(found.group(1))
-
-
-def _side_by_side(scripts, argv) -> list[str]:
-    """Run the scripts at once on the CPU (one thread each, as they share the cores) and return their outputs."""
-    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
-    runs = [
-        subprocess.Popen([sys.executable, str(s), *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, encoding="utf-8", env=env, cwd=REPO)
-        for s in scripts
-    ]
-    outputs = []
-    try:
-        for run in runs:
-            out, err = run.communicate(timeout=300)
-            assert run.returncode == 0, out[-2000:] + err[-4000:]
-            outputs.append(out)
-    finally:
-        for run in runs:
-            run.kill()
-    return outputs
-
-
 RGCN_TINY = ["--mode", "cpu", "--num-papers", "2000", "--epochs", "3", "--batch-size", "64", "--fanouts", "5,5", "--hidden", "32", "--seed", "0"]
 LINK_TINY = ["--mode", "cpu", *LINK_DATA, "--epochs", "2", "--hidden", "32", "--fanouts", "5,5", "--batch-size", "512", "--seed", "0"]
-
-
-@pytest.fixture
-def one_thread():
-    """One torch thread, as the subprocesses have: on shared cores more threads only wait for each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.mark.parametrize(
@@ -99,13 +53,13 @@ def test_each_example_trains_in_process_with_dgls_loader_and_ours(tmp_path, caps
     random scorer's AUC 0.5; measured: RGCN 0.30-0.36, Cora 0.74-0.81); switched to our
     DataLoader, to our layers too, and to device blocks (the GPU route, on the CPU), within 0.1 of
     it (runs of one seed differ by up to 0.04 here, with DGL's loader as with ours)."""
-    theirs = _metric(pattern, _in_process(script, argv, capsys, monkeypatch))
+    theirs = metric(pattern, run_in_process(script, argv, capsys, monkeypatch))
     variants = [
         _variant(tmp_path, script, ONE_LINE),
         _variant(tmp_path, script, ONE_LINE, NN_LINE),
         _variant(tmp_path, script, ONE_LINE, NN_LINE, device_blocks=True),
     ]
-    ours = [_metric(pattern, _in_process(path, argv, capsys, monkeypatch)) for path in variants]
+    ours = [metric(pattern, run_in_process(path, argv, capsys, monkeypatch)) for path in variants]
     assert theirs > bound, theirs
     assert all(abs(figure - theirs) < 0.1 for figure in ours), (theirs, ours)
 
@@ -125,7 +79,7 @@ def test_each_example_reaches_dgls_loaders_figure_when_switched(tmp_path, script
     within ``tolerance`` (from seed to seed, RGCN's accuracy moves by about 0.02 here, Cora's AUC by 0.03)."""
     one_line = _variant(tmp_path, script, ONE_LINE)
     two_lines = _variant(tmp_path, script, ONE_LINE, NN_LINE)
-    original, switched, with_our_layers = (_metric(pattern, out) for out in _side_by_side([script, one_line, two_lines], argv))
+    original, switched, with_our_layers = (metric(pattern, out) for out in run_side_by_side([script, one_line, two_lines], argv))
     assert original > bound, original
     assert abs(switched - original) < tolerance, (original, switched)
     assert abs(with_our_layers - original) < tolerance, (original, with_our_layers)

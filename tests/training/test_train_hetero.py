@@ -8,13 +8,11 @@ from __future__ import annotations
 import os
 import pickle
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 import torch
-from conftest import REPO
+from script_runs import run_cli
 
 pytest.importorskip("dgl")  # sampling is DGL's
 
@@ -32,15 +30,6 @@ TINY = ["--dataset", "hetero-synthetic", "--num-nodes", "3000", "--batch-size", 
 TINY += ["--fanouts", "5,5", "--hidden", "32", "--weight-decay", "5e-4", "--device", "cpu", "--no-progress"]
 FEATURES_ONLY = 0.37  # the best a model reading only the paper's own features gets
 FINAL = r"final test accuracy ([0-9.]+)"
-
-
-@pytest.fixture
-def one_thread():
-    """One torch thread: on shared cores more threads only wait for each other."""
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="module")
@@ -216,15 +205,7 @@ def test_a_heterograph_goes_to_the_ranks_through_shared_memory(hetero):
 def test_nproc_2_trains_the_heterograph():
     """``--nproc 2`` (gloo ranks on the CPU, find_unused_parameters for the relations the last layer
     leaves unused): the same bound as one process (measured 0.66, one process 0.66)."""
-    run = subprocess.run(
-        [sys.executable, "-m", "dgl_zerocopy.cli", "train", *TINY, "--nproc", "2"],
-        capture_output=True,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env={**os.environ, "OMP_NUM_THREADS": "1"},
-        timeout=300,
-    )
+    run = run_cli("train", *TINY, "--nproc", "2", env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert run.returncode == 0, run.stderr[-3000:]
     assert "2 processes (DDP, gloo on the CPU)" in run.stdout
     assert float(re.search(FINAL, run.stdout).group(1)) > FEATURES_ONLY + 0.13, run.stdout[-2000:]
