@@ -1,4 +1,6 @@
-"""Shared fixtures: a small generated graph, a private dataset cache, and the `cuda` device gate."""
+"""Shared fixtures: a small generated graph, a private dataset cache, the `cuda` device gate, one torch
+thread, a table saved as each source a store opens, and whether an address range is mapped. Running
+scripts, the command line and the benchmarks: script_runs.py."""
 
 from __future__ import annotations
 
