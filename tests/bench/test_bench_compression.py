@@ -5,6 +5,7 @@ from conftest import SHARED_DATA
 from script_runs import run_bench
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SHARED_DATA.is_dir(), reason=f"real datasets not present at {SHARED_DATA}")
 def test_reconstruction_bench_checks_and_reports_every_form(tmp_path):
     stem = tmp_path / "compression_tiny"

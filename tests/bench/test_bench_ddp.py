@@ -64,6 +64,7 @@ def test_ddp_bench_runs_both_setups_alternating_with_median_and_spread(tmp_path)
     assert not (REPO / "bench" / "results" / "ddp_tiny.json").exists()
 
 
+@pytest.mark.slow
 def test_ddp_bench_refuses_a_set_omp_num_threads(tmp_path):
     code, _, err = _bench("--out", str(tmp_path / "d"), env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert code == 2 and "OMP_NUM_THREADS is set (1)" in err, err

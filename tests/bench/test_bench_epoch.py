@@ -28,6 +28,7 @@ def test_epoch_bench_sources_are_checked(tmp_path):
     assert not list(tmp_path.iterdir())
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CUDA, reason="the refusal is for a machine without CUDA")
 def test_gpu_sampling_without_cuda_is_refused_in_one_line(tmp_path):
     r = run_cli("bench", "epoch", "--samplers", "cpu,gpu", "--out", tmp_path / "e")

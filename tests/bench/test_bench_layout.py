@@ -80,6 +80,7 @@ def test_names_are_unique_and_folders_are_no_module_names():
     assert sorted(p.name for p in BENCH.glob("*.py")) == ["common.py", "gpu_check.py"]  # the rest sits in a folder
 
 
+@pytest.mark.slow
 def test_every_script_runs_from_its_folder():
     """Each script's ``--help`` (the ``dgl-zerocopy bench NAME`` ones through the command, the rest as
     ``python bench/FOLDER/NAME.py`` has it: its folder first on the path), and each other module imported

@@ -216,6 +216,7 @@ def test_the_link_step_is_not_in_the_default_pass_and_not_beside_gather_or_epoch
         assert "--parts link writes 3 result files of its own: run it without" in capsys.readouterr().err
 
 
+@pytest.mark.slow
 def test_the_link_step_runs_the_dry_run_without_cuda_and_its_files_come_back(tmp_path, monkeypatch):
     monkeypatch.setenv("DGL_ZEROCOPY_GPU_CHECK_ON_CPU", "1")
     monkeypatch.setattr(sys, "path", list(sys.path))

@@ -32,6 +32,7 @@ def dry_run(tmp_path_factory):
     return part, output, folder / "papers_epoch"
 
 
+@pytest.mark.slow
 def test_every_route_runs_and_checks_its_first_batch(dry_run):
     part, output, out = dry_run
     rows = json.loads(out.with_suffix(".json").read_text())["rows"]

@@ -72,6 +72,7 @@ def test_a_tiny_run_writes_its_results_to_the_given_folder(tmp_path):
         assert row["dgl_status"].startswith("skipped")
 
 
+@pytest.mark.slow
 def test_a_stage_that_fails_is_recorded_in_its_row(tmp_path):
     """The data folder is a file: the generate stage fails; the row says where and why, the run exits 1."""
     (tmp_path / "data").write_text("not a folder")
@@ -82,6 +83,7 @@ def test_a_stage_that_fails_is_recorded_in_its_row(tmp_path):
     assert "Traceback" in r.stderr and not (tmp_path / "out" / "failed.png").exists()
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(CUDA, reason="checks the machine without a GPU")
 def test_device_cuda_without_cuda_is_one_clear_line(tmp_path):
     """Before any work: one line on stderr, exit 2, nothing generated or written."""

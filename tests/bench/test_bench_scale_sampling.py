@@ -30,6 +30,7 @@ def _run(data_dir, out, *extra):
     return run_cli("bench", "scale_sampling", *args, timeout=300)
 
 
+@pytest.mark.slow
 def test_every_variant_is_measured_and_written(data_dir, tmp_path):
     r = _run(data_dir, tmp_path / "out", "--batch-size", "12", "--csc-huge", "--idle", "0.1", "--stem", "probe")  # 192 seeds of 221
     assert r.returncode == 0, r.stderr
@@ -52,6 +53,7 @@ def test_every_variant_is_measured_and_written(data_dir, tmp_path):
         assert not (REPO / "bench" / "results" / f"probe{suffix}").exists()
 
 
+@pytest.mark.slow
 def test_seeds_are_drawn_again_where_the_passes_need_more_than_the_graph_has(data_dir, tmp_path):
     r = _run(data_dir, tmp_path / "out", "--batch-size", "100", "--batches", "3")  # 2,400 seeds of 221
     assert r.returncode == 0, r.stderr
@@ -59,6 +61,7 @@ def test_seeds_are_drawn_again_where_the_passes_need_more_than_the_graph_has(dat
     assert [row["variant"] for row in rows] == ["first", "steady", *AB, "scratch 4 KiB"] and all(row["seeds_reused"] for row in rows)
 
 
+@pytest.mark.slow
 def test_a_batch_larger_than_the_training_seeds_is_refused_with_the_fix(data_dir, tmp_path):
     r = _run(data_dir, tmp_path / "out", "--batch-size", "100000")
     assert r.returncode != 0 and "pass a smaller one" in r.stderr

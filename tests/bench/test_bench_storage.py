@@ -38,6 +38,7 @@ def test_storage_bench_smoke(tmp_path):
         assert not list(folder.parent.glob("dgl-zerocopy-bench-*")), "a run's cgroup was left behind"
 
 
+@pytest.mark.slow
 def test_the_gpu_mode_without_cuda_is_refused_in_one_line(tmp_path):
     """``--device cuda`` where torch sees no GPU: exit 2 and one line that names the fix, before any table is written."""
     r = run_python("bench/tiers/storage.py", "--device", "cuda", "--dir", tmp_path, "--out-dir", tmp_path, env={**os.environ, "CUDA_VISIBLE_DEVICES": ""})

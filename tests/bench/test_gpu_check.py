@@ -455,6 +455,7 @@ def sigint(request):
 @pytest.mark.parametrize(
     "slow_test_body, stop", [("time.sleep(60)", "interrupted"), ("signal.signal(signal.SIGINT, signal.SIG_IGN); time.sleep(60)", "killed")]
 )
+@pytest.mark.slow
 def test_pytest_stopped_at_its_limit_keeps_what_finished(tmp_path, monkeypatch, slow_test_body, stop, sigint):
     """pytest interrupted at its limit (or killed, when it ignores SIGINT): the tests that finished
     keep their outcomes, the one cut off and those after it are not run for time, the step is
@@ -1152,6 +1153,7 @@ def test_a_scale_step_killed_at_its_limit_is_partial(tmp_path, monkeypatch):
 TINY_SCALE = ["--fractions", "0.0001", "--batches", "2", "--batch-size", "32", "--steps", "10", "--hidden", "16", "--host-cache", str(4 << 20)]
 
 
+@pytest.mark.slow
 def test_the_scale_step_runs_bench_scale_on_the_cpu_into_the_summary(tmp_path, monkeypatch):
     """The real step without CUDA, through main(): scale.py's GPU route with the reference backend standing in,
     the graph generated into the work folder and removed, its row in summary.json and summary.md (12 s here:
@@ -1174,6 +1176,7 @@ def test_the_scale_step_runs_bench_scale_on_the_cpu_into_the_summary(tmp_path, m
     assert "## papers100M at scale" in (tmp_path / "out" / "summary.md").read_text(encoding="utf-8")
 
 
+@pytest.mark.slow
 def test_a_scale_run_past_its_soft_limit_is_skipped_for_time(tmp_path, monkeypatch):
     """A soft limit of 1 s: the graph is generated (its stage starts at once), the run stage is not started."""
     import gpu_check_scale as gsc

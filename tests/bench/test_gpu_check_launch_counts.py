@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import sys
 
+import pytest
 from conftest import REPO
 from script_runs import run_bench
 
@@ -15,6 +16,7 @@ sys.path[:0] = [str(REPO / "bench" / folder) for folder in ("gpu_check", ".", "s
 import gpu_check_sampling as gs  # noqa: E402
 
 
+@pytest.mark.slow
 def test_launch_count_runs_on_the_emulated_kernels_and_writes_its_rows(tmp_path):
     stem = tmp_path / "launch_count"
     done, result = run_bench("bench/sampler/launch_count.py", "--methods", "emulator,snapshot-emulator,gpu-pinned", "--batch-size", "256", out=stem)

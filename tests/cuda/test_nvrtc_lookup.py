@@ -238,6 +238,7 @@ def test_dynamic_linker_finds_it_on_ld_library_path():
     assert tried == ["CuPy's lookup (cuda-pathfinder: not installed)"]
 
 
+@pytest.mark.slow
 def test_cupys_lookup_through_cuda_pathfinder():
     """CuPy 14 finds NVRTC with cuda-pathfinder: the same library, labelled as CuPy's lookup."""
     pytest.importorskip("cuda.pathfinder")
@@ -256,6 +257,7 @@ def test_cupys_lookup_through_cuda_pathfinder():
     assert major in (12, 13)
 
 
+@pytest.mark.slow
 @requires_nvrtc
 def test_cupy_gets_the_nvrtc_of_its_cuda_major():
     """CuPy 13 dlopens libnvrtc.so.12 by name, which the pip wheel is not found as: the launcher

@@ -342,6 +342,7 @@ def test_compile_error_names_the_bad_instantiation():
         sampling_launcher.compile_check(FAST_ARCH, ["sample_fetch<no_such_type>"])
 
 
+@pytest.mark.slow
 def test_cuda_backend_without_a_gpu_is_a_clear_error():
     """The launcher imports without CuPy; CPU seeds on backend 'cuda' name the emulator."""
     code = (

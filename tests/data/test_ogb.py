@@ -261,6 +261,7 @@ def test_training_accuracy_is_ogb_evaluators(tmp_path, monkeypatch, no_prompt):
     assert history[-1].test_acc == pytest.approx(direct, abs=1e-12)
 
 
+@pytest.mark.slow
 def test_cli_trains_on_ogbs_own_folder_layout(tmp_path):
     # no meta_dict: ogb's master.csv and its <root>/ogbn_arxiv folder, first load through the command
     write_ogb(tmp_path / "ogbn_arxiv", "ogbn-arxiv", _raw_data())

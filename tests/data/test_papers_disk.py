@@ -118,6 +118,7 @@ pd.generate_to_disk(sys.argv[1], SyntheticSpec.papers100m_like(num_nodes=6_000, 
 """
 
 
+@pytest.mark.slow
 def test_a_killed_run_leaves_a_partial_folder_that_the_next_run_removes(tmp_path, reference):
     out = tmp_path / "g"
     proc = subprocess.Popen([sys.executable, "-c", _KILLED, str(out)], stdout=subprocess.PIPE, text=True)

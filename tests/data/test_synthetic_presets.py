@@ -81,6 +81,7 @@ def test_chunked_features_equal_the_one_shot_formula(chunk_rows, noise):
     assert rng.random() == rng_ref.random(), "the generator must end in the same state"
 
 
+@pytest.mark.slow
 def test_default_dataset_is_unchanged():
     d = generate(SyntheticSpec())
     h = hashlib.sha256()

@@ -166,6 +166,7 @@ def test_dgl_nested_loops_give_every_inner_epoch(dgl_setup, prefetch):
         _same(epoch, want[1 + e])
 
 
+@pytest.mark.slow
 def test_dgl_two_threads_each_get_a_whole_epoch():
     result = _run_child(
         textwrap.dedent(
@@ -357,6 +358,7 @@ def test_pyg_nested_loops_give_every_inner_epoch():
         _same_pyg(epoch, want)
 
 
+@pytest.mark.slow
 def test_pyg_two_threads_each_get_a_whole_epoch():
     pytest.importorskip("torch_geometric")
     result = _run_child(

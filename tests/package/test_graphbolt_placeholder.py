@@ -52,6 +52,7 @@ def test_the_hook_is_off_where_dgl_has_the_library_and_on_where_it_has_not():
     assert out.split("\n")[:3] == ["False True True", "True dgl-zerocopy placeholder True", "[]"]
 
 
+@pytest.mark.slow
 def test_the_real_graphbolt_or_the_placeholder_loads_as_the_library_says():
     """Where DGL has the library for this torch (the oldest stack, torch 2.2.1) the real graphbolt loads;
     where it has not (the newest stack) the placeholder does. Each CI stack runs one of the two branches."""
@@ -68,6 +69,7 @@ def test_the_real_graphbolt_or_the_placeholder_loads_as_the_library_says():
         assert out.split("\n")[:2] == ["True True _Placeholder", "False"]
 
 
+@pytest.mark.slow
 def test_the_placeholder_stands_in_where_the_library_is_missing():
     out = _run("""
         import _dgl_zerocopy_graphbolt as hook
@@ -108,6 +110,7 @@ def _installed() -> bool:
     return True
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not _installed(), reason="dgl-zerocopy is not installed (make install); its .pth file is not in site-packages")
 def test_a_script_whose_first_line_is_import_dgl_works():
     """The installed ``.pth`` file puts the hook in place at start-up, without importing torch or dgl;
@@ -125,6 +128,7 @@ def test_a_script_whose_first_line_is_import_dgl_works():
     assert result.stdout.split("\n")[:2] == ["True []", "True True"]
 
 
+@pytest.mark.slow
 def test_a_benchmark_imports_dgl_first_without_the_pth():
     """A checkout on PYTHONPATH, as ``make gpu-check`` runs the benchmarks on a GPU image: no ``.pth``
     is read there, so ``bench/common.py`` (which every benchmark imports) installs the hook itself,

@@ -130,6 +130,7 @@ def test_a_submodule_of_a_moved_package_is_the_new_one_not_a_copy():
     assert old is importlib.import_module("dgl_zerocopy.store.cache.policy")
 
 
+@pytest.mark.slow
 def test_no_file_at_an_old_path_shadows_the_real_dgl():
     """The old ``dgl_zerocopy.dgl`` is an import hook's answer, not a ``dgl.py``: a script run from
     inside the package folder still imports DGL itself for ``import dgl``."""

@@ -136,6 +136,7 @@ print(json.dumps({"failed": failed, "installed": installed}))
 """
 
 
+@pytest.mark.slow
 def test_every_module_imports_without_dgl_but_the_dgl_route(env_without_dgl):
     """Every module of the package imports without DGL, the PyG front end included, except DGL's own route
     (``NEEDS_EXTRA`` of test_layout.py), which raises one ImportError naming the ``[dgl]`` extra. A module that
@@ -156,6 +157,7 @@ def test_every_module_imports_without_dgl_but_the_dgl_route(env_without_dgl):
         assert error.split(":")[0] in ("ImportError", "MissingExtraError") and install_hint(extra) in error and "\n" not in error, f"{name}: {error}"
 
 
+@pytest.mark.slow
 def test_the_documented_imports_without_dgl(env_without_dgl):
     """test_layout.py's check of every import the docs show, without DGL: the DGL route's (docs/usage.md) raises
     the one line naming the ``[dgl]`` extra, and every other import works."""

@@ -40,6 +40,7 @@ def _switched(tmp_path, script, line):
     [(NODE, NODE_LINE, NODE_RUN, r"Test Accuracy ([0-9.]+)", NODE_BOUND), (LINK, LINK_LINE, LINK_RUN, r"Test AUC ([0-9.]+)", LINK_BOUND)],
     ids=["graphsage", "link_pred"],
 )
+@pytest.mark.slow
 def test_each_pyg_example_trains_switched_by_one_line(tmp_path, capsys, monkeypatch, one_thread, script, line, argv, pattern, bound):
     ours = metric(pattern, run_in_process(_switched(tmp_path, script, line), argv, capsys, monkeypatch))
     assert ours > bound, ours

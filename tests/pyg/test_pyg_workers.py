@@ -38,7 +38,7 @@ def children() -> set[int]:
     return {process.pid for process in multiprocessing.active_children()}
 
 
-@pytest.mark.parametrize("method", [pytest.param("spawn", marks=pytest.mark.slow), "forkserver", "fork"])
+@pytest.mark.parametrize("method", [pytest.param("spawn", marks=pytest.mark.slow), pytest.param("forkserver", marks=pytest.mark.slow), "fork"])
 def test_workers_under_every_start_method(method):
     data = make_data()
     before = children()
@@ -56,6 +56,7 @@ def test_workers_under_every_start_method(method):
     assert children() <= before, "the epoch's workers are gone"
 
 
+@pytest.mark.slow
 def test_hetero_links_under_forkserver():
     h = HeteroData()
     h["user"].x = torch.randn(30, 4)
@@ -92,6 +93,7 @@ def test_a_numpy_table_is_copied_into_shared_memory_once_with_a_warning():
     assert data.x.is_shared() and loader.route.node[(None, "x")]._table.data_ptr() == data.x.data_ptr()
 
 
+@pytest.mark.slow
 def test_a_table_mapping_a_file_is_reopened_from_the_file(tmp_path):
     path = tmp_path / "x.npy"
     np.save(path, np.random.default_rng(0).standard_normal((N, 8), dtype=np.float32))
@@ -116,6 +118,7 @@ def test_which_start_methods_send_the_data():
     assert workers_are_sent_data({"num_workers": 2, "multiprocessing_context": multiprocessing.get_context("spawn")})
 
 
+@pytest.mark.slow
 def test_the_remote_backend_pair_under_forkserver():
     """Our FeatureStore's tables, put as private tensors, are rebuilt over shared memory for the workers."""
     from dgl_zerocopy.pyg import FeatureStore, GraphStore

@@ -62,6 +62,7 @@ def assert_refused(child: subprocess.CompletedProcess, *words: str) -> None:
 # -- the user's reproductions ------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_an_edge_index_with_a_huge_source_id_is_refused_instead_of_crashing():
     child = run_child(
         """
@@ -74,6 +75,7 @@ def test_an_edge_index_with_a_huge_source_id_is_refused_instead_of_crashing():
     assert_refused(child, "IndexError", "edge_index[0] (sources): id 1000000000 at position 0", "for 100 nodes", "num_nodes=100")
 
 
+@pytest.mark.slow
 def test_an_edge_index_with_a_destination_out_of_range_is_refused_instead_of_corrupting_the_heap():
     # PyG's own CSC conversion writes a count at each destination's id: this one broke the heap before.
     child = run_child(
@@ -100,6 +102,7 @@ def test_a_negative_id_is_refused_not_wrapped_round_into_another_edge():
         next(iter(NeighborLoader(data, num_neighbors=[2], batch_size=2)))
 
 
+@pytest.mark.slow
 def test_a_hetero_edge_index_is_checked_against_its_own_node_types():
     child = run_child(
         """
@@ -205,6 +208,7 @@ def test_a_sampling_graph_refuses_a_bad_csc_when_placed():
     SamplingGraph(torch.tensor([0, 1, 3, 3]), torch.tensor([2, 0, 5]), checked=True).close()  # the caller's word taken
 
 
+@pytest.mark.slow
 def test_the_gpu_sampling_path_on_its_emulator_sees_the_same_refusal_as_the_cpu_sampler():
     pytest.importorskip("dgl_zerocopy.cuda.sampling.emulator")
     child = run_child(
@@ -249,6 +253,7 @@ def test_a_graph_store_refuses_bad_compressed_layouts():
     store.put_edge_index((torch.tensor([0, 4]), torch.tensor([0, 1])), edge_type=edge_type, layout="coo")  # no size: ids >= 0 only
 
 
+@pytest.mark.slow
 def test_a_remote_graph_without_sizes_is_checked_against_the_feature_store_node_counts():
     # Without a size a put can only refuse negative ids; the sampler checks PyG's CSC against the node counts.
     child = run_child(

@@ -173,6 +173,7 @@ def pick_counts(sampler, g, epochs: int, centres: int):
     return counts
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("refresh", [0.25, 1.0])
 def test_every_edge_is_picked_with_probability_fanout_over_degree(refresh):
     """The guarantee: per visit each in-edge is picked with probability f / d; over many epochs with

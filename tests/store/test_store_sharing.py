@@ -123,6 +123,7 @@ def _mapping(address: int) -> dict:
 # -- shared memory -------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_a_shared_table_round_trips_through_spawn():
     table = torch.randn(1000, 16).share_memory_()
     store = FeatureStore(table, backend="cpu", device="cpu", variant="naive", sort_ids=True, max_blocks=3)
@@ -180,6 +181,7 @@ def _touch_and_measure(rank: int, store: FeatureStore, barrier) -> dict:
     return measured
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not Path("/proc/self/smaps").exists(), reason="reads /proc/self/smaps (Linux)")
 def test_two_children_hold_the_table_once_in_host_memory():
     table = torch.empty(16384, 1024).share_memory_()  # 64 MiB

@@ -19,6 +19,7 @@ def test_train_one_short_epoch(source):
     assert "final test accuracy" in r.stdout
 
 
+@pytest.mark.slow
 def test_config_file_and_flags_override(tmp_path):
     pytest.importorskip("dgl")  # training samples with DGL
     cfg = tmp_path / "c.yaml"
@@ -29,6 +30,7 @@ def test_config_file_and_flags_override(tmp_path):
     assert "epoch   1" not in r.stdout, "--epochs 1 should override the file's 2"
 
 
+@pytest.mark.slow
 def test_all_neighbour_fanouts_can_be_written_with_a_minus():
     """``--fanouts -1,-1`` (full neighbourhoods) must not be taken for an unknown option."""
     pytest.importorskip("dgl")  # training samples with DGL
@@ -46,6 +48,7 @@ def _info_lines(code_before: str = "") -> dict[str, str]:
     return dict(tuple(part.strip() for part in line.split(" : ", 1)) for line in r.stdout.splitlines() if " : " in line)
 
 
+@pytest.mark.slow
 def test_info():
     r = run_cli("info")
     assert r.returncode == 0, r.stderr
@@ -53,6 +56,7 @@ def test_info():
         assert key in r.stdout, key
 
 
+@pytest.mark.slow
 def test_info_says_how_dgl_runs():
     """Native graphbolt where DGL ships the library for this torch, else the placeholder."""
     dgl = pytest.importorskip("dgl")
@@ -65,6 +69,7 @@ def test_info_says_how_dgl_runs():
         assert line == f"{dgl.__version__} (graphbolt: native)"
 
 
+@pytest.mark.slow
 def test_info_names_the_nvrtc_and_the_lookup_that_found_it():
     from dgl_zerocopy.cuda import nvrtc
 
@@ -78,6 +83,7 @@ def test_info_names_the_nvrtc_and_the_lookup_that_found_it():
     assert line == f"{major}.{minor} at {found.path} (found by: {found.source})"
 
 
+@pytest.mark.slow
 def test_info_shows_cupy_with_its_cuda():
     """The wheel's name tells the CUDA major CuPy is built for; the runtime is the one it loaded."""
     import importlib.metadata
@@ -89,12 +95,14 @@ def test_info_shows_cupy_with_its_cuda():
     assert _info_lines()["cupy"] == f"{cupy.__version__} ({', '.join(wheels)}, CUDA runtime {runtime // 1000}.{runtime % 1000 // 10})"
 
 
+@pytest.mark.slow
 def test_info_without_cupy_says_what_to_install():
     lines = _info_lines("import sys; sys.modules['cupy'] = None")
     assert lines["cupy"] == "not installed (pip install dgl-zerocopy[cuda12] or dgl-zerocopy[cuda13], matching torch's CUDA)"
     assert lines["NVRTC"]  # the NVRTC lookup does not need CuPy
 
 
+@pytest.mark.slow
 def test_info_without_the_frameworks_says_which_extra_brings_each():
     lines = _info_lines("import sys; sys.modules['dgl'] = None; sys.modules['torch_geometric'] = None")
     assert lines["dgl"] == 'not installed (pip install "dgl-zerocopy[dgl]")'
@@ -188,6 +196,7 @@ def test_bad_input_is_one_line_and_exit_2(args, message):
         ("model: sage\nbogus_key: 1\n", "unknown config key 'bogus_key'; allowed keys: dataset"),
     ],
 )
+@pytest.mark.slow
 def test_bad_config_file_is_one_line_and_exit_2(tmp_path, text, message):
     r = run_cli("train", "--config", _write(tmp_path, "c.yaml", text))
     assert r.returncode == 2
@@ -211,6 +220,7 @@ def test_the_feature_cache_ranks_by_the_degree_sampling_follows_unless_told(caps
     assert "degree (default" in " ".join(capsys.readouterr().out.split())
 
 
+@pytest.mark.slow
 def test_training_with_a_feature_cache_says_which_policy_it_uses():
     pytest.importorskip("dgl")  # training samples with DGL
     r = run_cli("train", *TINY, "--device", "cpu", "--feature-cache", "10%")

@@ -181,6 +181,7 @@ def _wide(dataset, width: int = 1024):
 # -- the tests -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 @pytest.mark.skipif(not SMAPS.exists(), reason="reads /proc/self/smaps (Linux)")
 def test_two_ranks_split_the_seeds_train_in_step_over_one_shared_table(small_dataset):
     dataset = _wide(small_dataset)

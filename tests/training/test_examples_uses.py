@@ -48,6 +48,7 @@ LINK_TINY = ["--mode", "cpu", *LINK_DATA, "--epochs", "2", "--hidden", "32", "--
 @pytest.mark.parametrize(
     "script,argv,pattern,bound", [(RGCN, RGCN_TINY, RGCN_METRIC, 0.25), (LINK, LINK_TINY, LINK_METRIC, LINK_TINY_BOUND)], ids=["rgcn", "link_prediction"]
 )
+@pytest.mark.slow
 def test_each_example_trains_in_process_with_dgls_loader_and_ours(tmp_path, capsys, monkeypatch, one_thread, script, argv, pattern, bound):
     """Tiny runs (a second or two each): as written, above chance (RGCN's 8 classes give 0.125, a
     random scorer's AUC 0.5; measured: RGCN 0.30-0.36, Cora 0.74-0.81); switched to our

@@ -403,6 +403,7 @@ def test_the_cli_prints_a_killed_rank_in_one_line(monkeypatch, capsys):
     assert capsys.readouterr().err == "dgl-zerocopy: error: rank 1 (pid 101) was killed by SIGKILL; the other ranks were stopped\n"
 
 
+@pytest.mark.slow
 def test_sigterm_in_train_unwinds_as_ctrl_c(tmp_path):
     # In a subprocess: without the handler, SIGTERM would end pytest itself.
     code = f"""

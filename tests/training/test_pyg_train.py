@@ -145,6 +145,7 @@ def test_without_pyg_the_cli_names_the_extra_in_one_line():
     assert r.stdout == ""  # refused before the dataset loads
 
 
+@pytest.mark.slow
 def test_without_pyg_the_dgl_route_trains():
     pytest.importorskip("dgl")
     code = (
@@ -157,6 +158,7 @@ def test_without_pyg_the_dgl_route_trains():
     assert "final test accuracy" in r.stdout
 
 
+@pytest.mark.slow
 def test_without_dgl_the_pyg_route_trains():
     code = (
         "import sys; sys.modules['dgl'] = None\n"

@@ -48,6 +48,7 @@ def _main(args: list[str], capsys) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
+@pytest.mark.slow
 def test_the_cli_trains_rgcn_above_the_features_only_baseline_and_as_dgls_loader_does(capsys, one_thread):
     """Our DataLoader (feature source cpu) and DGL's (dgl), seeds 0-3: every run well above what a
     paper's own features give (a type's features served wrong brings it back to that figure), and the

@@ -157,6 +157,7 @@ def test_a_heterograph_source_refuses_the_snapshot():
 # -- training -------------------------------------------------------------------------------------
 
 
+@pytest.mark.slow
 def test_snapshot_training_reaches_the_accuracy_of_dgls_sampler(small_dataset):
     """The same runs with ``sampler: cpu`` and ``sampler: snapshot`` at its tightest, a snapshot of as
     many in-edges as the fanout (5: partial for 58 % of the nodes, mean in-degree 9.5) with the default
