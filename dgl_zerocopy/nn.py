@@ -74,10 +74,8 @@ class SAGEConv(nn.Module):
         activation: Callable[[torch.Tensor], torch.Tensor] | None = None,
     ) -> None:
         super().__init__()
-        if aggregator_type not in SAGE_AGGREGATORS:
-            raise ValueError(f"aggregator_type {aggregator_type!r} is not supported; choose from: {', '.join(SAGE_AGGREGATORS)}")
+        self.aggregator_type = _one_of("aggregator_type", aggregator_type, SAGE_AGGREGATORS)
         self.in_feats, self.out_feats = _positive("in_feats", in_feats), _positive("out_feats", out_feats)
-        self.aggregator_type = aggregator_type
         # Attribute names as DGL's, so that a norm or activation module's parameters get DGL's
         # state-dict keys ("norm.weight", "activation.weight").
         self.norm = _callable_or_none("norm", norm)
@@ -171,10 +169,8 @@ class GraphConv(nn.Module):
         allow_zero_in_degree: bool = False,
     ) -> None:
         super().__init__()
-        if norm not in GCN_NORMS:
-            raise ValueError(f"norm {norm!r} is not supported; choose from: {', '.join(GCN_NORMS)}")
+        self.norm = _one_of("norm", norm, GCN_NORMS)
         self.in_feats, self.out_feats = _positive("in_feats", in_feats), _positive("out_feats", out_feats)
-        self.norm = norm
         self.allow_zero_in_degree = allow_zero_in_degree
         self.weight = nn.Parameter(torch.empty(self.in_feats, self.out_feats)) if weight else None
         self.bias = nn.Parameter(torch.empty(self.out_feats)) if bias else None
@@ -467,6 +463,12 @@ def _project_first(block: DeviceBlock, in_feats: int, out_feats: int) -> bool:
     compute took 7.0 s under that rule and 2.1 s under this one."""
     src, dst, edges = block.num_src_nodes(), block.num_dst_nodes(), block.num_edges()
     return src * in_feats * out_feats + edges * out_feats < edges * in_feats + dst * in_feats * out_feats
+
+
+def _one_of(name: str, value: str, choices: tuple[str, ...]) -> str:
+    if value not in choices:
+        raise ValueError(f"{name} {value!r} is not supported; choose from: {', '.join(choices)}")
+    return value
 
 
 def _positive(name: str, value: int) -> int:

@@ -248,19 +248,21 @@ class SamplingGraph:
 # -- DGL graphs -----------------------------------------------------------------------------------------
 
 
-def check_homogeneous(g: Any) -> None:
-    """Raise TypeError unless ``g`` is a DGL graph, ValueError unless it has one node and edge type and lives on the CPU."""
+def check_homogeneous(g: Any, sampler: str = "GPU sampling", also_takes: str = " or a SamplingGraph") -> None:
+    """Raise TypeError unless ``g`` is a DGL graph, ValueError unless it has one node and edge type and lives on the CPU.
+
+    ``sampler`` names who samples it in the messages; ``also_takes`` what else it accepts besides a DGL graph."""
     import dgl
 
     if not isinstance(g, dgl.DGLGraph):
-        raise TypeError(f"expected a DGL graph (dgl.DGLGraph) or a SamplingGraph, but got {type(g).__name__}")
+        raise TypeError(f"{sampler} samples a DGL graph (dgl.DGLGraph){also_takes}, but got {type(g).__name__}")
     if len(g.ntypes) != 1 or len(g.canonical_etypes) != 1:
         raise ValueError(
-            f"GPU sampling supports graphs with one node type and one edge type, but this one has node types {g.ntypes} "
+            f"{sampler} samples graphs with one node type and one edge type, but this one has node types {g.ntypes} "
             f"and edge types {g.canonical_etypes}; sample it with dgl.dataloading.NeighborSampler"
         )
     if g.device.type != "cpu":
-        raise ValueError(f"the graph is on {g.device}; GPU sampling reads a graph on the CPU (pinned in place): pass g.to('cpu')")
+        raise ValueError(f"the graph is on {g.device}; {sampler} reads a graph on the CPU: pass g.to('cpu')")
 
 
 def dgl_has_csc(g: Any) -> bool:

@@ -47,7 +47,7 @@ import numpy as np
 import torch
 
 from .fanout import MAX_FANOUT
-from .graph import GraphStamp, dgl_csc
+from .graph import GraphStamp, check_homogeneous, dgl_csc
 from .snapshot_csc import PickTables, RefreshOrder, Relabel, Snapshot, build_snapshot, fill, side_by_side
 
 try:  # the package imports without DGL; the sampler itself needs it
@@ -76,17 +76,7 @@ def _graph_key(g: Any) -> tuple:
 
 
 def _check_graph(g: Any) -> None:
-    import dgl
-
-    if not isinstance(g, dgl.DGLGraph):
-        raise TypeError(f"SnapshotSampler samples a DGL graph (dgl.DGLGraph), but got {type(g).__name__}")
-    if len(g.ntypes) != 1 or len(g.canonical_etypes) != 1:
-        raise ValueError(
-            f"SnapshotSampler samples graphs with one node and one edge type, but this one has {g.canonical_etypes}; "
-            f"sample it with dgl.dataloading.NeighborSampler"
-        )
-    if g.device.type != "cpu":
-        raise ValueError(f"SnapshotSampler keeps its snapshot on the CPU and samples a graph there, but the graph is on {g.device}: pass g.to('cpu')")
+    check_homogeneous(g, "SnapshotSampler", also_takes="")
 
 
 def _check_fanouts(fanouts: Any) -> list[int]:

@@ -26,6 +26,16 @@ def tensor_view(array: np.ndarray):
         return torch.from_numpy(array)
 
 
+def npy_file(path: str | os.PathLike) -> Path:
+    """``path`` as a Path, checked to name an existing ``.npy`` file (ValueError, FileNotFoundError otherwise)."""
+    path = Path(path)
+    if path.suffix != ".npy":
+        raise ValueError(f"a path must name a .npy file, but got {str(path)!r}")
+    if not path.is_file():
+        raise FileNotFoundError(f"no such feature file: {str(path)!r}")
+    return path
+
+
 def replace_dir(tmp: Path, out: Path, marker: str) -> None:
     """Rename the finished folder ``tmp`` to ``out``, moving an older ``out`` aside first (a reader
     that mapped its files keeps them: removing a mapped file leaves its pages to whoever maps it).

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 from .compression import CODECS, Codec, CompressedTable, compress, load_compressed
-from .host_files import human_size, is_shared_file_map, tensor_view  # noqa: F401 - human_size is imported from here by much of the package
+from .host_files import human_size, is_shared_file_map, npy_file, tensor_view  # noqa: F401 - human_size is imported from here by much of the package
 
 ArrayLike = torch.Tensor | np.ndarray | str | os.PathLike | CompressedTable
 #: The dtypes a compressed table may be gathered as (``out_dtype``).
@@ -26,12 +26,7 @@ def as_table(data: ArrayLike) -> tuple[torch.Tensor, np.ndarray | None]:
     not be written (a read-only array, or a shared file map), else None."""
     read_only = None
     if isinstance(data, (str, os.PathLike)):
-        path = Path(data)
-        if path.suffix != ".npy":
-            raise ValueError(f"a path must name a .npy file, but got {str(path)!r}")
-        if not path.exists():
-            raise FileNotFoundError(f"no such feature file: {str(path)!r}")
-        data = np.load(path, mmap_mode="r")
+        data = np.load(npy_file(data), mmap_mode="r")
     if isinstance(data, np.ndarray):
         # Pages the store must never write: a read-only array, or a shared file map of any mode
         # (pinning it writable would mark its pages dirty and write them back to the file).

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dgl_zerocopy.cuda.gather import gather_plan, instantiations
-from dgl_zerocopy.cuda.gather.emulator_build import RECORD_DTYPE, entry_symbol, library
+from dgl_zerocopy.cuda.gather.emulator_build import RECORD_DTYPE, entry_symbol, library, load_columns
 
 __all__ = ["Trace", "emulate_decode", "emulate_gather", "run_plan"]
 
@@ -325,18 +325,7 @@ def _run(plan: gather_plan.GatherPlan, args: tuple[gather_plan.KernelArg, ...], 
 def _trace(
     records: np.ndarray, plan: gather_plan.GatherPlan, table_address: int, num_ids: int, table_bytes: int, host_ranges: tuple[tuple[int, int], ...], hits: int
 ) -> Trace:
-    return Trace(
-        address=records["address"].copy(),
-        nbytes=records["bytes"].copy(),
-        warp=records["warp"].copy(),
-        slot=records["slot"].copy(),
-        plan=plan,
-        table_address=table_address,
-        num_ids=num_ids,
-        table_bytes=table_bytes,
-        host_ranges=host_ranges,
-        hits=hits,
-    )
+    return Trace(**load_columns(records), plan=plan, table_address=table_address, num_ids=num_ids, table_bytes=table_bytes, host_ranges=host_ranges, hits=hits)
 
 
 #: NumPy dtypes accepted for the codes of each format (fp16 and bf16 codes may come as raw bits).

@@ -33,6 +33,7 @@ __all__ = [
     "CONVERSIONS",
     "FLOAT_OPS",
     "RECORD_DTYPE",
+    "load_columns",
     "build_emulator",
     "build_library",
     "convert",
@@ -51,6 +52,11 @@ _CXX_FLAGS = ("-std=c++17", "-O2", "-fPIC", "-shared", "-fno-strict-aliasing", "
 RECORD_DTYPE = np.dtype([("address", "<i8"), ("warp", "<i8"), ("slot", "<i8"), ("bytes", "<i4"), ("reserved", "<i4")])
 _build_lock = threading.Lock()
 _private_dir: Path | None = None  # where this process builds when the cache folder cannot be used
+
+
+def load_columns(records: np.ndarray) -> dict[str, np.ndarray]:
+    """The traced loads of ``records`` (``RECORD_DTYPE``) as copied columns: ``address``, ``nbytes``, ``warp``, ``slot``."""
+    return {"address": records["address"].copy(), "nbytes": records["bytes"].copy(), "warp": records["warp"].copy(), "slot": records["slot"].copy()}
 
 
 def emulator_cache_dir() -> Path:

@@ -230,24 +230,17 @@ def launch_gather(
         raise ValueError(f"table_shape must have a row axis, but got {tuple(table_shape)}")
     row_bytes = int(itemsize) * math.prod(int(s) for s in table_shape[1:])
 
-    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int, **cached) -> gather_plan.GatherPlan:
-        return gather_plan.plan_gather(
-            row_bytes,
-            int(table_ptr),
-            num_ids,
-            variant=variant,
-            elem_size=int(itemsize),
-            max_blocks=max_blocks,
-            num_sms=num_sms,
-            threads_per_block=threads_per_block,
-            id_bytes=id_bytes,
-            row_stride=int(row_stride_bytes),
-            out_address=out_address,
-            out_stride=out_stride,
-            threads_per_row=threads_per_row,
-            **cached,
-        )
-
+    plan = functools.partial(
+        gather_plan.plan_gather,
+        row_bytes,
+        int(table_ptr),
+        variant=variant,
+        elem_size=int(itemsize),
+        max_blocks=max_blocks,
+        threads_per_block=threads_per_block,
+        row_stride=int(row_stride_bytes),
+        threads_per_row=threads_per_row,
+    )
     return _enqueue(
         plan,
         int(table_ptr),
@@ -317,23 +310,16 @@ def launch_decode(
         raise ValueError(f"out_format must be one of {tuple(instantiations.OUT_FORMATS)}, but got {out_format!r}")
     columns = int(table_shape[1])
 
-    def plan(num_ids: int, id_bytes: int, out_address: int, out_stride: int, num_sms: int, **cached) -> gather_plan.GatherPlan:
-        return gather_plan.plan_decode(
-            columns,
-            int(table_ptr),
-            num_ids,
-            code=code,
-            out_format=out_format,
-            affine=affine,
-            max_blocks=max_blocks,
-            num_sms=num_sms,
-            id_bytes=id_bytes,
-            row_stride=int(row_stride_bytes),
-            out_address=out_address,
-            out_stride=out_stride,
-            **cached,
-        )
-
+    plan = functools.partial(
+        gather_plan.plan_decode,
+        columns,
+        int(table_ptr),
+        code=code,
+        out_format=out_format,
+        affine=affine,
+        max_blocks=max_blocks,
+        row_stride=int(row_stride_bytes),
+    )
     out_row_bytes = columns * instantiations.OUT_FORMATS[out_format][1]
     return _enqueue(
         plan,
@@ -382,7 +368,7 @@ def _enqueue(
     unchecked: bool = False,
 ) -> gather_plan.GatherPlan:
     """Validate ids, out and the cache (ids and slot map not when ``unchecked``), plan (``plan_for(num_ids,
-    id_bytes, out_address, out_stride, num_sms, **cache_layout)``), sort if asked, and launch; everything on ``stream``."""
+    id_bytes=, out_address=, out_stride=, num_sms=, **cache_layout)``), sort if asked, and launch; everything on ``stream``."""
     sort_policy.check_sort(sort)
     cupy = _cupy()
     if stream is not None:
@@ -419,7 +405,7 @@ def _enqueue(
                 cache_affine_address=int(cache.row_pairs_ptr),
             )
         device_id = int(cupy.cuda.runtime.getDevice())
-        plan = plan_for(num_ids, ids.dtype.itemsize, out_ptr, out_stride, _num_sms(device_id), **cache_plan)
+        plan = plan_for(num_ids, id_bytes=ids.dtype.itemsize, out_address=out_ptr, out_stride=out_stride, num_sms=_num_sms(device_id), **cache_plan)
         if plan.grid == 0:
             return plan
         kernel = _kernel(device_id, plan.kernel)

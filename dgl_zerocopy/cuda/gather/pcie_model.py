@@ -78,8 +78,16 @@ LINK_GBPS = 25.0
 CODEC_VARIANTS = ("fp32", "fp16", "bf16", "int8/column", "int8/row")
 
 
+class _Metrics:
+    """A row of metrics: a frozen dataclass that also reads as a plain dict (for CSV/JSON)."""
+
+    def as_dict(self) -> dict[str, float | int | str]:
+        """The metrics as a plain dict (for CSV/JSON)."""
+        return asdict(self)
+
+
 @dataclass(frozen=True)
-class PcieMetrics:
+class PcieMetrics(_Metrics):
     """Modelled PCIe cost of one gather (see the module docstring for the model).
 
     Attributes:
@@ -107,10 +115,6 @@ class PcieMetrics:
     requests_per_row: float
     bytes_per_useful_byte: float
     link_efficiency: float
-
-    def as_dict(self) -> dict[str, float | int | str]:
-        """The metrics as a plain dict (for CSV/JSON)."""
-        return asdict(self)
 
 
 def count_distinct(*columns: np.ndarray) -> int:
@@ -202,7 +206,7 @@ def compare(
 
 
 @dataclass(frozen=True)
-class CodecMetrics:
+class CodecMetrics(_Metrics):
     """Modelled PCIe cost of gathering rows stored in one form, and the fp32-equivalent bandwidth
     it delivers (module docstring, point 5). Per-row figures are averages over the gathered rows.
 
@@ -236,10 +240,6 @@ class CodecMetrics:
     link_gbps: float
     fp32_equivalent_gbps: float
     vs_fp32: float = float("nan")
-
-    def as_dict(self) -> dict[str, float | int | str]:
-        """The metrics as a plain dict (for CSV/JSON)."""
-        return asdict(self)
 
 
 #: Decodes gathered stored rows (and their ids) to float32, as the kernels do.
@@ -350,7 +350,7 @@ def compare_codecs(
 
 
 @dataclass(frozen=True)
-class CacheMetrics:
+class CacheMetrics(_Metrics):
     """Modelled PCIe cost of one fused cached gather against the same gather without a cache
     (module docstring, point 6).
 
@@ -383,10 +383,6 @@ class CacheMetrics:
     uncached_fetched_bytes: int
     uncached_link_bytes: int
     link_bytes_saved: float
-
-    def as_dict(self) -> dict[str, float | int | str]:
-        """The metrics as a plain dict (for CSV/JSON)."""
-        return asdict(self)
 
 
 def _mixed_ids(rng: np.random.Generator, cached: np.ndarray, uncached: np.ndarray, num_ids: int, hit_rate: float) -> np.ndarray:

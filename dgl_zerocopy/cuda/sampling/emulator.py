@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from dgl_zerocopy.cuda.gather.emulator_build import RECORD_DTYPE, build_library, entry_symbol
+from dgl_zerocopy.cuda.gather.emulator_build import RECORD_DTYPE, build_library, entry_symbol, load_columns
 from dgl_zerocopy.cuda.sampling import instantiations
 from dgl_zerocopy.cuda.sampling.launch import CSCPlan, Relabelled, Step, pick_and_fetch, plan_passes, relabel_passes, run_passes
 from dgl_zerocopy.cuda.sampling.op_count import observe_launch
@@ -148,10 +148,7 @@ def emulate_sample(
     return (
         *out,
         SampleTrace(
-            address=loads["address"].copy(),
-            nbytes=loads["bytes"].copy(),
-            warp=loads["warp"].copy(),
-            slot=loads["slot"].copy(),
+            **load_columns(loads),
             launch=launch,
             kernels=kernels,
             indptr_range=(start, start + indptr.numel() * indptr.element_size()),

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 from ..cache_files import MANIFEST, DamagedFile, check_digests, partial_prefix, record_digests, sweep_partials
-from ..host_files import replace_dir, tensor_view
+from ..host_files import npy_file, replace_dir, tensor_view
 from ..host_memory import host_array
 from .codec import CODECS, Codec, check_codec_name
 from .encode import CHUNK_BYTES, CODE_NUMPY_DTYPES, check_int8_form, encode_into
@@ -224,11 +224,7 @@ def _source_table(data: Source, codec: str) -> tuple[torch.Tensor | np.ndarray, 
     one). Checks only: nothing is read but a ``.npy`` header, nothing is written."""
     source = None
     if isinstance(data, (str, os.PathLike)):
-        path = Path(data)
-        if path.suffix != ".npy":
-            raise ValueError(f"a path must name a .npy file, but got {str(path)!r}")
-        if not path.is_file():
-            raise FileNotFoundError(f"no such feature file: {str(path)!r}")
+        path = npy_file(data)
         stat = path.stat()
         source = {"path": str(path.resolve()), "size": stat.st_size, "mtime_ns": stat.st_mtime_ns}
         data = np.load(path, mmap_mode="r")
