@@ -36,8 +36,8 @@ run: $(STAMP)
 	$(VENV)/bin/dgl-zerocopy train --config configs/synthetic-sage.yaml
 
 # PYTEST_ARGS: more pytest options, e.g. `make test PYTEST_ARGS="-x -k cli"`.
-# TEST_WORKERS: the fast tier's pytest-xdist worker processes (two by default; the slow tier runs in one process: its process clusters time out when two run at once: CI's machine has two cores; 0 runs in this
-# process, as a debugger wants). Each worker imports torch (about 0.5 GB), so more than the cores buys nothing.
+# TEST_WORKERS: pytest-xdist worker processes for both tiers (two by default, as CI's machine has two cores; 0 runs in
+# this process, as a debugger wants). Each worker imports torch (about 0.5 GB), so more than the cores buys nothing.
 PYTEST_ARGS  ?=
 TEST_WORKERS ?= 2
 XDIST        := -n $(TEST_WORKERS) --dist loadfile
@@ -46,12 +46,12 @@ test: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(XDIST) $(PYTEST_ARGS)
 
 test-slow: $(STAMP)
-	$(PY) -m pytest -m slow $(PYTEST_ARGS)
+	$(PY) -m pytest -m slow $(XDIST) $(PYTEST_ARGS)
 
 # Two runs, the fast tier first (it fails sooner); --durations in both, so that CI's log shows where the time goes.
 test-all: $(STAMP)
 	$(PY) -m pytest -m "not slow" $(XDIST) --durations=25 $(PYTEST_ARGS)
-	$(PY) -m pytest -m slow --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -m slow $(XDIST) --durations=25 $(PYTEST_ARGS)
 
 test-gpu: $(STAMP)
 	$(PY) -m pytest -m gpu
