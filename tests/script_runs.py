@@ -47,6 +47,34 @@ def run_cli(*args, timeout: float = 300, env: dict | None = None, cwd: Path = RE
     return run_python("-m", "dgl_zerocopy.cli", *args, timeout=timeout, env=env, cwd=cwd)
 
 
+def start_in_own_session(*args, env: dict | None = None, cwd: Path = REPO) -> subprocess.Popen:
+    """Start ``python ARGS`` in a session of its own, its outputs piped as UTF-8 text: ``os.killpg(proc.pid, ...)``
+    then reaches every process it spawned (the ranks of a DDP job) as well.
+
+    Args:
+        *args: the interpreter's arguments (paths are turned into strings).
+        env: the child's environment; this process's when None.
+        cwd: the child's folder; the checkout when left out.
+    """
+    return subprocess.Popen(
+        [sys.executable, *map(str, args)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        encoding="utf-8",
+        cwd=cwd,
+        env=os.environ.copy() if env is None else env,
+        start_new_session=True,
+    )
+
+
+def assert_runs_without(module: str, code: str) -> None:
+    """Assert that ``python -c CODE`` exits 0 with ``module`` unimportable: it is set to None in
+    ``sys.modules`` before CODE runs, so that importing it raises ImportError."""
+    run = run_python("-c", f"import sys; sys.modules[{module!r}] = None\n{code}")
+    assert run.returncode == 0, run.stderr
+
+
 def output_tail(run: subprocess.CompletedProcess, chars: int = 3000) -> str:
     """The exit status and the last ``chars`` characters of each output, for an assertion's message."""
     return f"exit {run.returncode}\n--- stdout\n{run.stdout[-chars:]}\n--- stderr\n{run.stderr[-chars:]}"
