@@ -36,6 +36,17 @@ CUDA = torch.cuda.is_available()
 requires_cuda = pytest.mark.skipif(not CUDA, reason="needs a CUDA GPU")
 
 
+def cupy_on_a_gpu():
+    """CuPy, for a test module that runs on a real GPU; called at the module's top, it skips the whole
+    module unless torch sees a CUDA GPU, CuPy imports, and CuPy sees a device."""
+    if not CUDA:
+        pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)", allow_module_level=True)
+    cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x or cupy-cuda13x)")
+    if cupy.cuda.runtime.getDeviceCount() == 0:
+        pytest.skip("CuPy sees no CUDA device", allow_module_level=True)
+    return cupy
+
+
 def pytest_unconfigure(config) -> None:
     if _OWN_CACHE is not None:
         shutil.rmtree(_OWN_CACHE, ignore_errors=True)

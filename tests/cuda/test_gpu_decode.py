@@ -9,11 +9,9 @@ torch = pytest.importorskip("torch")
 
 pytestmark = pytest.mark.gpu
 
-if not torch.cuda.is_available():
-    pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)", allow_module_level=True)
-cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x or cupy-cuda13x)")
-if cupy.cuda.runtime.getDeviceCount() == 0:
-    pytest.skip("CuPy sees no CUDA device", allow_module_level=True)
+from conftest import cupy_on_a_gpu  # noqa: E402
+
+cupy_on_a_gpu()
 
 from dgl_zerocopy.cuda.gather.launcher import launch_decode  # noqa: E402
 from dgl_zerocopy.store.backends import GatherOptions  # noqa: E402
