@@ -21,12 +21,23 @@ import runpy
 import signal
 import sys
 import threading
+import warnings
 from contextlib import contextmanager
 from pathlib import Path
 
 from ._extras import MissingExtraError, import_dgl, install_hint
 from .data import DATASETS, HETERO_DATASETS, DatasetError
-from .training.config import FEATURE_SOURCES, ConfigError, build_config, parse_fanouts, read_yaml, shipped_configs
+from .training.config import (
+    FEATURE_SOURCES,
+    RENAMED_KEYS,
+    ConfigError,
+    RenamedSettingWarning,
+    build_config,
+    parse_fanouts,
+    read_yaml,
+    shipped_configs,
+    warn_renamed,
+)
 from .training.models import MODELS
 
 log = logging.getLogger("dgl_zerocopy")
@@ -55,6 +66,22 @@ BENCHMARKS = {
     "scale": "training/scale.py",
     "scale_sampling": "training/scale_sampling.py",
 }
+
+
+def _flag(key: str) -> str:
+    return "--" + key.replace("_", "-")
+
+
+class _RenamedFlag(argparse.Action):
+    """A flag under its former name (:data:`RENAMED_KEYS`): stores its value as the new flag does, with one warning."""
+
+    def __init__(self, option_strings, dest, new_flag: str, **kwargs):
+        super().__init__(option_strings, dest, **kwargs)
+        self.new_flag = new_flag
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        warn_renamed(option_string, self.new_flag)
+        setattr(namespace, self.dest, values)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -120,19 +147,21 @@ def _parser() -> argparse.ArgumentParser:
         metavar="PATH",
         help="leave the features in a file and read their rows from it (docs/storage.md): a .npy or a folder written by "
         "dgl_zerocopy.compress(), one row per node; auto: the dataset's own features (the OGB cache's features.npy, else written "
-        "once under $DGL_ZEROCOPY_CACHE/features); with --host-cache; feature sources cpu, zerocopy, dgl-storage",
+        "once under $DGL_ZEROCOPY_CACHE/features); with --host-buffer; feature sources cpu, zerocopy, dgl-storage",
     )
     t.add_argument(
-        "--host-cache",
+        "--host-buffer",
         metavar="SIZE",
         help="with --feature-storage: host memory for the rows, a share of the table's rows (25%%, its bookkeeping on top: 100%% holds "
         "the table) or a size (2GiB, bytes); it must hold a training and an evaluation batch's rows (checked before the first step)",
     )
     t.add_argument(
-        "--host-cache-policy",
+        "--host-buffer-policy",
         help="with --feature-storage: which rows the host buffer keeps: static (default: the degree sampling follows), "
         "dynamic (CLOCK over recent batches), hybrid (a static quarter, the rest CLOCK), lru, clock or fifo",
     )
+    for old, new in RENAMED_KEYS.items():  # the former names, hidden from --help
+        t.add_argument(_flag(old), dest=new, action=_RenamedFlag, new_flag=_flag(new), help=argparse.SUPPRESS)
     t.add_argument(
         "--cache-policy",
         help="which rows the cache holds: degree (default: the degree sampling follows, "
@@ -196,6 +225,13 @@ def main(argv: list[str] | None = None) -> int:
     Raises:
         SystemExit: argparse's, for unknown arguments (status 2) and ``--help`` (status 0).
     """
+    with warnings.catch_warnings():
+        if not sys.warnoptions:  # Python hides DeprecationWarnings outside __main__; a former flag or key name is the user's to see
+            warnings.simplefilter("default", RenamedSettingWarning)
+        return _main(argv)
+
+
+def _main(argv: list[str] | None) -> int:
     args = _parser().parse_args(_glue_negative_values(sys.argv[1:] if argv is None else argv))
     logging.basicConfig(level=logging.INFO, format="%(message)s")
     try:
@@ -266,8 +302,8 @@ def _signals_unwind():
 
 
 #: Flags whose value may start with '-': ``--fanouts -1,-1`` (every neighbour), and sizes that are then refused in
-#: a line of their own (``--host-cache -5%``) rather than argparse's "expected one argument".
-_DASHED_VALUES = ("--fanouts", "--host-cache", "--feature-cache")
+#: a line of their own (``--host-buffer -5%``) rather than argparse's "expected one argument".
+_DASHED_VALUES = ("--fanouts", "--host-buffer", "--host-cache", "--feature-cache")
 
 
 def _glue_negative_values(argv: list[str]) -> list[str]:
@@ -297,7 +333,7 @@ def _train(args: argparse.Namespace) -> int:
         if cfg.sampler in ("gpu", "snapshot"):
             raise ConfigError(f"train --dist samples with DistDGL's sampler on the CPU; drop --sampler {cfg.sampler}")
         if cfg.feature_storage is not None:
-            raise ConfigError("train --dist reads the features DistDGL's servers hold; drop --feature-storage and --host-cache")
+            raise ConfigError("train --dist reads the features DistDGL's servers hold; drop --feature-storage and --host-buffer")
         return _train_dist(cfg, args)
     with _signals_unwind():
         return _train_local(cfg, args)
@@ -348,7 +384,7 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
     compressed = f", features stored as {cfg.feature_compression}" if cfg.feature_compression != "none" else ""
     on_storage = ""
     if isinstance(dataset.features, FeatureFile):
-        on_storage = f", features on storage in {str(dataset.features.path)!r} ({human_size(dataset.features.nbytes)}), host cache {cfg.host_cache} ({cfg.host_cache_policy or 'static'})"
+        on_storage = f", features on storage in {str(dataset.features.path)!r} ({human_size(dataset.features.nbytes)}), host buffer {cfg.host_buffer} ({cfg.host_buffer_policy or 'static'})"
     cached = f", cache {cfg.feature_cache} ({cfg.cache_policy})" if cfg.feature_cache != "0" else ""
     per_type = " per edge type" if cfg.dataset in HETERO_DATASETS else ""
     frontend = " of PyG's SAGEConv through dgl_zerocopy.pyg.NeighborLoader" if cfg.frontend == "pyg" else ""
@@ -380,7 +416,7 @@ def _train_local(cfg, args: argparse.Namespace) -> int:
         return 1
     except BufferFullError as e:  # a batch larger than the batches sampled before the first step (host_budget)
         raise ConfigError(
-            f"host_cache {cfg.host_cache!r} is too small for this run: {e}; raise --host-cache, or lower --batch-size/--eval-batch-size"
+            f"host_buffer {cfg.host_buffer!r} is too small for this run: {e}; raise --host-buffer, or lower --batch-size/--eval-batch-size"
         ) from None
     except StorageChangedError as e:  # the feature file truncated, rewritten, replaced or removed under the run: it failed while it ran
         print(f"dgl-zerocopy: error: {e}; the run stopped: train again once the file is complete (write a new one, then rename it into place)", file=sys.stderr)

@@ -33,7 +33,7 @@ STEM = "scale"
 #: pass's host buffer holds the 1 % graph's 142 MB of codes (a smaller buffer pins faster); --full keeps
 #: scale.py's 2 GiB, which holds the 10 % graph's 1.4 GB.
 SCALE_ARGS = {
-    "quick": ["--fractions", "0.01", "--batches", "4", "--steps", "10", "--host-cache", str(256 << 20)],
+    "quick": ["--fractions", "0.01", "--batches", "4", "--steps", "10", "--host-buffer", str(256 << 20)],
     "full": ["--fractions", "0.1", "--batches", "4", "--steps", "10"],
 }
 #: scale.py starts no stage this close to the step's limit: the run stage at the check's size and the files.

@@ -7,7 +7,7 @@ For each ``--fractions`` value (of ogbn-papers100M's 111,059,956 nodes; about 29
   run       in a second child process (its own peak RSS): open (memory maps, no copy), then ``--batches``
             batches of ``--batch-size`` training seeds through ``HopSampler`` (fanouts ``--fanouts``),
             each checked edge by edge against the files for the first batch, and the input nodes' rows
-            gathered through ``FeatureStore(features, storage=StorageTier(--host-cache))`` (int8 codes, decoded);
+            gathered through ``FeatureStore(features, storage=StorageTier(--host-buffer))`` (int8 codes, decoded);
             per-batch sample and gather times (median and quartiles), sampled edges/s, storage bytes per
             batch; the sampled positions past 2**31 (where the graph has them) checked against
             ``indices.npy`` read with plain file reads; then ``--steps`` GraphSAGE steps (3 layers,
@@ -22,7 +22,7 @@ the graph's edge count is drawn as a PNG; rows are saved as CSV/JSON (bench/resu
 fraction. A row's ``status``: ok; ``failed: <stage>: <error>``; or ``skipped: time limit`` where
 ``--time-limit`` seconds had passed before its next stage (``make gpu-check`` bounds its scale step so).
 
-The RAM budget: the host cache of feature rows is ``--host-cache`` bytes (default 2 GiB); the graph's
+The RAM budget: the host buffer of feature rows is ``--host-buffer`` bytes (default 2 GiB); the graph's
 pages (indptr, indices) and the rest of the feature file live in the kernel's page cache, which takes
 what the machine has left and gives it back under pressure, so the process's own RSS stays small.
 ``--dgl`` adds DGL's own ``NeighborSampler`` over the same CSC and seed batches, after the rest (its peak
@@ -146,7 +146,7 @@ def _run_on_cpu(args, graph, batches: list[np.ndarray], fanouts: list[int]) -> d
 
     started = time.perf_counter()
     sampler = hop_sampler(graph)
-    store = graph.feature_store(host_cache_bytes=args.host_cache)
+    store = graph.feature_store(host_buffer_bytes=args.host_buffer)
     store_s = time.perf_counter() - started
     # One untimed batch first (the last one's seeds): the kernels' first call loads them from numba's
     # cache (or compiles them), which is no batch's cost.
@@ -287,7 +287,7 @@ def _child(args, stage: str, fraction: float) -> dict:
     """Run ``stage`` for ``fraction`` in a child process (its own peak RSS): its figures, from the last line of its
     stdout. Its stderr (progress, a traceback) passes through; a failure raises :class:`StageFailed`."""
     cmd = [sys.executable, __file__, "--stage", stage, "--fractions", f"{fraction:g}"]
-    for k in ("data_dir", "seed", "features", "batches", "batch_size", "fanouts", "steps", "hidden", "host_cache", "device"):
+    for k in ("data_dir", "seed", "features", "batches", "batch_size", "fanouts", "steps", "hidden", "host_buffer", "device"):
         cmd += [f"--{k.replace('_', '-')}", str(getattr(args, k))]
     cmd += ["--populate"] if args.populate else []
     cmd += ["--dgl"] if args.dgl else []
@@ -350,7 +350,7 @@ def main() -> int:
     p.add_argument("--fanouts", default="15,10,5")
     p.add_argument("--steps", type=int, default=50)
     p.add_argument("--hidden", type=int, default=128)
-    p.add_argument("--host-cache", type=int, default=2 << 30, help="bytes of feature rows kept in the host buffer (default 2 GiB)")
+    p.add_argument("--host-buffer", type=int, default=2 << 30, help="bytes of feature rows kept in the host buffer (default 2 GiB)")
     p.add_argument("--populate", action="store_true", help="fault the CSC's pages in after opening (DiskGraph.populate): no page fault per batch")
     p.add_argument("--dgl", action="store_true", help="DGL's own NeighborSampler over the same CSC and seeds, where its graph fits in memory")
     p.add_argument(
@@ -374,7 +374,7 @@ def main() -> int:
         _stage_main(args, fractions[0])
         return 0
     began = time.monotonic()
-    meta = {"command": command_line(), "machine": machine(), "fanouts": args.fanouts, "batch_size": args.batch_size, "host_cache_bytes": args.host_cache}
+    meta = {"command": command_line(), "machine": machine(), "fanouts": args.fanouts, "batch_size": args.batch_size, "host_buffer_bytes": args.host_buffer}
     rows = []
     for fraction in fractions:
         row, status = {"fraction": fraction}, "ok"

@@ -8,7 +8,7 @@ The route (:func:`run_route`) over a graph opened from its folder (memory maps):
   sample   ``GpuNeighborSampler`` (our kernels) over that CSC, ``scale.py --fanouts`` turned around (its list
            starts at the seeds, DGL's at the input layer); the first batch checked against the files
            (:func:`check_blocks`);
-  gather   ``graph.feature_store(--host-cache, backend="zerocopy")``: the storage tier reads the rows missing
+  gather   ``graph.feature_store(--host-buffer, backend="zerocopy")``: the storage tier reads the rows missing
            from its pinned host buffer out of the file, and the GPU gathers the batch's rows from the buffer
            (zero-copy, int8 codes decoded on the GPU);
   train    GraphSAGE steps on the GPU over the sampled blocks, each batch's rows gathered again (untimed).
@@ -85,7 +85,7 @@ def _synchronizer(device: torch.device) -> Callable[[], None]:
 
 def run_route(args: argparse.Namespace, graph, batches: list[np.ndarray], fanouts: list[int], emulate: bool = False) -> dict:
     """The GPU route over ``graph`` for the seed ``batches`` (``fanouts`` as ``scale.py --fanouts``: the seeds'
-    hop first), with ``args.seed``, ``args.host_cache``, ``args.steps`` and ``args.hidden``. Returns what
+    hop first), with ``args.seed``, ``args.host_buffer``, ``args.steps`` and ``args.hidden``. Returns what
     scale.py's row is made of: ``device``, ``pin_s`` and ``store_s`` (set-up), per batch ``sample_s``,
     ``gather_s``, ``edges``, ``rows`` and ``storage_bytes``, ``past`` (positions past 2**31 checked), per step
     ``step_s`` and ``losses``, and ``gpu_peak_gb``. Everything it pinned is unpinned when it returns or raises."""
@@ -104,7 +104,7 @@ def run_route(args: argparse.Namespace, graph, batches: list[np.ndarray], fanout
         cleanup.callback(csc.close)  # waits for the device, then unregisters the CSC's pages
         pin_s = time.perf_counter() - started
         started = time.perf_counter()
-        store = graph.feature_store(args.host_cache, backend="cpu" if emulate else "zerocopy", device=device)
+        store = graph.feature_store(args.host_buffer, backend="cpu" if emulate else "zerocopy", device=device)
         cleanup.callback(store.close)
         store_s = time.perf_counter() - started
         sampler = cleanup.enter_context(GpuNeighborSampler(layers, device="reference" if emulate else device))

@@ -29,6 +29,7 @@ from __future__ import annotations
 import json
 import mmap
 import os
+import warnings
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -83,6 +84,10 @@ def _npy_header(dtype: np.dtype, shape: tuple[int, ...]) -> bytes:
         raise ValueError(f"a .npy header for shape {shape} does not fit {_HEADER_BYTES} bytes")
     body += b" " * pad + b"\n"
     return b"\x93NUMPY\x01\x00" + len(body).to_bytes(2, "little") + body
+
+
+#: :meth:`DiskGraph.feature_store`'s former keywords -> their names now (the host buffer was called a cache).
+_FORMER_KEYWORDS = {"host_cache_bytes": "host_buffer_bytes", "host_cache_policy": "host_buffer_policy"}
 
 
 @dataclass(frozen=True, eq=False)
@@ -173,13 +178,27 @@ class DiskGraph(CscSizes):
         if self.csc_files is not None:
             self.csc_files.check()
 
-    def feature_store(self, host_cache_bytes: int, backend: str = "cpu", device=None, **options):
-        """``FeatureStore(features, storage=StorageTier(host_cache_bytes, host_cache_policy))``: rows stay in their
-        file, at most ``host_cache_bytes`` of them in one host buffer (docs/storage.md); ``options``: the store's other parts."""
+    def feature_store(self, host_buffer_bytes: int | None = None, backend: str = "cpu", device=None, host_buffer_policy: str | None = None, **options):
+        """``FeatureStore(features, storage=StorageTier(host_buffer_bytes, host_buffer_policy))``: rows stay in their
+        file, at most ``host_buffer_bytes`` of them in one host buffer (docs/storage.md); ``options``: the store's other parts.
+        The former keywords ``host_cache_bytes=`` and ``host_cache_policy=`` still work, with a ``DeprecationWarning``.
+
+        Raises:
+            TypeError: no budget, or a keyword given under both its names."""
         from ..store.feature_store import FeatureStore
         from ..store.options import StorageTier
 
-        storage = StorageTier(host_cache_bytes, options.pop("host_cache_policy", None))
+        given = {"host_buffer_bytes": host_buffer_bytes, "host_buffer_policy": host_buffer_policy}
+        for old, new in _FORMER_KEYWORDS.items():
+            if old not in options:
+                continue
+            if given[new] is not None:
+                raise TypeError(f"feature_store() got both {new}= and {old}= (its former name); keep {new}=")
+            warnings.warn(f"feature_store({old}=) is deprecated: write {new}=, the same setting under its new name", DeprecationWarning, stacklevel=2)
+            given[new] = options.pop(old)
+        if given["host_buffer_bytes"] is None:
+            raise TypeError("feature_store() needs host_buffer_bytes, the host buffer's budget in bytes")
+        storage = StorageTier(given["host_buffer_bytes"], given["host_buffer_policy"])
         return FeatureStore(str(self.features_path), backend=backend, device=device, storage=storage, **options)
 
     def to_dataset(self):

@@ -13,7 +13,7 @@ missing one raises :class:`DatasetError` with the download URL and the folder la
 
 Features left on storage (``load_ogb(..., features_on_storage=True)``): the dataset's ``features``
 is the cache's ``features.npy`` as a :class:`~dgl_zerocopy.data.feature_file.FeatureFile` (path,
-shape, dtype; nothing mapped), which ``train --feature-storage auto --host-cache SIZE`` serves
+shape, dtype; nothing mapped), which ``train --feature-storage auto --host-buffer SIZE`` serves
 through a storage-backed FeatureStore: the table is never whole in memory.
 
 Compressed features (:func:`compressed_features`): the cache's ``features.npy`` converted once, a

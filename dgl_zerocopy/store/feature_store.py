@@ -292,7 +292,7 @@ class FeatureStore:
     @property
     def nbytes(self) -> int:
         """Host bytes held: the table, or the codes plus the int8 scales and offsets; a table left in
-        its file (``host_cache_bytes``): the host buffer's rows."""
+        its file (``storage=``): the host buffer's rows."""
         if self._storage is not None:
             return self._storage.plan.capacity * self._storage.table.row_bytes
         return self._table.numel() * self._table.element_size() + (params_nbytes(self._codec) if self._codec is not None else 0)
@@ -342,17 +342,17 @@ class FeatureStore:
         if self._cache is not None:
             self._cache.reset_stats()
 
-    # -- storage (host_cache_bytes; docs/storage.md) ----------------------------------------
+    # -- storage (storage=StorageTier(...); docs/storage.md) ------------------------------
     @property
     def on_storage(self) -> bool:
-        """True when the rows stay in their file (``host_cache_bytes``): :meth:`read_ahead` and
+        """True when the rows stay in their file (``storage=``): :meth:`read_ahead` and
         :meth:`storage_stats` apply."""
         return self._storage is not None
 
     def _storage_backend(self) -> StorageBackend:
         if self._storage is None:
             raise TypeError(
-                "this FeatureStore holds its whole table in memory: reading ahead and storage_stats() need FeatureStore(path, storage=StorageTier(N)), the host_cache_bytes=N of earlier releases"
+                "this FeatureStore holds its whole table in memory: reading ahead and storage_stats() need FeatureStore(path, storage=StorageTier(N)), a host buffer of N bytes"
             )
         if self._backend is None:
             self.bind()

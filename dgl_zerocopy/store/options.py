@@ -136,10 +136,10 @@ class StorageTier:
 
     def __post_init__(self) -> None:
         if isinstance(self.bytes, bool) or not isinstance(self.bytes, (int, np.integer)) or self.bytes <= 0:
-            raise ValueError(f"host_cache_bytes must be a positive integer number of bytes, but got {self.bytes!r}: write StorageTier(bytes=N)")
+            raise ValueError(f"StorageTier(bytes=) must be a positive integer number of bytes (the host buffer's budget), but got {self.bytes!r}")
         object.__setattr__(self, "bytes", int(self.bytes))
         if self.policy is not None and self.policy not in HOST_POLICIES:
-            raise ValueError(f"host_cache_policy must be one of {', '.join(map(repr, HOST_POLICIES))} or None, but got {self.policy!r}: StorageTier(policy=)")
+            raise ValueError(f"StorageTier(policy=) must be one of {', '.join(map(repr, HOST_POLICIES))} or None, but got {self.policy!r}")
         if isinstance(self.threads, bool) or not isinstance(self.threads, int) or self.threads < 1:
             raise ValueError(f"StorageTier(threads=) must be a positive int, but got {self.threads!r}")
         if not isinstance(self.direct, bool):

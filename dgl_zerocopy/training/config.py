@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import importlib.resources
+import warnings
 from pathlib import Path
 from typing import Literal
 
@@ -68,9 +69,15 @@ class TrainConfig(BaseModel):
     # features left on storage (docs/storage.md): a .npy or compressed folder of one row per node, or "auto" (the
     # dataset's own features: the OGB cache's features.npy, else written once under the dataset cache); None: in memory
     feature_storage: str | None = None
-    host_cache: str | None = None  # with feature_storage: the host buffer, a share of the table's rows ("25%", bookkeeping on top) or a size ("2GiB", bytes)
+    host_buffer: str | None = None  # with feature_storage: the host buffer, a share of the table's rows ("25%", bookkeeping on top) or a size ("2GiB", bytes)
     # with feature_storage: which rows the host buffer keeps (None: static, the degree ranking; docs/storage.md)
-    host_cache_policy: Literal[HOST_POLICIES] | None = None
+    host_buffer_policy: Literal[HOST_POLICIES] | None = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _former_key_names(cls, values):
+        """The keys of :data:`RENAMED_KEYS` still load under their former names (with a warning)."""
+        return current_keys(values) if isinstance(values, dict) else values
 
     @model_validator(mode="before")
     @classmethod
@@ -140,7 +147,7 @@ class TrainConfig(BaseModel):
                 self.feature_storage is not None,
                 f"feature_storage {self.feature_storage!r}",
                 "features held in memory",
-                "drop --feature-storage and --host-cache",
+                "drop --feature-storage and --host-buffer",
             ),
             (self.nproc > 1, f"nproc {self.nproc}", "one process", "use --nproc 1"),
         ]
@@ -214,22 +221,22 @@ class TrainConfig(BaseModel):
 
     @model_validator(mode="after")
     def _storage_fits(self) -> TrainConfig:
-        """``feature_storage`` and ``host_cache`` together, with a source that gathers from a
+        """``feature_storage`` and ``host_buffer`` together, with a source that gathers from a
         FeatureStore that can leave rows in their file, on a homogeneous graph."""
         if self.feature_storage is None:
-            if self.host_cache_policy is not None:
+            if self.host_buffer_policy is not None:
                 raise ValueError(
-                    f"host_cache_policy {self.host_cache_policy!r} picks the rows the host buffer of features left on storage keeps, but "
-                    f"feature_storage is not set; add --feature-storage PATH (or auto) and --host-cache SIZE, or drop --host-cache-policy"
+                    f"host_buffer_policy {self.host_buffer_policy!r} picks the rows the host buffer of features left on storage keeps, but "
+                    f"feature_storage is not set; add --feature-storage PATH (or auto) and --host-buffer SIZE, or drop --host-buffer-policy"
                 )
-            if self.host_cache is not None:
+            if self.host_buffer is not None:
                 raise ValueError(
-                    f"host_cache {self.host_cache!r} sizes the host buffer of features left on storage, but feature_storage is not set; "
-                    f"add --feature-storage PATH (or auto), or drop --host-cache"
+                    f"host_buffer {self.host_buffer!r} sizes the host buffer of features left on storage, but feature_storage is not set; "
+                    f"add --feature-storage PATH (or auto), or drop --host-buffer"
                 )
             return self
-        if self.host_cache is None:
-            raise ValueError("feature_storage leaves the features in a file and needs a host buffer for their rows; add --host-cache SIZE (e.g. 25% or 2GiB)")
+        if self.host_buffer is None:
+            raise ValueError("feature_storage leaves the features in a file and needs a host buffer for their rows; add --host-buffer SIZE (e.g. 25% or 2GiB)")
         if self.feature_source in ("dgl", "gpu"):
             why = "slices DGL's own g.ndata table" if self.feature_source == "dgl" else "copies the whole table to GPU memory"
             raise ValueError(
@@ -247,13 +254,13 @@ class TrainConfig(BaseModel):
             )
         return self
 
-    @field_validator("host_cache", mode="before")
+    @field_validator("host_buffer", mode="before")
     @classmethod
-    def _valid_host_cache(cls, v):
+    def _valid_host_buffer(cls, v):
         if v is None:
             return None
-        if parse_cache_size(v, "host_cache")[1] == 0:
-            raise ValueError(f"host_cache {v!r} holds no row; give a share of the table's rows (25%) or a size (2GiB)")
+        if parse_cache_size(v, "host_buffer")[1] == 0:
+            raise ValueError(f"host_buffer {v!r} holds no row; give a share of the table's rows (25%) or a size (2GiB)")
         return str(v).strip()
 
     @field_validator("feature_storage", mode="before")
@@ -315,6 +322,37 @@ class TrainConfig(BaseModel):
         return v
 
 
+#: Former config keys (and ``train`` flags, dashed) -> their names now: the host buffer of features left on storage was
+#: called a cache, a word that names the device cache of hot rows (``feature_cache``). A former name means the same.
+RENAMED_KEYS = {"host_cache": "host_buffer", "host_cache_policy": "host_buffer_policy"}
+
+
+class RenamedSettingWarning(DeprecationWarning):
+    """A setting given by its former name (a config key or ``train`` flag of :data:`RENAMED_KEYS`), which still works."""
+
+
+def warn_renamed(old: str, new: str, stacklevel: int = 2) -> None:
+    """One :class:`RenamedSettingWarning`: ``old`` (a key, or a flag) is now called ``new``."""
+    warnings.warn(f"{old} is deprecated: it is now {new}, the same setting under its new name", RenamedSettingWarning, stacklevel=stacklevel + 1)
+
+
+def current_keys(values: dict) -> dict:
+    """``values`` with each former key of :data:`RENAMED_KEYS` under its name now, one warning per former key.
+
+    Raises:
+        ConfigError: a setting given under both names.
+    """
+    renamed = dict(values)
+    for old, new in RENAMED_KEYS.items():
+        if old not in renamed:
+            continue
+        if new in renamed:
+            raise ConfigError(f"{new} and {old} are one setting ({old} is its former name), and both are given; keep only {new}")
+        warn_renamed(f"config key {old}", new, stacklevel=3)
+        renamed[new] = renamed.pop(old)
+    return renamed
+
+
 def parse_fanouts(text: str) -> list[int]:
     """``"15,10,5"`` -> ``[15, 10, 5]``; anything else raises ConfigError naming the bad part."""
     parts = [p.strip() for p in str(text).split(",")]
@@ -329,7 +367,7 @@ _SIZE_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "kib": 2**1
 
 
 def parse_cache_size(text, key: str = "feature_cache") -> tuple[str, float | int]:
-    """A ``feature_cache`` (or ``key``: ``host_cache``) value as ``("rows", fraction)`` for ``"10%"`` (a share of the
+    """A ``feature_cache`` (or ``key``: ``host_buffer``) value as ``("rows", fraction)`` for ``"10%"`` (a share of the
     table's rows) or ``("bytes", n)`` for ``"512MiB"``, ``"2GB"``, ``"1000000"`` or an int; ConfigError otherwise."""
     value = str(text).strip().lower().replace(" ", "")
     try:
@@ -347,9 +385,10 @@ def parse_cache_size(text, key: str = "feature_cache") -> tuple[str, float | int
             raise ValueError
         return "bytes", int(size)
     except (ValueError, OverflowError):
-        share = "the table's rows (25%)" if key == "host_cache" else "the rows (10%)"
-        no_cache = "" if key == "host_cache" else "; 0 means no cache"
-        raise ConfigError(f"{key} {text!r} is not a cache size: give a share of {share}, a size (512MiB, 2GB) or a byte count{no_cache}") from None
+        share = "the table's rows (25%)" if key == "host_buffer" else "the rows (10%)"
+        no_cache = "" if key == "host_buffer" else "; 0 means no cache"
+        what = "a buffer size" if key == "host_buffer" else "a cache size"
+        raise ConfigError(f"{key} {text!r} is not {what}: give a share of {share}, a size (512MiB, 2GB) or a byte count{no_cache}") from None
 
 
 #: The package that holds the shipped configs: the repository's ``configs/``, installed as ``dgl_zerocopy.configs``
@@ -416,8 +455,9 @@ def read_yaml(path: str | Path) -> dict:
 
 
 def build_config(file_values: dict, overrides: dict) -> TrainConfig:
-    """Defaults, then the file's values, then the flags that were given (not None)."""
-    values = {**file_values, **{k: v for k, v in overrides.items() if v is not None}}
+    """Defaults, then the file's values, then the flags that were given (not None). A key of :data:`RENAMED_KEYS`
+    may come under its former name (with a warning) from either; a flag overrides the file's key under either name."""
+    values = {**current_keys(file_values), **current_keys({k: v for k, v in overrides.items() if v is not None})}
     try:
         return TrainConfig(**values)
     except ValidationError as e:
@@ -445,7 +485,7 @@ def _one_line(error: ValidationError) -> str:
             "self_loop",
             "sampler",
             "snapshot",
-            "host_cache",
+            "host_buffer",
             "feature_storage",
             "graph_placement",
             "frontend",

@@ -14,7 +14,7 @@ check it failed where it came, after an epoch of training when the evaluation ba
    distinct rows counted.
 
 A buffer with fewer slots than a sampled batch's rows is refused (:class:`~.config.ConfigError`) with the counts,
-the ``--host-cache`` that holds them and the flags that make batches smaller. The sampled batches are a
+the ``--host-buffer`` that holds them and the flags that make batches smaller. The sampled batches are a
 sample: a later batch may be somewhat larger, and a run that starts can still stop at that batch, in one line.
 """
 
@@ -62,7 +62,7 @@ def check_batches_fit(store, graph, dataset, fanouts: list[int], cache, row_byte
         return
     needed = min(num_rows, math.ceil(max(rows for _, _, rows, _ in counts) * HEADROOM))
     share = min(100, math.ceil(100 * needed / num_rows))
-    budget = human_size(budget_for_slots(num_rows, row_bytes, needed, cache.host_cache_policy))
+    budget = human_size(budget_for_slots(num_rows, row_bytes, needed, cache.host_buffer_policy))
     said = ", ".join(
         f"{'an' if kind == 'evaluation' else 'a'} {kind} batch ({size:,} seeds{f', fanouts {fanouts}' if kind == 'training' else ''}) "
         f"reads about {rows:,} distinct rows"
@@ -72,8 +72,8 @@ def check_batches_fit(store, graph, dataset, fanouts: list[int], cache, row_byte
     lower = flags[0] if len(flags) == 1 else f"{', '.join(flags[:-1])} or {flags[-1]}"
     store.close()
     raise ConfigError(
-        f"host_cache {cache.host_cache!r} holds {slots:,} of the {num_rows:,} rows, too few for this run's batches (sampled before the "
-        f"first step): {said}; give --host-cache {share}% (about {budget}) or more, or lower {lower}"
+        f"host_buffer {cache.host_buffer!r} holds {slots:,} of the {num_rows:,} rows, too few for this run's batches (sampled before the "
+        f"first step): {said}; give --host-buffer {share}% (about {budget}) or more, or lower {lower}"
     )
 
 

@@ -30,7 +30,7 @@ the bytes that hold that many stored rows (codes, when compressed). ``cache_stat
 
 Features left on storage (a dataset whose ``features`` is a
 :class:`~dgl_zerocopy.data.feature_file.FeatureFile`: ``train --feature-storage``): the FeatureStore
-sources build ``FeatureStore(path, storage=StorageTier(N))`` with ``N`` from the request's ``host_cache``
+sources build ``FeatureStore(path, storage=StorageTier(N))`` with ``N`` from the request's ``host_buffer``
 (a share of the table's rows, its bookkeeping on top, or a size) and the graph for its static ranking (the degree sampling
 follows); our DataLoader reads the next batches' rows ahead. A buffer that cannot hold the distinct rows
 of the run's batches (training, and evaluation where ``cache.eval_batch_size`` is given) is refused when the
@@ -140,20 +140,20 @@ class CacheRequest:
     policy: str = DEFAULT_CACHE_POLICY
     seeds: torch.Tensor | None = None
     batch_size: int = 1024
-    host_cache: str | None = None  # features left on storage: the host buffer ("25%" of the table's rows, "2GiB", bytes)
-    host_cache_policy: str | None = None  # which rows it keeps (None: static, ranked by the graph's degrees)
+    host_buffer: str | None = None  # features left on storage: the host buffer ("25%" of the table's rows, "2GiB", bytes)
+    host_buffer_policy: str | None = None  # which rows it keeps (None: static, ranked by the graph's degrees)
     eval_batch_size: int | None = None  # features left on storage: the evaluation batches the buffer must serve too (None: not checked)
 
-    def host_cache_bytes(self, rows: int, row_bytes: int) -> int:
+    def host_buffer_bytes(self, rows: int, row_bytes: int) -> int:
         """The host buffer's bytes for a table of ``rows`` stored rows of ``row_bytes``: a share (``"25%"``) gives
         that share of the rows a slot each, the buffer's bookkeeping on top (``"100%"`` holds the whole table)."""
-        kind, amount = parse_cache_size(self.host_cache, "host_cache")
-        return budget_for_slots(rows, row_bytes, math.ceil(round(amount * rows, 6)), self.host_cache_policy) if kind == "rows" else amount
+        kind, amount = parse_cache_size(self.host_buffer, "host_buffer")
+        return budget_for_slots(rows, row_bytes, math.ceil(round(amount * rows, 6)), self.host_buffer_policy) if kind == "rows" else amount
 
     def store_options(self, graph, fanouts: list[int], rows: int, row_bytes: int, on_storage: bool = False) -> dict:
         """``FeatureStore`` parts (``cache=``, ``storage=``) for a table of ``rows`` stored rows of ``row_bytes``;
-        ``on_storage``: the table is a path, its host buffer sized by ``host_cache`` and ranked by ``graph``."""
-        options = {"storage": StorageTier(self.host_cache_bytes(rows, row_bytes), self.host_cache_policy)} if on_storage else {}
+        ``on_storage``: the table is a path, its host buffer sized by ``host_buffer`` and ranked by ``graph``."""
+        options = {"storage": StorageTier(self.host_buffer_bytes(rows, row_bytes), self.host_buffer_policy)} if on_storage else {}
         kind, amount = parse_cache_size(self.size)
         cache_bytes = budget_for_rows(round(amount * rows), row_bytes, rows) if kind == "rows" else amount
         if cache_bytes == 0:
@@ -192,14 +192,14 @@ def _feature_store(dataset: GraphDataset, graph, fanouts: list[int], compression
         options = cache.store_options(graph, fanouts, dataset.num_nodes, row_bytes, on_storage)
         store = FeatureStore(table, backend=backend, device=device, compression=codec, **options)
     except ValueError as error:  # a budget that holds no row
-        raise ConfigError(f"host_cache {cache.host_cache!r}: {error}") from None
+        raise ConfigError(f"host_buffer {cache.host_buffer!r}: {error}") from None
     rows = store.nbytes // row_bytes
     if rows < min(cache.batch_size, dataset.num_nodes):
         store.close()
         raise ConfigError(
-            f"host_cache {cache.host_cache!r} ({human_size(options['storage'].bytes)}) holds {rows:,} rows of {row_bytes:,} bytes beside its "
+            f"host_buffer {cache.host_buffer!r} ({human_size(options['storage'].bytes)}) holds {rows:,} rows of {row_bytes:,} bytes beside its "
             f"row -> slot map, fewer than one batch's {cache.batch_size:,} seeds (and a batch reads their sampled neighbours too); "
-            f"give a larger --host-cache or a smaller --batch-size"
+            f"give a larger --host-buffer or a smaller --batch-size"
         )
     check_batches_fit(store, graph, dataset, fanouts, cache, row_bytes)  # training and evaluation batches, before the first step
     return store

@@ -223,8 +223,8 @@ def _fit(
         cfg.cache_policy,
         seeds=train_idx,
         batch_size=batch_size,
-        host_cache=cfg.host_cache,
-        host_cache_policy=cfg.host_cache_policy,
+        host_buffer=cfg.host_buffer,
+        host_buffer_policy=cfg.host_buffer_policy,
         eval_batch_size=cfg.eval_batch_size,  # the host buffer serves evaluation batches too: checked before the first step
     )
     source = make_source(

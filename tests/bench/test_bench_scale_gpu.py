@@ -33,7 +33,7 @@ def graph(tmp_path_factory):
 
 
 def _args(**changes) -> argparse.Namespace:
-    return argparse.Namespace(**{"seed": 0, "host_cache": 1 << 20, "steps": 10, "hidden": 16, **changes})
+    return argparse.Namespace(**{"seed": 0, "host_buffer": 1 << 20, "steps": 10, "hidden": 16, **changes})
 
 
 def _batches(graph, size: int = 8) -> list[np.ndarray]:

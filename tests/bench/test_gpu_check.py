@@ -1150,7 +1150,7 @@ def test_a_scale_step_killed_at_its_limit_is_partial(tmp_path, monkeypatch):
 
 
 #: The step's arguments for the tests: a graph of 11,106 nodes (about 3 MB on disk), 2 batches of 32 seeds.
-TINY_SCALE = ["--fractions", "0.0001", "--batches", "2", "--batch-size", "32", "--steps", "10", "--hidden", "16", "--host-cache", str(4 << 20)]
+TINY_SCALE = ["--fractions", "0.0001", "--batches", "2", "--batch-size", "32", "--steps", "10", "--hidden", "16", "--host-buffer", str(4 << 20)]
 
 
 @pytest.mark.slow

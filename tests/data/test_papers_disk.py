@@ -227,12 +227,29 @@ def test_features_through_the_storage_tier(tmp_path, reference):
     graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False))
     layout = pd.GraphLayout.of(SPEC, BLOCK)
     ids = torch.tensor([0, 5, 5_999, 17, 3_000])
-    with graph.feature_store(host_cache_bytes=1 << 20) as store:
+    with graph.feature_store(host_buffer_bytes=1 << 20) as store:
         rows = store.gather(ids)
     codes = reference["int8"]["features"][ids.numpy()]
     assert torch.allclose(rows, torch.from_numpy(codes.astype(np.float32) * layout.scale + layout.offset))
     dataset = graph.to_dataset()
     assert dataset.features.codec == "int8" and dataset.features.shape == (SPEC.num_nodes, SPEC.feat_dim)
+
+
+def test_feature_stores_former_keywords_still_work_with_a_warning(tmp_path):
+    """``host_cache_bytes=`` and ``host_cache_policy=``, the former names of ``host_buffer_bytes=`` and
+    ``host_buffer_policy=``: the same store, with a DeprecationWarning; under both names, a TypeError."""
+    graph = open_disk_graph(pd.generate_to_disk(tmp_path / "g", SPEC, block_nodes=BLOCK, progress=False))
+    ids = torch.tensor([0, 5, 5_999, 17])
+    with graph.feature_store(1 << 20, host_buffer_policy="lru") as store:
+        expect = store.gather(ids), store.nbytes  # nbytes: the slots this budget gives an lru buffer
+    for old in ({"host_cache_bytes": 1 << 20, "host_buffer_policy": "lru"}, {"host_buffer_bytes": 1 << 20, "host_cache_policy": "lru"}):
+        (name,) = (k for k in old if k.startswith("host_cache"))
+        with pytest.warns(DeprecationWarning, match=rf"feature_store\({name}=\) is deprecated: write {name.replace('cache', 'buffer')}="):
+            store = graph.feature_store(**old)
+        with store:
+            assert torch.equal(store.gather(ids), expect[0]) and store.nbytes == expect[1]
+    with pytest.raises(TypeError, match=r"got both host_buffer_bytes= and host_cache_bytes="):
+        graph.feature_store(1 << 20, host_cache_bytes=1 << 20)
 
 
 def _sparse_graph(folder, edges: int):
@@ -278,7 +295,7 @@ def test_the_generate_command(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "11,106 nodes" in r.stdout and "int32 indices" in r.stdout and "int8 features" in r.stdout
     graph = open_disk_graph(tmp_path / "g")
-    assert graph.meta["spec"]["seed"] == 3 and graph.feature_store(host_cache_bytes=1 << 20).gather(torch.tensor([0])).shape == (1, 128)
+    assert graph.meta["spec"]["seed"] == 3 and graph.feature_store(host_buffer_bytes=1 << 20).gather(torch.tensor([0])).shape == (1, 128)
     r = run_cli("generate", tmp_path / "h", "--fraction", "2", timeout=120)
     assert r.returncode == 2 and r.stderr.strip() == "dgl-zerocopy: error: fraction must be in (0, 1], but got 2.0" and not (tmp_path / "h").exists()
 

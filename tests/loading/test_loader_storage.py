@@ -10,6 +10,7 @@ import torch
 
 from dgl_zerocopy import FeatureStore
 from dgl_zerocopy.loading.loader import DataLoader
+from dgl_zerocopy.store import StorageTier
 
 dgl = pytest.importorskip("dgl")
 
@@ -27,7 +28,7 @@ def setup(tmp_path_factory):
 
 def _store(path, rows: int = 1500) -> FeatureStore:
     """A store whose host buffer holds about ``rows`` of the table's 3000 rows (a batch: <= 500)."""
-    return FeatureStore(path, backend="cpu", device="cpu", host_cache_bytes=NODES * 4 + rows * (DIM * 4 + 30))
+    return FeatureStore(path, backend="cpu", device="cpu", storage=StorageTier(NODES * 4 + rows * (DIM * 4 + 30)))
 
 
 def _loader(graph, store, **kw) -> DataLoader:

@@ -205,7 +205,7 @@ def test_the_command_on_a_zeroed_features_cache_warns_and_trains_as_before(tmp_p
     """The issue's command: zeros over the cached cora features (same size), then the same command:
     one warning naming the file, and the same scores as the first run (one thread, no prefetch)."""
     command = ["train", "--config", "configs/cora-gcn.yaml", "--data-root", SHARED_DATA]
-    command += ["--epochs", "3", "--feature-storage", "auto", "--host-cache", "100%", "--no-progress", "--prefetch", "0"]
+    command += ["--epochs", "3", "--feature-storage", "auto", "--host-buffer", "100%", "--no-progress", "--prefetch", "0"]
     env = {**os.environ, "DGL_ZEROCOPY_CACHE": str(tmp_path), "OMP_NUM_THREADS": "1"}
 
     def run() -> subprocess.CompletedProcess:

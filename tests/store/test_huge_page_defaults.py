@@ -205,12 +205,13 @@ def test_generated_features_under_the_variable_are_ordinary_memory_and_equal(tmp
 @pytest.mark.parametrize("setting", [None, "0"])
 def test_the_host_buffer_is_in_huge_pages_by_default_and_gathers_the_file_rows(tmp_path, monkeypatch, setting):
     from dgl_zerocopy import FeatureStore
+    from dgl_zerocopy.store import StorageTier
 
     if setting is not None:
         monkeypatch.setenv(HUGE_PAGES_ENV, setting)
     source = _features(20000, 64)  # 5 MiB file, 4 MiB buffer
     np.save(tmp_path / "f.npy", source)
-    store = FeatureStore(tmp_path / "f.npy", backend="cpu", host_cache_bytes=4 << 20)
+    store = FeatureStore(tmp_path / "f.npy", backend="cpu", storage=StorageTier(4 << 20))
     try:
         ids = torch.from_numpy(np.random.default_rng(1).integers(0, 20000, 3000))
         torch.testing.assert_close(store.gather(ids).clone(), torch.from_numpy(source)[ids])

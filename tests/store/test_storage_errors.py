@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from dgl_zerocopy import FeatureStore
+from dgl_zerocopy.store import StorageTier
 from dgl_zerocopy.store.storage import BufferFullError, StorageChangedError, direct_reader
 
 ROWS, DIM = 2000, 16
@@ -31,56 +32,56 @@ def _no_storage_threads() -> bool:
 
 def test_missing_file_and_not_a_file(tmp_path):
     with pytest.raises(FileNotFoundError, match="no such feature file"):
-        FeatureStore(tmp_path / "nope.npy", host_cache_bytes=1 << 20)
+        FeatureStore(tmp_path / "nope.npy", storage=StorageTier(1 << 20))
     with pytest.raises(TypeError, match=r"\.npy path"):
-        FeatureStore(torch.zeros(3, 3), host_cache_bytes=1 << 20)
+        FeatureStore(torch.zeros(3, 3), storage=StorageTier(1 << 20))
     with pytest.raises(FileNotFoundError, match="not a compressed table"):
-        FeatureStore(tmp_path, host_cache_bytes=1 << 20)
+        FeatureStore(tmp_path, storage=StorageTier(1 << 20))
 
 
 def test_truncated_file_names_the_sizes(table):
     size = table.stat().st_size
     os.truncate(table, size - 100)
     with pytest.raises(ValueError, match=rf"truncated: its header says {ROWS} rows .* but the file has {size - 100} bytes"):
-        FeatureStore(table, host_cache_bytes=1 << 20)
+        FeatureStore(table, storage=StorageTier(1 << 20))
     assert _no_storage_threads()
 
 
 @pytest.mark.parametrize("budget", [0, -5, 1.5, True])
 def test_budget_must_be_positive_bytes(table, budget):
-    with pytest.raises(ValueError, match="host_cache_bytes must be a positive integer"):
-        FeatureStore(table, host_cache_bytes=budget)
+    with pytest.raises(ValueError, match=r"StorageTier\(bytes=\) must be a positive integer"):
+        FeatureStore(table, storage=StorageTier(budget))
 
 
 def test_budget_that_holds_no_row(table):
     with pytest.raises(ValueError, match=rf"holds no row: the row -> slot map of {ROWS} rows"):
-        FeatureStore(table, host_cache_bytes=ROWS * 4)
+        FeatureStore(table, storage=StorageTier(ROWS * 4))
 
 
 def test_budget_below_one_batch_is_clear_at_the_gather_and_reserves_nothing(table):
-    with FeatureStore(table, backend="cpu", host_cache_bytes=ROWS * 4 + 100 * (DIM * 4 + 30)) as store:
-        with pytest.raises(BufferFullError, match=r"500 distinct rows, 500 of them to read .* Raise host_cache_bytes"):
+    with FeatureStore(table, backend="cpu", storage=StorageTier(ROWS * 4 + 100 * (DIM * 4 + 30))) as store:
+        with pytest.raises(BufferFullError, match=r"500 distinct rows, 500 of them to read .* Raise the host buffer's budget, StorageTier\(bytes=\)"):
             store.gather(torch.arange(500))
         assert int(store._backend.buffer.pins.sum()) == 0
         assert torch.equal(store.gather(torch.arange(50)), torch.from_numpy(np.load(table)[:50]))  # usable still
 
 
 def test_policy_and_options_checked(table):
-    with pytest.raises(ValueError, match="host_cache_policy must be one of"):
-        FeatureStore(table, host_cache_bytes=1 << 20, host_cache_policy="mru")
+    with pytest.raises(ValueError, match=r"StorageTier\(policy=\) must be one of"):
+        FeatureStore(table, storage=StorageTier(1 << 20, "mru"))
     with pytest.raises(ValueError, match="ranks rows statically: pass graph="):
-        FeatureStore(table, host_cache_bytes=1 << 20, host_cache_policy="hybrid")
+        FeatureStore(table, storage=StorageTier(1 << 20, "hybrid"))
     with pytest.raises(TypeError, match="storage_options takes"):
         FeatureStore(table, host_cache_bytes=1 << 20, storage_options={"thread": 2})
     with pytest.raises(ValueError, match="backend='gpu'"):
-        FeatureStore(table, backend="gpu", host_cache_bytes=1 << 20)
+        FeatureStore(table, backend="gpu", storage=StorageTier(1 << 20))
     with pytest.raises(ValueError, match="compress the file first"):
-        FeatureStore(table, host_cache_bytes=1 << 20, compression="int8")
+        FeatureStore(table, storage=StorageTier(1 << 20), compression="int8")
 
 
 @pytest.mark.parametrize("change", ["rewrite", "replace", "remove"])
 def test_file_changed_while_open(table, change):
-    store = FeatureStore(table, backend="cpu", host_cache_bytes=1 << 16)
+    store = FeatureStore(table, backend="cpu", storage=StorageTier(1 << 16))
     store.gather(torch.arange(10))
     if change == "rewrite":
         with open(table, "r+b") as f:
@@ -101,7 +102,7 @@ def test_file_changed_while_open(table, change):
 
 def test_the_file_is_never_written(table):
     before = (table.stat().st_mtime_ns, table.read_bytes())
-    with FeatureStore(table, backend="cpu", host_cache_bytes=1 << 16) as store:
+    with FeatureStore(table, backend="cpu", storage=StorageTier(1 << 16)) as store:
         for s in range(0, ROWS, 300):
             store.read_ahead(torch.arange(s, s + 50)).release()
             store.gather(torch.arange(s, min(s + 300, ROWS)))
@@ -118,7 +119,7 @@ def test_reads_use_o_direct_where_the_file_system_allows(table, monkeypatch):
         os.close(probe)
     except OSError:
         pytest.skip("this file system refuses O_DIRECT (the fallback is tested below)")
-    with FeatureStore(table, backend="cpu", host_cache_bytes=1 << 16) as store:
+    with FeatureStore(table, backend="cpu", storage=StorageTier(1 << 16)) as store:
         store.gather(torch.arange(100))
         assert store._backend._reader.direct
     assert flags and flags[0] & os.O_DIRECT
@@ -135,7 +136,7 @@ def test_o_direct_refused_warns_and_falls_back(table, monkeypatch):
     advice = []
     monkeypatch.setattr(direct_reader.os, "open", refuse)
     monkeypatch.setattr(direct_reader.os, "posix_fadvise", lambda fd, off, n, how: advice.append(how))
-    with pytest.warns(UserWarning, match="refuses O_DIRECT"), FeatureStore(table, backend="cpu", host_cache_bytes=1 << 16) as store:
+    with pytest.warns(UserWarning, match="refuses O_DIRECT"), FeatureStore(table, backend="cpu", storage=StorageTier(1 << 16)) as store:
         assert not store._backend._reader.direct
         assert torch.equal(store.gather(torch.arange(5, 105)), torch.from_numpy(np.load(table)[5:105]))
     assert advice and set(advice) == {os.POSIX_FADV_DONTNEED}
@@ -144,7 +145,7 @@ def test_o_direct_refused_warns_and_falls_back(table, monkeypatch):
 def test_pickled_store_reopens_the_file(table):
     import pickle
 
-    with FeatureStore(table, backend="cpu", host_cache_bytes=1 << 16) as store:
+    with FeatureStore(table, backend="cpu", storage=StorageTier(1 << 16)) as store:
         copy = pickle.loads(pickle.dumps(store))
     with copy:
         assert torch.equal(copy.gather(torch.tensor([3, 1999])), torch.from_numpy(np.load(table)[[3, 1999]]))

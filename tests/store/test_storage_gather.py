@@ -10,6 +10,7 @@ import torch
 
 import dgl_zerocopy
 from dgl_zerocopy import FeatureStore
+from dgl_zerocopy.store import StorageTier
 from dgl_zerocopy.store.cache import CachePolicy
 from dgl_zerocopy.store.storage import HOST_POLICIES
 
@@ -44,7 +45,7 @@ def test_rows_equal_the_file_for_every_policy_and_tier_mix(table, policy, cache)
     kwargs = dict(cache_bytes=100 * DIM * 4 + ROWS * 4, cache_policy=_ranking()) if cache else {}
     if policy in ("hybrid", "static") and not cache:
         kwargs["cache_policy"] = _ranking()
-    with FeatureStore(table, backend="cpu", host_cache_bytes=budget, host_cache_policy=policy, **kwargs) as store:
+    with FeatureStore(table, backend="cpu", storage=StorageTier(budget, policy), **kwargs) as store:
         for ids in _batches(2):
             assert torch.equal(store.gather(ids), torch.from_numpy(expect[ids.numpy()]))
         stats = store.storage_stats()
@@ -58,7 +59,7 @@ def test_rows_equal_the_file_for_every_policy_and_tier_mix(table, policy, cache)
 @pytest.mark.parametrize("dtype", [torch.int32, torch.int64])
 def test_int32_and_int64_ids_numpy_ids_and_out(table, dtype):
     expect = np.load(table)
-    with FeatureStore(table, host_cache_bytes=1 << 20) as store:  # backend auto: cpu here
+    with FeatureStore(table, storage=StorageTier(1 << 20)) as store:  # backend auto: cpu here
         ids = torch.tensor([7, 2999, 7, 0, 1500], dtype=dtype)
         out = torch.empty((5, DIM))
         assert store.gather(ids, out=out) is out
@@ -68,7 +69,7 @@ def test_int32_and_int64_ids_numpy_ids_and_out(table, dtype):
 
 
 def test_whole_table_in_budget_reads_each_block_once(table):
-    with FeatureStore(table, backend="cpu", host_cache_bytes=ROWS * (DIM * 4 + 40) + ROWS * 4) as store:
+    with FeatureStore(table, backend="cpu", storage=StorageTier(ROWS * (DIM * 4 + 40) + ROWS * 4)) as store:
         for ids in _batches(3):
             store.gather(ids)
         first = store.storage_stats()["storage_bytes"]
@@ -80,7 +81,7 @@ def test_whole_table_in_budget_reads_each_block_once(table):
 
 @pytest.mark.parametrize("ids", [[0, ROWS], [-1], [3, 4, ROWS + 7]])
 def test_out_of_range_ids_name_the_id(table, ids):
-    with FeatureStore(table, host_cache_bytes=1 << 20) as store:
+    with FeatureStore(table, storage=StorageTier(1 << 20)) as store:
         with pytest.raises(IndexError, match=str(ids[-1])):
             store.gather(torch.tensor(ids))
         with pytest.raises(IndexError, match=str(ids[-1])):
@@ -91,9 +92,9 @@ def test_out_of_range_ids_name_the_id(table, ids):
 def test_compressed_codes_on_storage_decode_like_the_codec(table, tmp_path, codec, axis):
     folder = tmp_path / "codes"
     compressed = dgl_zerocopy.compress(str(table), codec, out=folder, **({"axis": axis} if axis else {}))
-    plain = FeatureStore(table, host_cache_bytes=1 << 18)
+    plain = FeatureStore(table, storage=StorageTier(1 << 18))
     with FeatureStore(
-        folder, backend="cpu", host_cache_bytes=ROWS * 4 + 1000 * (DIM * 2 + 30), cache_bytes=50 * DIM * 2 + ROWS * 4, cache_policy=_ranking()
+        folder, backend="cpu", storage=StorageTier(ROWS * 4 + 1000 * (DIM * 2 + 30)), cache_bytes=50 * DIM * 2 + ROWS * 4, cache_policy=_ranking()
     ) as store:
         assert store.compression == codec
         for ids in _batches(4):

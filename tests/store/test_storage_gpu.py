@@ -18,6 +18,7 @@ from conftest import requires_cuda
 
 import dgl_zerocopy
 from dgl_zerocopy import FeatureStore
+from dgl_zerocopy.store import StorageTier
 from dgl_zerocopy.store.cache import CachePolicy
 from dgl_zerocopy.store.storage.host_buffer import SLOT_BYTES
 
@@ -50,7 +51,7 @@ def _page_locked(address: int) -> bool:
 def test_rows_equal_the_file_and_the_buffer_is_pinned_while_open(table, cache):
     expect = np.load(table)
     kwargs = {"cache_bytes": 2000 * DIM * 4 + ROWS * 4, "cache_policy": CachePolicy(torch.randperm(ROWS))} if cache else {}
-    store = FeatureStore(table, backend="zerocopy", device="cuda", host_cache_bytes=_budget(5000), **kwargs)
+    store = FeatureStore(table, backend="zerocopy", device="cuda", storage=StorageTier(_budget(5000)), **kwargs)
     address = store._backend.buffer.rows.data_ptr()
     assert _page_locked(address)
     for _ in range(6):
@@ -68,7 +69,7 @@ def test_rows_equal_the_file_and_the_buffer_is_pinned_while_open(table, cache):
 @pytest.mark.parametrize("codec", ["fp16", "int8"])
 def test_compressed_codes_decode_on_the_device(table, tmp_path, codec):
     compressed = dgl_zerocopy.compress(str(table), codec, out=tmp_path / codec)
-    with FeatureStore(tmp_path / codec, backend="zerocopy", device="cuda", host_cache_bytes=_budget(5000, DIM * (2 if codec == "fp16" else 1))) as store:
+    with FeatureStore(tmp_path / codec, backend="zerocopy", device="cuda", storage=StorageTier(_budget(5000, DIM * (2 if codec == "fp16" else 1)))) as store:
         for _ in range(4):
             ids = torch.randint(0, ROWS, (3000,))
             assert torch.equal(store.gather(ids).cpu(), compressed.decode(ids))
@@ -79,7 +80,7 @@ def test_queued_gathers_read_their_own_rows_through_a_small_buffer(table):
     needs slots. A slot given back before its gather ran would be refilled under it."""
     expect = np.load(table)
     side = torch.cuda.Stream()
-    with FeatureStore(table, backend="zerocopy", device="cuda", host_cache_bytes=_budget(512), host_cache_policy="lru") as store:
+    with FeatureStore(table, backend="zerocopy", device="cuda", storage=StorageTier(_budget(512), "lru")) as store:
         store.gather(torch.arange(4), stream=side)  # compiles the kernel
         torch.cuda.synchronize()
         batches = [torch.arange(i * 400, (i + 1) * 400) for i in range(6)]  # 2400 distinct rows through 512 slots

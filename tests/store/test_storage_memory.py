@@ -1,4 +1,4 @@
-"""Resident memory of a storage-backed store stays within ``host_cache_bytes`` plus a few batches,
+"""Resident memory of a storage-backed store stays within ``StorageTier(bytes=)`` plus a few batches,
 however large the file: a 96 MiB file, a 16 MiB budget (1/6 of it), 40 batches
 of random rows. RSS is the process's VmRSS; the page cache is not in it, and O_DIRECT keeps the
 file's pages out of it as well (checked in test_storage_errors.py)."""
@@ -11,6 +11,7 @@ import numpy as np
 import torch
 
 from dgl_zerocopy import FeatureStore
+from dgl_zerocopy.store import StorageTier
 
 ROWS, DIM = 65536, 384  # 1.5 KiB rows, 96 MiB
 BUDGET = 16 << 20
@@ -37,7 +38,7 @@ def test_resident_memory_stays_within_the_budget(tmp_path):
     result = torch.empty((BATCH, DIM))
     before = _rss()
     peak = 0
-    with FeatureStore(path, backend="cpu", host_cache_bytes=BUDGET) as store:
+    with FeatureStore(path, backend="cpu", storage=StorageTier(BUDGET)) as store:
         for _ in range(40):
             ids = torch.from_numpy(rng.integers(0, ROWS, BATCH))
             store.gather(ids, out=result)

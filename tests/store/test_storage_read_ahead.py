@@ -12,6 +12,7 @@ import pytest
 import torch
 
 from dgl_zerocopy import FeatureStore
+from dgl_zerocopy.store import StorageTier
 from dgl_zerocopy.store.storage import host_buffer
 
 ROWS, DIM = 4000, 64  # 256-byte rows
@@ -33,7 +34,7 @@ def test_read_ahead_rows_are_not_evicted_before_their_gather(table):
     the last gather reads them again from storage (this test then fails)."""
     expect = np.load(table)
     ahead_ids = torch.arange(0, 600)
-    with FeatureStore(table, backend="cpu", host_cache_bytes=_budget(1200), host_cache_policy="lru") as store:
+    with FeatureStore(table, backend="cpu", storage=StorageTier(_budget(1200), "lru")) as store:
         store.gather(torch.arange(3000, 3500))  # the largest gather: read ahead leaves room for one like it
         handle = store.read_ahead(ahead_ids)
         handle.wait()
@@ -52,7 +53,7 @@ def test_gather_waits_only_for_rows_still_being_read(table, monkeypatch):
     """A read ahead blocked mid-read: the gather of its batch waits for it and reads nothing itself."""
     expect = np.load(table)
     started, go = threading.Event(), threading.Event()
-    with FeatureStore(table, backend="cpu", host_cache_bytes=_budget(2000)) as store:
+    with FeatureStore(table, backend="cpu", storage=StorageTier(_budget(2000))) as store:
         reader = store._backend._reader
         real = reader.read_into
 
@@ -73,7 +74,7 @@ def test_gather_waits_only_for_rows_still_being_read(table, monkeypatch):
 
 
 def test_read_ahead_leaves_room_for_a_gather_and_counts_what_it_skipped(table):
-    with FeatureStore(table, backend="cpu", host_cache_bytes=_budget(1000)) as store:
+    with FeatureStore(table, backend="cpu", storage=StorageTier(_budget(1000))) as store:
         store.gather(torch.arange(0, 400))
         handles = [store.read_ahead(torch.arange(s, s + 400)) for s in (1000, 1400)]
         for h in handles:
@@ -87,7 +88,7 @@ def test_read_ahead_leaves_room_for_a_gather_and_counts_what_it_skipped(table):
 
 
 def test_unused_handles_released_by_close_and_no_thread_left(table):
-    store = FeatureStore(table, backend="cpu", host_cache_bytes=_budget(1000))
+    store = FeatureStore(table, backend="cpu", storage=StorageTier(_budget(1000)))
     handles = [store.read_ahead(torch.arange(s, s + 100)) for s in range(0, 1000, 100)]
     store.close()
     for h in handles:
@@ -97,7 +98,7 @@ def test_unused_handles_released_by_close_and_no_thread_left(table):
 
 def test_a_failed_read_ahead_leaves_rows_to_the_gather(table, monkeypatch):
     expect = np.load(table)
-    with FeatureStore(table, backend="cpu", host_cache_bytes=_budget(1000)) as store:
+    with FeatureStore(table, backend="cpu", storage=StorageTier(_budget(1000))) as store:
         reader = store._backend._reader
         real = reader.read_into
         monkeypatch.setattr(reader, "read_into", lambda *a: (_ for _ in ()).throw(OSError(5, "Input/output error")))
@@ -110,7 +111,7 @@ def test_a_failed_read_ahead_leaves_rows_to_the_gather(table, monkeypatch):
 
 
 def test_read_ahead_needs_a_storage_backed_store():
-    with FeatureStore(torch.zeros(4, 2)) as store, pytest.raises(TypeError, match="host_cache_bytes"):
+    with FeatureStore(torch.zeros(4, 2)) as store, pytest.raises(TypeError, match=r"storage=StorageTier\(N\)"):
         store.read_ahead(torch.arange(2))
 
 
@@ -130,7 +131,7 @@ def test_reads_ahead_never_leave_a_gather_without_room(table, policy):
         import dgl
 
         graph = dgl.graph((torch.from_numpy(rng.integers(0, ROWS, 20000)), torch.from_numpy(rng.integers(0, ROWS, 20000))), num_nodes=ROWS)
-    with FeatureStore(table, backend="cpu", host_cache_bytes=_budget(1300), host_cache_policy=policy, graph=graph) as store:
+    with FeatureStore(table, backend="cpu", storage=StorageTier(_budget(1300), policy), graph=graph) as store:
         pool = rng.permutation(ROWS)[:1600]  # batches drawn from a set a little larger than the buffer
         batches = [torch.from_numpy(rng.choice(pool, 1100, replace=False)) for _ in range(12)]
         handles = [store.read_ahead(b) for b in batches[:2]]
@@ -144,7 +145,7 @@ def test_reads_ahead_never_leave_a_gather_without_room(table, policy):
 
 def test_read_ahead_after_close_names_the_closed_store(table):
     """It raised ``RuntimeError: cannot schedule new futures after shutdown`` (the pool's words)."""
-    store = FeatureStore(table, backend="cpu", host_cache_bytes=_budget(1200))
+    store = FeatureStore(table, backend="cpu", storage=StorageTier(_budget(1200)))
     store.gather(torch.arange(10))
     store.close()
     with pytest.raises(RuntimeError, match=re.escape(f"this FeatureStore over {str(table)!r} is closed; make a new one to read ahead")):

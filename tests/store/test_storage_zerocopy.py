@@ -1,6 +1,6 @@
 """The zerocopy path of a storage-backed FeatureStore, run on the CPU.
 
-``FeatureStore(path, backend="zerocopy", host_cache_bytes=N)``: the host buffer is pinned in place
+``FeatureStore(path, backend="zerocopy", storage=StorageTier(N))``: the host buffer is pinned in place
 and the gather kernel reads its slots. Here the CUDA runtime is the stand-in of tests/store/test_pinning.py
 (it records what is registered), streams and events are stand-ins, and the kernel is the real
 ``kernels/gather.cu`` run by the CPU emulator (:mod:`dgl_zerocopy.cuda.gather.emulator`), reading
@@ -31,6 +31,7 @@ from test_store_zerocopy_cpu import install
 import dgl_zerocopy
 from dgl_zerocopy import FeatureStore
 from dgl_zerocopy.cuda.gather.emulator import emulate_gather
+from dgl_zerocopy.store import StorageTier
 from dgl_zerocopy.store import feature_store as feature_store_module
 from dgl_zerocopy.store.cache import CachePolicy
 from dgl_zerocopy.store.storage import BufferFullError, StorageChangedError
@@ -188,7 +189,7 @@ def test_rows_equal_the_file_through_the_pinned_buffer(device, table, cache, pol
     kwargs = {"cache_policy": _ranking()} if policy != "dynamic" or cache else {}
     if cache:
         kwargs["cache_bytes"] = 200 * DIM * 4 + ROWS * 4
-    store = zerocopy_store(table, host_cache_bytes=_budget(800), host_cache_policy=policy, **kwargs)
+    store = zerocopy_store(table, storage=StorageTier(_budget(800), policy), **kwargs)
     assert store.device == torch.device("cuda", 0) and store.on_storage
     _assert_pinned_once(device, store)
     pointer = _buffer(store).rows.data_ptr() + 0x1000  # the device address the stand-in runtime gave
@@ -207,7 +208,7 @@ def test_rows_equal_the_file_through_the_pinned_buffer(device, table, cache, pol
 @pytest.mark.parametrize("options", [{"variant": "naive"}, {"sort_ids": True}, {"max_blocks": 1}], ids=["naive", "sorted", "one-block"])
 def test_kernel_options_reach_the_kernel_and_rows_stay_exact(device, table, options):
     expect = np.load(table)
-    store = zerocopy_store(table, host_cache_bytes=_budget(700), **options)
+    store = zerocopy_store(table, storage=StorageTier(_budget(700)), **options)
     for ids in _batches(3, n=4):
         assert torch.equal(store.gather(ids), torch.from_numpy(expect[ids.long().numpy()]))
     store.close()
@@ -220,7 +221,7 @@ def test_compressed_folder_codes_are_pinned_and_decoded(device, table, tmp_path,
     folder = tmp_path / f"feat.{codec}"
     compressed = dgl_zerocopy.compress(str(table), codec, out=folder, **({"axis": axis} if axis else {}))
     kwargs = {"cache_bytes": 200 * DIM + ROWS * 4, "cache_policy": _ranking()} if cache else {}
-    store = zerocopy_store(folder, host_cache_bytes=_budget(800, DIM * 2), **kwargs)
+    store = zerocopy_store(folder, storage=StorageTier(_budget(800, DIM * 2)), **kwargs)
     assert store.compression == codec and store.dtype == torch.float32
     _assert_pinned_once(device, store)
     assert _buffer(store).rows.dtype == compressed.codec.stored_dtype, "the buffer holds the codes: the link carries them"
@@ -232,7 +233,7 @@ def test_compressed_folder_codes_are_pinned_and_decoded(device, table, tmp_path,
 
 def test_read_ahead_rows_are_gathered_from_the_pinned_buffer(device, table):
     expect = np.load(table)
-    store = zerocopy_store(table, host_cache_bytes=_budget(1500))
+    store = zerocopy_store(table, storage=StorageTier(_budget(1500)))
     batches = list(_batches(5, n=6))
     ahead = store.read_ahead(batches[0])
     for i, ids in enumerate(batches):
@@ -253,7 +254,7 @@ def test_read_ahead_rows_are_gathered_from_the_pinned_buffer(device, table):
 def _three_batches_over_eight_slots(device: Device, table) -> tuple[np.ndarray, list[torch.Tensor], list[torch.Tensor]]:
     """Three batches of 4 new rows through a buffer of 8 slots, on a device that falls behind: the
     third needs slots the first two still have in flight."""
-    store = zerocopy_store(table, host_cache_bytes=_budget(8), host_cache_policy="lru")
+    store = zerocopy_store(table, storage=StorageTier(_budget(8), "lru"))
     assert _buffer(store).capacity == 8
     device.deferred = True
     batches = [torch.arange(0, 4), torch.arange(10, 14), torch.arange(20, 24)]
@@ -263,7 +264,7 @@ def _three_batches_over_eight_slots(device: Device, table) -> tuple[np.ndarray, 
 
 
 def test_slots_are_given_back_only_after_the_gathers_event(device, table):
-    store = zerocopy_store(table, host_cache_bytes=_budget(8), host_cache_policy="lru")
+    store = zerocopy_store(table, storage=StorageTier(_budget(8), "lru"))
     buffer = _buffer(store)
     device.deferred = True
     first = store.gather(torch.arange(0, 4))
@@ -301,7 +302,7 @@ def test_with_release_after_every_queued_gather_reads_its_own_rows(device, table
 
 
 def test_close_waits_for_the_gathers_in_flight_before_unpinning(device, table):
-    store = zerocopy_store(table, host_cache_bytes=_budget(64))
+    store = zerocopy_store(table, storage=StorageTier(_budget(64)))
     device.deferred = True
     got = store.gather(torch.arange(100, 140))
     assert device.queue, "the kernel is queued"
@@ -315,8 +316,8 @@ def test_close_waits_for_the_gathers_in_flight_before_unpinning(device, table):
 
 
 def test_a_batch_larger_than_the_buffer_raises_and_leaves_the_store_usable(device, table):
-    store = zerocopy_store(table, host_cache_bytes=_budget(16), host_cache_policy="lru")
-    with pytest.raises(BufferFullError, match="Raise host_cache_bytes"):
+    store = zerocopy_store(table, storage=StorageTier(_budget(16), "lru"))
+    with pytest.raises(BufferFullError, match="Raise the host buffer's budget"):
         store.gather(torch.arange(0, 40))
     assert _buffer(store).pins.sum() == 0, "nothing stays reserved"
     assert torch.equal(store.gather(torch.arange(5)), torch.from_numpy(np.load(table)[:5]))
@@ -327,7 +328,7 @@ def test_a_batch_larger_than_the_buffer_raises_and_leaves_the_store_usable(devic
 def test_a_file_changed_while_open_raises_and_close_unpins(device, tmp_path):
     path = tmp_path / "feat.npy"
     np.save(path, np.ones((ROWS, DIM), dtype=np.float32))
-    store = zerocopy_store(path, host_cache_bytes=_budget(100))
+    store = zerocopy_store(path, storage=StorageTier(_budget(100)))
     store.gather(torch.arange(10))
     np.save(path, np.zeros((ROWS, DIM), dtype=np.float32))  # rewritten in place
     with pytest.raises(StorageChangedError, match="changed"):
@@ -340,7 +341,7 @@ def test_a_file_changed_while_open_raises_and_close_unpins(device, tmp_path):
 def test_a_failed_pin_leaves_nothing_pinned_and_no_thread(device, table, monkeypatch):
     use(monkeypatch, FakeRuntime(register_error="cudaErrorMemoryAllocation: out of memory"))
     with pytest.raises(RuntimeError, match="could not page-lock"):
-        FeatureStore(table, backend="zerocopy", device="cuda", host_cache_bytes=_budget(100))
+        FeatureStore(table, backend="zerocopy", device="cuda", storage=StorageTier(_budget(100)))
     from dgl_zerocopy.store import pinning
 
     assert pinning._registered == {}
@@ -349,14 +350,14 @@ def test_a_failed_pin_leaves_nothing_pinned_and_no_thread(device, table, monkeyp
 
 def test_an_error_in_a_with_block_unpins(device, table):
     with pytest.raises(KeyError):
-        with FeatureStore(table, backend="zerocopy", device="cuda", host_cache_bytes=_budget(100)) as store:
+        with FeatureStore(table, backend="zerocopy", device="cuda", storage=StorageTier(_budget(100))) as store:
             store.gather(torch.arange(3))
             raise KeyError("the user's own error")
     _assert_unpinned(device)
 
 
 def test_a_device_fault_at_close_still_unpins_and_stops_every_thread(device, table):
-    store = zerocopy_store(table, host_cache_bytes=_budget(100))
+    store = zerocopy_store(table, storage=StorageTier(_budget(100)))
     device.deferred = True
     queued = store.gather(torch.arange(20))  # noqa: F841 - the queued kernel's output, alive while it is queued
     device.fault = "CUDA error: an illegal memory access was encountered"
@@ -375,7 +376,7 @@ def ids_on_device(monkeypatch):
 
 
 def test_device_ids_out_of_range_read_the_nearest_row_and_are_reported_later(device, table, ids_on_device):
-    store = zerocopy_store(table, host_cache_bytes=_budget(100))
+    store = zerocopy_store(table, storage=StorageTier(_budget(100)))
     got = store.gather(torch.tensor([3, ROWS, -1, 2]))
     assert torch.equal(got, torch.from_numpy(np.load(table)[[3, ROWS - 1, 0, 2]])), "clamped: nothing read outside the file"
     with pytest.raises(IndexError, match=f"id {ROWS} at position 1"):

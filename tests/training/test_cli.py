@@ -158,7 +158,7 @@ BAD = {
         "the snapshot is sampled on the CPU here (device 'cpu')",
     ),
     # a value with a leading '-' reaches the check (argparse took it for an option)
-    "negative host cache": (["--feature-storage", "auto", "--host-cache", "-5%"], "host_cache '-5%' is not a cache size"),
+    "negative host buffer": (["--feature-storage", "auto", "--host-buffer", "-5%"], "host_buffer '-5%' is not a buffer size"),
     "negative feature cache": (["--feature-cache", "-5%"], "feature_cache '-5%' is not a cache size"),
 }
 

@@ -101,7 +101,7 @@ def test_compressed_features_train_through_the_store(small_dataset):
         ({"feature_source": "dgl-storage"}, ["feature source 'dgl-storage'"]),
         ({"sampler": "snapshot"}, ["sampler 'snapshot'", "--sampler cpu or gpu"]),
         ({"feature_cache": "10%"}, ["feature_cache '10%'", "--feature-cache"]),
-        ({"feature_storage": "auto", "host_cache": "50%"}, ["feature_storage 'auto'", "--feature-storage"]),
+        ({"feature_storage": "auto", "host_buffer": "50%"}, ["feature_storage 'auto'", "--feature-storage"]),
         ({"nproc": 2}, ["nproc 2", "--nproc 1"]),
     ],
 )

@@ -58,7 +58,7 @@ def test_a_feature_file_changed_while_training_is_one_line_and_exit_1(monkeypatc
     "error,code,message",
     [
         (BufferFullError("the host buffer cannot hold this batch: 631 distinct rows"), 2, "is too small for this run: the host buffer cannot hold this batch"),
-        (ConfigError("host_cache '1%' (20 of 2,000 rows) cannot serve this run's batches"), 2, "cannot serve this run's batches"),
+        (ConfigError("host_buffer '1%' (20 of 2,000 rows) cannot serve this run's batches"), 2, "cannot serve this run's batches"),
         (StorageChangedError("the feature file '/x/f.npy' ended early"), 1, "the feature file '/x/f.npy' ended early"),
     ],
     ids=["buffer full", "refused budget", "file changed"],
@@ -70,7 +70,7 @@ def test_a_ranks_own_error_is_the_line_of_one_process(monkeypatch, capsys, error
     failure = ProcessRaisedException("\n\n-- Process 1 terminated with the following error:\nTraceback ...", 1, 4242)
     failure.error = error
     _failing_train(monkeypatch, failure)
-    assert cli.main([*RUN, "--epochs", "1", "--feature-storage", "auto", "--host-cache", "50%"]) == code
+    assert cli.main([*RUN, "--epochs", "1", "--feature-storage", "auto", "--host-buffer", "50%"]) == code
     assert message in _one_line(capsys.readouterr().err)
 
 
@@ -127,7 +127,7 @@ def feature_npy(tmp_path):
 @pytest.mark.slow  # a process each (~5 s); test_a_feature_file_changed_while_training_is_one_line_and_exit_1 is the fast check
 @pytest.mark.parametrize("fault", ["truncated", "removed", "overwritten", "replaced"])
 def test_a_feature_file_changed_under_a_run_ends_it_in_one_line(fault, feature_npy):
-    argv = [*RUN, "--epochs", "3", "--feature-storage", str(feature_npy), "--host-cache", "60%"]
+    argv = [*RUN, "--epochs", "3", "--feature-storage", str(feature_npy), "--host-buffer", "60%"]
     r = subprocess.run([sys.executable, "-c", _FAULT, fault, *argv], capture_output=True, text=True, encoding="utf-8", errors="replace", cwd=REPO, timeout=300)
     line = _one_line(r.stderr)
     assert r.returncode == 1, r.stderr
@@ -137,18 +137,18 @@ def test_a_feature_file_changed_under_a_run_ends_it_in_one_line(fault, feature_n
 
 
 @pytest.mark.slow  # two ranks (~15 s); test_a_ranks_own_error_is_the_line_of_one_process is the fast check
-def test_a_host_cache_too_small_under_nproc_2_is_one_line_and_exit_2(feature_npy):
-    argv = [*RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", "1%", "--nproc", "2"]
+def test_a_host_buffer_too_small_under_nproc_2_is_one_line_and_exit_2(feature_npy):
+    argv = [*RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-buffer", "1%", "--nproc", "2"]
     r = subprocess.run(
         [sys.executable, "-m", "dgl_zerocopy.cli", *argv], capture_output=True, text=True, encoding="utf-8", errors="replace", cwd=REPO, timeout=600
     )
     assert r.returncode == 2, r.stderr
     line = _one_line(r.stderr)
-    assert "host_cache '1%'" in line and "--host-cache" in line, line
+    assert "host_buffer '1%'" in line and "--host-buffer" in line, line
     alone = subprocess.run(
         [sys.executable, "-m", "dgl_zerocopy.cli", *argv[:-2]], capture_output=True, text=True, encoding="utf-8", errors="replace", cwd=REPO, timeout=600
     )
-    assert alone.returncode == 2 and "host_cache '1%'" in _one_line(alone.stderr)  # the same refusal without --nproc
+    assert alone.returncode == 2 and "host_buffer '1%'" in _one_line(alone.stderr)  # the same refusal without --nproc
 
 
 def _readme_storage_command() -> list[str]:

@@ -1,4 +1,4 @@
-"""``train --feature-storage PATH|auto --host-cache SIZE`` and the loaders' ``features_on_storage``:
+"""``train --feature-storage PATH|auto --host-buffer SIZE`` and the loaders' ``features_on_storage``:
 the features left in their file, served by a storage-backed FeatureStore.
 
 The end-to-end comparison runs the command twice with one thread for DGL and torch and
@@ -9,6 +9,7 @@ and the rows read from storage are exact, so the runs must print the same losses
 from __future__ import annotations
 
 import re
+import warnings
 
 import numpy as np
 import pytest
@@ -22,6 +23,7 @@ from dgl_zerocopy.cli import main
 from dgl_zerocopy.data import FeatureFile, SyntheticSpec, load_dataset
 from dgl_zerocopy.data.feature_file import attach_feature_file
 from dgl_zerocopy.data.ogb import load_ogb
+from dgl_zerocopy.store import StorageTier
 from dgl_zerocopy.training.config import build_config
 from dgl_zerocopy.training.train import train
 
@@ -56,7 +58,7 @@ def test_the_command_trains_from_storage_as_from_memory(tmp_path, monkeypatch, c
     line gives what storage delivered, the share of rows found in memory and read ahead."""
     monkeypatch.setenv("DGL_ZEROCOPY_CACHE", str(tmp_path))
     in_memory = _train(capsys)
-    on_storage = _train(capsys, "--feature-storage", "auto", "--host-cache", "50%")
+    on_storage = _train(capsys, "--feature-storage", "auto", "--host-buffer", "50%")
     assert SCORES.findall(on_storage) == SCORES.findall(in_memory) and len(SCORES.findall(in_memory)) == 2
     assert in_memory.splitlines()[-1] == on_storage.splitlines()[-1]  # final test accuracy (best val ...)
     assert f"features on storage in '{tmp_path / SPEC.cache_name() / 'features.npy'}'" in on_storage  # the generated cache's own file
@@ -81,14 +83,14 @@ def feature_npy(tmp_path, monkeypatch):
 
 
 def test_a_file_of_ones_own_is_trained_from_in_process(feature_npy, tmp_path, capsys):
-    code = main(["train", *RUN[:-2], "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", "2MiB"])
+    code = main(["train", *RUN[:-2], "--epochs", "1", "--feature-storage", str(feature_npy), "--host-buffer", "2MiB"])
     out = capsys.readouterr().out
-    assert code == 0 and f"features on storage in '{feature_npy}' (1.9 MiB), host cache 2MiB" in out
+    assert code == 0 and f"features on storage in '{feature_npy}' (1.9 MiB), host buffer 2MiB" in out
     assert "| storage " in out and "final test accuracy" in out
 
 
 @pytest.mark.parametrize("policy", [None, "lru", "hybrid"])
-def test_the_host_cache_policy_reaches_the_store(policy, feature_npy, monkeypatch, capsys):
+def test_the_host_buffer_policy_reaches_the_store(policy, feature_npy, monkeypatch, capsys):
     import dgl_zerocopy.training.sources as sources
 
     seen = []
@@ -98,37 +100,40 @@ def test_the_host_cache_policy_reaches_the_store(policy, feature_npy, monkeypatc
         return FeatureStore(*args, **kwargs)
 
     monkeypatch.setattr(sources, "FeatureStore", recording)
-    chosen = ["--host-cache-policy", policy] if policy else []
-    code = main(["train", *RUN[:-2], "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", "2MiB", *chosen])
+    chosen = ["--host-buffer-policy", policy] if policy else []
+    code = main(["train", *RUN[:-2], "--epochs", "1", "--feature-storage", str(feature_npy), "--host-buffer", "2MiB", *chosen])
     out = capsys.readouterr().out
-    assert code == 0 and f"host cache 2MiB ({policy or 'static'})" in out and "| storage " in out
+    assert code == 0 and f"host buffer 2MiB ({policy or 'static'})" in out and "| storage " in out
     assert seen and set(seen) == {policy}  # None: the store's default, static over the degree ranking
 
 
 REFUSALS = {
-    "missing file": (["--feature-storage", "{dir}/none.npy", "--host-cache", "1MiB"], "no such feature file: '{dir}/none.npy'"),
-    "wrong rows": (["--feature-storage", "{dir}/small.npy", "--host-cache", "1MiB"], "holds 10 rows (shape (10, 4)), but synthetic has 5,000 nodes"),
-    "gpu backend": (["--feature-storage", "{npy}", "--host-cache", "1MiB", "--feature-source", "gpu"], "feature source 'gpu' copies the whole table"),
-    "dgl's table": (["--feature-storage", "{npy}", "--host-cache", "1MiB", "--feature-source", "dgl"], "feature source 'dgl' slices DGL's own"),
+    "missing file": (["--feature-storage", "{dir}/none.npy", "--host-buffer", "1MiB"], "no such feature file: '{dir}/none.npy'"),
+    "wrong rows": (["--feature-storage", "{dir}/small.npy", "--host-buffer", "1MiB"], "holds 10 rows (shape (10, 4)), but synthetic has 5,000 nodes"),
+    "gpu backend": (["--feature-storage", "{npy}", "--host-buffer", "1MiB", "--feature-source", "gpu"], "feature source 'gpu' copies the whole table"),
+    "dgl's table": (["--feature-storage", "{npy}", "--host-buffer", "1MiB", "--feature-source", "dgl"], "feature source 'dgl' slices DGL's own"),
     "below a batch": (
-        ["--feature-storage", "{npy}", "--host-cache", "64KiB"],
+        ["--feature-storage", "{npy}", "--host-buffer", "64KiB"],
         "holds 60 rows of 400 bytes beside its row -> slot map, fewer than one batch's 64 seeds",
     ),
-    "holds no row": (["--feature-storage", "{npy}", "--host-cache", "10KiB"], "holds no row: the row -> slot map of 5000 rows"),
+    "holds no row": (["--feature-storage", "{npy}", "--host-buffer", "10KiB"], "holds no row: the row -> slot map of 5000 rows"),
     "a batch's neighbours": (
-        ["--feature-storage", "{npy}", "--host-cache", "200KiB"],
+        ["--feature-storage", "{npy}", "--host-buffer", "200KiB"],
         "too few for this run's batches (sampled before the first step): a training batch (64 seeds, fanouts [3, 3]) reads about",
     ),
-    "cache without storage": (["--host-cache", "1MiB"], "host_cache '1MiB' sizes the host buffer of features left on storage, but feature_storage is not set"),
-    "storage without cache": (["--feature-storage", "auto"], "needs a host buffer for their rows; add --host-cache SIZE"),
-    "not a size": (["--feature-storage", "auto", "--host-cache", "lots"], "host_cache 'lots' is not a cache size: give a share of the table's rows (25%)"),
-    "zero": (["--feature-storage", "auto", "--host-cache", "0"], "host_cache '0' holds no row"),
-    "a file compressed on the fly": (["--feature-storage", "{npy}", "--host-cache", "1MiB", "--feature-compression", "int8"], "a file is served as stored"),
-    "a heterograph": (["--dataset", "hetero-synthetic", "--feature-storage", "auto", "--host-cache", "1MiB"], "is a heterograph (a table per node type)"),
-    "policy without storage": (["--host-cache-policy", "lru"], "host_cache_policy 'lru' picks the rows the host buffer of features left on storage keeps"),
+    "cache without storage": (
+        ["--host-buffer", "1MiB"],
+        "host_buffer '1MiB' sizes the host buffer of features left on storage, but feature_storage is not set",
+    ),
+    "storage without cache": (["--feature-storage", "auto"], "needs a host buffer for their rows; add --host-buffer SIZE"),
+    "not a size": (["--feature-storage", "auto", "--host-buffer", "lots"], "host_buffer 'lots' is not a buffer size: give a share of the table's rows (25%)"),
+    "zero": (["--feature-storage", "auto", "--host-buffer", "0"], "host_buffer '0' holds no row"),
+    "a file compressed on the fly": (["--feature-storage", "{npy}", "--host-buffer", "1MiB", "--feature-compression", "int8"], "a file is served as stored"),
+    "a heterograph": (["--dataset", "hetero-synthetic", "--feature-storage", "auto", "--host-buffer", "1MiB"], "is a heterograph (a table per node type)"),
+    "policy without storage": (["--host-buffer-policy", "lru"], "host_buffer_policy 'lru' picks the rows the host buffer of features left on storage keeps"),
     "an unknown policy": (
-        ["--feature-storage", "auto", "--host-cache", "1MiB", "--host-cache-policy", "mru"],
-        "host_cache_policy: Input should be 'static', 'dynamic', 'hybrid', 'lru', 'clock' or 'fifo', but got 'mru'",
+        ["--feature-storage", "auto", "--host-buffer", "1MiB", "--host-buffer-policy", "mru"],
+        "host_buffer_policy: Input should be 'static', 'dynamic', 'hybrid', 'lru', 'clock' or 'fifo', but got 'mru'",
     ),
 }
 
@@ -143,12 +148,12 @@ def test_refusals_are_one_line_and_exit_2(case, feature_npy, tmp_path, capsys):
 
 
 def test_the_yaml_keys_are_the_flags(tmp_path):
-    (tmp_path / "c.yaml").write_text("feature_storage: auto\nhost_cache: 25%\nhost_cache_policy: clock\n")
+    (tmp_path / "c.yaml").write_text("feature_storage: auto\nhost_buffer: 25%\nhost_buffer_policy: clock\n")
     from dgl_zerocopy.training.config import read_yaml
 
     cfg = build_config(read_yaml(tmp_path / "c.yaml"), {})
-    assert (cfg.feature_storage, cfg.host_cache, cfg.host_cache_policy) == ("auto", "25%", "clock")
-    assert build_config({}, {"feature_storage": tmp_path / "f.npy", "host_cache": 1 << 20}).host_cache == str(1 << 20)
+    assert (cfg.feature_storage, cfg.host_buffer, cfg.host_buffer_policy) == ("auto", "25%", "clock")
+    assert build_config({}, {"feature_storage": tmp_path / "f.npy", "host_buffer": 1 << 20}).host_buffer == str(1 << 20)
 
 
 def test_features_on_storage_are_written_once_and_equal_the_dataset(tmp_path):
@@ -184,7 +189,7 @@ def test_ogb_features_on_storage_are_the_caches_file_never_mapped(tmp_path, monk
     in_memory = load_ogb("ogbn-arxiv", tmp_path, meta_dict=meta)
     stored = load_ogb("ogbn-arxiv", tmp_path, meta_dict=meta, features_on_storage=True)
     assert isinstance(stored.features, FeatureFile) and stored.features.path == tmp_path / "ds" / "dgl_zerocopy" / "features.npy"
-    with FeatureStore(str(stored.features.path), backend="cpu", host_cache_bytes=4096) as store:
+    with FeatureStore(str(stored.features.path), backend="cpu", storage=StorageTier(4096)) as store:
         assert store.on_storage
         ids = torch.tensor([0, 59, 3, 3, 17])
         np.testing.assert_array_equal(store.gather(ids).numpy(), np.asarray(in_memory.features)[ids.numpy()])
@@ -194,7 +199,7 @@ def test_ogb_features_on_storage_are_the_caches_file_never_mapped(tmp_path, monk
 def test_the_command_trains_an_ogb_dataset_from_its_cache_file(tmp_path, monkeypatch, capsys):
     write_ogb(tmp_path / "ogbn_arxiv", "ogbn-arxiv", _raw_data())
     argv = ["train", "--dataset", "ogbn-arxiv", "--data-root", str(tmp_path), "--device", "cpu", "--no-progress", "--fanouts", "3,3"]
-    argv += ["--batch-size", "8", "--hidden", "8", "--epochs", "1", "--feature-storage", "auto", "--host-cache", "64KiB"]
+    argv += ["--batch-size", "8", "--hidden", "8", "--epochs", "1", "--feature-storage", "auto", "--host-buffer", "64KiB"]
     assert main(argv) == 0
     out = capsys.readouterr().out
     assert f"features on storage in '{tmp_path / 'ogbn_arxiv' / 'dgl_zerocopy' / 'features.npy'}'" in out
@@ -207,7 +212,7 @@ def test_training_in_process_reads_the_file_not_the_dataset(tmp_path):
     cfg = build_config(
         {},
         {"fanouts": [3, 3], "batch_size": 64, "eval_batch_size": 64, "hidden": 16, "epochs": 1, "device": "cpu"}
-        | {"feature_storage": "auto", "host_cache": "50%"},
+        | {"feature_storage": "auto", "host_buffer": "50%"},
     )
     history = train(cfg, ds, progress=False)
     assert history[0].storage is not None and history[0].storage["storage_bytes"] > 0 and np.isfinite(history[0].loss)
@@ -230,14 +235,14 @@ def test_a_budget_too_small_for_the_evaluation_batches_is_refused_before_the_fir
     not: refused before any step, naming the size that serves them and the flag (it trained an epoch, then failed at
     evaluation)."""
     steps = _steps(monkeypatch)
-    argv = ["train", *RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", "50%", "--eval-batch-size", "1024"]
+    argv = ["train", *RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-buffer", "50%", "--eval-batch-size", "1024"]
     err = one_line_exit_2(argv, capsys)
     assert not steps, "a step ran before the refusal"
-    found = re.search(r"host_cache '50%' holds 2,500 of the 5,000 rows, too few .*: an evaluation batch \(500 seeds\) reads about ([\d,]+) distinct rows", err)
+    found = re.search(r"host_buffer '50%' holds 2,500 of the 5,000 rows, too few .*: an evaluation batch \(500 seeds\) reads about ([\d,]+) distinct rows", err)
     assert found and int(found[1].replace(",", "")) > 2500, err
-    share = int(re.search(r"give --host-cache (\d+)% \(about [\d.]+ \w+\) or more, or lower --eval-batch-size$", err)[1])
+    share = int(re.search(r"give --host-buffer (\d+)% \(about [\d.]+ \w+\) or more, or lower --eval-batch-size$", err)[1])
     assert share > 50
-    assert main(["train", *RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", f"{share}%", "--eval-batch-size", "1024"]) == 0
+    assert main(["train", *RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-buffer", f"{share}%", "--eval-batch-size", "1024"]) == 0
     assert "final test accuracy" in capsys.readouterr().out  # the size it names serves the run
 
 
@@ -246,7 +251,7 @@ def test_a_budget_that_holds_every_batch_by_the_bound_samples_nothing(feature_np
     import dgl_zerocopy.training.host_budget as host_budget
 
     monkeypatch.setattr(host_budget, "_distinct_rows", lambda *a, **k: pytest.fail("sampled a batch where the bound sufficed"))
-    assert main(["train", *RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-cache", "50%"]) == 0
+    assert main(["train", *RUN, "--epochs", "1", "--feature-storage", str(feature_npy), "--host-buffer", "50%"]) == 0
     assert "final test accuracy" in capsys.readouterr().out
 
 
@@ -268,8 +273,8 @@ def test_the_check_leaves_the_runs_own_draws_alone(monkeypatch):
 
 
 @pytest.mark.parametrize("policy", [None, "static", "dynamic", "hybrid", "lru", "clock", "fifo"])
-def test_a_share_of_host_cache_is_a_share_of_the_rows_and_100_percent_holds_the_table(policy):
-    """``--host-cache P%`` gives P % of the rows a slot, the bookkeeping (slot map, ranking, per-slot state) on top:
+def test_a_share_of_host_buffer_is_a_share_of_the_rows_and_100_percent_holds_the_table(policy):
+    """``--host-buffer P%`` gives P % of the rows a slot, the bookkeeping (slot map, ranking, per-slot state) on top:
     ``100%`` holds the whole table (it paid the bookkeeping out of the rows' bytes, and never could)."""
     from dgl_zerocopy.store.storage import plan_storage
     from dgl_zerocopy.training.sources import CacheRequest
@@ -277,7 +282,7 @@ def test_a_share_of_host_cache_is_a_share_of_the_rows_and_100_percent_holds_the_
     rows, row_bytes = 200_000, 400
     order = None if policy in ("dynamic", "lru", "clock", "fifo") else torch.arange(rows)
     for share, slots in (("100%", rows), ("25%", 50_000), ("7%", 14_000), ("0.001%", 2)):
-        budget = CacheRequest(host_cache=share, host_cache_policy=policy).host_cache_bytes(rows, row_bytes)
+        budget = CacheRequest(host_buffer=share, host_buffer_policy=policy).host_buffer_bytes(rows, row_bytes)
         assert plan_storage(rows, row_bytes, budget, policy, order).capacity == slots, (share, policy)
         assert plan_storage(rows, row_bytes, budget - 1, policy, order).capacity == slots - 1  # the smallest such budget
 
@@ -294,3 +299,89 @@ def test_the_epoch_line_shows_rows_read_ahead_apart_from_rows_held():
     storage |= {"host_hits": 600, "read_ahead_hits": 200, "storage_rows": 400, "hit_rate": 0.6}
     line = EpochStats(0, 1.0, 0.5, 0.5, 0.5, 1.0, 0.1, {}, None, storage).line()
     assert line.endswith("rows in memory 60.0% (read ahead 20.0%, held 40.0%), read by the gather 40.0%"), line
+
+
+# -- the former names of the host buffer's settings (host_cache, --host-cache) still work, with a warning ------------
+
+#: former config key -> (its name now, a value it takes)
+FORMER_KEYS = {"host_cache": ("host_buffer", "25%"), "host_cache_policy": ("host_buffer_policy", "clock")}
+STORED = {"feature_storage": "auto", "host_buffer": "25%", "host_buffer_policy": "clock"}
+
+
+def _deprecations(caught) -> list[str]:
+    return [str(w.message) for w in caught if issubclass(w.category, DeprecationWarning)]
+
+
+def _flags(values: dict) -> list[str]:
+    return [part for key, value in values.items() for part in (f"--{key.replace('_', '-')}", value)]
+
+
+def _cli_config(monkeypatch, flags: list[str]):
+    """The TrainConfig that ``train FLAGS`` builds (the run itself stood in) and the DeprecationWarnings it gave."""
+    import dgl_zerocopy.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_train_local", lambda cfg, args: seen.append(cfg) or 0)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        assert main(["train", *flags]) == 0
+    return seen[0], _deprecations(caught)
+
+
+@pytest.mark.parametrize("old", list(FORMER_KEYS))
+def test_a_former_flag_gives_the_config_of_its_new_name_with_one_warning(old, monkeypatch):
+    new = FORMER_KEYS[old][0]
+    former = {(old if key == new else key): value for key, value in STORED.items()}
+    cfg, warned = _cli_config(monkeypatch, _flags(former))
+    assert cfg == _cli_config(monkeypatch, _flags(STORED))[0] and (cfg.host_buffer, cfg.host_buffer_policy) == ("25%", "clock")
+    old_flag, new_flag = (f"--{k.replace('_', '-')}" for k in (old, new))
+    assert len(warned) == 1 and old_flag in warned[0] and f"now {new_flag}," in warned[0], warned
+
+
+def test_the_new_flags_warn_nothing_and_help_names_only_them(monkeypatch, capsys):
+    assert _cli_config(monkeypatch, _flags(STORED))[1] == []
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    out = capsys.readouterr().out
+    assert "--host-buffer SIZE" in out and "--host-buffer-policy" in out and "--host-cache" not in out
+
+
+@pytest.mark.parametrize("old", list(FORMER_KEYS))
+def test_a_former_config_key_loads_as_its_new_name_with_one_warning(old, tmp_path):
+    from dgl_zerocopy.training.config import TrainConfig, read_yaml
+
+    new, value = FORMER_KEYS[old]
+    former = {(old if key == new else key): v for key, v in STORED.items()}
+    (tmp_path / "c.yaml").write_text("".join(f"{key}: {v}\n" for key, v in former.items()))
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        cfg = build_config(read_yaml(tmp_path / "c.yaml"), {})
+    assert cfg == build_config(STORED, {}) and getattr(cfg, new) == value
+    warned = _deprecations(caught)
+    assert len(warned) == 1 and f"config key {old} " in warned[0] and f"now {new}," in warned[0], warned
+    with pytest.warns(DeprecationWarning, match=f"config key {old} is deprecated"):
+        assert TrainConfig(**former) == TrainConfig(**STORED)  # a dict of the former keys, not through build_config
+
+
+@pytest.mark.parametrize("old", list(FORMER_KEYS))
+def test_a_key_under_both_names_is_an_error_naming_both(old, tmp_path, capsys):
+    from pydantic import ValidationError
+
+    from dgl_zerocopy.training.config import ConfigError, TrainConfig
+
+    new, value = FORMER_KEYS[old]
+    both = {**STORED, old: value}
+    message = f"{new} and {old} are one setting ({old} is its former name), and both are given; keep only {new}"
+    with pytest.raises(ConfigError) as refused:
+        build_config(both, {})
+    assert str(refused.value) == message
+    with pytest.raises(ValidationError, match=re.escape(message)):
+        TrainConfig(**both)
+    (tmp_path / "c.yaml").write_text("".join(f"{key}: {v}\n" for key, v in both.items()))
+    assert one_line_exit_2(["train", "--config", str(tmp_path / "c.yaml")], capsys).endswith(message)
+
+
+def test_a_flag_overrides_the_files_key_under_its_former_name():
+    with pytest.warns(DeprecationWarning, match="config key host_cache is deprecated"):
+        cfg = build_config({"feature_storage": "auto", "host_cache": "25%"}, {"host_buffer": "50%"})
+    assert cfg.host_buffer == "50%"

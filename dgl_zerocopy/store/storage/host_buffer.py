@@ -220,7 +220,7 @@ class HostBuffer:
             f"the host buffer cannot hold this batch: {batch} distinct rows, {needed} of them to read into it, but only {free} of its "
             f"{self.dynamic_slots} evictable slots are free ({reserved} are reserved by reads ahead or gathers in flight"
             + (f"; {self.static_slots} more are the static share" if self.static_slots else "")
-            + f"); each row takes {row_bytes} bytes. Raise host_cache_bytes (a batch of {batch} rows needs about "
+            + f"); each row takes {row_bytes} bytes. Raise the host buffer's budget, StorageTier(bytes=) (a batch of {batch} rows needs about "
             f"{batch * row_bytes} bytes of slots, times the batches read ahead), or gather smaller batches"
         )
 

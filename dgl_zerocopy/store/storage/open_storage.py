@@ -45,12 +45,12 @@ def prepare_storage(data, backend: str, device, compression: Compression, storag
     cache_bytes, cache_policy, graph, sampler, seeds = cache.bytes, cache.policy, cache.graph, cache.sampler, cache.seeds
     if codec is not None and (table.codec is None or table.codec.name != codec):
         raise ValueError(
-            f"compression={codec!r} with host_cache_bytes: the rows are read from the file as they are stored, so compress the file first, "
+            f"compression={codec!r} with storage=StorageTier(...): the rows are read from the file as they are stored, so compress the file first, "
             f"dgl_zerocopy.compress({str(table.path)!r}, {codec!r}, out=DIR), and pass DIR"
         )
     out_dtype = check_out_dtype(out_dtype, table.codec.name if table.codec is not None else None, table.dtype)
     if backend == "gpu":
-        raise ValueError("backend='gpu' copies the whole table to the device; with host_cache_bytes use 'zerocopy', 'cpu' or 'auto'")
+        raise ValueError("backend='gpu' copies the whole table to the device; with storage=StorageTier(...) use 'zerocopy', 'cpu' or 'auto'")
     rows = table.shape[0]
     check_cache_args(cache_bytes, cache_policy, rows, graph, sampler, seeds)
     backend = resolve_backend(backend, device)

@@ -1,6 +1,6 @@
 """The host buffer's policy and size, decided once when a storage-backed store is made.
 
-``host_cache_policy``:
+``StorageTier(policy=)``, the ``host_buffer_policy`` of :func:`plan_storage`:
 
 - ``"static"`` (the default when a ranking exists: ``graph=`` given, or a ``CachePolicy``):
   every slot evictable, the row ranked last leaves first (measured best, below);
@@ -17,7 +17,7 @@ The choice of :data:`DEFAULT_DYNAMIC` and :data:`HYBRID_STATIC_SHARE` is measure
 static 0.578 / 0.286, CLOCK 0.614 / 0.353, LRU 0.641 / 0.370, FIFO 0.641 / 0.400, hybrid-CLOCK
 (share 0.25) 0.596 / 0.342: static ranking first, CLOCK the best dynamic policy.
 
-The budget ``host_cache_bytes`` covers everything the buffer holds: the rows, the row -> slot map
+The budget ``host_buffer_bytes`` (``StorageTier(bytes=)``) covers everything the buffer holds: the rows, the row -> slot map
 (one int32 per row of the table), the static ranking when the ``static`` policy needs one (one
 int32 per row), and the bookkeeping of each slot. It is never exceeded.
 """
@@ -61,8 +61,8 @@ class StoragePlan:
 def plan_storage(
     num_rows: int,
     row_bytes: int,
-    host_cache_bytes,
-    host_cache_policy: str | None,
+    host_buffer_bytes,
+    host_buffer_policy: str | None,
     order: torch.Tensor | None,
     *,
     cache_rows: torch.Tensor | None = None,
@@ -72,24 +72,24 @@ def plan_storage(
 ) -> StoragePlan:
     """Check the host buffer's arguments and size it. ``order``: the static ranking (all rows, best
     first) or None when the store has none (no ``graph=``)."""
-    if isinstance(host_cache_bytes, bool) or not isinstance(host_cache_bytes, (int, np.integer)) or host_cache_bytes <= 0:
-        raise ValueError(f"host_cache_bytes must be a positive integer number of bytes, but got {host_cache_bytes!r}")
+    if isinstance(host_buffer_bytes, bool) or not isinstance(host_buffer_bytes, (int, np.integer)) or host_buffer_bytes <= 0:
+        raise ValueError(f"host_buffer_bytes must be a positive integer number of bytes, but got {host_buffer_bytes!r}")
     if isinstance(threads, bool) or not isinstance(threads, int) or threads < 1:
         raise ValueError(f"storage threads must be a positive integer, but got {threads!r}")
-    policy = host_cache_policy if host_cache_policy is not None else ("static" if order is not None else "dynamic")
+    policy = host_buffer_policy if host_buffer_policy is not None else ("static" if order is not None else "dynamic")
     if policy not in HOST_POLICIES:
-        raise ValueError(f"host_cache_policy must be one of {', '.join(map(repr, HOST_POLICIES))}, but got {policy!r}")
+        raise ValueError(f"host_buffer_policy must be one of {', '.join(map(repr, HOST_POLICIES))}, but got {policy!r}")
     if policy in ("hybrid", "static") and order is None:
         raise ValueError(
-            f"host_cache_policy={policy!r} ranks rows statically: pass graph= (the DGL graph whose nodes are the table's rows) "
-            "or a CachePolicy as cache_policy=, or use host_cache_policy='dynamic'"
+            f"the host buffer's policy {policy!r} ranks rows statically: pass graph= (the DGL graph whose nodes are the table's rows) "
+            "or a CachePolicy as cache_policy=, or use StorageTier(policy='dynamic')"
         )
     eviction = _eviction(policy)
     fixed, per_slot = _costs(num_rows, row_bytes, eviction)
-    capacity = min(num_rows, max(0, (int(host_cache_bytes) - fixed) // per_slot))
+    capacity = min(num_rows, max(0, (int(host_buffer_bytes) - fixed) // per_slot))
     if capacity < 1:
         raise ValueError(
-            f"host_cache_bytes={host_cache_bytes} holds no row: the row -> slot map of {num_rows} rows takes {human_size(fixed)} and "
+            f"a host buffer of {host_buffer_bytes} bytes holds no row: the row -> slot map of {num_rows} rows takes {human_size(fixed)} and "
             f"a slot {per_slot} bytes; give at least {fixed + per_slot} (and room for a few batches of rows)"
         )
     rank = static_rows = None
@@ -103,11 +103,11 @@ def plan_storage(
     return StoragePlan(policy, capacity, eviction, static_rows, rank, cache_rows, cache_policy, threads, direct)
 
 
-def budget_for_slots(num_rows: int, row_bytes: int, slots: int, host_cache_policy: str | None = None, ranked: bool = True) -> int:
-    """The smallest ``host_cache_bytes`` whose buffer has ``slots`` slots (the inverse of :func:`plan_storage`'s
+def budget_for_slots(num_rows: int, row_bytes: int, slots: int, host_buffer_policy: str | None = None, ranked: bool = True) -> int:
+    """The smallest ``host_buffer_bytes`` whose buffer has ``slots`` slots (the inverse of :func:`plan_storage`'s
     capacity): ``slots = num_rows`` holds the whole table. ``ranked``: the store has a static ranking (``graph=``),
     which the default policy then uses."""
-    policy = host_cache_policy if host_cache_policy is not None else ("static" if ranked else "dynamic")
+    policy = host_buffer_policy if host_buffer_policy is not None else ("static" if ranked else "dynamic")
     fixed, per_slot = _costs(num_rows, row_bytes, _eviction(policy))
     return fixed + max(1, min(int(slots), num_rows)) * per_slot
 

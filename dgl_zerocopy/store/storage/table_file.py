@@ -42,7 +42,7 @@ def open_table_file(data) -> TableFile:
     """The :class:`TableFile` of ``data``: a ``.npy`` path or a compressed folder."""
     if not isinstance(data, (str, os.PathLike)):
         raise TypeError(
-            f"host_cache_bytes keeps the rows in a file: data must be a .npy path or a folder written by dgl_zerocopy.compress(), but got {type(data).__name__}"
+            f"storage=StorageTier(...) keeps the rows in a file: data must be a .npy path or a folder written by dgl_zerocopy.compress(), but got {type(data).__name__}"
         )
     path = Path(data)
     if path.is_dir():
