@@ -4,6 +4,7 @@ without CUDA and CuPy)."""
 
 from __future__ import annotations
 
+import functools
 import warnings
 
 import numpy as np
@@ -17,20 +18,16 @@ if not torch.cuda.is_available():
     pytest.skip("needs a CUDA GPU (torch.cuda.is_available() is False)", allow_module_level=True)
 cupy = pytest.importorskip("cupy", reason="needs CuPy (pip package cupy-cuda12x or cupy-cuda13x)")
 
+from test_sampling_kernels import power_law_csc  # noqa: E402
+
 from dgl_zerocopy.cuda.sampling import SampledCSC, plan_csc, sample_csc, sample_csc_deferred  # noqa: E402
 from dgl_zerocopy.store.pinning import PinnedRange  # noqa: E402
 
 PLACEMENTS = ["pinned", "registered", "device"]
 
 
-def power_law_csc(num_nodes: int, dtype: torch.dtype, seed: int = 0, max_degree: int = 300):
-    gen = np.random.default_rng(seed)
-    deg = np.minimum(gen.zipf(1.8, num_nodes) - 1, max_degree)
-    deg[::13] = 0
-    indptr = np.zeros(num_nodes + 1, dtype=np.int64)
-    np.cumsum(deg, out=indptr[1:])
-    indices = gen.integers(0, num_nodes, int(indptr[-1]))
-    return torch.from_numpy(indptr).to(dtype), torch.from_numpy(indices).to(dtype)
+# test_sampling_kernels' graphs with larger hubs and more isolated nodes
+gpu_csc = functools.partial(power_law_csc, max_degree=300, isolated_every=13)
 
 
 class Placed:
@@ -65,7 +62,7 @@ def assert_same(gpu: SampledCSC, cpu: SampledCSC) -> None:
 def test_cuda_equals_reference_exactly(placement, indptr_dtype, indices_dtype):
     gen = np.random.default_rng(3)
     for case in range(6):
-        indptr, indices = power_law_csc(int(gen.integers(1, 3000)), torch.int64, seed=case)
+        indptr, indices = gpu_csc(int(gen.integers(1, 3000)), seed=case)
         indptr, indices = indptr.to(indptr_dtype), indices.to(indices_dtype)
         seeds = torch.from_numpy(gen.integers(0, len(indptr) - 1, int(gen.integers(0, 5000)))).to(indices_dtype)
         fanout = int(gen.choice([1, 5, 15, 300, -1]))
@@ -100,7 +97,7 @@ def test_hub_of_degree_one_million_on_a_side_stream(placement):
 
 
 def test_one_host_synchronisation_per_call():
-    indptr, indices = power_law_csc(2000, torch.int64)
+    indptr, indices = gpu_csc(2000)
     placed = Placed(indptr, indices, "pinned")
     seeds = torch.arange(2000, device="cuda")
     sample_csc(placed.indptr, placed.indices, seeds, 10, backend="cuda")  # compile first
@@ -126,7 +123,7 @@ def test_deferred_halves_equal_reference_exactly_without_a_sync(placement, dtype
     """plan_csc (over a longer buffer with num_valid on the device) and sample_csc_deferred under
     torch's sync debug mode "error": no synchronisation; every output entry equal to the
     reference's (the -1 slots, the plan of the buffer, a bad seed's flag included)."""
-    indptr, indices = power_law_csc(3000, dtype, seed=5)
+    indptr, indices = gpu_csc(3000, dtype=dtype, seed=5)
     gen = torch.Generator().manual_seed(2)
     seeds = torch.randint(0, 3000, (700,), generator=gen).to(dtype)
     buffer = torch.cat([seeds, torch.full((300,), -7, dtype=dtype)])
@@ -164,7 +161,7 @@ def test_deferred_halves_equal_reference_exactly_without_a_sync(placement, dtype
 
 @pytest.mark.parametrize("placement", ["pinned", "device"])
 def test_bad_seed_is_an_index_error_from_the_device_flag(placement):
-    indptr, indices = power_law_csc(100, torch.int64)
+    indptr, indices = gpu_csc(100)
     placed = Placed(indptr, indices, placement)
     for bad in (100, -3):
         with pytest.raises(IndexError, match=rf"seed node id {bad} is out of range.*100 nodes"):
@@ -172,7 +169,7 @@ def test_bad_seed_is_an_index_error_from_the_device_flag(placement):
 
 
 def test_pageable_or_misplaced_csc_is_refused():
-    indptr, indices = power_law_csc(50, torch.int64)
+    indptr, indices = gpu_csc(50)
     seeds = torch.arange(10, device="cuda")
     with pytest.raises(ValueError, match="indptr is in pageable host memory.*pin it"):
         sample_csc(indptr, indices.cuda(), seeds, 3, backend="cuda")

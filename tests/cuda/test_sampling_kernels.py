@@ -22,11 +22,11 @@ CPU_BACKENDS = ["reference", "emulator"]
 FANOUTS = [1, 3, 15, -1]
 
 
-def power_law_csc(num_nodes: int, *, dtype: torch.dtype = torch.int64, seed: int = 0, max_degree: int = 200):
-    """An in-edge CSC with a heavy-tailed degree distribution, isolated nodes included."""
+def power_law_csc(num_nodes: int, *, dtype: torch.dtype = torch.int64, seed: int = 0, max_degree: int = 200, isolated_every: int = 17):
+    """An in-edge CSC with a heavy-tailed degree distribution, every ``isolated_every``-th node isolated."""
     gen = np.random.default_rng(seed)
     deg = np.minimum(gen.zipf(1.8, num_nodes) - 1, max_degree)
-    deg[::17] = 0
+    deg[::isolated_every] = 0
     indptr = np.zeros(num_nodes + 1, dtype=np.int64)
     np.cumsum(deg, out=indptr[1:])
     indices = gen.integers(0, num_nodes, int(indptr[-1]))
