@@ -298,29 +298,29 @@ def test_a_child_killed_by_sigkill_leaves_no_huge_pages_taken():
     assert huge_pages._free_hugetlb_pages() == free_before
 
 
+def _smaps_entry(maps_line: str, flags: str, **kb: int) -> str:
+    """One mapping as /proc/PID/smaps shows it: its maps line, its fields in kB (the name and colon
+    padded to 16 columns, the value right-aligned in 8, as the kernel prints them), its VmFlags."""
+    fields = [f"{name + ':':<16}{value:>8} kB" for name, value in kb.items()]
+    return "\n".join([maps_line, *fields, f"VmFlags: {flags}"]) + "\n"
+
+
 def test_smaps_totals_count_the_mappings_of_the_range_and_hugetlb_pages(tmp_path):
     """The hugetlb branch on a machine without a pool: a smaps text as the kernel writes it."""
     smaps = tmp_path / "smaps"
     smaps.write_text(
-        textwrap.dedent("""\
-        7f0000000000-7f0000400000 rw-p 00000000 00:0f 12345                      /anon_hugepage (deleted)
-        Size:               4096 kB
-        KernelPageSize:     2048 kB
-        Rss:                   0 kB
-        AnonHugePages:         0 kB
-        Shared_Hugetlb:        0 kB
-        Private_Hugetlb:    4096 kB
-        VmFlags: rd wr mr mw me de ht
-        7f0000400000-7f0000600000 rw-p 00000000 00:00 0
-        Size:               2048 kB
-        KernelPageSize:        4 kB
-        Rss:                2048 kB
-        AnonHugePages:      2048 kB
-        VmFlags: rd wr mr mw me ac hg
-        7f0000600000-7f0000601000 rw-p 00000000 00:00 0
-        Rss:                   4 kB
-        VmFlags: rd wr mr mw me ac
-        """)
+        _smaps_entry(
+            "7f0000000000-7f0000400000 rw-p 00000000 00:0f 12345                      /anon_hugepage (deleted)",
+            "rd wr mr mw me de ht",
+            Size=4096,
+            KernelPageSize=2048,
+            Rss=0,
+            AnonHugePages=0,
+            Shared_Hugetlb=0,
+            Private_Hugetlb=4096,
+        )
+        + _smaps_entry("7f0000400000-7f0000600000 rw-p 00000000 00:00 0", "rd wr mr mw me ac hg", Size=2048, KernelPageSize=4, Rss=2048, AnonHugePages=2048)
+        + _smaps_entry("7f0000600000-7f0000601000 rw-p 00000000 00:00 0", "rd wr mr mw me ac", Rss=4)
     )
     start = 0x7F0000000000
     assert huge_pages._smaps_totals(start, start + (4 << 20), str(smaps)) == (4 << 20, 4 << 20, 2 << 20, ("rd", "wr", "mr", "mw", "me", "de", "ht"))
