@@ -28,6 +28,11 @@ def assert_same_bytes(actual: np.ndarray, expected: np.ndarray, context: str) ->
     assert actual.tobytes() == expected.tobytes(), context
 
 
+def assert_gathers(table: np.ndarray, ids: np.ndarray, context: str, **launch) -> None:
+    """``emulate_gather(table, ids, **launch)`` gives ``table[ids]``, byte for byte."""
+    assert_same_bytes(emulate_gather(table, ids, **launch), table[ids], context)
+
+
 def mixed_ids(num_rows: int, seed: int = 1) -> np.ndarray:
     """Unsorted, with duplicates and both ends of the table."""
     rng = np.random.default_rng(seed)
@@ -40,8 +45,7 @@ def test_byte_rows_of_every_width_and_alignment(variant):
         table = make_table(23, row_bytes, "uint8", seed=row_bytes)
         ids = mixed_ids(len(table))
         for offset in OFFSETS:
-            out = emulate_gather(table, ids, variant=variant, base_offset=offset)
-            assert_same_bytes(out, table[ids], f"{variant} row_bytes={row_bytes} offset={offset}")
+            assert_gathers(table, ids, f"{variant} row_bytes={row_bytes} offset={offset}", variant=variant, base_offset=offset)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -53,8 +57,7 @@ def test_every_dtype_width_and_alignment(dtype, variant):
         ids = mixed_ids(len(table))
         # element-aligned offsets (what real tables have) and a few that are not
         for offset in sorted({0, itemsize, 16 + itemsize, 64, 120, 1, 3, 66}):
-            out = emulate_gather(table, ids, variant=variant, base_offset=offset)
-            assert_same_bytes(out, table[ids], f"{dtype} {variant} columns={columns} offset={offset}")
+            assert_gathers(table, ids, f"{dtype} {variant} columns={columns} offset={offset}", variant=variant, base_offset=offset)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -71,8 +74,7 @@ def test_degenerate_id_sets(variant, id_dtype):
     }
     for name, ids in cases.items():
         ids = np.asarray(ids, dtype=id_dtype)
-        out = emulate_gather(table, ids, variant=variant)
-        assert_same_bytes(out, table[ids], f"{variant} {id_dtype.__name__} ids {name}")
+        assert_gathers(table, ids, f"{variant} {id_dtype.__name__} ids {name}", variant=variant)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -80,8 +82,7 @@ def test_many_ids_grid_stride_with_capped_grid(variant):
     table = make_table(300, 40, "float32")
     ids = np.random.default_rng(2).integers(0, 300, 5000)
     for max_blocks in (None, 1, 3):
-        out = emulate_gather(table, ids, variant=variant, max_blocks=max_blocks)
-        assert_same_bytes(out, table[ids], f"{variant} max_blocks={max_blocks}")
+        assert_gathers(table, ids, f"{variant} max_blocks={max_blocks}", variant=variant, max_blocks=max_blocks)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -104,8 +105,7 @@ def test_table_shapes(variant):
         np.zeros((5, 0), dtype=np.float32),  # empty rows: nothing to launch
         np.ones((5, 3), dtype=np.float16)[:, ::2],  # non-contiguous input
     ):
-        out = emulate_gather(table, ids, variant=variant)
-        assert_same_bytes(out, table[ids], f"{variant} shape={table.shape}")
+        assert_gathers(table, ids, f"{variant} shape={table.shape}", variant=variant)
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
