@@ -4,10 +4,10 @@ import json
 import os
 import signal
 import subprocess
-import sys
 
 import pytest
 from conftest import REPO
+from script_runs import start_in_own_session
 
 TINY = ["--num-nodes", "3000", "--epochs", "2", "--repeats", "2", "--batch-size", "64", "--hidden", "16", "--fanouts", "4,4", "--nproc", "2", "--threads", "2"]
 
@@ -16,16 +16,7 @@ def _bench(*args, env=None):
     """``dgl-zerocopy bench ddp`` in a session of its own, killed with its ranks after 180 s."""
     if env is None:  # the bench refuses a set OMP_NUM_THREADS (the next test)
         env = {k: v for k, v in os.environ.items() if k != "OMP_NUM_THREADS"}
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "dgl_zerocopy.cli", "bench", "ddp", *args],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        encoding="utf-8",
-        cwd=REPO,
-        env=env,
-        start_new_session=True,
-    )
+    proc = start_in_own_session("-m", "dgl_zerocopy.cli", "bench", "ddp", *args, env=env)
     try:
         out, err = proc.communicate(timeout=180)
     except subprocess.TimeoutExpired:

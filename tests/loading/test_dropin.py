@@ -8,8 +8,6 @@ import inspect
 import multiprocessing
 import os
 import re
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -19,7 +17,7 @@ import torch
 dgl = pytest.importorskip("dgl")
 
 from conftest import REPO  # noqa: E402
-from script_runs import metric, run_side_by_side  # noqa: E402
+from script_runs import metric, run_side_by_side, start_in_own_session  # noqa: E402
 
 from dgl_zerocopy import DataLoader, FeatureStore  # noqa: E402
 from dgl_zerocopy.loading import dgl_options  # noqa: E402
@@ -295,16 +293,7 @@ def test_dgls_multi_gpu_example_switched_by_one_line_trains_with_ddp(tmp_path):
     switched.write_text(text.replace(*ONE_LINE))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     runs = [
-        subprocess.Popen(
-            [sys.executable, str(script), "--cpu-procs", "2", "--num-nodes", "20000", "--epochs", "5", "--port", str(_free_port())],
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-            encoding="utf-8",
-            env=env,
-            cwd=REPO,
-            start_new_session=True,
-        )
+        start_in_own_session(script, "--cpu-procs", "2", "--num-nodes", "20000", "--epochs", "5", "--port", _free_port(), env=env)
         for script in (MULTI, switched)
     ]
     accuracies = []
