@@ -28,10 +28,10 @@ import torch
 from ..data.base import tensor_view
 from ..data.hetero import HeteroGraphDataset
 from ..loading.dgl_options import dgl_has_cuda
-from ..loading.loader import DataLoader
 from ..loading.timing import StageTimer
 from ..store.compression import check_codec_name
 from ..store.feature_store import FeatureStore
+from .sources import OurLoaders
 
 HETERO_FEATURE_SOURCES = ("dgl", "cpu", "zerocopy", "gpu")
 
@@ -102,7 +102,7 @@ class HeteroDglSource(_NoCache):
         pass
 
 
-class HeteroStoreSource(_NoCache):
+class HeteroStoreSource(_NoCache, OurLoaders):
     """DGL samples the typed blocks; our :class:`DataLoader` gathers each node type's input rows
     with that type's FeatureStore (backend ``cpu``, ``zerocopy`` or ``gpu``), ``prefetch`` batches ahead."""
 
@@ -134,30 +134,22 @@ class HeteroStoreSource(_NoCache):
     def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer, ddp: bool = False) -> Iterator:
         import dgl
 
-        key = (nodes.data_ptr(), len(nodes), batch_size, shuffle, ddp)
-        if key not in self._loaders:  # one loader per node set, so its epoch counter reshuffles (and re-splits)
-            self._loaders[key] = DataLoader(
-                self.graph,
-                {self.target: nodes},
-                dgl.dataloading.NeighborSampler(self.fanouts),
-                features={(ntype, "feat"): store for ntype, store in self.stores.items()},
-                labels={(self.target, "label"): self.labels},
-                device=self.device,
-                use_ddp=ddp,
-                ddp_seed=self.seed,
-                batch_size=batch_size,
-                shuffle=shuffle,
-                prefetch=self.prefetch,
-                seed=self.seed,
-                blocks=self.blocks,
-            )
-        loader = self._loaders[key]
-        loader.timer = timer
+        loader = self._loader(
+            nodes,
+            {self.target: nodes},
+            batch_size,
+            shuffle,
+            ddp,
+            timer,
+            lambda: dgl.dataloading.NeighborSampler(self.fanouts),
+            features={(ntype, "feat"): store for ntype, store in self.stores.items()},
+            labels={(self.target, "label"): self.labels},
+            blocks=self.blocks,
+        )
         for _, _, blocks in loader:
             yield blocks, _by_type(blocks[0].srcdata["feat"], blocks[0]), blocks[-1].dstdata["label"][self.target]
 
     def close(self) -> None:
-        for loader in self._loaders.values():
-            loader.close()
+        self._close_loaders()
         for store in self.stores.values():
             store.close()

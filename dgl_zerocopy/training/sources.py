@@ -295,7 +295,39 @@ class DglStorageSource(_StoreStats, _SnapshotEpochs):
         self.features.close()
 
 
-class StoreSource(_StoreStats):
+class OurLoaders:
+    """The loaders of a source that gathers with our :class:`DataLoader`: one per node set and batching, so its
+    epoch counter reshuffles (and re-splits under DDP), each closed with the source. The source has ``graph``,
+    ``device``, ``prefetch``, ``seed`` and ``_loaders`` (a dict)."""
+
+    def _loader(self, nodes, indices, batch_size: int, shuffle: bool, ddp: bool, timer: StageTimer, sampler, **options) -> DataLoader:
+        """The loader of ``nodes`` (``indices``: as the loader takes them), timed by ``timer``; ``sampler()`` and
+        ``options`` (features, labels, blocks, ...) make it the first time."""
+        key = (nodes.data_ptr(), len(nodes), batch_size, shuffle, ddp)
+        if key not in self._loaders:
+            self._loaders[key] = DataLoader(
+                self.graph,
+                indices,
+                sampler(),
+                device=self.device,
+                use_ddp=ddp,
+                ddp_seed=self.seed,
+                batch_size=batch_size,
+                shuffle=shuffle,
+                prefetch=self.prefetch,
+                seed=self.seed,
+                **options,
+            )
+        loader = self._loaders[key]
+        loader.timer = timer
+        return loader
+
+    def _close_loaders(self) -> None:
+        for loader in self._loaders.values():
+            loader.close()
+
+
+class StoreSource(_StoreStats, OurLoaders):
     """DGL samples the blocks; our :class:`DataLoader` gathers the input rows with a FeatureStore
     (backend ``cpu``, ``zerocopy`` or ``gpu``), ``prefetch`` batches ahead."""
 
@@ -321,44 +353,38 @@ class StoreSource(_StoreStats):
         self._loaders: dict = {}
 
     def batches(self, nodes: torch.Tensor, batch_size: int, shuffle: bool, timer: StageTimer, ddp: bool = False) -> Iterator:
-        import dgl
-
-        key = (nodes.data_ptr(), len(nodes), batch_size, shuffle, ddp)
-        if key not in self._loaders:  # one loader per node set, so its epoch counter reshuffles (and re-splits)
-            if shuffle and self.sampling.kind == "snapshot":
-                if self.snapshot_sampler is None:
-                    self.snapshot_sampler = self.sampling.snapshot_sampler(self.fanouts)
-                sampler = self.snapshot_sampler
-            else:
-                sampler = dgl.dataloading.NeighborSampler(self.fanouts)
-            # On a GPU the snapshot lives in device memory and is sampled there (our loader with use_uva=True
-            # maps the SnapshotSampler onto GpuSnapshotSampler); evaluation batches sample the full graph.
-            gpu = self.sampling.kind == "gpu" or (shuffle and self.sampling.kind == "snapshot" and _samples_on_gpu(self.device))
-            self._loaders[key] = DataLoader(
-                self.graph,
-                nodes,
-                sampler,
-                features={"feat": self.features},
-                labels={"label": self.labels},
-                device=self.device,
-                use_ddp=ddp,
-                ddp_seed=self.seed,
-                batch_size=batch_size,
-                shuffle=shuffle,
-                prefetch=self.prefetch,
-                seed=self.seed,
-                blocks="device" if gpu else self.blocks,
-                use_uva=gpu,
-                graph_placement=self.sampling.placement if gpu else "pinned",  # evaluation of snapshot runs: DGL's sampler on the CPU
-            )
-        loader = self._loaders[key]
-        loader.timer = timer
+        # On a GPU the snapshot lives in device memory and is sampled there (our loader with use_uva=True
+        # maps the SnapshotSampler onto GpuSnapshotSampler); evaluation batches sample the full graph.
+        gpu = self.sampling.kind == "gpu" or (shuffle and self.sampling.kind == "snapshot" and _samples_on_gpu(self.device))
+        loader = self._loader(
+            nodes,
+            nodes,
+            batch_size,
+            shuffle,
+            ddp,
+            timer,
+            lambda: self._sampler(shuffle),
+            features={"feat": self.features},
+            labels={"label": self.labels},
+            blocks="device" if gpu else self.blocks,
+            use_uva=gpu,
+            graph_placement=self.sampling.placement if gpu else "pinned",  # evaluation of snapshot runs: DGL's sampler on the CPU
+        )
         for _, _, blocks in loader:
             yield blocks, blocks[0].srcdata["feat"], blocks[-1].dstdata["label"]
 
+    def _sampler(self, shuffle: bool):
+        """The sampler of a new loader: the source's one SnapshotSampler for snapshot training batches, else DGL's."""
+        import dgl
+
+        if shuffle and self.sampling.kind == "snapshot":
+            if self.snapshot_sampler is None:
+                self.snapshot_sampler = self.sampling.snapshot_sampler(self.fanouts)
+            return self.snapshot_sampler
+        return dgl.dataloading.NeighborSampler(self.fanouts)
+
     def close(self) -> None:
-        for loader in self._loaders.values():
-            loader.close()
+        self._close_loaders()
         self.features.close()
 
 
