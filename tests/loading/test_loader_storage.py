@@ -81,14 +81,30 @@ def test_leaving_an_epoch_gives_back_the_batches_read_ahead(setup, prefetch):
         assert _pins(store) == 0
 
 
-def test_an_error_in_the_step_gives_back_the_reads_ahead(setup):
+def _fail_in_the_second_step(loader) -> None:
+    for i, _ in enumerate(loader):
+        if i == 1:
+            raise RuntimeError("step failed")
+
+
+def _run_two_epochs_at_once(loader) -> None:
+    for _pair in zip(loader, loader):
+        pass
+
+
+@pytest.mark.parametrize(
+    "run_epoch, error",
+    [
+        pytest.param(_fail_in_the_second_step, "step failed", id="an_error_in_the_step"),
+        pytest.param(_run_two_epochs_at_once, "serves one epoch at a time", id="two_live_epochs_are_an_error_never_a_short_epoch"),
+    ],
+)
+def test_an_error_mid_epoch_gives_back_the_reads_ahead(setup, run_epoch, error):
     graph, path, expect = setup
     with _store(path) as store:
         loader = _loader(graph, store)
-        with pytest.raises(RuntimeError, match="step failed"):
-            for i, _ in enumerate(loader):
-                if i == 1:
-                    raise RuntimeError("step failed")
+        with pytest.raises(RuntimeError, match=error):
+            run_epoch(loader)
         loader.close()
         assert _pins(store) == 0
         # The store goes on serving exact rows.
@@ -130,16 +146,10 @@ def test_a_new_epoch_ends_an_unfinished_one_whose_reads_ahead_are_given_back(set
         assert _pins(store) == 0
 
 
-def test_two_live_epochs_reading_ahead_are_an_error_never_a_short_epoch(setup):
+def test_without_read_ahead_two_live_epochs_are_each_whole(setup):
+    """read_ahead=False: each iter() is an epoch of its own (with reads ahead two are an error, above)."""
     graph, path, _ = setup
     with _store(path) as store:
-        loader = _loader(graph, store)
-        with pytest.raises(RuntimeError, match="serves one epoch at a time"):
-            for _pair in zip(loader, loader):
-                pass
+        loader = _loader(graph, store, read_ahead=False)
+        assert sum(1 for _ in zip(loader, loader)) == len(loader)
         loader.close()
-        assert _pins(store) == 0
-        with _store(path) as other:  # read_ahead=False: each iter() is an epoch of its own
-            free = _loader(graph, other, read_ahead=False)
-            assert sum(1 for _ in zip(free, free)) == len(free)
-            free.close()
