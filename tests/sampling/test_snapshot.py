@@ -265,16 +265,22 @@ def test_bad_arguments_name_the_value(kwargs, message):
     assert "\n" not in str(err.value)
 
 
-def test_bad_calls_are_refused():
+def check_bad_calls_refused(sampler, outside: str) -> None:
+    """``sampler``, nothing built yet, refuses a heterograph, then a seed outside the graph (an IndexError
+    matching ``outside``) and exclude_eids."""
+    hetero = dgl.heterograph({("a", "r", "b"): (torch.tensor([0]), torch.tensor([0]))})
+    with pytest.raises(ValueError, match="one node type and one edge type"):
+        sampler.sample(hetero, torch.arange(1))
     g = random_graph()
-    sampler = SnapshotSampler([3])
-    with pytest.raises(IndexError, match="seed node 300 is outside"):
+    with pytest.raises(IndexError, match=outside):
         sampler.sample(g, torch.tensor([1, 300]))
     with pytest.raises(ValueError, match="does not exclude edges"):
         sampler.sample(g, torch.arange(3), exclude_eids=torch.arange(2))
-    hetero = dgl.heterograph({("a", "r", "b"): (torch.tensor([0]), torch.tensor([0]))})
-    with pytest.raises(ValueError, match="one node and one edge type"):
-        sampler.sample(hetero, torch.arange(1))
+
+
+def test_bad_calls_are_refused():
+    sampler = SnapshotSampler([3])
+    check_bad_calls_refused(sampler, outside="seed node 300 is outside")
     assert sampler.snapshot is None  # nothing half-built
 
 

@@ -26,7 +26,7 @@ dgl = pytest.importorskip("dgl")
 import stream_model  # noqa: E402
 from conftest import requires_cuda  # noqa: E402
 from stream_model import CudaModel, ModelStream  # noqa: E402
-from test_snapshot import check_blocks, check_pick_rate, pick_counts, random_graph, stars  # noqa: E402
+from test_snapshot import check_bad_calls_refused, check_blocks, check_pick_rate, pick_counts, random_graph, stars  # noqa: E402
 
 from dgl_zerocopy.loading.blocks import EID, NID  # noqa: E402
 from dgl_zerocopy.loading.gpu_sampling import emulate_on_cpu, to_dgl_block  # noqa: E402
@@ -244,15 +244,7 @@ def test_bad_options_and_calls_are_refused():
     ):
         with pytest.raises(ValueError, match=re.escape(message)):
             GpuSnapshotSampler(**{"device": "emulator", **kwargs})
-    sampler = GpuSnapshotSampler([3], device="reference")
-    g = random_graph()
-    with pytest.raises(IndexError, match="300"):
-        sampler.sample(g, torch.tensor([1, 300]))
-    with pytest.raises(ValueError, match="does not exclude edges"):
-        sampler.sample(g, torch.arange(3), exclude_eids=torch.arange(2))
-    hetero = dgl.heterograph({("a", "r", "b"): (torch.tensor([0]), torch.tensor([0]))})
-    with pytest.raises(ValueError, match="one node type and one edge type"):
-        GpuSnapshotSampler([3], device="reference").sample(hetero, torch.arange(1))
+    check_bad_calls_refused(GpuSnapshotSampler([3], device="reference"), outside="300")
 
 
 # -- the DataLoader with use_uva=True ---------------------------------------------------------------------
