@@ -18,11 +18,8 @@ from __future__ import annotations
 import argparse
 import logging
 import runpy
-import signal
 import sys
-import threading
 import warnings
-from contextlib import contextmanager
 from pathlib import Path
 
 from ._extras import MissingExtraError, import_dgl, install_hint
@@ -39,6 +36,7 @@ from .training.config import (
     warn_renamed,
 )
 from .training.models import MODELS
+from .training.signals import Terminated, signals_unwind
 
 log = logging.getLogger("dgl_zerocopy")
 
@@ -249,10 +247,10 @@ def _main(argv: list[str] | None) -> int:
             from .dist.commands import launch_local
 
             import_dgl("dgl-zerocopy launch-local")
-            with _signals_unwind():
+            with signals_unwind():
                 return launch_local(args)
         if args.command == "generate":
-            with _signals_unwind():
+            with signals_unwind():
                 return _generate(args)
         if args.command == "info":
             from .training.info import environment_report
@@ -264,41 +262,8 @@ def _main(argv: list[str] | None) -> int:
         return 2
     except KeyboardInterrupt as e:
         print("dgl-zerocopy: interrupted", file=sys.stderr)
-        return 128 + e.signum if isinstance(e, _Terminated) else 130
+        return 128 + e.signum if isinstance(e, Terminated) else 130
     return 2
-
-
-class _Terminated(KeyboardInterrupt):
-    """A SIGTERM or SIGHUP, raised where the program is, so that it unwinds as from Ctrl-C."""
-
-    def __init__(self, signum: int):
-        super().__init__(signal.Signals(signum).name)
-        self.signum = signum
-
-
-def _terminate(signum: int, frame) -> None:
-    signal.signal(signum, signal.SIG_IGN)  # a second one must not cut the clean-up short
-    raise _Terminated(signum)
-
-
-@contextmanager
-def _signals_unwind():
-    """Within the block SIGTERM and SIGHUP raise :class:`_Terminated`: the ``finally`` clauses run
-    (DDP ranks stopped, their folder removed) where the default action would end the process on
-    the spot. Only in the main thread (where Python runs signal handlers), and only for a signal
-    whose default action is in place: one ignored by the caller (``nohup``) stays ignored."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = {}
-    for signum in (signal.SIGTERM, signal.SIGHUP):
-        if signal.getsignal(signum) is signal.SIG_DFL:
-            previous[signum] = signal.signal(signum, _terminate)
-    try:
-        yield
-    finally:
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
 
 
 #: Flags whose value may start with '-': ``--fanouts -1,-1`` (every neighbour), and sizes that are then refused in
@@ -335,7 +300,7 @@ def _train(args: argparse.Namespace) -> int:
         if cfg.feature_storage is not None:
             raise ConfigError("train --dist reads the features DistDGL's servers hold; drop --feature-storage and --host-buffer")
         return _train_dist(cfg, args)
-    with _signals_unwind():
+    with signals_unwind():
         return _train_local(cfg, args)
 
 

@@ -31,7 +31,7 @@ from ..loading.dgl_options import dgl_has_cuda
 from ..loading.timing import StageTimer
 from ..store.compression import check_codec_name
 from ..store.feature_store import FeatureStore
-from .sources import OurLoaders
+from .our_loaders import OurLoaders
 
 HETERO_FEATURE_SOURCES = ("dgl", "cpu", "zerocopy", "gpu")
 

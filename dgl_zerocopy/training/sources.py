@@ -62,7 +62,6 @@ from ..data.base import tensor_view
 from ..data.feature_file import FeatureFile, mapped_npy
 from ..data.hetero import HeteroGraphDataset
 from ..loading.dgl_options import dgl_has_cuda
-from ..loading.loader import DataLoader
 from ..loading.timing import StageTimer
 from ..store.cache import DEFAULT_CACHE_POLICY, budget_for_rows
 from ..store.compression import CODECS, check_codec_name, compressed_beside
@@ -73,6 +72,7 @@ from ..store.storage.policy import budget_for_slots
 from ..store.table_input import human_size
 from .config import ConfigError, parse_cache_size
 from .host_budget import check_batches_fit
+from .our_loaders import OurLoaders
 
 FEATURE_SOURCES = ("dgl", "dgl-storage", "cpu", "zerocopy", "gpu")
 
@@ -293,38 +293,6 @@ class DglStorageSource(_StoreStats, _SnapshotEpochs):
 
     def close(self) -> None:
         self.features.close()
-
-
-class OurLoaders:
-    """The loaders of a source that gathers with our :class:`DataLoader`: one per node set and batching, so its
-    epoch counter reshuffles (and re-splits under DDP), each closed with the source. The source has ``graph``,
-    ``device``, ``prefetch``, ``seed`` and ``_loaders`` (a dict)."""
-
-    def _loader(self, nodes, indices, batch_size: int, shuffle: bool, ddp: bool, timer: StageTimer, sampler, **options) -> DataLoader:
-        """The loader of ``nodes`` (``indices``: as the loader takes them), timed by ``timer``; ``sampler()`` and
-        ``options`` (features, labels, blocks, ...) make it the first time."""
-        key = (nodes.data_ptr(), len(nodes), batch_size, shuffle, ddp)
-        if key not in self._loaders:
-            self._loaders[key] = DataLoader(
-                self.graph,
-                indices,
-                sampler(),
-                device=self.device,
-                use_ddp=ddp,
-                ddp_seed=self.seed,
-                batch_size=batch_size,
-                shuffle=shuffle,
-                prefetch=self.prefetch,
-                seed=self.seed,
-                **options,
-            )
-        loader = self._loaders[key]
-        loader.timer = timer
-        return loader
-
-    def _close_loaders(self) -> None:
-        for loader in self._loaders.values():
-            loader.close()
 
 
 class StoreSource(_StoreStats, OurLoaders):

@@ -27,7 +27,7 @@ from torch.multiprocessing.spawn import ProcessExitedException, ProcessRaisedExc
 
 from dgl_zerocopy import cli
 from dgl_zerocopy.data import SyntheticSpec, load_dataset
-from dgl_zerocopy.training import ddp
+from dgl_zerocopy.training import ddp, signals
 
 # Seconds a job may take to start and print its first epoch (2 ranks importing torch and DGL:
 # ~5 s on 2 idle cores, ~20 s on 2 busy ones), and to be gone after a fault.
@@ -434,11 +434,11 @@ sys.exit(code)
 def test_an_ignored_sighup_stays_ignored():
     previous = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as under nohup
     try:
-        with cli._signals_unwind():
+        with signals.signals_unwind():
             assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
             if signal.getsignal(signal.SIGTERM) is not signal.SIG_DFL:  # pytest's own handler stays too
                 return
-            assert signal.getsignal(signal.SIGTERM) is cli._terminate
+            assert signal.getsignal(signal.SIGTERM) is signals.terminate
         assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     finally:
         signal.signal(signal.SIGHUP, previous)
