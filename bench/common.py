@@ -10,7 +10,7 @@ import shlex
 import statistics
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 
@@ -162,11 +162,38 @@ class SeedRuns:
         self.seconds.append(time.perf_counter() - start)
         print(f"  {what}: test {best.test_acc:.4f} at epoch {best.epoch} (val {best.val_acc:.4f}), {self.seconds[-1]:.0f}s", flush=True)
 
+    def accuracy(self, ddof: int = 0) -> dict[str, float | str]:
+        """The runs' test accuracies as a row's columns: their mean, their standard deviation (``ddof``
+        degrees of freedom; 0.0 where there are no more runs than ``ddof``) and each to four places."""
+        import numpy as np
 
-def table_head(header: str, align: str) -> list[str]:
+        return {
+            "test_acc_mean": float(np.mean(self.accs)),
+            "test_acc_std": float(np.std(self.accs, ddof=ddof)) if len(self.accs) > ddof else 0.0,
+            "test_accs": " ".join(f"{a:.4f}" for a in self.accs),
+        }
+
+
+def table_head(header: str, align: str | None = None) -> list[str]:
     """A Markdown table's first two lines: ``header`` (``"| a | b |"``) and its rule, a column per
-    letter of ``align``: ``r`` right-aligned (numbers), ``l`` left."""
+    letter of ``align``: ``r`` right-aligned (numbers), ``l`` left; without ``align`` every column of
+    ``header`` is left (a plain ``|---|`` rule)."""
+    align = align or "l" * (header.count("|") - 1)
     return [header, "|" + "|".join({"r": "---:", "l": "---"}[a] for a in align) + "|"]
+
+
+def markdown_table(header: str, lines: Iterable[str], align: str | None = None) -> str:
+    """A Markdown table as one text: :func:`table_head` of ``header`` and ``align``, then ``lines``, a row each."""
+    return "\n".join([*table_head(header, align), *lines])
+
+
+def paired_cells(row: dict, base: str, diff: str, within: str) -> tuple[str, str]:
+    """A sampler's row of an accuracy table against the ``base`` sampler trained on the same seeds:
+    its difference ``row[diff]`` in points ± the paired differences' std (``row["diff_std"]``), and
+    whether ``row[within]`` holds (``yes``/``no``); two dashes on the base's own row."""
+    if row["sampler"] == base:
+        return "-", "-"
+    return f"{100 * row[diff]:+.2f} ± {100 * row['diff_std']:.2f}", "yes" if row[within] else "no"
 
 
 def pyplot():
@@ -236,6 +263,11 @@ def accuracy_pct(row: dict) -> float:
 def accuracy_std_pct(row: dict) -> float:
     """A row's test accuracy's standard deviation in % (its error bar)."""
     return 100 * row["test_acc_std"]
+
+
+def accuracy_bars(rows: list[dict], key: str, label: Callable[[str], str] = str, inch_per_dataset: float = 1.5, capsize: int = 3):
+    """:func:`grouped_bars` of the rows' mean test accuracy in %, its standard deviation the error bar."""
+    return grouped_bars(rows, key, accuracy_pct, label, inch_per_dataset, error=accuracy_std_pct, capsize=capsize)
 
 
 #: The real graphs of ../shared/data and the shipped config each is trained with (bench/training/accuracy.py).

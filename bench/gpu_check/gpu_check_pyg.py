@@ -20,7 +20,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpu_check_rows import TIME_LIMIT_STATUS, number_cell, result_rows, split_rows
+from gpu_check_rows import TIME_LIMIT_STATUS, figure_rows, number_cell, result_rows, section_head, split_rows
 from gpu_check_setup import Part, Run, last_line, run_bounded
 
 BENCH = Path(__file__).resolve().parents[1]
@@ -120,7 +120,7 @@ def figures_text(ok: list[dict]) -> str:
 
 def pyg_figures(rows: list[dict]) -> list[dict]:
     """The step's rows as summary.json keeps them (the keys of :data:`FIGURE_KEYS`)."""
-    return [{k: r.get(k) for k in FIGURE_KEYS} for r in rows]
+    return figure_rows(rows, FIGURE_KEYS)
 
 
 def pyg_markdown(figures: list[dict]) -> list[str]:
@@ -128,14 +128,11 @@ def pyg_markdown(figures: list[dict]) -> list[str]:
     if not figures:
         return []
     first = figures[0]
-    lines = [
-        "",
-        f"## PyG route: our PyG loader against our DGL route (loading only: sample + gather; {first.get('device')}; "
+    lines = section_head(
+        f"PyG route: our PyG loader against our DGL route (loading only: sample + gather; {first.get('device')}; "
         f"{number_cell(first['num_nodes'], ',')} nodes, fanouts {first['fanouts']}, batch {first['batch_size']})",
-        "",
         "| route | prefetch | epoch s median (q1–q3) | M sampled edges/s | edges per batch | nodes per batch | status |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    )
     for f in figures:
         epoch = rate = edges = nodes = "–"
         if f["status"] == "ok":

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import TIME_LIMIT_STATUS  # noqa: E402,F401 - the status gather.py and sampling.py give a row their time limit left out
+from common import TIME_LIMIT_STATUS, table_head  # noqa: E402,F401 - the status gather.py and sampling.py give a row their time limit left out
 
 
 def tail(text: str, n: int = 40) -> str:
@@ -75,3 +75,14 @@ def finite(value) -> bool:
 def number_cell(value, fmt: str = ".2f") -> str:
     """A table cell: ``value`` formatted, or a dash where it is no finite number."""
     return format(value, fmt) if finite(value) else "–"
+
+
+def figure_rows(rows: list[dict], keys: tuple[str, ...]) -> list[dict]:
+    """A step's rows as summary.json keeps them: each row's ``keys`` (None where a row lacks one)."""
+    return [{k: r.get(k) for k in keys} for r in rows]
+
+
+def section_head(title: str, header: str) -> list[str]:
+    """A summary.md section's first lines: a blank line, ``## title``, a blank line, then its table's
+    ``header`` (``"| a | b |"``) and a plain rule."""
+    return ["", f"## {title}", "", *table_head(header)]

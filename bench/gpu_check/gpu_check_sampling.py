@@ -28,7 +28,7 @@ import json
 import sys
 from pathlib import Path
 
-from gpu_check_rows import TIME_LIMIT_STATUS, number_cell, result_rows, split_rows
+from gpu_check_rows import TIME_LIMIT_STATUS, figure_rows, number_cell, result_rows, section_head, split_rows
 from gpu_check_setup import Part, Run, last_line, run_bounded
 
 BENCH = Path(__file__).resolve().parents[1]
@@ -181,7 +181,7 @@ def snapshot_ratio(rows: list[dict]) -> float | None:
 
 def sampling_figures(rows: list[dict]) -> list[dict]:
     """The step's rows as summary.json keeps them (the keys of :data:`FIGURE_KEYS`)."""
-    return [{k: r.get(k) for k in FIGURE_KEYS} for r in rows]
+    return figure_rows(rows, FIGURE_KEYS)
 
 
 def sampling_markdown(figures: list[dict]) -> list[str]:
@@ -189,14 +189,11 @@ def sampling_markdown(figures: list[dict]) -> list[str]:
     if not figures:
         return []
     first = figures[0]
-    lines = [
-        "",
-        f"## Sampling: our sampler against DGL's CPU sampler ({number_cell(first['num_nodes'], ',')} nodes, {number_cell(first['num_edges'], ',')} edges, "
+    lines = section_head(
+        f"Sampling: our sampler against DGL's CPU sampler ({number_cell(first['num_nodes'], ',')} nodes, {number_cell(first['num_edges'], ',')} edges, "
         f"fanouts {first['fanouts']}, batch {first['batch_size']}; relabelling and blocks included)",
-        "",
         "| method | ms per batch median (q1–q3) | M sampled edges/s median (q1–q3) | × DGL CPU | edges per batch (per layer) | what | status |",
-        "|---|---|---|---|---|---|---|",
-    ]
+    )
     for f in figures:
         ms = rate = per = "–"
         if f["status"] == "ok":

@@ -21,7 +21,7 @@ import shutil
 import sys
 from pathlib import Path
 
-from gpu_check_rows import TIME_LIMIT_STATUS, finite, number_cell, result_rows
+from gpu_check_rows import TIME_LIMIT_STATUS, figure_rows, finite, number_cell, result_rows, section_head
 from gpu_check_setup import Part, Run, last_line, run_bounded
 
 BENCH = Path(__file__).resolve().parents[1]
@@ -148,21 +148,18 @@ def _spread(figures: dict, name: str) -> str:
 
 def scale_figures(rows: list[dict]) -> list[dict]:
     """The step's rows as summary.json keeps them (the keys of :data:`FIGURE_KEYS`)."""
-    return [{k: r.get(k) for k in FIGURE_KEYS} for r in rows]
+    return figure_rows(rows, FIGURE_KEYS)
 
 
 def scale_markdown(figures: list[dict]) -> list[str]:
     """summary.md's scale section (no lines without figures)."""
     if not figures:
         return []
-    lines = [
-        "",
-        f"## papers100M at scale: generated to this machine's disk, sampled and gathered on {figures[0].get('device')}",
-        "",
+    lines = section_head(
+        f"papers100M at scale: generated to this machine's disk, sampled and gathered on {figures[0].get('device')}",
         "| share | nodes | in-edges | on disk GB | generate s | CSC pinned s | sample ms/batch (q1–q3) | gather ms/batch (q1–q3) "
         "| ns per sampled edge | ns per gathered byte | step ms | loss first 5 -> last 5 | peak RSS GB | GPU peak GB | status |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
-    ]
+    )
     for f in figures:
         sample, gather = (_spread(f, f"{phase}_ms") for phase in ("sample", "gather"))
         edges = f"{f['edges'] / 1e6:.1f} M" if finite(f.get("edges")) else "–"

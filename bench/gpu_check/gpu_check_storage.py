@@ -24,7 +24,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from gpu_check_rows import TIME_LIMIT_STATUS, finite, number_cell, result_rows, split_rows
+from gpu_check_rows import TIME_LIMIT_STATUS, figure_rows, finite, number_cell, result_rows, section_head, split_rows
 from gpu_check_setup import Part, Run, last_line, run_bounded
 
 BENCH = Path(__file__).resolve().parents[1]
@@ -112,7 +112,7 @@ def figures_text(ok: list[dict]) -> str:
 
 def storage_figures(rows: list[dict]) -> list[dict]:
     """The step's rows as summary.json keeps them (the keys of :data:`FIGURE_KEYS`)."""
-    return [{k: r.get(k) for k in FIGURE_KEYS} for r in rows]
+    return figure_rows(rows, FIGURE_KEYS)
 
 
 def storage_markdown(figures: list[dict]) -> list[str]:
@@ -120,14 +120,11 @@ def storage_markdown(figures: list[dict]) -> list[str]:
     if not figures:
         return []
     limit = next((f["memory_limit"] for f in figures if f.get("memory_limit")), "none")
-    lines = [
-        "",
-        f"## Tables larger than host memory: a table 4x its host budget on this machine's disk, page cache dropped before each run; memory limit: {limit}",
-        "",
+    lines = section_head(
+        f"Tables larger than host memory: a table 4x its host budget on this machine's disk, page cache dropped before each run; memory limit: {limit}",
         "| run | backend | storage MiB / epoch (first epoch) | rows/s | hit rate in memory | wait / step (first epoch) "
         "| host buffer MiB: resident (first epoch) of its size | status |",
-        "|---|---|---|---|---|---|---|---|",
-    ]
+    )
     for f in figures:
         mib = rate = hit = wait = buffer = "–"
         if f["status"] == "ok":

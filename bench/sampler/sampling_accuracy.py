@@ -50,7 +50,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, accuracy_pct, accuracy_std_pct, chosen, command_line, grouped_bars, machine, save_figure, write_results  # noqa: E402
+from common import RESULTS, accuracy_bars, chosen, command_line, machine, markdown_table, paired_cells, save_figure, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 DATASETS = ("cora", "citeseer", "amazon-computers", "amazon-photo", "coauthor-cs", "coauthor-physics")
@@ -214,7 +214,7 @@ def summarize(name: str, runs: dict[str, list[dict]], args) -> list[dict]:
 
 def plot(rows: list[dict], meta: dict, path: Path) -> None:
     labels = {"emulator": "ours (CUDA kernels emulated on the CPU)", "reference": "ours (NumPy reference)", "dgl": "DGL NeighborSampler"}
-    fig, ax, x, datasets = grouped_bars(rows, "sampler", accuracy_pct, labels.__getitem__, 1.8, error=accuracy_std_pct)
+    fig, ax, x, datasets = accuracy_bars(rows, "sampler", labels.__getitem__, 1.8)
     low = min(100 * (r["test_acc_mean"] - r["test_acc_std"]) for r in rows)
     ax.set_ylim(max(0, low - 10), 100)
     ax.set_xticks(x, [NAMES[d] for d in datasets], fontsize=8)
@@ -268,15 +268,19 @@ def main(argv: list[str] | None = None) -> int:
     csv_path, _ = write_results(out.name, rows, meta, out.parent)
     plot(rows, meta, csv_path.with_suffix(".png"))
     print(f"\n# {meta['command']}\n# {meta['model']}; fanouts {meta['fanouts']}; batch {args.batch_size}; {args.epochs} epochs; seeds {meta['seeds']}")
-    print("| dataset | sampler | test % (mean ± std) | - DGL (points, paired std) | within noise | s per run |")
-    print("|---|---|---|---|---|---|")
+    print(results_table(rows))
+    return 0
+
+
+def results_table(rows: list[dict]) -> str:
+    """The printed table: a row per dataset and sampler, its difference from DGL's sampler on the same seeds."""
+    lines = []
     for r in rows:
-        diff = "-" if r["sampler"] == "dgl" else f"{100 * r['diff_to_dgl']:+.2f} ± {100 * r['diff_std']:.2f}"
-        within = "-" if r["sampler"] == "dgl" else ("yes" if r["within_noise"] else "no")
-        print(
+        diff, within = paired_cells(r, "dgl", "diff_to_dgl", "within_noise")
+        lines.append(
             f"| {NAMES[r['dataset']]} | {r['sampler']} | {100 * r['test_acc_mean']:.2f} ± {100 * r['test_acc_std']:.2f} | {diff} | {within} | {r['seconds_median']:.1f} |"
         )
-    return 0
+    return markdown_table("| dataset | sampler | test % (mean ± std) | - DGL (points, paired std) | within noise | s per run |", lines)
 
 
 if __name__ == "__main__":

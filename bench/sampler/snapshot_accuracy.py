@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import accuracy_pct, accuracy_std_pct, grouped_bars, save_figure, write_results  # noqa: E402
+from common import accuracy_bars, markdown_table, paired_cells, save_figure, write_results  # noqa: E402
 
 #: Batch size per dataset: the real graphs' training sets (20 per class, or Planetoid's 140/120) in
 #: one or two batches; the synthetic graph's 8 % in batches of 1024.
@@ -122,15 +122,20 @@ def run_accuracy(args, names: list[str], base: dict) -> None:
     csv_path, _ = write_results("snapshot_accuracy", rows, meta, Path(args.out_dir))
     plot_accuracy(rows, meta, csv_path.with_suffix(".png"))
     print(f"\n# {meta['command']}\n# {meta['model']}; fanouts {meta['fanouts']}; epochs {meta['epochs']}; seeds {meta['seeds']}; {meta['rule']}")
-    print("| dataset | sampler | test % (mean ± std) | - neighbor (points, paired std) | within goal | snapshot share of edges | s per run |")
-    print("|---|---|---|---|---|---|---|")
+    print(results_table(rows))
+
+
+def results_table(rows: list[dict]) -> str:
+    """The printed table: a row per dataset and sampler, its difference from the neighbor sampler on the same seeds."""
+    lines = []
     for r in rows:
-        diff = "-" if r["sampler"] == "neighbor" else f"{100 * r['diff_to_neighbor']:+.2f} ± {100 * r['diff_std']:.2f}"
-        within = "-" if r["sampler"] == "neighbor" else ("yes" if r["within_goal"] else "no")
+        diff, within = paired_cells(r, "neighbor", "diff_to_neighbor", "within_goal")
         share = "-" if math.isnan(r["snapshot_share_of_edges"]) else f"{r['snapshot_share_of_edges']:.2f}"
-        print(
+        lines.append(
             f"| {r['dataset']} | {r['sampler']} | {100 * r['test_acc_mean']:.2f} ± {100 * r['test_acc_std']:.2f} | {diff} | {within} | {share} | {r['seconds_median']:.1f} |"
         )
+    header = "| dataset | sampler | test % (mean ± std) | - neighbor (points, paired std) | within goal | snapshot share of edges | s per run |"
+    return markdown_table(header, lines)
 
 
 def summarize_dataset(name: str, runs: dict, args) -> list[dict]:
@@ -161,7 +166,7 @@ def summarize_dataset(name: str, runs: dict, args) -> list[dict]:
 
 
 def plot_accuracy(rows: list[dict], meta: dict, path: Path) -> None:
-    fig, ax, x, datasets = grouped_bars(rows, "sampler", accuracy_pct, inch_per_dataset=1.6, error=accuracy_std_pct, capsize=2)
+    fig, ax, x, datasets = accuracy_bars(rows, "sampler", inch_per_dataset=1.6, capsize=2)
     kinds = list(dict.fromkeys(r["sampler"] for r in rows))
     low = min(100 * r["test_acc_mean"] - 100 * r["test_acc_std"] for r in rows)
     ax.set_ylim(max(0, low - 5), 100)

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import REAL_GRAPH_CONFIGS, SeedRuns, accuracy_pct, accuracy_std_pct, command_line, grouped_bars, machine, save_figure, summarize, write_results  # noqa: E402
+from common import REAL_GRAPH_CONFIGS, SeedRuns, accuracy_bars, command_line, machine, save_figure, summarize, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {**REAL_GRAPH_CONFIGS, "synthetic": "synthetic-sage.yaml"}
@@ -141,7 +141,7 @@ def _run(name: str, codec: str, args: argparse.Namespace) -> dict:
             _check(dataset, cfg)
         runs.add(train(cfg, dataset, progress=False), start, f"{name} [{codec}] seed {seed}")
         del dataset
-    accs, ep, ev = runs.accs, summarize(runs.epoch_times), summarize(runs.eval_times)
+    ep, ev = summarize(runs.epoch_times), summarize(runs.eval_times)
     return {
         "dataset": name,
         "compression": codec,
@@ -149,9 +149,7 @@ def _run(name: str, codec: str, args: argparse.Namespace) -> dict:
         "fanouts": ",".join(map(str, cfg.fanouts)),
         "epochs": cfg.epochs,
         "seeds": args.seeds,
-        "test_acc_mean": float(np.mean(accs)),
-        "test_acc_std": float(np.std(accs)),
-        "test_accs": " ".join(f"{a:.4f}" for a in accs),
+        **runs.accuracy(),
         "published": PUBLISHED[name],
         "epoch_time_median": ep["median"],
         "epoch_time_q1": ep["q1"],
@@ -193,13 +191,11 @@ def _check(dataset, cfg) -> None:
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     codecs = list(dict.fromkeys(r["compression"] for r in rows))
-    fig, ax, x, datasets = grouped_bars(
+    fig, ax, x, datasets = accuracy_bars(
         rows,
         "compression",
-        accuracy_pct,
         lambda codec: f"{codec} (mean ± std over seeds)" if codec != "none" or len(codecs) > 1 else "ours (mean ± std over seeds)",
         1.3 * max(1, len(codecs) / 2),
-        error=accuracy_std_pct,
     )
     models = {r["dataset"]: r["model"] for r in rows}
     ax.scatter(x, [PUBLISHED[d] for d in datasets], color="black", marker="_", s=400, zorder=3, label="published (GCN)")

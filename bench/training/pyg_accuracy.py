@@ -38,20 +38,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import (  # noqa: E402
-    REAL_GRAPH_CONFIGS,
-    RESULTS,
-    SeedRuns,
-    accuracy_pct,
-    accuracy_std_pct,
-    chosen,
-    command_line,
-    grouped_bars,
-    machine,
-    save_figure,
-    summarize,
-    write_results,
-)
+from common import REAL_GRAPH_CONFIGS, RESULTS, SeedRuns, accuracy_bars, chosen, command_line, machine, save_figure, summarize, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES = ("dgl", "pyg")
@@ -127,7 +114,7 @@ def run(name: str, route: str, args: argparse.Namespace) -> dict:
             check_pyg_batch(dataset, cfg)
         runs.add(fit(cfg, dataset, progress=False), start, f"{name} [{route}] seed {seed}")
         del dataset
-    accs, ep, ev = runs.accs, summarize(runs.epoch_times), summarize(runs.eval_times)
+    ep, ev = summarize(runs.epoch_times), summarize(runs.eval_times)
     return {
         "dataset": name,
         "route": route,
@@ -137,9 +124,7 @@ def run(name: str, route: str, args: argparse.Namespace) -> dict:
         "hidden": cfg.hidden,
         "epochs": cfg.epochs,
         "seeds": args.seeds,
-        "test_acc_mean": float(np.mean(accs)),
-        "test_acc_std": float(np.std(accs, ddof=1)) if len(accs) > 1 else 0.0,
-        "test_accs": " ".join(f"{a:.4f}" for a in accs),
+        **runs.accuracy(ddof=1),
         "epoch_time_median": ep["median"],
         "eval_time_median": ev["median"],
         "seconds_per_run": float(np.mean(runs.seconds)),
@@ -189,7 +174,7 @@ def markdown(rows: list[dict], meta: dict) -> str:
 
 def plot(rows: list[dict], meta: dict, path: Path) -> None:
     labels = {"dgl": "DGL route (dgl_zerocopy.nn SAGEConv)", "pyg": "PyG route (PyG SAGEConv, dgl_zerocopy.pyg loader)"}
-    fig, ax, x, datasets = grouped_bars(rows, "route", accuracy_pct, labels.__getitem__, 1.4, error=accuracy_std_pct)
+    fig, ax, x, datasets = accuracy_bars(rows, "route", labels.__getitem__, 1.4)
     ax.set_xticks(x, datasets, fontsize=8)
     ax.set_ylabel("test accuracy % (mean ± std)")
     ax.set_ylim(50, 100)
