@@ -139,6 +139,16 @@ def chosen(parser, text: str, choices, what: str) -> list[str]:
     return names
 
 
+def synthetic_config(args, **keys):
+    """The ``TrainConfig`` of a benchmark's training on the synthetic graph: ``args``' fanouts, batch
+    size, hidden width and epochs, evaluated once (after the last epoch), and ``keys``."""
+    from dgl_zerocopy.training.config import TrainConfig
+
+    return TrainConfig(
+        dataset="synthetic", fanouts=args.fanouts, batch_size=args.batch_size, hidden=args.hidden, epochs=args.epochs, eval_every=args.epochs, **keys
+    )
+
+
 class SeedRuns:
     """The training runs of one setting, a seed each: the test accuracy at each run's best
     validation epoch (``accs``), epoch times past the first (it warms up), the evaluations' times

@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import pyplot, save_figure, summarize, write_results  # noqa: E402
+from common import markdown_table, pyplot, save_figure, summarize, write_results  # noqa: E402
 
 FANOUTS = [15, 10, 5]  # DGL's ogbn-products example
 TRAIN_SHARE = 0.08  # ogbn-products: 196,615 training nodes of 2,449,029
@@ -205,17 +205,20 @@ def run_speed(args, base: dict) -> None:
     print(
         f"\n# {meta['command']}\n# {meta['machine']}; threads {meta['threads']}; load {meta['load_average_start_end']}; {meta['graph']}; {meta['workload']}; {meta['rule']}"
     )
-    print(
-        "| sampler | epoch s median (q1-q3) | ms/batch | x neighbor median (min-max) | refresh s | first epoch s | snapshot MiB | state MiB | / full CSC | peak added MiB |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r['sampler']} | {r['epoch_s_median']:.3f} ({r['epoch_s_q1']:.3f}-{r['epoch_s_q3']:.3f}) | {r['batch_ms_median']:.1f} | "
-            f"{r['ratio_to_neighbor_median']:.2f} ({r['ratio_to_neighbor_min']:.2f}-{r['ratio_to_neighbor_max']:.2f}) | {r['refresh_s_median']:.3f} | "
-            f"{r['first_epoch_s']:.2f} | {r['snapshot_mib']:.1f} | {r['state_mib']:.1f} | {r['state_over_full_csc']:.2f} | {r['peak_added_mib']:.1f} ({r['peak_added_mib_first_epoch']:.1f}) |"
-        )
+    print(results_table(rows))
     print(f"full CSC: {full / 2**20:.1f} MiB")
+
+
+def results_table(rows: list[dict]) -> str:
+    """The printed table: a row per sampler, its epoch against the neighbor sampler's and the memory it keeps."""
+    header = "| sampler | epoch s median (q1-q3) | ms/batch | x neighbor median (min-max) | refresh s | first epoch s | snapshot MiB | state MiB | / full CSC | peak added MiB |"
+    lines = [
+        f"| {r['sampler']} | {r['epoch_s_median']:.3f} ({r['epoch_s_q1']:.3f}-{r['epoch_s_q3']:.3f}) | {r['batch_ms_median']:.1f} | "
+        f"{r['ratio_to_neighbor_median']:.2f} ({r['ratio_to_neighbor_min']:.2f}-{r['ratio_to_neighbor_max']:.2f}) | {r['refresh_s_median']:.3f} | "
+        f"{r['first_epoch_s']:.2f} | {r['snapshot_mib']:.1f} | {r['state_mib']:.1f} | {r['state_over_full_csc']:.2f} | {r['peak_added_mib']:.1f} ({r['peak_added_mib_first_epoch']:.1f}) |"
+        for r in rows
+    ]
+    return markdown_table(header, lines)
 
 
 def plot_speed(rows: list[dict], meta: dict, path: Path) -> None:

@@ -32,7 +32,7 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import command_line, machine, pyplot, save_figure, write_results  # noqa: E402
+from common import command_line, machine, pyplot, save_figure, synthetic_config, write_results  # noqa: E402
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
@@ -64,7 +64,6 @@ def main(argv: list[str] | None = None) -> int:
     import torch
 
     from dgl_zerocopy.data import SyntheticSpec, load_dataset
-    from dgl_zerocopy.training.config import TrainConfig
     from dgl_zerocopy.training.ddp import share_dataset
 
     per_process = max(1, cores // args.nproc)
@@ -80,18 +79,7 @@ def main(argv: list[str] | None = None) -> int:
         train_nodes = len(dataset.train_idx)
         shared = share_dataset(dataset)  # once per seed, for both setups: the arrays in shared memory
         del dataset
-        cfg = TrainConfig(
-            dataset="synthetic",
-            num_nodes=args.num_nodes,
-            fanouts=args.fanouts,
-            batch_size=args.batch_size,
-            hidden=args.hidden,
-            epochs=args.epochs,
-            eval_every=args.epochs,
-            feature_source="cpu",
-            device="cpu",
-            seed=seed,
-        )
+        cfg = synthetic_config(args, num_nodes=args.num_nodes, feature_source="cpu", device="cpu", seed=seed)
         order = setups if r % 2 == 0 else setups[::-1]
         for setup in order:
             row = {"repeat": r, "seed": seed, **setup, **_run(cfg, shared, setup)}

@@ -32,7 +32,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import chosen, command_line, machine, pyplot, save_figure, write_results  # noqa: E402
+from common import chosen, command_line, machine, pyplot, save_figure, synthetic_config, write_results  # noqa: E402
 
 NUMBERS = ("epoch_time", "epoch_min", "epoch_max", "sample", "gather", "transfer", "compute", "wait", "wait_share", "test_acc")
 
@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     from dgl_zerocopy.loading.gpu_sampling import emulate_on_cpu
     from dgl_zerocopy.store.backends import zerocopy_available
     from dgl_zerocopy.store.compression import check_codec_name
-    from dgl_zerocopy.training.config import FEATURE_SOURCES, TrainConfig
+    from dgl_zerocopy.training.config import FEATURE_SOURCES
     from dgl_zerocopy.training.train import train
 
     try:
@@ -102,20 +102,8 @@ def main(argv: list[str] | None = None) -> int:
 
                 if not dgl_has_cuda():
                     continue
-            cfg = TrainConfig(
-                dataset="synthetic",
-                model=args.model,
-                fanouts=args.fanouts,
-                batch_size=args.batch_size,
-                hidden=args.hidden,
-                epochs=args.epochs,
-                eval_every=args.epochs,
-                feature_source=source,
-                prefetch=prefetch,
-                seed=0,
-                device="auto",
-                feature_compression=compression,
-                sampler=sampler,
+            cfg = synthetic_config(
+                args, model=args.model, feature_source=source, prefetch=prefetch, seed=0, device="auto", feature_compression=compression, sampler=sampler
             )
             try:
                 with emulate_on_cpu("reference") if sampler == "gpu" and not cuda else contextlib.nullcontext():

@@ -49,7 +49,7 @@ import torch
 
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # bench/: common.py; bench/training/: papers_check.py
-from common import TIME_LIMIT_STATUS, chosen, command_line, machine, pyplot, save_figure, write_results  # noqa: E402
+from common import TIME_LIMIT_STATUS, chosen, command_line, machine, pyplot, save_figure, synthetic_config, write_results  # noqa: E402
 from papers_check import Regenerated, check_batch, dgl_batch, pyg_batch  # noqa: E402
 
 ROUTES = ("a", "b", "b8", "c", "d")
@@ -202,24 +202,11 @@ def first_batch(cfg, graph, device: torch.device, regenerated: Regenerated) -> d
 def run_route(route: str, args: argparse.Namespace, graph, regenerated: Regenerated, cuda: bool, dgl_cuda: bool) -> dict:
     """Check ``route``'s first batch, then train it: its row (:data:`FIELDS` and the check's counts)."""
     from dgl_zerocopy.loading.gpu_sampling import emulate_on_cpu
-    from dgl_zerocopy.training.config import TrainConfig
     from dgl_zerocopy.training.pyg_train import train_pyg
     from dgl_zerocopy.training.train import train
 
     keys, note = route_config(route, cuda, dgl_cuda)
-    cfg = TrainConfig(
-        dataset="synthetic",
-        fanouts=args.fanouts,
-        batch_size=args.batch_size,
-        eval_batch_size=args.eval_batch_size,
-        hidden=args.hidden,
-        epochs=args.epochs,
-        eval_every=args.epochs,
-        prefetch=args.prefetch,
-        seed=args.seed,
-        device="cuda" if cuda else "cpu",
-        **keys,
-    )
+    cfg = synthetic_config(args, eval_batch_size=args.eval_batch_size, prefetch=args.prefetch, seed=args.seed, device="cuda" if cuda else "cpu", **keys)
     device = torch.device("cuda" if cuda else "cpu")
     row = {"route": route, "title": TITLES[route], "status": "ok", "note": note, **{k: v for k, v in keys.items()}}
     stand_in = emulate_on_cpu("reference") if cfg.sampler == "gpu" and not cuda else contextlib.nullcontext()

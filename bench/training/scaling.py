@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, command_line, machine, pyplot, save_figure, time_repeated, write_results  # noqa: E402
+from common import RESULTS, command_line, machine, markdown_table, pyplot, save_figure, time_repeated, write_results  # noqa: E402
 
 os.environ.setdefault("DGLBACKEND", "pytorch")
 
@@ -288,18 +288,16 @@ def verdict(what: str, fit: dict[str, float]) -> str:
 
 def _print_table(rows: list[dict], meta: dict) -> None:
     print(f"\n# {meta['command']}\n# {meta['device']}; {meta['machine']}; {meta['torch_threads']} torch threads\n# {meta['setup']}")
-    print(
-        "| sweep | nodes | width | edges | gather MB/batch | gather ms (q1–q3) | GB/s | step MB | step s (q1–q3) | sample / gather / compute s | epoch s (extrapolated) |"
-    )
-    print("|---|---|---|---|---|---|---|---|---|---|---|")
-    for r in rows:
-        print(
-            f"| {r['sweep']} | {r['nodes']:,} | {r['width']} | {r['edges']:,} | {r['gather_mb']:.1f} | "
-            f"{1e3 * r['gather_s']:.2f} ({1e3 * r['gather_s_q1']:.2f}–{1e3 * r['gather_s_q3']:.2f}) | {r['gather_gbps']:.2f} | {r['step_mb']:.1f} | "
-            f"{r['step_s']:.3f} ({r['step_s_q1']:.3f}–{r['step_s_q3']:.3f}) | "
-            f"{r['sample_s_mean']:.3f} / {r['gather_s_mean']:.3f} / {r['compute_s_mean']:.3f} | "
-            f"{r['epoch_s_extrapolated']:.1f} ({r['batches_per_epoch']} x step) |"
-        )
+    header = "| sweep | nodes | width | edges | gather MB/batch | gather ms (q1–q3) | GB/s | step MB | step s (q1–q3) | sample / gather / compute s | epoch s (extrapolated) |"
+    lines = [
+        f"| {r['sweep']} | {r['nodes']:,} | {r['width']} | {r['edges']:,} | {r['gather_mb']:.1f} | "
+        f"{1e3 * r['gather_s']:.2f} ({1e3 * r['gather_s_q1']:.2f}–{1e3 * r['gather_s_q3']:.2f}) | {r['gather_gbps']:.2f} | {r['step_mb']:.1f} | "
+        f"{r['step_s']:.3f} ({r['step_s_q1']:.3f}–{r['step_s_q3']:.3f}) | "
+        f"{r['sample_s_mean']:.3f} / {r['gather_s_mean']:.3f} / {r['compute_s_mean']:.3f} | "
+        f"{r['epoch_s_extrapolated']:.1f} ({r['batches_per_epoch']} x step) |"
+        for r in rows
+    ]
+    print(markdown_table(header, lines))
     print(f"\n{meta['gather_verdict']}.\n{meta['step_verdict']}.\n({meta['epoch_note']})")
 
 
