@@ -1,5 +1,5 @@
 # Two commands for a newcomer: `make run` trains on the embedded dataset, `make test` runs the fast tier of the
-# suite (every test that takes seconds, on the CPU: about 4 minutes on 2 cores with two pytest-xdist workers, README). `make test-all` runs that tier,
+# suite (every test that takes seconds, on the CPU: about 2.5 minutes on 2 cores with two pytest-xdist workers, README). `make test-all` runs that tier,
 # then the slow one (pytest's `slow` marker: accuracy runs, DDP and dist process clusters, benchmark smoke runs),
 # each with its 25 slowest tests listed; CI (.ci/run) runs it on both stacks. `make test-slow` runs the slow tier alone.
 # All create the venv when missing and (re)install only when pyproject.toml, setup.py or the stack's
