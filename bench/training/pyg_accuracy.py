@@ -208,7 +208,7 @@ def write(rows: list[dict], meta: dict, out: Path) -> str:
     csv_path, _ = write_results(out.name, rows, meta, out.parent)
     plot(rows, meta, csv_path.with_suffix(".png"))
     table = markdown(rows, meta)
-    csv_path.with_suffix(".md").write_text(table)
+    csv_path.with_suffix(".md").write_text(table, encoding="utf-8")
     return table
 
 

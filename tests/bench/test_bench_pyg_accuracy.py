@@ -75,4 +75,4 @@ def test_pyg_accuracy_bench_smoke(tmp_path):
     assert all(0 <= row["test_acc_mean"] <= 1 and row["seeds"] == 1 and row["epochs"] == 1 for row in rows)
     assert "bench/training/pyg_accuracy.py --datasets cora" in result["meta"]["command"]
     assert out.with_suffix(".csv").read_text().startswith("# command: ") and out.with_suffix(".png").stat().st_size > 0
-    assert "| cora | pyg |" in out.with_suffix(".md").read_text()
+    assert "| cora | pyg |" in out.with_suffix(".md").read_text(encoding="utf-8")

@@ -232,5 +232,5 @@ def test_every_benchmark_the_command_names_exists_and_the_docs_list_them_all():
     from dgl_zerocopy.cli import BENCH_DIR, BENCHMARKS
 
     assert all((BENCH_DIR / script).is_file() and script.endswith(f"/{name}.py") for name, script in BENCHMARKS.items())
-    line = next(line for line in (BENCH_DIR.parent / "docs" / "usage.md").read_text().splitlines() if line.startswith("dgl-zerocopy bench "))
+    line = next(line for line in (BENCH_DIR.parent / "docs" / "usage.md").read_text(encoding="utf-8").splitlines() if line.startswith("dgl-zerocopy bench "))
     assert line.split()[2].split("|") == list(BENCHMARKS)
