@@ -14,22 +14,6 @@ from script_runs import run_bench
 sys.path.insert(0, str(REPO / "bench" / "training"))
 
 
-@pytest.mark.parametrize(
-    "args, message",
-    [
-        (["--datasets", "cora,ogbn-magic"], "unknown dataset 'ogbn-magic'"),
-        (["--routes", "dgl,jax"], "unknown route 'jax'"),
-        (["--seeds", "0"], "--seeds must be at least 1"),
-    ],
-)
-def test_bad_arguments_are_refused(args, message, capsys):
-    from pyg_accuracy import parse_args
-
-    with pytest.raises(SystemExit) as exit_info:
-        parse_args(args)
-    assert exit_info.value.code == 2 and message in capsys.readouterr().err
-
-
 @pytest.mark.parametrize("name", ["cora", "amazon-photo", "coauthor-physics"])
 def test_both_routes_train_the_same_settings(name):
     """The routes differ only in the front end: every other key of the run is equal; GraphSAGE everywhere."""
