@@ -183,6 +183,15 @@ class SeedRuns:
             "test_accs": " ".join(f"{a:.4f}" for a in self.accs),
         }
 
+    def times(self, quartiles: bool = False) -> dict[str, float]:
+        """The runs' epoch and evaluation seconds as a row's columns: their medians, and with ``quartiles``
+        the epochs' first and third quartiles."""
+        epoch = summarize(self.epoch_times)
+        columns = {"epoch_time_median": epoch["median"]}
+        if quartiles:
+            columns.update(epoch_time_q1=epoch["q1"], epoch_time_q3=epoch["q3"])
+        return {**columns, "eval_time_median": summarize(self.eval_times)["median"]}
+
 
 def table_head(header: str, align: str | None = None) -> list[str]:
     """A Markdown table's first two lines: ``header`` (``"| a | b |"``) and its rule, a column per
@@ -222,6 +231,20 @@ def save_figure(fig, path: Path, dpi: int = 110) -> None:
     Path(path).parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=dpi)
     pyplot().close(fig)
+
+
+def median_bars(ax, rows: list[dict], key: str, colours: list, labels: list[str], hatches: list | None = None) -> None:
+    """A bar per row at its ``{key}_median``, its ``{key}_q1``–``{key}_q3`` as the error bar and the median written
+    above it; a row whose median is NaN (no such figure) leaves its place empty. ``colours``, ``labels`` (the x
+    ticks) and ``hatches`` hold a value per row."""
+    for i, r in enumerate(rows):
+        med = r[f"{key}_median"]
+        if med != med:
+            continue
+        err = [[med - r[f"{key}_q1"]], [r[f"{key}_q3"] - med]]
+        ax.bar(i, med, yerr=err, capsize=4, color=colours[i], hatch=hatches[i] if hatches else None, edgecolor="black")
+        ax.annotate(f"{med:.3g}", (i, med), ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(rows)), labels, fontsize=8)
 
 
 def width_axes(axes, label: str, marks: dict) -> None:

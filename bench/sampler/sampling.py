@@ -71,7 +71,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
 import sampling_hops  # noqa: E402
-from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, pyplot, save_figure, summarize, table_head, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, median_bars, pyplot, save_figure, summarize, table_head, write_results  # noqa: E402
 from sampling_hops import HOP_METHODS, TREE_METHODS, check_hops, check_same, check_trees  # noqa: E402
 
 METHODS = ("gpu-pinned", "gpu-device", "gpu-snapshot", "dgl-cpu", "reference", "emulator", "snapshot-reference", *HOP_METHODS)
@@ -629,14 +629,11 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     colour = {"gpu-pinned": "tab:blue", "gpu-device": "tab:green", "gpu-snapshot": "tab:purple", "dgl-cpu": "tab:orange", "pyg-cpu": "tab:red"}
     colour["hops-cpu"] = "tab:brown"
     colour["hops-numpy"] = "tab:pink"
+    cpu_tool = [r["method"] not in colour for r in done]  # a CPU tool's bar: grey and hatched
+    colours = [colour.get(r["method"], "lightgrey") for r in done]
+    labels = [r["method"] + ("\n(CPU tool, not GPU)" if cpu else "") for r, cpu in zip(done, cpu_tool)]
     for ax, key, label in ((axes[0], "medges_per_s", "M sampled edges/s (log)"), (axes[1], "ms_per_batch", "ms per minibatch (log)")):
-        for i, r in enumerate(done):
-            med = r[f"{key}_median"]
-            err = [[med - r[f"{key}_q1"]], [r[f"{key}_q3"] - med]]
-            cpu_tool = r["method"] not in colour
-            ax.bar(i, med, yerr=err, capsize=4, color=colour.get(r["method"], "lightgrey"), hatch="//" if cpu_tool else None, edgecolor="black")
-            ax.annotate(f"{med:.3g}", (i, med), ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(range(len(done)), [r["method"] + ("\n(CPU tool, not GPU)" if r["method"] not in colour else "") for r in done], fontsize=8)
+        median_bars(ax, done, key, colours, labels, ["//" if cpu else None for cpu in cpu_tool])
         ax.set_yscale("log")
         ax.set_ylabel(label)
     fig.suptitle("\n".join(textwrap.fill(meta[k], 170) for k in ("device", "graph", "sampling")), fontsize=7)

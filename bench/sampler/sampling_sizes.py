@@ -28,7 +28,7 @@ import numpy as np
 HERE = Path(__file__).resolve().parent
 sys.path[:0] = [str(HERE.parent), str(HERE)]  # bench/: common.py; bench/sampler/: sampling.py
 import sampling  # noqa: E402
-from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, pyplot, save_figure, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, command_line, machine, markdown_table, pyplot, save_figure, write_results  # noqa: E402
 
 SIZES = (200_000, sampling.PRODUCTS["nodes"])
 
@@ -81,17 +81,18 @@ def main(argv: list[str] | None = None) -> int:
 
 def markdown(rows: list[dict]) -> str:
     """The merged rows as one table, a row per method and size."""
-    lines = ["| method | nodes | edges | ms per batch median | M sampled edges/s median | × DGL CPU | status |", "|---|---:|---:|---:|---:|---:|---|"]
-    for r in rows:
-        if r.get("status") != "ok":
-            lines.append(f"| {r['method']} | {r['num_nodes']:,} | – | – | – | – | {r['status']} |")
-            continue
-        ratio = r.get("x_dgl_cpu", float("nan"))
-        lines.append(
-            f"| {r['method']} | {r['num_nodes']:,} | {r['num_edges']:,} | {r['ms_per_batch_median']:.2f} | {r['medges_per_s_median']:.2f} | "
-            f"{'–' if not np.isfinite(ratio) else format(ratio, '.2f')} | ok |"
-        )
-    return "\n".join(lines)
+    header = "| method | nodes | edges | ms per batch median | M sampled edges/s median | × DGL CPU | status |"
+    return markdown_table(header, map(_table_row, rows), "lrrrrrl")
+
+
+def _table_row(r: dict) -> str:
+    if r.get("status") != "ok":
+        return f"| {r['method']} | {r['num_nodes']:,} | – | – | – | – | {r['status']} |"
+    ratio = r.get("x_dgl_cpu", float("nan"))
+    return (
+        f"| {r['method']} | {r['num_nodes']:,} | {r['num_edges']:,} | {r['ms_per_batch_median']:.2f} | {r['medges_per_s_median']:.2f} | "
+        f"{'–' if not np.isfinite(ratio) else format(ratio, '.2f')} | ok |"
+    )
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:

@@ -30,7 +30,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import REAL_GRAPH_CONFIGS, SeedRuns, accuracy_bars, command_line, machine, save_figure, summarize, write_results  # noqa: E402
+from common import REAL_GRAPH_CONFIGS, SeedRuns, accuracy_bars, command_line, machine, save_figure, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 CONFIGS = {**REAL_GRAPH_CONFIGS, "synthetic": "synthetic-sage.yaml"}
@@ -141,7 +141,6 @@ def _run(name: str, codec: str, args: argparse.Namespace) -> dict:
             _check(dataset, cfg)
         runs.add(train(cfg, dataset, progress=False), start, f"{name} [{codec}] seed {seed}")
         del dataset
-    ep, ev = summarize(runs.epoch_times), summarize(runs.eval_times)
     return {
         "dataset": name,
         "compression": codec,
@@ -151,10 +150,7 @@ def _run(name: str, codec: str, args: argparse.Namespace) -> dict:
         "seeds": args.seeds,
         **runs.accuracy(),
         "published": PUBLISHED[name],
-        "epoch_time_median": ep["median"],
-        "epoch_time_q1": ep["q1"],
-        "epoch_time_q3": ep["q3"],
-        "eval_time_median": ev["median"],
+        **runs.times(quartiles=True),
     }
 
 

@@ -38,7 +38,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import REAL_GRAPH_CONFIGS, RESULTS, SeedRuns, accuracy_bars, chosen, command_line, machine, save_figure, summarize, write_results  # noqa: E402
+from common import REAL_GRAPH_CONFIGS, RESULTS, SeedRuns, accuracy_bars, chosen, command_line, machine, markdown_table, save_figure, write_results  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[2]
 ROUTES = ("dgl", "pyg")
@@ -114,7 +114,6 @@ def run(name: str, route: str, args: argparse.Namespace) -> dict:
             check_pyg_batch(dataset, cfg)
         runs.add(fit(cfg, dataset, progress=False), start, f"{name} [{route}] seed {seed}")
         del dataset
-    ep, ev = summarize(runs.epoch_times), summarize(runs.eval_times)
     return {
         "dataset": name,
         "route": route,
@@ -125,8 +124,7 @@ def run(name: str, route: str, args: argparse.Namespace) -> dict:
         "epochs": cfg.epochs,
         "seeds": args.seeds,
         **runs.accuracy(ddof=1),
-        "epoch_time_median": ep["median"],
-        "eval_time_median": ev["median"],
+        **runs.times(),
         "seconds_per_run": float(np.mean(runs.seconds)),
     }
 
@@ -152,24 +150,28 @@ def compare(rows: list[dict]) -> None:
 
 def markdown(rows: list[dict], meta: dict) -> str:
     """The table for the docs, with the exact command above it."""
-    lines = [
+    above = [
         f"`{meta['command']}`",
         "",
         f"{meta['device']}; {meta['machine']}; seeds {meta['seeds']}; {meta['rule']}.",
         "Times are wall clock on the machine as it was (shared by other jobs), not a speed comparison: bench/training/pyg_epoch.py is.",
         "",
-        "| dataset | route | fanouts | batch | hidden | epochs | test accuracy % (mean ± std) | pyg - dgl (points ± SE) | Welch p | within noise | epoch s (median) | eval s (median) |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
-    for r in rows:
-        diff = "-" if math.isnan(r["diff_to_dgl"]) else f"{100 * r['diff_to_dgl']:+.2f} ± {100 * r['diff_se']:.2f}"
-        p = "-" if math.isnan(r["welch_p"]) else f"{r['welch_p']:.2f}"
-        lines.append(
-            f"| {r['dataset']} | {r['route']} | {r['fanouts']} | {r['batch_size']} | {r['hidden']} | {r['epochs']} | "
-            f"{100 * r['test_acc_mean']:.2f} ± {100 * r['test_acc_std']:.2f} | {diff} | {p} | {r['within_noise'] or '-'} | "
-            f"{r['epoch_time_median']:.3f} | {r['eval_time_median']:.3f} |"
-        )
-    return "\n".join(lines) + "\n"
+    header = (
+        "| dataset | route | fanouts | batch | hidden | epochs | test accuracy % (mean ± std) | pyg - dgl (points ± SE) | Welch p | within noise "
+        "| epoch s (median) | eval s (median) |"
+    )
+    return "\n".join(above) + "\n" + markdown_table(header, map(_table_row, rows)) + "\n"
+
+
+def _table_row(r: dict) -> str:
+    diff = "-" if math.isnan(r["diff_to_dgl"]) else f"{100 * r['diff_to_dgl']:+.2f} ± {100 * r['diff_se']:.2f}"
+    p = "-" if math.isnan(r["welch_p"]) else f"{r['welch_p']:.2f}"
+    return (
+        f"| {r['dataset']} | {r['route']} | {r['fanouts']} | {r['batch_size']} | {r['hidden']} | {r['epochs']} | "
+        f"{100 * r['test_acc_mean']:.2f} ± {100 * r['test_acc_std']:.2f} | {diff} | {p} | {r['within_noise'] or '-'} | "
+        f"{r['epoch_time_median']:.3f} | {r['eval_time_median']:.3f} |"
+    )
 
 
 def plot(rows: list[dict], meta: dict, path: Path) -> None:

@@ -57,7 +57,7 @@ import numpy as np
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # bench/: common.py
-from common import RESULTS, TIME_LIMIT_STATUS, chosen, command_line, machine, pyplot, save_figure, table_head, write_results  # noqa: E402
+from common import RESULTS, TIME_LIMIT_STATUS, chosen, command_line, machine, markdown_table, median_bars, pyplot, save_figure, write_results  # noqa: E402
 
 ROUTES = ("pyg", "dgl-route", "dgl", "pyg-own")
 OURS = ("pyg", "dgl-route")  # the routes with a prefetch knob
@@ -419,26 +419,26 @@ def _line(r: dict) -> str:
 
 def markdown(rows: list[dict]) -> str:
     """The rows as a markdown table: epoch seconds and batch ms with their spread, edges/s, against DGL's loader."""
-
-    def cell(v, fmt=".2f"):
-        return "–" if not isinstance(v, (int, float)) or v != v else format(v, fmt)
-
-    lines = table_head(
+    header = (
         "| route | prefetch | epoch s median (q1–q3, min–max) | batch ms median (q1–q3) | CPU-s per epoch | M sampled edges/s | edges per batch "
-        "| nodes per batch | DGL's epoch / this | status |",
-        "llrrrrrrrl",
+        "| nodes per batch | DGL's epoch / this | status |"
     )
-    for r in rows:
-        if r["status"] != "ok":
-            lines.append(f"| {r['route']} | {r['prefetch']} | – | – | – | – | – | – | – | {r['status']} |")
-            continue
-        lines.append(
-            f"| {r['route']} | {r['prefetch']} | {cell(r['epoch_s_median'])} ({cell(r['epoch_s_q1'])}–{cell(r['epoch_s_q3'])}, "
-            f"{cell(r['epoch_s_min'])}–{cell(r['epoch_s_max'])}) | {cell(r['batch_ms_median'], '.1f')} ({cell(r['batch_ms_q1'], '.1f')}–"
-            f"{cell(r['batch_ms_q3'], '.1f')}) | {cell(r['cpu_s_median'])} | {cell(r['medges_per_s_median'])} | {r['edges_per_batch']:,.0f} | {r['nodes_per_batch']:,.0f} | "
-            f"{cell(r['x_dgl'])} | ok |"
+    return markdown_table(header, map(_table_row, rows), "llrrrrrrrl")
+
+
+def _cell(v, fmt: str = ".2f") -> str:
+    return "–" if not isinstance(v, (int, float)) or v != v else format(v, fmt)
+
+
+def _table_row(r: dict) -> str:
+    if r["status"] == "ok":
+        return (
+            f"| {r['route']} | {r['prefetch']} | {_cell(r['epoch_s_median'])} ({_cell(r['epoch_s_q1'])}–{_cell(r['epoch_s_q3'])}, "
+            f"{_cell(r['epoch_s_min'])}–{_cell(r['epoch_s_max'])}) | {_cell(r['batch_ms_median'], '.1f')} ({_cell(r['batch_ms_q1'], '.1f')}–"
+            f"{_cell(r['batch_ms_q3'], '.1f')}) | {_cell(r['cpu_s_median'])} | {_cell(r['medges_per_s_median'])} | {r['edges_per_batch']:,.0f} | "
+            f"{r['nodes_per_batch']:,.0f} | {_cell(r['x_dgl'])} | ok |"
         )
-    return "\n".join(lines)
+    return f"| {r['route']} | {r['prefetch']} | – | – | – | – | – | – | – | {r['status']} |"
 
 
 def _plot(rows: list[dict], meta: dict, path: Path) -> None:
@@ -447,14 +447,10 @@ def _plot(rows: list[dict], meta: dict, path: Path) -> None:
     done = [r for r in rows if r["status"] == "ok"]
     fig, axes = plt.subplots(1, 2, figsize=(1.8 * max(len(done), 1) + 5, 4.2))
     colour = {"pyg": "tab:red", "dgl-route": "tab:blue", "dgl": "tab:orange", "pyg-own": "tab:green"}
+    colours = [colour[r["route"]] for r in done]
+    labels = [_name(r).replace(" prefetch ", "\nprefetch ") for r in done]
     for ax, key, label in ((axes[0], "epoch_s", "seconds per epoch"), (axes[1], "batch_ms", "ms per batch")):
-        for i, r in enumerate(done):
-            med = r[f"{key}_median"]
-            if med != med:  # no per-batch figure on a GPU
-                continue
-            ax.bar(i, med, yerr=[[med - r[f"{key}_q1"]], [r[f"{key}_q3"] - med]], capsize=4, color=colour[r["route"]], edgecolor="black")
-            ax.annotate(f"{med:.3g}", (i, med), ha="center", va="bottom", fontsize=8)
-        ax.set_xticks(range(len(done)), [_name(r).replace(" prefetch ", "\nprefetch ") for r in done], fontsize=8)
+        median_bars(ax, done, key, colours, labels)  # no per-batch figure on a GPU: an empty place
         ax.set_ylabel(label + " (median, q1–q3)")
     fig.suptitle("\n".join(textwrap.fill(meta[k], 170) for k in ("device", "graph", "loading")), fontsize=7)
     save_figure(fig, path, dpi=120)
