@@ -18,6 +18,7 @@ figures say nothing of a GPU.
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 from gpu_check_rows import TIME_LIMIT_STATUS, figure_rows, number_cell, result_rows, section_head, split_rows
@@ -118,9 +119,8 @@ def figures_text(ok: list[dict]) -> str:
     return text
 
 
-def pyg_figures(rows: list[dict]) -> list[dict]:
-    """The step's rows as summary.json keeps them (the keys of :data:`FIGURE_KEYS`)."""
-    return figure_rows(rows, FIGURE_KEYS)
+# The step's rows as summary.json keeps them: the keys of FIGURE_KEYS.
+pyg_figures = partial(figure_rows, keys=FIGURE_KEYS)
 
 
 def pyg_markdown(figures: list[dict]) -> list[str]:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import sys
+from functools import partial
 from pathlib import Path
 
 from gpu_check_rows import TIME_LIMIT_STATUS, figure_rows, number_cell, result_rows, section_head, split_rows
@@ -179,9 +180,8 @@ def snapshot_ratio(rows: list[dict]) -> float | None:
     return None
 
 
-def sampling_figures(rows: list[dict]) -> list[dict]:
-    """The step's rows as summary.json keeps them (the keys of :data:`FIGURE_KEYS`)."""
-    return figure_rows(rows, FIGURE_KEYS)
+# The step's rows as summary.json keeps them: the keys of FIGURE_KEYS.
+sampling_figures = partial(figure_rows, keys=FIGURE_KEYS)
 
 
 def sampling_markdown(figures: list[dict]) -> list[str]:

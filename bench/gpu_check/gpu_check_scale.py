@@ -19,6 +19,7 @@ from __future__ import annotations
 import re
 import shutil
 import sys
+from functools import partial
 from pathlib import Path
 
 from gpu_check_rows import TIME_LIMIT_STATUS, figure_rows, finite, number_cell, result_rows, section_head
@@ -146,9 +147,8 @@ def _spread(figures: dict, name: str) -> str:
     return f"{figures[f'{name}_median']:.1f} ({number_cell(figures.get(f'{name}_q1'), '.1f')}–{number_cell(figures.get(f'{name}_q3'), '.1f')})"
 
 
-def scale_figures(rows: list[dict]) -> list[dict]:
-    """The step's rows as summary.json keeps them (the keys of :data:`FIGURE_KEYS`)."""
-    return figure_rows(rows, FIGURE_KEYS)
+# The step's rows as summary.json keeps them: the keys of FIGURE_KEYS.
+scale_figures = partial(figure_rows, keys=FIGURE_KEYS)
 
 
 def scale_markdown(figures: list[dict]) -> list[str]:

@@ -22,6 +22,7 @@ Without CUDA (``DGL_ZEROCOPY_GPU_CHECK_ON_CPU=1``) the model trains on the CPU a
 from __future__ import annotations
 
 import sys
+from functools import partial
 from pathlib import Path
 
 from gpu_check_rows import TIME_LIMIT_STATUS, figure_rows, finite, number_cell, result_rows, section_head, split_rows
@@ -110,9 +111,8 @@ def figures_text(ok: list[dict]) -> str:
     return text
 
 
-def storage_figures(rows: list[dict]) -> list[dict]:
-    """The step's rows as summary.json keeps them (the keys of :data:`FIGURE_KEYS`)."""
-    return figure_rows(rows, FIGURE_KEYS)
+# The step's rows as summary.json keeps them: the keys of FIGURE_KEYS.
+storage_figures = partial(figure_rows, keys=FIGURE_KEYS)
 
 
 def storage_markdown(figures: list[dict]) -> list[str]:

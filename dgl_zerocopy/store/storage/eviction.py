@@ -42,8 +42,7 @@ class Eviction:
 
     def touch(self, slots: np.ndarray) -> None:
         """A batch read the rows in ``slots``."""
-        self._now += 1
-        self._stamp[slots] = self._now
+        self._stamp_now(slots)
 
     def filled(self, slots: np.ndarray, rows: np.ndarray) -> None:
         """Rows ``rows`` were just read into ``slots``."""
@@ -53,6 +52,11 @@ class Eviction:
         """``k`` slots to empty, chosen among ``candidates`` (int64 slot ids, at least ``k``)."""
         return _smallest(self._stamp, candidates, k)
 
+    def _stamp_now(self, slots: np.ndarray) -> None:
+        """Stamp ``slots`` with the next tick: they are the newest now."""
+        self._now += 1
+        self._stamp[slots] = self._now
+
 
 class Fifo(Eviction):
     name = "fifo"
@@ -61,8 +65,7 @@ class Fifo(Eviction):
         pass  # use does not count: only the order rows came in
 
     def filled(self, slots: np.ndarray, rows: np.ndarray) -> None:
-        self._now += 1
-        self._stamp[slots] = self._now
+        self._stamp_now(slots)
 
 
 class Clock(Eviction):
@@ -70,9 +73,8 @@ class Clock(Eviction):
     slot_bytes = 1
 
     def __init__(self, capacity: int) -> None:
-        self.capacity = capacity
-        self._mark = np.zeros(capacity, dtype=np.uint8)
-        self._hand = 0
+        self.capacity, self._hand = capacity, 0
+        self._mark = np.zeros(capacity, dtype=np.uint8)  # 1: read since the hand last passed the slot
 
     def touch(self, slots: np.ndarray) -> None:
         self._mark[slots] = 1
