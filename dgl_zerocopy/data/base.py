@@ -13,6 +13,15 @@ from ..store.cache_files import DamagedFile
 from ..store.host_files import tensor_view  # noqa: F401 - imported from here by much of the package
 
 
+def check_split_fractions(train_frac: float, val_frac: float, test_frac: float) -> None:
+    """Raise ``ValueError`` unless the train, validation and test fractions of a generated graph's nodes are
+    each positive and together at most 1."""
+    if min(train_frac, val_frac, test_frac) <= 0 or train_frac + val_frac + test_frac > 1:
+        raise ValueError(
+            f"the split fractions must be positive and sum to at most 1, but got train_frac={train_frac}, val_frac={val_frac}, test_frac={test_frac}"
+        )
+
+
 def csc_from_sorted_keys(key: np.ndarray, n: int) -> tuple[np.ndarray, np.ndarray]:
     """CSC arrays ``(indptr, indices)`` of the edges encoded as sorted int64 keys ``dst * n + src``.
 

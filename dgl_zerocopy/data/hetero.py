@@ -20,6 +20,7 @@ import numpy as np
 
 from .._extras import import_dgl
 from ..store.host_memory import host_copy
+from .base import check_split_fractions
 
 CanonicalEtype = tuple[str, str, str]
 NTYPES = ("author", "field", "paper")
@@ -56,8 +57,7 @@ class HeteroSpec:
             raise ValueError(f"num_fields ({self.num_fields}) must be at least num_classes ({self.num_classes}): every class needs a field")
         if not 0.0 <= self.homophily <= 1.0 or self.noise < 0:
             raise ValueError(f"homophily must be in [0, 1] and noise >= 0, but got homophily={self.homophily}, noise={self.noise}")
-        if min(self.train_frac, self.val_frac, self.test_frac) <= 0 or self.train_frac + self.val_frac + self.test_frac > 1:
-            raise ValueError(f"the split fractions must be positive and sum to at most 1, but got {self.train_frac}, {self.val_frac}, {self.test_frac}")
+        check_split_fractions(self.train_frac, self.val_frac, self.test_frac)
 
     @classmethod
     def scaled(cls, num_papers: int, seed: int = 0) -> HeteroSpec:

@@ -15,7 +15,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ..store.host_memory import host_array
-from .base import GraphDataset, symmetric_csc
+from .base import GraphDataset, check_split_fractions, symmetric_csc
 
 log = logging.getLogger(__name__)
 
@@ -47,8 +47,7 @@ class SyntheticSpec:
             raise ValueError(f"homophily must be in [0, 1], got {self.homophily}")
         if self.power_law_exponent <= 2.0:
             raise ValueError(f"power_law_exponent must be > 2 (finite mean degree), got {self.power_law_exponent}")
-        if self.train_frac + self.val_frac + self.test_frac > 1.0:
-            raise ValueError("train_frac + val_frac + test_frac must not exceed 1")
+        check_split_fractions(self.train_frac, self.val_frac, self.test_frac)
 
     def cache_name(self) -> str:
         """A folder name that carries every parameter, so a changed spec never reuses old arrays."""

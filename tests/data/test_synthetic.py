@@ -68,7 +68,16 @@ def test_unknown_dataset_names_the_choices():
         load_dataset("nope")
 
 
-@pytest.mark.parametrize("bad", [dict(num_nodes=3), dict(homophily=1.5), dict(power_law_exponent=1.5), dict(train_frac=0.9, test_frac=0.5)])
-def test_bad_spec_is_rejected(bad):
-    with pytest.raises(ValueError):
+@pytest.mark.parametrize(
+    "bad, said",
+    [
+        (dict(num_nodes=3), "num_nodes must be at least"),
+        (dict(homophily=1.5), "homophily must be in"),
+        (dict(power_law_exponent=1.5), "power_law_exponent must be > 2"),
+        (dict(train_frac=0.9, test_frac=0.5), "sum to at most 1, but got train_frac=0.9"),
+        (dict(val_frac=0.0), "must be positive"),
+    ],
+)
+def test_bad_spec_is_rejected(bad, said):
+    with pytest.raises(ValueError, match=said):
         SyntheticSpec(**bad)
