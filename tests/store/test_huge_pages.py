@@ -236,8 +236,11 @@ def test_an_error_with_a_view_alive_unpins_warns_and_unmaps_with_the_view(runtim
     assert not mapped(*bounds)
 
 
+# The child takes Ctrl-C as under a terminal whatever it inherits: a shell without job control (`make test &`)
+# starts its children with SIGINT ignored, and Python then installs no KeyboardInterrupt handler.
 CHILD = """
 import os, signal, sys, time
+signal.signal(signal.SIGINT, signal.default_int_handler)
 import numpy as np
 from dgl_zerocopy.store import huge_pages, pinning
 registered = {}
