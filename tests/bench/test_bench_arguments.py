@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+from pathlib import Path
 
 import pytest
 from conftest import REPO
@@ -36,10 +37,10 @@ sampler/sampling.py | --batches 0 | --batches must be at least 1, but got 0
 
 def bench_module(script: str):
     """Import bench/SCRIPT as its folder's own scripts do: the folder first on ``sys.path``."""
-    folder = str(REPO / "bench" / script.rsplit("/", 1)[0])
+    folder = str(REPO / "bench" / Path(script).parent)
     if folder not in sys.path:
         sys.path.insert(0, folder)
-    return importlib.import_module(script.rsplit("/", 1)[1].removesuffix(".py"))
+    return importlib.import_module(Path(script).stem)
 
 
 @pytest.mark.parametrize("script, arguments, said", REFUSALS)
@@ -51,4 +52,4 @@ def test_a_bad_argument_is_a_one_line_error(script, arguments, said, capsys):
 
 @pytest.mark.parametrize("script", sorted({script for script, _, _ in REFUSALS}))
 def test_each_script_is_a_listed_benchmark(script):
-    assert BENCHMARKS[script.rsplit("/", 1)[1].removesuffix(".py")] == script
+    assert BENCHMARKS[Path(script).stem] == script
